@@ -1,0 +1,17 @@
+"""hostcb: JAX host callbacks that work.
+
+The ``jax.experimental.host_callback`` API (``id_tap``, ``id_print``,
+``call``, ``barrier_wait``), ``xla_computation`` and ``buffer_callback`` on
+current JAX.  ``hostcb.install()`` makes legacy imports resolve to hostcb.
+"""
+from hostcb import config
+from hostcb.host_callback import (CallbackException, CallbackFlavor,
+                                  TapFunctionException, barrier_wait, call,
+                                  id_print, id_tap, stop_outfeed_receiver)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
+    "CallbackException", "TapFunctionException", "CallbackFlavor", "config",
+]

@@ -1,0 +1,228 @@
+"""The public ``host_callback`` API: ``id_tap``, ``id_print``, ``call``.
+
+This module is also what ``from jax.experimental import host_callback``
+resolves to once hostcb's import hook is installed (see
+:mod:`hostcb.import_hook`), so it exports every public name of the legacy
+module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from hostcb import jax_internals as ji
+from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
+from hostcb.printing import print_tap
+from hostcb.runtime import (CallbackException, barrier_wait,
+                            stop_outfeed_receiver)
+
+__all__ = [
+    "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
+    "CallbackException", "TapFunctionException", "CallbackFlavor",
+]
+
+TapFunctionException = CallbackException
+"""Legacy alias of :class:`CallbackException`."""
+
+
+class CallbackFlavor(enum.Enum):
+  """How a callback may be treated by JAX.
+
+  ``IO_CALLBACK`` (default): the callback has side effects; it always runs,
+  in program order, and ``call`` cannot be batched.
+  ``PURE``: ``call`` is a pure function of its argument: JAX may drop it if
+  its result is unused, and ``vmap`` calls it once per batch element.
+  ``DEBUG``: like ``IO_CALLBACK``, for ``call`` without results only.
+  Taps always behave as ``IO_CALLBACK``.
+  """
+  IO_CALLBACK = 1
+  PURE = 2
+  DEBUG = 3
+
+
+def _check_flavor(flavor) -> None:
+  if not isinstance(flavor, CallbackFlavor):
+    raise TypeError("callback_flavor must be a hostcb.CallbackFlavor; got "
+                    f"{flavor!r}")
+
+
+def _check_device_index(device_index) -> None:
+  if (isinstance(device_index, bool) or not isinstance(device_index, int)
+      or device_index < 0):
+    raise ValueError("device_index must be a non-negative int; got "
+                     f"{device_index!r}")
+
+
+def _operands(arg, what: str):
+  flat, treedef = jax.tree_util.tree_flatten(arg)
+  out = []
+  for x in flat:
+    if isinstance(x, jax.Array) or ji.is_tracer(x):
+      out.append(x)
+      continue
+    try:
+      out.append(jax.numpy.asarray(x))
+    except TypeError:
+      raise TypeError(
+          f"{what}: every leaf of arg must be an array or a number; got "
+          f"{type(x).__name__} {x!r}") from None
+  return out, treedef
+
+
+def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
+           device_index=0, callback_flavor=CallbackFlavor.IO_CALLBACK,
+           **kwargs):
+  """Identity function that also sends ``arg`` to ``tap_func`` on the host.
+
+  The host calls ``tap_func(arg, transforms)`` (and ``device=dev`` too when
+  ``tap_with_device``), where ``arg`` holds NumPy arrays and ``transforms``
+  lists the transformations applied, e.g.
+  ``(("batch", {"batch_dims": (0,)}),)`` under ``vmap``.  The device does not
+  wait for ``tap_func``: use :func:`barrier_wait` to wait for all taps.
+
+  Args:
+    tap_func: the host function.
+    arg: a pytree of arrays or numbers to tap.
+    result: if given, returned instead of ``arg`` (and not sent to the host).
+    tap_with_device: pass the tapping device as ``device=``.
+    device_index: in sharded (``jit``/``pjit``) code, which of the
+      computation's devices collects the whole operand and taps.
+    callback_flavor: accepted for compatibility; taps are always ordered
+      side effects.
+
+  Returns:
+    ``arg``, or ``result`` if given.
+  """
+  if kwargs:
+    raise TypeError(
+        "Support for **kwargs in id_tap was removed: pre-apply keyword "
+        "arguments with a closure or functools.partial(tap_func, **kwargs); "
+        f"got keyword arguments {sorted(kwargs)}")
+  if not callable(tap_func):
+    raise TypeError(f"id_tap: tap_func must be callable; got {tap_func!r}")
+  _check_flavor(callback_flavor)
+  _check_device_index(device_index)
+  flat, treedef = _operands(arg, "id_tap")
+  tap_p.bind(*flat, target=TapTarget(tap_func, treedef, bool(tap_with_device)),
+             transforms=(), device_index=device_index)
+  return arg if result is None else result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Printer:
+  """The tap function of one ``id_print`` site (hashable, for caching)."""
+  output_stream: Any
+  threshold: int | None
+  kwargs: tuple
+
+  def __call__(self, arg, transforms, device=None):
+    print_tap(arg, transforms, device=device, output_stream=self.output_stream,
+              threshold=self.threshold, **dict(self.kwargs))
+
+  def __hash__(self):
+    try:
+      return hash((id(self.output_stream), self.threshold, self.kwargs))
+    except TypeError:  # an unhashable keyword value: no cache sharing
+      return id(self)
+
+  def __eq__(self, other):
+    return (isinstance(other, _Printer)
+            and self.output_stream is other.output_stream
+            and self.threshold == other.threshold
+            and self.kwargs == other.kwargs)
+
+
+def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
+             output_stream=None, threshold=None,
+             callback_flavor=CallbackFlavor.IO_CALLBACK, **kwargs):
+  """Like :func:`id_tap`, with a tap function that prints ``arg``.
+
+  Prints the keyword arguments first (sorted, as ``key: value``, with
+  ``transforms`` and ``device`` when present), then ``arg``: tuples as
+  ``( a b )``, lists as ``[ a b ]``, dicts as ``{ k=v }``, one element per
+  line, arrays through ``numpy.array2string(threshold=threshold)``.
+
+  Args:
+    arg, result, tap_with_device, device_index, callback_flavor: as for
+      :func:`id_tap`.
+    output_stream: an object with a ``write(str)`` method to print to;
+      default ``sys.stdout``.
+    threshold: passed to ``numpy.array2string``.
+    **kwargs: printed before ``arg``.
+  """
+  printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())))
+  return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
+                device_index=device_index, callback_flavor=callback_flavor)
+
+
+def _result_avals(result_shape):
+  flat, treedef = jax.tree_util.tree_flatten(result_shape)
+  try:
+    avals = []
+    for r in flat:
+      if hasattr(r, "shape") and hasattr(r, "dtype"):
+        shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+      else:
+        if not isinstance(r, (int, float, complex, bool, np.number,
+                              np.bool_)):
+          raise TypeError(type(r))
+        shape, dtype = (), np.asarray(r).dtype
+      avals.append(ji.ShapedArray(shape,
+                                  jax.dtypes.canonicalize_dtype(dtype)))
+  except Exception:
+    raise ValueError(
+        "result_shape should be a pytree of values with structure matching "
+        "the expected result of the callback function; each value must be "
+        "a numeric scalar or have 'shape' and 'dtype' attributes. Got "
+        f"{result_shape!r}") from None
+  return tuple(avals), treedef
+
+
+def call(callback_func: Callable, arg, *, result_shape=None,
+         call_with_device=False, device_index=0,
+         callback_flavor=CallbackFlavor.IO_CALLBACK):
+  """Calls ``callback_func(arg)`` on the host and returns its result.
+
+  The device waits for the result.  ``result_shape`` describes it: a pytree
+  whose leaves are numeric scalars or objects with ``shape`` and ``dtype``
+  (e.g. ``jax.ShapeDtypeStruct``), or ``None``/``()`` for no result.  A
+  result of another structure, shape or dtype, or an exception in
+  ``callback_func``, fails the computation with an error that says what was
+  expected and what came back.
+
+  Args:
+    callback_func: the host function, called as ``callback_func(arg)`` (with
+      ``device=dev`` too when ``call_with_device``) with NumPy arrays; it
+      returns a pytree of arrays.
+    arg: a pytree of arrays or numbers.
+    result_shape: the expected result, see above.
+    call_with_device: pass the calling device as ``device=``.
+    device_index: in sharded code, which of the computation's devices makes
+      the call with the whole operand.
+    callback_flavor: ``CallbackFlavor.PURE`` lets JAX drop unused calls and
+      batch the call under ``vmap``; ``DEBUG`` needs ``result_shape=None``.
+
+  Returns:
+    The result of ``callback_func``, as arrays of ``result_shape``.
+  """
+  if not callable(callback_func):
+    raise TypeError(f"call: callback_func must be callable; got "
+                    f"{callback_func!r}")
+  _check_flavor(callback_flavor)
+  _check_device_index(device_index)
+  if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
+    raise NotImplementedError(
+        "CallbackFlavor.DEBUG can be used only for calls without results "
+        f"(result_shape=None); got result_shape={result_shape!r}")
+  avals, out_treedef = _result_avals(result_shape)
+  flat, in_treedef = _operands(arg, "call")
+  target = CallTarget(callback_func, in_treedef, out_treedef, avals,
+                      bool(call_with_device))
+  outs = call_p.bind(*flat, target=target, device_index=device_index,
+                     effectful=callback_flavor is not CallbackFlavor.PURE)
+  return out_treedef.unflatten(outs)

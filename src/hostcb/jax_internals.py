@@ -1,0 +1,219 @@
+"""Every use of JAX internals (``jax._src``) in hostcb, and nothing else.
+
+hostcb needs a few things that JAX does not expose publicly: defining a
+primitive with an effect and its transformation rules, lowering it to the
+custom call that XLA uses for Python callbacks, and the context the lowering
+runs in (which devices, which sharding).  They all live here, so that a JAX
+upgrade is fixed in this one file.
+
+Checked against jax 0.8.0, 0.8.1, 0.9.0 and 0.10.2 (``scripts/check_jax.sh``
+runs the test suite against the oldest supported version).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jax._src import callback as _callback
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import debugging as _debugging
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+from jax._src import ffi as _ffi
+from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters import batching as _batching
+from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.lib.mlir.dialects import hlo as _hlo
+
+ShapedArray = _core.ShapedArray
+Primitive = _core.Primitive
+no_effects = _core.no_effects
+not_mapped = None  # how batching rules mark an unbatched operand
+
+
+# ----------------------------------------------------------------- effects
+class HostCallbackEffect(_effects.Effect):
+  """The effect of a tap or an impure call: the host sees it happen.
+
+  It is unordered in JAX's sense (no token threads through the program), so
+  it is allowed under pmap and shard_map; taps of one device still reach the
+  host in program order because XLA runs side-effecting custom calls of a
+  computation in order.
+  """
+
+  def __str__(self) -> str:
+    return "HostCallback"
+
+
+host_callback_effect = HostCallbackEffect()
+for _effect_set in (_effects.lowerable_effects,
+                    _effects.control_flow_allowed_effects,
+                    _effects.remat_allowed_effects,
+                    _effects.custom_derivatives_allowed_effects,
+                    _effects.partial_eval_kept_effects):
+  _effect_set.add_type(HostCallbackEffect)
+
+
+# -------------------------------------------------------------- primitives
+def new_primitive(name: str) -> Primitive:
+  """A multiple-results primitive whose lowering may ask for the devices."""
+  prim = _core.Primitive(name)
+  prim.multiple_results = True
+  # Makes jit pass the device assignment to the lowering, even for a single
+  # device, so the host side knows which device a callback comes from.
+  _dispatch.prim_requires_devices_during_lowering.add(prim)
+  prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
+  return prim
+
+
+def apply_compiled(prim: Primitive, *args, **params):
+  """Runs ``prim`` eagerly as a compiled computation (cached per params)."""
+  return _dispatch.apply_primitive(prim, *args, **params)
+
+
+def register_jvp(prim: Primitive, rule: Callable) -> None:
+  _ad.primitive_jvps[prim] = rule
+
+
+def register_transpose(prim: Primitive, rule: Callable) -> None:
+  _ad.primitive_transposes[prim] = rule
+
+
+def register_batching(prim: Primitive, rule: Callable) -> None:
+  _batching.primitive_batchers[prim] = rule
+
+
+def rematerialize_on_backward_pass(prim: Primitive) -> None:
+  """Under ``checkpoint``, also run ``prim`` again when residuals are rebuilt.
+
+  Without this rule partial evaluation keeps an effectful equation only in
+  the forward pass; legacy taps ran again during rematerialization.
+  """
+  _pe.partial_eval_jaxpr_custom_rules[prim] = functools.partial(
+      _debugging._debug_partial_eval_custom, primitive=prim)
+
+
+def register_lowering(prim: Primitive, rule: Callable) -> None:
+  _mlir.register_lowering(prim, rule)
+
+
+# ----------------------------------------------------------- jax.config
+def register_config_options(on_update: Callable[[str, Any], None],
+                            inline: bool, max_queue_bytes: int) -> None:
+  """Makes ``jax.config.update('jax_host_callback_...', v)`` work again."""
+  for name, make, default in (
+      ("jax_host_callback_inline", _config.bool_state, inline),
+      ("jax_host_callback_max_queue_byte_size", _config.int_state,
+       max_queue_bytes)):
+    try:
+      make(name=name, default=default,
+           help="hostcb: see hostcb.config",
+           update_global_hook=functools.partial(on_update, name))
+    except Exception:  # already defined (e.g. module reloaded): keep going
+      pass
+
+
+# ---------------------------------------------------------------- lowering
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """Where a lowered callback runs, as seen from the host.
+
+  ``devices`` indexes the computation's devices; ``per_device`` is True in
+  per-device (pmap, shard_map) code, where every device calls the host and
+  the host function receives the partition id as a leading uint32 operand.
+  Otherwise one device, ``devices[device_index]``, calls the host.
+  """
+  devices: tuple | None
+  per_device: bool
+  device_index: int
+
+
+def _placement(ctx, device_index: int) -> tuple[Placement, Any]:
+  axis_context = ctx.module_context.axis_context
+  if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+    mesh = axis_context.mesh
+    devices = getattr(mesh, "_flat_devices_tuple", None)
+    sharding = _callback._callback_op_sharding(axis_context, None,
+                                               ctx.avals_out)
+    return Placement(devices, True, 0), sharding
+  if isinstance(axis_context, _sharding_impls.ShardingContext):
+    devices = axis_context.device_assignment
+    n = axis_context.num_devices
+    if n == 1:
+      device_index = 0  # a one-device computation taps where it runs
+    elif not 0 <= device_index < n:
+      raise ValueError(
+          f"device_index must name one of the {n} devices of the computation "
+          f"(0 to {n - 1}); got device_index={device_index}")
+    single = None
+    if devices is not None and n > 1:
+      single = _sharding_impls.SingleDeviceSharding(devices[device_index])
+    sharding = _callback._callback_op_sharding(axis_context, single,
+                                               ctx.avals_out)
+    return Placement(devices, False, device_index), sharding
+  return Placement(None, False, 0), None
+
+
+_FFI_TARGETS = {"cpu": "xla_ffi_python_cpu_callback",
+                "cuda": "xla_ffi_python_gpu_callback",
+                "rocm": "xla_ffi_python_gpu_callback"}
+
+
+def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
+                       args: Sequence[Any], *, device_index: int,
+                       has_side_effect: bool) -> Sequence[Any]:
+  """Lowers a call of a host function on the operands ``args``.
+
+  ``make_host_fn(placement)`` returns the function that XLA calls with NumPy
+  arrays (preceded by the partition id in per-device code) and that returns
+  a tuple of arrays matching ``ctx.avals_out``.
+  """
+  platforms = ctx.module_context.platforms
+  if len(platforms) > 1:
+    raise NotImplementedError(
+        "hostcb callbacks cannot be lowered for several platforms at once; "
+        f"got platforms={tuple(platforms)}")
+  platform = platforms[0]
+  placement, sharding = _placement(ctx, device_index)
+  host_fn = make_host_fn(placement)
+  target = _FFI_TARGETS.get(platform)
+  if target is None:
+    # Other platforms (TPU) go through JAX's send/recv based callbacks.
+    if placement.per_device:
+      raise NotImplementedError(
+          f"hostcb per-device callbacks are not supported on {platform}")
+    results, _, _ = _callback.emit_python_callback(
+        ctx, host_fn, None, list(args), ctx.avals_in, ctx.avals_out,
+        has_side_effect=has_side_effect, returns_token=False,
+        sharding=sharding)
+    return results
+  operands = list(args)
+  if placement.per_device:
+    operands.insert(0, _hlo.PartitionIdOp().result)
+    ctx = dataclasses.replace(
+        ctx, avals_in=[ShapedArray((), np.uint32), *ctx.avals_in])
+  ctx.module_context.add_host_callback(host_fn)
+  index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
+  op = _ffi.build_ffi_lowering_function(
+      target, has_side_effect=has_side_effect)(ctx, *operands, index=index)
+  if sharding is not None:
+    _mlir.set_sharding(ctx.module_context, op, sharding)
+  return op.results
+
+
+def is_tracer(x: Any) -> bool:
+  return isinstance(x, _core.Tracer)
+
+
+# ---------------------------------------------------------- xla_computation
+# (internals used by hostcb.xla_computation go here)
+
+
+# ---------------------------------------------------------- buffer_callback
+# (internals used by hostcb.buffer_callback go here)

@@ -1,0 +1,98 @@
+"""Lowering of the primitives to XLA, and the host functions XLA calls.
+
+Both primitives lower to XLA's Python-callback custom call (CPU and GPU;
+other platforms go through JAX's send/recv callbacks).  XLA hands the host
+function NumPy copies of the operands.  Where it runs:
+
+* one-device and sharded ``jit``/``pjit`` code: once, on the computation's
+  device number ``device_index``, with the whole (gathered) operand;
+* per-device code (``pmap``, ``shard_map``): on every device, each with its
+  shard; the partition id tells the host which device called.
+
+A tap's host function only queues the work for its device's consumer thread
+(:mod:`hostcb.runtime`) and returns, so the device does not wait for Python.
+A call's host function first lets the taps queued before it on the same
+device run (program order), then runs the callback and checks its result.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from hostcb import jax_internals as ji
+from hostcb import runtime
+from hostcb.primitives import call_p, tap_p, unpack_transforms
+
+# Bookkeeping bytes counted for each queued tap, so that even empty taps
+# are bounded by the queue size.
+_TAP_OVERHEAD_BYTES = 64
+
+
+def _nbytes(avals) -> int:
+  return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in avals)
+
+
+def _device_of(placement: ji.Placement):
+  """Returns ``pid -> device`` for per-device code, else the one device."""
+  devices = placement.devices
+  if placement.per_device:
+    if devices is None:
+      return int
+    return lambda pid: devices[int(pid)]
+  return None if devices is None else devices[placement.device_index]
+
+
+def _tap_lowering(ctx, *args, target, transforms, device_index):
+  transforms = unpack_transforms(transforms)
+  nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
+  invoke = target.invoke
+
+  def make_host_fn(placement):
+    where = _device_of(placement)
+    if placement.per_device:
+      def host_tap(pid, *arrays):
+        device = where(pid)
+        runtime.queue_for(device).put(
+            functools.partial(invoke, arrays, device, transforms), nbytes)
+        return ()
+    else:
+      def host_tap(*arrays):
+        runtime.queue_for(where).put(
+            functools.partial(invoke, arrays, where, transforms), nbytes)
+        return ()
+    return host_tap
+
+  ji.emit_host_callback(ctx, make_host_fn, args, device_index=device_index,
+                        has_side_effect=True)
+  return []
+
+
+def _run_call(target, device, arrays):
+  runtime.drain_device(device)  # taps that came before this call run first
+  try:
+    return target.invoke(arrays, device)
+  except BaseException as e:
+    runtime.logger.error("hostcb: the call to %s failed: %s", target.func, e)
+    raise
+
+
+def _call_lowering(ctx, *args, target, device_index, effectful):
+  def make_host_fn(placement):
+    where = _device_of(placement)
+    if placement.per_device:
+      def host_call(pid, *arrays):
+        return _run_call(target, where(pid), arrays)
+    else:
+      def host_call(*arrays):
+        return _run_call(target, where, arrays)
+    return host_call
+
+  return ji.emit_host_callback(ctx, make_host_fn, args,
+                               device_index=device_index,
+                               has_side_effect=effectful)
+
+
+ji.register_lowering(tap_p, _tap_lowering)
+ji.register_lowering(call_p, _call_lowering)

@@ -1,0 +1,219 @@
+"""The two primitives behind the API, and their transformation rules.
+
+``hostcb_tap`` (``id_tap``, ``id_print``) has no results: ``id_tap`` returns
+its argument itself, so the primitive only carries the side effect.  Its
+effect keeps it alive when nothing uses the tapped value, inside control
+flow too.  Rules:
+
+* ``vmap`` binds it again on the batched operands, adding
+  ``("batch", {"batch_dims": ...})`` to ``transforms``;
+* ``jvp`` (and so ``grad``) taps the primal values only;
+* under ``checkpoint`` it runs again when the residuals are rematerialized.
+
+``hostcb_call`` (``call``) returns the host function's results.  It cannot
+be differentiated (use ``jax.custom_vjp``) and is batched only for the
+``PURE`` flavor, sequentially, one host call per batch element.
+
+The parameters ``target`` are :class:`TapTarget` / :class:`CallTarget`:
+hashable descriptions of what the host runs, so that the same function on
+the same shapes hits JAX's compilation caches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from hostcb import config
+from hostcb import jax_internals as ji
+
+__all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
+
+Transforms = tuple  # of ("batch", batch_dims) entries, innermost first
+
+
+def unpack_transforms(transforms: Transforms) -> tuple:
+  """The ``transforms`` argument that tap functions receive."""
+  return tuple((name, {"batch_dims": dims}) if name == "batch" else (name, {})
+               for name, dims in transforms)
+
+
+def _name(func: Callable) -> str:
+  return getattr(func, "__qualname__", None) or repr(func)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class TapTarget:
+  """A tap function with the pytree structure of its argument."""
+  func: Callable
+  treedef: Any
+  with_device: bool
+
+  def invoke(self, arrays, device, transforms) -> None:
+    arg = self.treedef.unflatten(arrays)
+    if self.with_device:
+      self.func(arg, transforms, device=device)
+    else:
+      self.func(arg, transforms)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class CallTarget:
+  """A host function of ``call``, with its argument and result structure."""
+  func: Callable
+  in_treedef: Any
+  out_treedef: Any
+  result_avals: tuple
+  with_device: bool
+
+  def invoke(self, arrays, device) -> tuple:
+    """Calls the host function; returns its flat, checked results."""
+    arg = self.in_treedef.unflatten(arrays)
+    res = (self.func(arg, device=device) if self.with_device
+           else self.func(arg))
+    return self.check_results(res)
+
+  def check_results(self, res) -> tuple:
+    flat, treedef = jax.tree_util.tree_flatten(res)
+    if treedef != self.out_treedef:
+      raise TypeError(
+          f"hostcb.call: the callback {_name(self.func)} returned a result "
+          f"with pytree structure {treedef}, but result_shape expects "
+          f"{self.out_treedef}")
+    out = []
+    for value, aval in zip(flat, self.result_avals):
+      a = np.asarray(value)
+      dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+      if a.shape != aval.shape or dtype != aval.dtype:
+        raise TypeError(
+            f"hostcb.call: the callback {_name(self.func)} returned "
+            f"{self._describe(flat)}, but result_shape expects "
+            f"{self._describe_avals()}")
+      if a.dtype != dtype:
+        a = a.astype(dtype)
+      out.append(a)
+    return tuple(out)
+
+  def _describe(self, flat) -> str:
+    leaves = [f"{jax.dtypes.canonicalize_dtype(np.asarray(v).dtype)}"
+              f"{list(np.shape(v))}" for v in flat]
+    return str(self.out_treedef.unflatten(leaves)).replace("'", "")
+
+  def _describe_avals(self) -> str:
+    leaves = [f"{a.dtype}{list(a.shape)}" for a in self.result_avals]
+    return str(self.out_treedef.unflatten(leaves)).replace("'", "")
+
+
+def _device_for(args, device_index: int):
+  for a in args:
+    devices = getattr(a, "devices", None)
+    if devices is not None and device_index == 0:
+      return next(iter(devices()))
+  return jax.local_devices()[device_index]
+
+
+def _eager_args(args, device_index: int):
+  """Places eager operands on the device chosen by ``device_index``."""
+  if device_index == 0:
+    return args
+  return jax.device_put(args, jax.local_devices()[device_index])
+
+
+# --------------------------------------------------------------------- tap
+tap_p = ji.new_primitive("hostcb_tap")
+
+
+@tap_p.def_effectful_abstract_eval
+def _tap_abstract_eval(*avals, target, transforms, device_index):
+  del avals, target, transforms, device_index
+  return [], {ji.host_callback_effect}
+
+
+@tap_p.def_impl
+def _tap_impl(*args, target, transforms, device_index):
+  if config.read(config.INLINE):
+    device = _device_for(args, device_index)
+    target.invoke(tuple(np.asarray(a) for a in args), device,
+                  unpack_transforms(transforms))
+    return []
+  return ji.apply_compiled(tap_p, *_eager_args(args, device_index),
+                           target=target, transforms=transforms,
+                           device_index=device_index)
+
+
+def _tap_jvp(primals, tangents, **params):
+  del tangents
+  tap_p.bind(*primals, **params)
+  return [], []
+
+
+def _tap_batch(args, dims, *, target, transforms, device_index):
+  dims = tuple(None if d is ji.not_mapped else d for d in dims)
+  tap_p.bind(*args, target=target, device_index=device_index,
+             transforms=transforms + (("batch", dims),))
+  return [], []
+
+
+ji.register_jvp(tap_p, _tap_jvp)
+ji.register_batching(tap_p, _tap_batch)
+ji.rematerialize_on_backward_pass(tap_p)
+
+
+# -------------------------------------------------------------------- call
+call_p = ji.new_primitive("hostcb_call")
+
+
+@call_p.def_effectful_abstract_eval
+def _call_abstract_eval(*avals, target, device_index, effectful):
+  del avals, device_index
+  effects = {ji.host_callback_effect} if effectful else ji.no_effects
+  return target.result_avals, effects
+
+
+@call_p.def_impl
+def _call_impl(*args, target, device_index, effectful):
+  if config.read(config.INLINE):
+    device = _device_for(args, device_index)
+    return list(target.invoke(tuple(np.asarray(a) for a in args), device))
+  return ji.apply_compiled(call_p, *_eager_args(args, device_index),
+                           target=target, device_index=device_index,
+                           effectful=effectful)
+
+
+def _call_jvp(primals, tangents, **params):
+  raise NotImplementedError(
+      "JVP rule is implemented only for id_tap, not for call. "
+      "Use jax.custom_jvp or jax.custom_vjp around hostcb.call.")
+
+
+def _call_transpose(cts, *args, **params):
+  raise NotImplementedError(
+      "differentiation rules are implemented only for id_tap, not for call. "
+      "Use jax.custom_vjp around hostcb.call.")
+
+
+def _call_batch(args, dims, *, target, device_index, effectful):
+  if effectful:
+    raise NotImplementedError(
+        "batching rules are implemented only for id_tap, not for call. "
+        "Use callback_flavor=CallbackFlavor.PURE for a call that may be "
+        "batched (it is then called once per batch element).")
+  mapped = [i for i, d in enumerate(dims) if d is not ji.not_mapped]
+  moved = [jax.numpy.moveaxis(args[i], dims[i], 0) for i in mapped]
+
+  def one(xs):
+    full = list(args)
+    for i, x in zip(mapped, xs):
+      full[i] = x
+    return call_p.bind(*full, target=target, device_index=device_index,
+                       effectful=effectful)
+
+  outs = jax.lax.map(one, moved)
+  return outs, [0] * len(outs)
+
+
+ji.register_jvp(call_p, _call_jvp)
+ji.register_transpose(call_p, _call_transpose)
+ji.register_batching(call_p, _call_batch)

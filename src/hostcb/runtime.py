@@ -1,0 +1,224 @@
+"""The host side of taps: per-device queues, consumer threads and the barrier.
+
+A tap that runs on a device copies its operands to the host (XLA does that
+before calling us) and puts them in the queue of its device; the device goes
+on at once.  One consumer thread per device takes the taps out in order and
+calls the tap functions.  The queues are bounded in bytes
+(``jax_host_callback_max_queue_byte_size``): a device whose queue is full
+waits for its consumer, so memory stays bounded and no tap is ever dropped.
+
+An exception raised by a tap function is logged and remembered; the consumer
+goes on with the next tap, and the next :func:`barrier_wait` raises
+:class:`CallbackException` carrying the last such exception.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import threading
+import traceback
+from typing import Any, Callable
+
+import jax
+
+from hostcb import config
+
+__all__ = ["CallbackException", "barrier_wait", "stop_outfeed_receiver"]
+
+logger = logging.getLogger("hostcb")
+
+
+class CallbackException(Exception):
+  """A tap function raised since the previous :func:`barrier_wait`.
+
+  Raised by :func:`barrier_wait`; the message holds the text and traceback
+  of the last exception raised by a tap function, which is also chained as
+  ``__cause__``.
+  """
+
+
+# A tap waiting for its consumer: the function to run and its bytes.
+_Item = tuple[Callable[[], Any], int]
+
+
+class _DeviceQueue:
+  """The FIFO of taps of one device, with its consumer thread."""
+
+  def __init__(self, name: str):
+    self._name = name
+    self._items: collections.deque[_Item] = collections.deque()
+    self._cond = threading.Condition(threading.Lock())
+    self._bytes = 0
+    self._busy = False          # the consumer is running a tap function
+    self._waiters = 0           # producers or barriers waiting on _cond
+    self._consumer_waiting = False
+    self._stopping = False
+    self._thread = threading.Thread(target=self._consume, daemon=True,
+                                    name=f"hostcb-consumer-{name}")
+    self._thread.start()
+
+  def put(self, run: Callable[[], Any], nbytes: int) -> None:
+    """Queues ``run()``; waits while the queue holds too many bytes."""
+    cond = self._cond
+    with cond:
+      if self._bytes and self._bytes + nbytes > _max_bytes:
+        if threading.current_thread() is self._thread:
+          # A tap function that taps again: waiting would wait on itself.
+          run()
+          return
+        self._waiters += 1
+        try:
+          while self._bytes and self._bytes + nbytes > _max_bytes:
+            cond.wait()
+        finally:
+          self._waiters -= 1
+      self._items.append((run, nbytes))
+      self._bytes += nbytes
+      if self._consumer_waiting:
+        cond.notify_all()
+
+  def _consume(self) -> None:
+    cond = self._cond
+    items = self._items
+    while True:
+      with cond:
+        while not items:
+          if self._stopping:
+            return
+          self._consumer_waiting = True
+          cond.wait()
+          self._consumer_waiting = False
+        run, nbytes = items.popleft()
+        self._busy = True
+      try:
+        run()
+      except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
+        _record_exception(e)
+      with cond:
+        self._bytes -= nbytes
+        self._busy = False
+        if self._waiters:
+          cond.notify_all()
+
+  def drain(self) -> None:
+    """Returns once every tap queued so far has been processed."""
+    if threading.current_thread() is self._thread:
+      raise RuntimeError(
+          "barrier_wait() was called from a tap function; it would wait for "
+          "itself. Call it from the thread that runs the computation.")
+    with self._cond:
+      self._waiters += 1
+      try:
+        while self._items or self._busy:
+          self._cond.wait()
+      finally:
+        self._waiters -= 1
+
+  def stop(self) -> None:
+    with self._cond:
+      self._stopping = True
+      self._cond.notify_all()
+    self._thread.join()
+
+
+_lock = threading.Lock()
+_queues: dict[Any, _DeviceQueue] = {}
+_max_bytes: int = config.read(config.MAX_QUEUE_BYTE_SIZE)
+_last_exception: tuple[BaseException, str] | None = None
+_atexit_registered = False
+
+
+def set_max_queue_bytes(n: int) -> None:
+  global _max_bytes
+  _max_bytes = n
+
+
+def queue_for(device: Any) -> _DeviceQueue:
+  """The queue of ``device`` (any hashable key), created on first use."""
+  q = _queues.get(device)
+  if q is None:
+    with _lock:
+      q = _queues.get(device)
+      if q is None:
+        _register_atexit()
+        q = _queues[device] = _DeviceQueue(str(device))
+  return q
+
+
+def drain_device(device: Any) -> None:
+  """Waits until the taps queued so far for ``device`` have run."""
+  q = _queues.get(device)
+  if q is not None and (q._items or q._busy):
+    q.drain()
+
+
+def _record_exception(e: BaseException) -> None:
+  global _last_exception
+  text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+  logger.error("hostcb: a tap function raised an exception:\n%s", text)
+  with _lock:
+    _last_exception = (e, text)
+
+
+def take_last_exception() -> tuple[BaseException, str] | None:
+  global _last_exception
+  with _lock:
+    last, _last_exception = _last_exception, None
+  return last
+
+
+def barrier_wait(logging_name: str | None = None) -> None:
+  """Blocks until every tap of the computations started so far has run.
+
+  Waits for the computations already dispatched on all devices to finish,
+  then for every tap function they queued to return.  If a tap function
+  raised since the previous barrier, raises :class:`CallbackException`
+  with the last such exception (the computations themselves went on).
+  Safe to call from several threads at once.
+
+  Args:
+    logging_name: a name to show in the log messages of this barrier.
+  """
+  logger.debug("hostcb: barrier_wait(%s) starts", logging_name or "")
+  jax.effects_barrier()
+  for q in list(_queues.values()):
+    q.drain()
+  logger.debug("hostcb: barrier_wait(%s) done", logging_name or "")
+  last = take_last_exception()
+  if last is not None:
+    exc, text = last
+    raise CallbackException(
+        "There were exceptions during callback processing. "
+        f"Last one was:\n{text}") from exc
+
+
+def stop_outfeed_receiver() -> None:
+  """Processes every pending tap, then stops the consumer threads.
+
+  They start again on the next tap.  Exceptions of tap functions stay
+  recorded for the next :func:`barrier_wait`.
+  """
+  jax.effects_barrier()
+  with _lock:
+    queues = list(_queues.values())
+    _queues.clear()
+  for q in queues:
+    q.drain()
+    q.stop()
+
+
+def _at_exit() -> None:
+  try:
+    barrier_wait("at_exit")
+  except CallbackException as e:
+    logger.error("hostcb: at exit, %s", e)
+  except Exception:  # noqa: BLE001  (the interpreter is going away)
+    pass
+
+
+def _register_atexit() -> None:
+  global _atexit_registered
+  if not _atexit_registered:
+    _atexit_registered = True
+    atexit.register(_at_exit)

@@ -1,0 +1,13 @@
+"""Test setup: the number of CPU devices, chosen before JAX starts.
+
+``HOSTCB_TEST_DEVICES`` (default 4) sets
+``--xla_force_host_platform_device_count``; the Makefile runs the suite with
+4 devices and the tests marked ``multidevice`` again with 2.
+"""
+import os
+
+_N = int(os.environ.get("HOSTCB_TEST_DEVICES", "4"))
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           f" --xla_force_host_platform_device_count={_N}")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
