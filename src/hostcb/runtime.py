@@ -168,23 +168,32 @@ def take_last_exception() -> tuple[BaseException, str] | None:
   return last
 
 
-def barrier_wait(logging_name: str | None = None) -> None:
+def barrier_wait(logging_name: str | None = None, *,
+                 all_processes: bool = False) -> None:
   """Blocks until every tap of the computations started so far has run.
 
-  Waits for the computations already dispatched on all devices to finish,
-  then for every tap function they queued to return.  If a tap function
-  raised since the previous barrier, raises :class:`CallbackException`
-  with the last such exception (the computations themselves went on).
-  Safe to call from several threads at once.
+  Waits for the computations already dispatched on this process's devices
+  to finish, then for every tap function they queued to return.  If a tap
+  function raised since the previous barrier, raises
+  :class:`CallbackException` with the last such exception (the
+  computations themselves went on).  Safe to call from several threads at
+  once, and while other threads run tapped computations.
 
   Args:
     logging_name: a name to show in the log messages of this barrier.
+    all_processes: in a multi-process JAX program
+      (``jax.distributed.initialize``), also wait until every process has
+      reached its own ``barrier_wait(all_processes=True)``.
   """
-  logger.debug("hostcb: barrier_wait(%s) starts", logging_name or "")
+  name = logging_name or ""
+  logger.debug("hostcb: barrier_wait(%s) starts", name)
   jax.effects_barrier()
   for q in list(_queues.values()):
     q.drain()
-  logger.debug("hostcb: barrier_wait(%s) done", logging_name or "")
+  if all_processes:
+    from hostcb import distributed
+    distributed.wait_for_all_processes(name)
+  logger.debug("hostcb: barrier_wait(%s) done", name)
   last = take_last_exception()
   if last is not None:
     exc, text = last
