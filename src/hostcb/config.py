@@ -100,3 +100,6 @@ def update(name: str, value: Any) -> None:
   value = _check(name, value)
   with _lock:
     _values[name] = value
+  if name == MAX_QUEUE_BYTE_SIZE:
+    from hostcb import runtime
+    runtime.set_max_queue_bytes(value)

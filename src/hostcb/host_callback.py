@@ -14,6 +14,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
@@ -28,6 +29,10 @@ __all__ = [
 
 TapFunctionException = CallbackException
 """Legacy alias of :class:`CallbackException`."""
+
+# Legacy code sets the knobs with jax.config.update("jax_host_callback_...").
+ji.register_config_options(config.update, config.read(config.INLINE),
+                           config.read(config.MAX_QUEUE_BYTE_SIZE))
 
 
 class CallbackFlavor(enum.Enum):
