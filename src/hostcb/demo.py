@@ -1,0 +1,94 @@
+"""``hostcb demo``: a short tour of hostcb on 4 CPU devices."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+_DEVICES = 4
+
+
+def _section(title: str) -> None:
+  print(f"\n== {title}", flush=True)
+
+
+def run_demo() -> None:
+  """Prints the tour: id_print under transformations, call, barrier_wait."""
+  import jax
+  try:  # must happen before JAX starts its CPU backend
+    jax.config.update("jax_num_cpu_devices", _DEVICES)
+  except Exception:  # noqa: BLE001  (backend already started: use what is)
+    pass
+  import jax.numpy as jnp
+  import numpy as np
+
+  import hostcb
+
+  def power3(x):
+    y = x * x
+    hostcb.id_print((x, y), what="x,x^2")
+    return y * x
+
+  _section("id_print under jit: the device does not wait for the print")
+  print("result:", jax.jit(power3)(3.0))
+  hostcb.barrier_wait()
+
+  _section("under vmap the tap sees the batch and the transforms")
+  jax.vmap(power3)(jnp.array([2.0, 3.0]))
+  hostcb.barrier_wait()
+
+  _section("under jvp and grad: one tap, with the primal values")
+  jax.jvp(power3, (3.0,), (0.1,))
+  hostcb.barrier_wait()
+  print("grad:", jax.grad(power3)(3.0))
+  hostcb.barrier_wait()
+
+  n = jax.local_device_count()
+  _section(f"under pmap on {n} CPU devices: one tap per device, with device=")
+  xs = jnp.arange(1.0, n + 1.0)
+  jax.pmap(lambda x: hostcb.id_print(x * 2, where="pmap",
+                                     tap_with_device=True))(xs)
+  hostcb.barrier_wait()
+
+  _section("hostcb.call: NumPy's eigvals from inside jit")
+
+  def device_eigvals(m):
+    return hostcb.call(np.linalg.eigvals, m, result_shape=jax.ShapeDtypeStruct(
+        m.shape[:-1], jnp.complex64))
+
+  rotation = jnp.array([[0.0, -1.0], [1.0, 0.0]], dtype=jnp.complex64)
+  eigvals = np.asarray(jax.jit(device_eigvals)(rotation)).round(6)
+  print("eigenvalues of a 90° rotation:", eigvals)
+
+  _section("barrier_wait reports a tap function's exception")
+
+  def picky(x, transforms):
+    if x > 1:
+      raise ValueError(f"tapped value {x} is too large")
+
+  logging.getLogger("hostcb").setLevel(logging.CRITICAL)  # keep it short
+  out = jax.jit(lambda x: hostcb.id_tap(picky, x) * 10)(5.0)
+  print("the computation went on and returned", out)
+  try:
+    hostcb.barrier_wait()
+  except hostcb.CallbackException as e:
+    last_line = str(e).strip().splitlines()[-1]
+    print("barrier_wait raised CallbackException:", last_line)
+  print("\nDone. See README.md for the API and the migration guide.")
+
+
+def _main(args: argparse.Namespace) -> int:
+  del args
+  run_demo()
+  return 0
+
+
+def add_parser(subparsers) -> None:
+  """Adds ``hostcb demo`` to the command line."""
+  p = subparsers.add_parser("demo", help="a short tour of hostcb",
+                            description=run_demo.__doc__)
+  p.set_defaults(func=_main)
+
+
+if __name__ == "__main__":
+  sys.exit(_main(argparse.Namespace()))
