@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the test suite against the oldest JAX that pyproject.toml admits
+# (jax>=0.8: 0.8.0), in its own virtual environment .venv-oldest.
+#   bash scripts/check_oldest_jax.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JAX_OLDEST=${JAX_OLDEST:-0.8.0}
+VENV=.venv-oldest
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "jax==$JAX_OLDEST" numpy "pytest>=8" pytest-timeout
+fi
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
+"$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
+HOSTCB_TEST_DEVICES=4 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
