@@ -41,10 +41,11 @@ not_mapped = None  # how batching rules mark an unbatched operand
 class HostCallbackEffect(_effects.Effect):
   """The effect of a tap or an impure call: the host sees it happen.
 
-  It is unordered in JAX's sense (no token threads through the program), so
-  it is allowed under pmap and shard_map; taps of one device still reach the
-  host in program order because XLA runs side-effecting custom calls of a
-  computation in order.
+  It is ordered in JAX's sense: a token threads through the callbacks of a
+  computation (and from one dispatched computation to the next), because
+  XLA may otherwise run independent side-effecting custom calls in any
+  order.  It is also "shardable", so that multi-device computations accept
+  it; within one device the host still sees its callbacks in program order.
   """
 
   def __str__(self) -> str:
@@ -52,7 +53,9 @@ class HostCallbackEffect(_effects.Effect):
 
 
 host_callback_effect = HostCallbackEffect()
-for _effect_set in (_effects.lowerable_effects,
+for _effect_set in (_effects.ordered_effects,
+                    _effects.shardable_ordered_effects,
+                    _effects.lowerable_effects,
                     _effects.control_flow_allowed_effects,
                     _effects.remat_allowed_effects,
                     _effects.custom_derivatives_allowed_effects,
@@ -194,17 +197,55 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
         sharding=sharding)
     return results
   operands = list(args)
+  avals_in = list(ctx.avals_in)
+  avals_out = list(ctx.avals_out)
   if placement.per_device:
     operands.insert(0, _hlo.PartitionIdOp().result)
-    ctx = dataclasses.replace(
-        ctx, avals_in=[ShapedArray((), np.uint32), *ctx.avals_in])
+    avals_in.insert(0, ShapedArray((), np.uint32))
+  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
+           else None)
+  if token is not None:
+    # The token keeps the callbacks of a computation in program order: XLA
+    # may reorder side-effecting custom calls that do not depend on each
+    # other.
+    operands.insert(0, token)
+    avals_in.insert(0, _core.abstract_token)
+    avals_out.insert(0, _core.abstract_token)
+    host_fn = _with_token(host_fn)
+    sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
+  lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
   ctx.module_context.add_host_callback(host_fn)
   index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
   op = _ffi.build_ffi_lowering_function(
-      target, has_side_effect=has_side_effect)(ctx, *operands, index=index)
+      target, has_side_effect=has_side_effect)(lower_ctx, *operands,
+                                               index=index)
   if sharding is not None:
     _mlir.set_sharding(ctx.module_context, op, sharding)
-  return op.results
+  results = list(op.results)
+  if token is not None:
+    token_out, *results = results
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+        _mlir.TokenSet({host_callback_effect: token_out})))
+  return results
+
+
+def _with_token(host_fn: Callable) -> Callable:
+  def host_fn_with_token(token, *arrays):
+    return (token, *host_fn(*arrays))
+  return host_fn_with_token
+
+
+def _with_token_sharding(sharding, has_results: bool):
+  """Adds the token's entry to a Shardy per-result sharding annotation."""
+  sdy_list = getattr(_sharding_impls, "SdyArrayList", None)
+  if (sharding is None or not has_results or sdy_list is None
+      or not isinstance(sharding, sdy_list)):
+    return sharding
+  first = sharding.shardings[0]
+  token_sharding = _sharding_impls.SdyArray(
+      mesh_shape=(), dim_shardings=(),
+      logical_device_ids=first.logical_device_ids)
+  return sdy_list((token_sharding, *sharding.shardings))
 
 
 def is_tracer(x: Any) -> bool:
