@@ -41,6 +41,12 @@ class CallbackException(Exception):
 # A tap waiting for its consumer: the function to run and its bytes.
 _Item = tuple[Callable[[], Any], int]
 
+# After its last tap a consumer polls its queue every _POLL_SECONDS for
+# _IDLE_POLLS times, then sleeps until a producer wakes it.  Polling lets a
+# busy device queue taps without waking the consumer thread for each one.
+_POLL_SECONDS = 0.001
+_IDLE_POLLS = 50
+
 
 class _DeviceQueue:
   """The FIFO of taps of one device, with its consumer thread."""
@@ -52,7 +58,7 @@ class _DeviceQueue:
     self._bytes = 0
     self._busy = False          # the consumer is running a tap function
     self._waiters = 0           # producers or barriers waiting on _cond
-    self._consumer_waiting = False
+    self._consumer_asleep = False  # waiting until a producer wakes it
     self._stopping = False
     self._thread = threading.Thread(target=self._consume, daemon=True,
                                     name=f"hostcb-consumer-{name}")
@@ -75,28 +81,45 @@ class _DeviceQueue:
           self._waiters -= 1
       self._items.append((run, nbytes))
       self._bytes += nbytes
-      if self._consumer_waiting:
+      if self._consumer_asleep:
         cond.notify_all()
 
   def _consume(self) -> None:
     cond = self._cond
     items = self._items
+    idle_polls = 0
     while True:
       with cond:
         while not items:
           if self._stopping:
             return
-          self._consumer_waiting = True
-          cond.wait()
-          self._consumer_waiting = False
-        run, nbytes = items.popleft()
+          if idle_polls < _IDLE_POLLS:
+            # Recently busy: poll, so that producers need not wake us for
+            # every tap and taps are taken out in batches.
+            idle_polls += 1
+            cond.wait(_POLL_SECONDS)
+          else:
+            self._consumer_asleep = True
+            cond.wait()
+            self._consumer_asleep = False
+        idle_polls = 0
+        batch = list(items)
+        items.clear()
         self._busy = True
-      try:
-        run()
-      except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
-        _record_exception(e)
+      pending = 0
+      for run, nbytes in batch:
+        try:
+          run()
+        except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
+          _record_exception(e)
+        pending += nbytes
+        if self._waiters:  # a full queue or a barrier: free bytes now
+          with cond:
+            self._bytes -= pending
+            cond.notify_all()
+          pending = 0
       with cond:
-        self._bytes -= nbytes
+        self._bytes -= pending
         self._busy = False
         if self._waiters:
           cond.notify_all()
