@@ -1,0 +1,456 @@
+"""call: results from the host, result_shape forms, checked results."""
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hostcb
+from _helpers import Recorder, _clean_barrier  # noqa: F401
+
+_compiles = []
+_compiles_lock = threading.Lock()
+
+
+def _on_event(event, duration, **kwargs):
+  if event.endswith("backend_compile_duration"):
+    with _compiles_lock:
+      _compiles.append(event)
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_event)
+
+
+def compile_count() -> int:
+  with _compiles_lock:
+    return len(_compiles)
+
+
+# ------------------------------------------------------------- basics
+def test_call_returns_host_result_under_jit():
+  out = jax.jit(lambda x: hostcb.call(np.sin, x, result_shape=x))(
+      np.float32(1.))
+  assert out.dtype == np.float32
+  np.testing.assert_allclose(out, np.sin(np.float32(1.)), rtol=1e-6)
+
+
+def test_call_eager():
+  out = hostcb.call(lambda a: a * 2, np.arange(3, dtype=np.int32),
+                    result_shape=jax.ShapeDtypeStruct((3,), np.int32))
+  np.testing.assert_array_equal(out, [0, 2, 4])
+
+
+def test_call_host_eig_docstring_example():
+  def host_eig(m):
+    return np.linalg.eigvals(m)
+
+  def device_fun(m):
+    return hostcb.call(host_eig, m, result_shape=jax.ShapeDtypeStruct(
+        m.shape[:-1], m.dtype))
+
+  m = np.array([[2., 1.], [1., 2.]], np.float32)
+  out = jax.jit(device_fun)(m)
+  assert out.shape == (2,) and out.dtype == np.float32
+  np.testing.assert_allclose(sorted(np.asarray(out)), [1., 3.], rtol=1e-6)
+
+
+def test_call_result_is_usable_by_following_device_code():
+  f = jax.jit(lambda x: hostcb.call(lambda a: a + 1, x, result_shape=x) * 10)
+  assert float(f(np.float32(1.))) == 20.
+
+
+def test_call_argument_pytree_is_passed_with_structure():
+  got = []
+
+  def host(arg):
+    got.append(arg)
+    return arg["a"] + arg["b"][0]
+
+  out = jax.jit(lambda x: hostcb.call(host, {"a": x, "b": (x * 2, None)},
+                                      result_shape=x))(np.float32(1.))
+  assert float(out) == 3.
+  assert set(got[0]) == {"a", "b"} and got[0]["b"][1] is None
+
+
+def test_call_pytree_result():
+  def host(a):
+    return {"s": a.sum(), "l": [a * 2, np.int32(7)]}
+
+  x = np.arange(3, dtype=np.float32)
+  out = jax.jit(lambda x: hostcb.call(host, x, result_shape={
+      "s": jax.ShapeDtypeStruct((), np.float32),
+      "l": [x, jax.ShapeDtypeStruct((), np.int32)]}))(x)
+  assert float(out["s"]) == 3.
+  np.testing.assert_array_equal(out["l"][0], [0., 2., 4.])
+  assert int(out["l"][1]) == 7 and out["l"][1].dtype == np.int32
+
+
+def test_call_result_shape_numeric_scalar():
+  out = jax.jit(lambda x: hostcb.call(lambda a: np.float32(a * 3), x,
+                                      result_shape=1.))(2.)
+  assert float(out) == 6. and out.shape == () and out.dtype == np.float32
+
+
+def test_call_result_shape_int_scalar():
+  out = hostcb.call(lambda a: np.int32(5), 1., result_shape=0)
+  assert int(out) == 5 and out.dtype == np.int32
+
+
+def test_call_result_shape_numpy_array():
+  out = hostcb.call(lambda a: np.ones((2, 3), np.float32), 1.,
+                    result_shape=np.zeros((2, 3), np.float32))
+  assert out.shape == (2, 3)
+
+
+def test_call_result_shape_jax_array():
+  x = jnp.zeros((4,), jnp.int32)
+  out = jax.jit(lambda x: hostcb.call(lambda a: a + 1, x, result_shape=x))(x)
+  np.testing.assert_array_equal(out, [1, 1, 1, 1])
+
+
+def test_call_result_shape_none_means_no_result():
+  got = []
+  out = jax.jit(lambda x: hostcb.call(lambda a: got.append(float(a)), x,
+                                      result_shape=None))(2.)
+  assert out is None
+  assert got == [2.]
+
+
+def test_call_result_shape_empty_tuple_means_no_result():
+  got = []
+  out = jax.jit(lambda x: hostcb.call(lambda a: (got.append(1), ())[1], x,
+                                      result_shape=()))(2.)
+  assert out == ()
+  assert got == [1]
+
+
+def test_call_zero_size_result():
+  out = hostcb.call(lambda a: np.zeros((0, 2), np.float32), 1.,
+                    result_shape=jax.ShapeDtypeStruct((0, 2), np.float32))
+  assert out.shape == (0, 2)
+
+
+@pytest.mark.parametrize("bad", ["a string", object(), [1, "x"]],
+                         ids=["str", "object", "list_with_str"])
+def test_bad_result_shape_raises_value_error(bad):
+  with pytest.raises(ValueError, match="result_shape"):
+    hostcb.call(lambda a: a, 1., result_shape=bad)
+
+
+def test_call_host_result_is_cast_to_canonical_dtype():
+  # The host returns float64 (NumPy's default); result_shape asks float32.
+  out = hostcb.call(lambda a: np.ones(2), 1.,
+                    result_shape=jax.ShapeDtypeStruct((2,), np.float32))
+  assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint16, np.float16,
+                                   jnp.bfloat16, np.complex64],
+                         ids=lambda d: np.dtype(d).name)
+def test_call_round_trips_dtype(dtype):
+  x = jnp.ones((3,), dtype)
+  out = jax.jit(lambda x: hostcb.call(lambda a: a, x, result_shape=x))(x)
+  assert out.dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(out, np.asarray(x))
+
+
+def test_call_round_trips_x64_dtypes():
+  with jax.enable_x64(True):
+    for dtype in (np.float64, np.int64, np.uint64, np.complex128):
+      x = jnp.array([1, 2], dtype)
+      out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x,
+                                          result_shape=x))(x)
+      assert out.dtype == np.dtype(dtype), dtype
+      np.testing.assert_array_equal(out, np.array([2, 4], dtype))
+
+
+def test_call_with_device_under_jit():
+  got = []
+
+  def host(a, *, device):
+    got.append(device)
+    return a
+
+  jax.jit(lambda x: hostcb.call(host, x, result_shape=x,
+                                call_with_device=True))(1.)
+  assert got == [jax.devices()[0]]
+
+
+def test_call_with_device_eager_on_other_device():
+  got = []
+  dev = jax.devices()[-1]
+
+  def host(a, *, device):
+    got.append(device)
+    return a
+
+  hostcb.call(host, jax.device_put(np.float32(1.), dev), result_shape=1.,
+              call_with_device=True)
+  assert got == [dev]
+
+
+# ------------------------------------------------- control flow & order
+def test_call_inside_scan():
+  def body(c, _):
+    return hostcb.call(lambda a: a + 1, c, result_shape=c), None
+
+  out = jax.jit(lambda x: lax.scan(body, x, None, length=4)[0])(np.int32(0))
+  assert int(out) == 4
+
+
+def test_call_inside_while_loop():
+  out = jax.jit(lambda x: lax.while_loop(
+      lambda c: c < 10, lambda c: hostcb.call(lambda a: a * 2, c,
+                                              result_shape=c), x))(np.int32(1))
+  assert int(out) == 16
+
+
+def test_call_inside_cond():
+  f = jax.jit(lambda x: lax.cond(
+      x > 0, lambda x: hostcb.call(lambda a: a * 10, x, result_shape=x),
+      lambda x: x, x))
+  assert float(f(np.float32(2.))) == 20.
+  assert float(f(np.float32(-2.))) == -2.
+
+
+def test_call_with_unused_result_still_runs():
+  got = []
+
+  def f(x):
+    hostcb.call(lambda a: (got.append(float(a)), a)[1], x, result_shape=x)
+    return x + 1
+
+  jax.jit(f)(np.float32(3.))
+  assert got == [3.]
+
+
+def test_call_sees_taps_before_it_already_processed():
+  rec = Recorder()
+  seen = []
+
+  def host(a):
+    seen.append(len(rec.calls))
+    return a
+
+  def f(x):
+    for i in range(5):
+      hostcb.id_tap(rec, i)
+    return hostcb.call(host, x, result_shape=x)
+
+  jax.jit(f)(np.float32(0.))
+  assert seen == [5]
+
+
+def test_calls_run_synchronously_before_computation_returns():
+  accumulator = []
+
+  def host_log(arg):
+    accumulator.append(float(arg))
+    return np.float32(0.)
+
+  def device_fun(x):
+    y = hostcb.call(host_log, x, result_shape=jax.ShapeDtypeStruct(
+        (), np.float32))
+    z = hostcb.call(host_log, 2. * x, result_shape=jax.ShapeDtypeStruct(
+        (), np.float32))
+    return y + z
+
+  jax.jit(device_fun)(1.).block_until_ready()
+  jax.jit(device_fun)(1.).block_until_ready()
+  assert accumulator == [1., 2., 1., 2.]
+
+
+# ------------------------------------------------------ checked results
+def _assert_next_computation_works():
+  assert float(jax.jit(lambda x: x + 1)(1.)) == 2.
+  out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
+      np.float32(3.))
+  assert float(out) == 6.
+  rec = Recorder()
+  jax.jit(lambda x: hostcb.id_tap(rec, x))(1)
+  hostcb.barrier_wait()
+  assert len(rec.calls) == 1
+
+
+def test_wrong_pytree_raises_naming_expected_and_actual():
+  with pytest.raises(Exception) as info:
+    jax.jit(lambda x: hostcb.call(lambda a: (a, a), x, result_shape=x))(
+        np.float32(1.))
+  msg = str(info.value)
+  assert "PyTreeDef((*, *))" in msg and "PyTreeDef(*)" in msg
+  _assert_next_computation_works()
+
+
+def test_wrong_shape_raises_naming_expected_and_actual():
+  with pytest.raises(Exception) as info:
+    jax.jit(lambda x: hostcb.call(lambda a: np.ones(3, np.float32), x,
+                                  result_shape=x))(np.float32(1.))
+  msg = str(info.value)
+  assert "float32[3]" in msg and "float32[]" in msg
+  _assert_next_computation_works()
+
+
+def test_wrong_dtype_raises_naming_expected_and_actual():
+  with pytest.raises(Exception) as info:
+    jax.jit(lambda x: hostcb.call(lambda a: np.int32(1), x,
+                                  result_shape=x))(np.float32(1.))
+  msg = str(info.value)
+  assert "int32[]" in msg and "float32[]" in msg
+  _assert_next_computation_works()
+
+
+def test_callback_exception_is_raised_in_caller_with_its_text():
+  def host(a):
+    raise ValueError("host function failed on purpose")
+
+  with pytest.raises(Exception, match="host function failed on purpose"):
+    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.))
+  _assert_next_computation_works()
+
+
+def test_callback_exception_eager_is_raised():
+  def host(a):
+    raise KeyError("eager failure")
+
+  with pytest.raises(Exception, match="eager failure"):
+    hostcb.call(host, np.float32(1.), result_shape=np.float32(1.))
+  _assert_next_computation_works()
+
+
+def test_wrong_result_eager_raises():
+  with pytest.raises(Exception, match=r"float32\[2\]"):
+    hostcb.call(lambda a: np.ones(2, np.float32), np.float32(1.),
+                result_shape=np.float32(1.))
+  _assert_next_computation_works()
+
+
+def test_callback_exception_inside_scan_is_raised():
+  def host(a):
+    if a == 2:
+      raise RuntimeError("step two failed")
+    return a
+
+  def body(c, _):
+    return hostcb.call(host, c, result_shape=c) + 1, None
+
+  with pytest.raises(Exception, match="step two failed"):
+    jax.jit(lambda x: lax.scan(body, x, None, length=4)[0])(np.int32(0))
+  _assert_next_computation_works()
+
+
+def test_failed_call_does_not_poison_barrier_wait():
+  def host(a):
+    raise ValueError("nope")
+
+  with pytest.raises(Exception, match="nope"):
+    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.))
+  hostcb.barrier_wait()  # call errors go to the caller, not to the barrier
+
+
+# ---------------------------------------------------- transformations
+def test_call_under_jvp_raises_not_implemented():
+  with pytest.raises(NotImplementedError,
+                     match="JVP rule is implemented only for id_tap, not for call"):
+    jax.jvp(lambda x: hostcb.call(np.sin, x, result_shape=x), (1.,), (1.,))
+
+
+def test_call_under_grad_raises_not_implemented():
+  with pytest.raises(NotImplementedError,
+                     match="JVP rule is implemented only for id_tap, not for call"):
+    jax.grad(lambda x: hostcb.call(np.sin, x, result_shape=x))(1.)
+
+
+def test_call_under_vmap_raises_for_io_callback_flavor():
+  with pytest.raises(NotImplementedError, match="batching rules"):
+    jax.vmap(lambda x: hostcb.call(np.sin, x, result_shape=x))(
+        np.ones(3, np.float32))
+
+
+def test_pure_flavor_call_under_vmap():
+  shapes = []
+
+  def host(a):
+    shapes.append(a.shape)
+    return np.sin(a)
+
+  x = np.arange(3, dtype=np.float32)
+  out = jax.vmap(lambda v: hostcb.call(
+      host, v, result_shape=v,
+      callback_flavor=hostcb.CallbackFlavor.PURE))(x)
+  np.testing.assert_allclose(out, np.sin(x), rtol=1e-6)
+  assert len(shapes) >= 1
+
+
+def test_pure_flavor_call_under_vmap_with_unbatched_operand():
+  x = np.arange(3, dtype=np.float32)
+  out = jax.vmap(lambda v: hostcb.call(
+      lambda a: a[0] + a[1], (v, np.float32(10.)), result_shape=v,
+      callback_flavor=hostcb.CallbackFlavor.PURE))(x)
+  np.testing.assert_array_equal(out, x + 10.)
+
+
+def test_debug_flavor_with_result_raises():
+  with pytest.raises(NotImplementedError, match="DEBUG"):
+    hostcb.call(lambda a: a, 1., result_shape=1.,
+                callback_flavor=hostcb.CallbackFlavor.DEBUG)
+
+
+def test_debug_flavor_without_result_runs():
+  got = []
+  jax.jit(lambda x: hostcb.call(lambda a: got.append(float(a)), x,
+                                callback_flavor=hostcb.CallbackFlavor.DEBUG))(
+                                    4.)
+  assert got == [4.]
+
+
+def test_custom_vjp_around_call_gives_gradient():
+  @jax.custom_vjp
+  def host_sin(x):
+    return hostcb.call(np.sin, x, result_shape=x)
+
+  def fwd(x):
+    return host_sin(x), x
+
+  def bwd(x, ct):
+    return (ct * hostcb.call(np.cos, x, result_shape=x),)
+
+  host_sin.defvjp(fwd, bwd)
+  x = np.float32(0.7)
+  np.testing.assert_allclose(jax.grad(host_sin)(x), np.cos(x), rtol=1e-6)
+  np.testing.assert_allclose(jax.jit(jax.grad(host_sin))(x), np.cos(x),
+                             rtol=1e-6)
+
+
+# ----------------------------------------------------------- caching
+def test_eager_calls_with_same_function_and_shapes_compile_once():
+  def host(a):
+    return a + 1
+
+  hostcb.call(host, np.float32(0.), result_shape=np.float32(0.))
+  before = compile_count()
+  for i in range(5):
+    out = hostcb.call(host, np.float32(i), result_shape=np.float32(0.))
+    assert float(out) == i + 1
+  assert compile_count() == before
+  # A new shape does compile (the counter does see compilations).
+  hostcb.call(host, np.zeros(3, np.float32),
+              result_shape=np.zeros(3, np.float32))
+  assert compile_count() > before
+
+
+def test_eager_taps_with_same_function_and_shapes_compile_once():
+  rec = Recorder()
+  hostcb.id_tap(rec, np.float32(0.))
+  before = compile_count()
+  for i in range(5):
+    hostcb.id_tap(rec, np.float32(i))
+  assert compile_count() == before
+  hostcb.barrier_wait()
+  assert len(rec.calls) == 6
+
+
+def test_non_callable_callback_is_rejected():
+  with pytest.raises(TypeError, match="callable"):
+    hostcb.call(None, 1.)
