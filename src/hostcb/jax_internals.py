@@ -53,6 +53,44 @@ class HostCallbackEffect(_effects.Effect):
 
 
 host_callback_effect = HostCallbackEffect()
+
+
+def _keep_token_chain_per_computation() -> None:
+  """The token of our effect orders callbacks within one computation only.
+
+  JAX also passes an ordered effect's token from one dispatched computation
+  to the next; when one fails asynchronously (a ``call`` whose callback
+  raised, under pmap), its error token would fail every later computation
+  of the thread.  Computations already run in dispatch order on a device,
+  so hostcb does not chain them: each gets a fresh token.
+  """
+  cls = getattr(_dispatch, "RuntimeTokenSet", None)
+  original = getattr(cls, "set_token_result", None)
+  if original is None or getattr(original, "_hostcb", False):
+    return
+
+  def set_token_result(self, eff, token):
+    if isinstance(eff, HostCallbackEffect):
+      return
+    original(self, eff, token)
+
+  set_token_result._hostcb = True
+  cls.set_token_result = set_token_result
+
+
+_keep_token_chain_per_computation()
+
+
+def effects_barrier() -> None:
+  """Waits for the computations this thread dispatched to finish.
+
+  A computation that failed already reported its error to its caller; its
+  error does not make the barrier fail.
+  """
+  try:
+    _dispatch.runtime_tokens.block_until_ready()
+  except Exception:  # noqa: BLE001
+    _dispatch.runtime_tokens.clear()
 for _effect_set in (_effects.ordered_effects,
                     _effects.shardable_ordered_effects,
                     _effects.lowerable_effects,

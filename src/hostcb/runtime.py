@@ -23,6 +23,7 @@ from typing import Any, Callable
 import jax
 
 from hostcb import config
+from hostcb import jax_internals as ji
 
 __all__ = ["CallbackException", "barrier_wait", "stop_outfeed_receiver"]
 
@@ -210,7 +211,7 @@ def barrier_wait(logging_name: str | None = None, *,
   """
   name = logging_name or ""
   logger.debug("hostcb: barrier_wait(%s) starts", name)
-  jax.effects_barrier()
+  ji.effects_barrier()
   for q in list(_queues.values()):
     q.drain()
   if all_processes:
@@ -231,7 +232,7 @@ def stop_outfeed_receiver() -> None:
   They start again on the next tap.  Exceptions of tap functions stay
   recorded for the next :func:`barrier_wait`.
   """
-  jax.effects_barrier()
+  ji.effects_barrier()
   with _lock:
     queues = list(_queues.values())
     _queues.clear()

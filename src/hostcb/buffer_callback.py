@@ -1,0 +1,414 @@
+"""``buffer_callback``: a host callback that works in place on device buffers.
+
+``jax.pure_callback`` and ``io_callback`` hand the host function NumPy copies
+of the operands and copy its results back into the device buffers.  A
+buffer callback instead receives the buffers themselves:
+
+.. code-block:: python
+
+    def scale(ctx, out, x):          # returns nothing
+      np.multiply(np.asarray(x), 2, out=np.asarray(out))
+
+    double = hostcb.buffer_callback(scale, jax.ShapeDtypeStruct((n,), f32))
+    y = jax.jit(double)(x)
+
+The operands arrive as read-only :class:`Buffer` objects, the results as
+writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
+are zero-copy NumPy arrays through ``numpy.asarray`` and tensors of other
+libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
+``xla_buffer_python_*_callback`` custom calls, which JAX's own
+``jax.experimental.buffer_callback`` uses too; hostcb adds on top of it:
+
+* operands are read-only through ``numpy.asarray`` too (JAX's give writable
+  arrays over the operand, which would silently change an immutable
+  ``jax.Array``);
+* on CPU ``ctx.stream`` raises an error that says why, and probing a buffer
+  for ``__cuda_array_interface__`` gives ``AttributeError`` (so ``hasattr``
+  works);
+* in a ``jit`` over several devices the callback runs once, on the first
+  device of the computation, with whole operands (like ``pure_callback``),
+  instead of once per device; under ``shard_map`` it runs on every device
+  with its shard;
+* ``input_output_aliases`` is checked against the flattened operands, and
+  ``vmap_method`` when ``buffer_callback`` is called.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from hostcb import jax_internals as ji
+
+__all__ = ["buffer_callback", "Buffer", "ExecutionContext", "ExecutionStage"]
+
+ExecutionStage = ji.ExecutionStage
+"""The stage of XLA's execution a callback runs in (``EXECUTE`` on CPU).
+
+The same enum as ``jax.experimental.buffer_callback.ExecutionStage``.  On
+GPU, a ``command_buffer_compatible`` callback also sees the stages of
+command buffer construction.
+"""
+
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
+                "broadcast_all", "legacy_vectorized")
+
+
+def _name(func: Callable) -> str:
+  return getattr(func, "__qualname__", None) or repr(func)
+
+
+class Buffer:
+  """One device buffer, as a buffer callback sees it.
+
+  Made by hostcb for the duration of one callback: do not keep it, or any
+  array or tensor made from it, once the callback has returned (the memory
+  belongs to XLA).  Inputs are read-only, results writable.
+
+  * ``numpy.asarray(buf)`` (CPU): a NumPy array over the buffer's memory,
+    without copying; read-only for inputs.
+  * ``buf.__dlpack__()`` (CPU and GPU): e.g. ``torch.from_dlpack(buf)`` or
+    ``numpy.from_dlpack(buf)``.  The DLPack capsule of an input is marked
+    read-only, but libraries without read-only tensors (PyTorch) ignore
+    that: do not write to inputs through them.
+  * ``buf.__cuda_array_interface__`` (GPU): e.g. for CuPy or Numba.
+  """
+
+  __slots__ = ("_raw", "_writeable", "_platform")
+
+  def __init__(self, raw: Any, writeable: bool, platform: str):
+    self._raw = raw
+    self._writeable = writeable
+    self._platform = platform
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    """The shape of the buffer."""
+    return tuple(self._raw.shape)
+
+  @property
+  def dtype(self) -> np.dtype:
+    """The element type of the buffer."""
+    return self._raw.dtype
+
+  @property
+  def ndim(self) -> int:
+    """The number of dimensions."""
+    return self._raw.ndim
+
+  @property
+  def writeable(self) -> bool:
+    """True for results, False for operands."""
+    return self._writeable
+
+  def __array__(self, dtype: Any = None, copy: bool | None = None
+                ) -> np.ndarray:
+    """The buffer as a NumPy array (CPU only): a view unless copying."""
+    if copy:
+      return np.array(self._raw, dtype=dtype, copy=True)
+    arr = np.asarray(self._raw)
+    if not self._writeable:
+      arr.flags.writeable = False
+    if dtype is not None and np.dtype(dtype) != arr.dtype:
+      if copy is False:
+        raise ValueError(
+            f"Buffer.__array__: a {arr.dtype} buffer cannot be seen as "
+            f"{np.dtype(dtype)} without copying, and copy=False was given")
+      arr = arr.astype(dtype)
+    return arr
+
+  def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                 dl_device: Any = None, copy: bool | None = None) -> Any:
+    """A DLPack capsule over the buffer (see the DLPack protocol)."""
+    return self._raw.__dlpack__(stream=stream, max_version=max_version,
+                                dl_device=dl_device, copy=copy)
+
+  def __dlpack_device__(self) -> tuple[int, int]:
+    """The DLPack ``(device_type, device_id)`` of the buffer."""
+    return self._raw.__dlpack_device__()
+
+  @property
+  def __cuda_array_interface__(self) -> dict:
+    """The CUDA array interface of a GPU buffer (AttributeError on CPU)."""
+    if self._platform not in ("cuda", "rocm"):
+      raise AttributeError(
+          "Buffer.__cuda_array_interface__ exists only for GPU buffers; "
+          f"this buffer is on {self._platform}: use numpy.asarray(buffer) "
+          "or DLPack")
+    return self._raw.__cuda_array_interface__
+
+  def __repr__(self) -> str:
+    kind = "writeable" if self._writeable else "read-only"
+    return (f"hostcb.Buffer({np.dtype(self.dtype).name}{list(self.shape)}, "
+            f"{kind}, {self._platform})")
+
+
+class ExecutionContext:
+  """What XLA tells a buffer callback about the running computation.
+
+  ``ctx.stage`` is the :class:`ExecutionStage`; ``ctx.stream`` is the GPU
+  stream the computation runs on (as an integer handle), for launching
+  work on it; on CPU there is none and reading it raises ``RuntimeError``.
+  """
+
+  __slots__ = ("_raw", "_platform")
+
+  def __init__(self, raw: Any, platform: str):
+    self._raw = raw
+    self._platform = platform
+
+  @property
+  def stage(self) -> ExecutionStage:
+    """The execution stage of this call."""
+    if self._raw is None:  # host copies (jit over several devices)
+      return ExecutionStage.EXECUTE
+    return self._raw.stage
+
+  @property
+  def stream(self) -> int:
+    """The GPU stream of the computation; RuntimeError on CPU."""
+    if self._platform not in ("cuda", "rocm"):
+      raise RuntimeError(
+          "ExecutionContext.stream is the GPU stream of the computation and "
+          "exists only when the callback runs on a GPU (cuda or rocm); this "
+          f"callback runs on {self._platform}")
+    return self._raw.stream
+
+  @property
+  def platform(self) -> str:
+    """The platform the callback runs on: ``cpu``, ``cuda`` or ``rocm``."""
+    return self._platform
+
+  def __repr__(self) -> str:
+    return f"hostcb.ExecutionContext(stage={self.stage}, {self._platform})"
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class _Target:
+  """The user's callback with the pytree structures of its arguments.
+
+  Hashable, so that the same callback on the same shapes reuses JAX's
+  compilation caches.
+  """
+  callback: Callable
+  in_tree: Any
+  out_tree: Any
+
+  def run(self, platform: str, raw_ctx: Any, raw_buffers) -> None:
+    """Calls the callback on the buffers of one execution."""
+    n_in = self.in_tree.num_leaves
+    ins = [Buffer(b, False, platform) for b in raw_buffers[:n_in]]
+    outs = [Buffer(b, True, platform) for b in raw_buffers[n_in:]]
+    args, kwargs = self.in_tree.unflatten(ins)
+    ret = self.callback(ExecutionContext(raw_ctx, platform),
+                        self.out_tree.unflatten(outs), *args, **kwargs)
+    if ret is not None:
+      raise ValueError(
+          "buffer_callback callback must not return any values: it writes "
+          f"its results into the `out` buffers, but {_name(self.callback)} "
+          f"returned a {type(ret).__name__}")
+
+
+# --------------------------------------------------------------- primitive
+buffer_callback_p = ji.new_primitive("hostcb_buffer_callback")
+
+
+@buffer_callback_p.def_effectful_abstract_eval
+def _abstract_eval(*avals, target, result_avals, vmap_method,
+                   has_side_effect, input_output_aliases,
+                   command_buffer_compatible):
+  del avals, target, vmap_method, input_output_aliases
+  del command_buffer_compatible
+  effects = ({ji.buffer_callback_effect} if has_side_effect
+             else ji.no_effects)
+  return result_avals, effects
+
+
+def _jvp(primals, tangents, **params):
+  del primals, tangents, params
+  raise ValueError(
+      "Buffer callbacks do not support JVP. "
+      "Please use `jax.custom_jvp` to use callbacks while taking gradients.")
+
+
+def _transpose(cts, *args, **params):
+  del cts, args, params
+  raise ValueError(
+      "Buffer callbacks do not support transpose. "
+      "Please use `jax.custom_vjp` to use callbacks while taking gradients.")
+
+
+def _batch(args, dims, *, vmap_method, **params):
+  if vmap_method not in VMAP_METHODS:
+    raise NotImplementedError(
+        "vmap is only supported for the buffer_callback primitive when "
+        "vmap_method is one of 'sequential', 'sequential_unrolled', "
+        "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. "
+        f"Got vmap_method={vmap_method!r}.")
+  return ji.ffi_batching(buffer_callback_p, args, dims,
+                         vmap_method=vmap_method, **params)
+
+
+def _lowering(ctx, *args, target, result_avals, vmap_method, has_side_effect,
+              input_output_aliases, command_buffer_compatible):
+  del result_avals, vmap_method
+  platform = ji.lowering_platform(ctx)
+  run = target.run
+
+  def make_host_fn(placement: ji.Placement, host_copies: bool) -> Callable:
+    # With host copies (a jit over several devices) the buffers are NumPy
+    # arrays in host memory, whatever the platform.
+    where = "cpu" if host_copies else platform
+    if placement.per_device:
+      def host_fn(raw_ctx, pid, *raw_buffers):
+        del pid
+        run(where, raw_ctx, raw_buffers)
+        return ()
+    else:
+      def host_fn(raw_ctx, *raw_buffers):
+        run(where, raw_ctx, raw_buffers)
+        return ()
+    return host_fn
+
+  return ji.emit_buffer_callback(
+      ctx, make_host_fn, args, device_index=0,
+      has_side_effect=has_side_effect,
+      operand_output_aliases=input_output_aliases,
+      command_buffer_compatible=command_buffer_compatible)
+
+
+ji.register_jvp(buffer_callback_p, _jvp)
+ji.register_transpose(buffer_callback_p, _transpose)
+ji.register_batching(buffer_callback_p, _batch)
+ji.register_lowering(buffer_callback_p, _lowering)
+
+
+# --------------------------------------------------------------------- API
+def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
+  flat, out_tree = jax.tree_util.tree_flatten(result_shape_dtypes)
+  avals = []
+  for leaf in flat:
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+      raise TypeError(
+          "buffer_callback: every leaf of result_shape_dtypes must have "
+          "`shape` and `dtype` (e.g. jax.ShapeDtypeStruct); got "
+          f"{type(leaf).__name__} {leaf!r}")
+    dtype = jax.dtypes.canonicalize_dtype(np.dtype(leaf.dtype))
+    avals.append(ji.ShapedArray(tuple(leaf.shape), dtype))
+  return tuple(avals), out_tree
+
+
+def _is_index(i: Any) -> bool:
+  return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+
+
+def _check_aliases(aliases: dict, in_avals, out_avals
+                   ) -> tuple[tuple[int, int], ...]:
+  """Validates ``input_output_aliases``; returns it as sorted pairs."""
+  pairs = []
+  outputs_taken: dict[int, int] = {}
+  for i_idx, o_idx in sorted(aliases.items()):
+    if not (_is_index(i_idx) and _is_index(o_idx)):
+      raise TypeError(
+          "input_output_aliases must map int input indices to int output "
+          f"indices; got the mapping {i_idx!r}: {o_idx!r}")
+    i_idx, o_idx = int(i_idx), int(o_idx)
+    if not 0 <= i_idx < len(in_avals):
+      raise ValueError(
+          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+          f"with input index {i_idx} outside the range [0, "
+          f"{len(in_avals)}).")
+    if not 0 <= o_idx < len(out_avals):
+      raise ValueError(
+          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+          f"with output index {o_idx} outside the range [0, "
+          f"{len(out_avals)}).")
+    in_aval, out_aval = in_avals[i_idx], out_avals[o_idx]
+    if not ji.same_shape_and_dtype(in_aval, out_aval):
+      raise ValueError(
+          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+          f"referring to an input with abstract value {in_aval} and an "
+          f"output with a different abstract value {out_aval}.")
+    if o_idx in outputs_taken:
+      raise ValueError(
+          f"input_output_aliases maps the inputs {outputs_taken[o_idx]} and "
+          f"{i_idx} to the same output {o_idx}; an output can alias at most "
+          "one input")
+    outputs_taken[o_idx] = i_idx
+    pairs.append((i_idx, o_idx))
+  return tuple(pairs)
+
+
+def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
+                    *, has_side_effect: bool = False,
+                    vmap_method: str | None = None,
+                    input_output_aliases: dict[int, int] | None = None,
+                    command_buffer_compatible: bool = False
+                    ) -> Callable[..., Any]:
+  """Wraps ``callback`` into a JAX function that runs it on device buffers.
+
+  The returned function takes arrays (pytrees of arrays, keyword arguments
+  too), can be used eagerly and under ``jit``, ``vmap``, ``scan``,
+  ``shard_map``..., and returns arrays shaped as ``result_shape_dtypes``.
+  At run time the host calls ``callback(ctx, out, *args, **kwargs)`` where
+  ``ctx`` is an :class:`ExecutionContext`, ``out`` the pytree of writable
+  :class:`Buffer` objects of ``result_shape_dtypes`` to fill, and ``args`` /
+  ``kwargs`` the operands as read-only :class:`Buffer` objects.  The
+  callback must return None; an exception it raises fails the computation
+  (``jax.errors.JaxRuntimeError`` carrying its traceback).
+
+  Args:
+    callback: the host function, as above.
+    result_shape_dtypes: a pytree whose leaves have ``shape`` and ``dtype``
+      (e.g. ``jax.ShapeDtypeStruct``).
+    has_side_effect: keep the call even when its results are unused.
+    vmap_method: how ``vmap`` batches the call, as for
+      ``jax.pure_callback``: ``"sequential"`` (one call per batch element,
+      in a ``scan``), ``"sequential_unrolled"``, ``"expand_dims"`` (unbatched
+      operands get a leading axis of size 1), ``"broadcast_all"`` (they are
+      broadcast to the batch size) or ``"legacy_vectorized"``; None (the
+      default) makes ``vmap`` raise ``NotImplementedError``.
+    input_output_aliases: ``{input index: output index}``, indices into the
+      flattened operands and results: each such result shares the memory
+      of its operand (same shape and dtype), which is then donated.
+    command_buffer_compatible: on GPU, let XLA record the callback in a
+      command buffer: the Python code runs once and its GPU work is replayed
+      on later executions.  No effect on CPU.
+
+  Returns:
+    A function of the operands that returns the results.
+  """
+  if not callable(callback):
+    raise TypeError(
+        f"buffer_callback: callback must be callable; got {callback!r}")
+  result_avals, out_tree = _result_avals(result_shape_dtypes)
+  if vmap_method is not None and vmap_method not in VMAP_METHODS:
+    raise ValueError(
+        f"buffer_callback: vmap_method must be None or one of {VMAP_METHODS}; "
+        f"got {vmap_method!r}")
+  if input_output_aliases is not None and not isinstance(
+      input_output_aliases, dict):
+    raise TypeError(
+        "buffer_callback: input_output_aliases must be a dict from input "
+        "index to output index, or None; got "
+        f"{type(input_output_aliases).__name__} {input_output_aliases!r}")
+  aliases = dict(input_output_aliases or {})
+  has_side_effect = bool(has_side_effect)
+  command_buffer_compatible = bool(command_buffer_compatible)
+
+  def wrapped(*args, **kwargs):
+    flat_args, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+    in_avals = [jax.typeof(x) for x in flat_args]
+    pairs = _check_aliases(aliases, in_avals, result_avals)
+    outs = buffer_callback_p.bind(
+        *flat_args, target=_Target(callback, in_tree, out_tree),
+        result_avals=result_avals, vmap_method=vmap_method,
+        has_side_effect=has_side_effect, input_output_aliases=pairs,
+        command_buffer_compatible=command_buffer_compatible)
+    return out_tree.unflatten(outs)
+
+  wrapped.__name__ = f"buffer_callback({_name(callback)})"
+  wrapped.__doc__ = callback.__doc__
+  return wrapped
