@@ -20,15 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 _DTYPES = {
-    "pred": np.bool_, "bool": np.bool_,
-    "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
-    "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-    "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-    "f16": np.float16, "f32": np.float32, "f64": np.float64,
-    "c64": np.complex64, "c128": np.complex128,
+    "pred": "bool", "bool": "bool",
+    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
+    "c64": "complex64", "c128": "complex128",
 }
 _ARG = re.compile(r"^\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*$")
 FORMATS = ("text", "dot", "svg", "png")
@@ -52,10 +50,11 @@ def parse_arg_spec(spec: str) -> Any:
         f"--arg expects DTYPE[DIMS] such as 'f32[4,3]' or 'i32[]', with DTYPE"
         f" one of {', '.join(sorted(_DTYPES))}; got {spec!r}")
   dims_text = match.group(2).strip()
-  dims = tuple(int(d) for d in dims_text.split(",")) if dims_text else ()
-  if dims_text and "" in [d.strip() for d in dims_text.split(",")]:
+  parts = [d.strip() for d in dims_text.split(",")] if dims_text else []
+  if "" in parts:
     raise UsageError(f"--arg: empty dimension in {spec!r}")
-  return jax.ShapeDtypeStruct(dims, np.dtype(_DTYPES[match.group(1)]))
+  dtype = jax.numpy.dtype(_DTYPES[match.group(1)])
+  return jax.ShapeDtypeStruct(tuple(int(d) for d in parts), dtype)
 
 
 def parse_static(spec: str) -> tuple[int, Any]:
