@@ -1,0 +1,93 @@
+"""The knobs: jax_host_callback_inline and jax_host_callback_max_queue_byte_size."""
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+import hostcb
+from _helpers import Recorder, _clean_barrier, run_python  # noqa: F401
+
+
+@pytest.fixture
+def inline():
+  old = hostcb.config.read("jax_host_callback_inline")
+  hostcb.config.update("jax_host_callback_inline", True)
+  yield
+  hostcb.config.update("jax_host_callback_inline", old)
+
+
+def test_defaults():
+  assert hostcb.config.read("jax_host_callback_inline") is False
+  assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(256e6)
+
+
+def test_inline_eager_tap_runs_in_calling_thread(inline):
+  threads = []
+  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.)
+  assert threads == [threading.current_thread()]  # before any barrier
+
+
+def test_inline_eager_tap_exception_propagates_to_caller(inline):
+  with pytest.raises(ZeroDivisionError):
+    hostcb.id_tap(lambda a, t: 1 / 0, 1.)
+
+
+def test_inline_eager_call_runs_in_calling_thread(inline):
+  threads = []
+  out = hostcb.call(lambda a: (threads.append(threading.current_thread()),
+                               a * 2)[1], np.float32(2.),
+                    result_shape=np.float32(0.))
+  assert float(out) == 4.
+  assert threads == [threading.current_thread()]
+
+
+def test_inline_does_not_affect_jit(inline):
+  threads = []
+  jax.jit(lambda x: hostcb.id_tap(
+      lambda a, t: threads.append(threading.current_thread()), x))(1.)
+  hostcb.barrier_wait()
+  assert len(threads) == 1 and threads[0] is not threading.current_thread()
+
+
+def test_not_inline_eager_tap_runs_on_consumer_thread():
+  threads = []
+  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.)
+  hostcb.barrier_wait()
+  assert len(threads) == 1 and threads[0] is not threading.current_thread()
+
+
+def test_jax_config_update_legacy_spelling():
+  old = hostcb.config.read("jax_host_callback_inline")
+  try:
+    jax.config.update("jax_host_callback_inline", True)
+    assert hostcb.config.read("jax_host_callback_inline") is True
+  finally:
+    jax.config.update("jax_host_callback_inline", old)
+  assert hostcb.config.read("jax_host_callback_inline") is old
+
+
+def test_queue_size_below_16mb_is_rejected():
+  with pytest.raises(ValueError, match="at least"):
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", 1000)
+
+
+def test_unknown_option_is_rejected():
+  with pytest.raises(KeyError, match="jax_host_callback_inline"):
+    hostcb.config.update("jax_host_callback_nope", 1)
+
+
+def test_environment_variables_set_the_knobs():
+  code = """
+import threading, hostcb
+print(hostcb.config.read("jax_host_callback_inline"),
+      hostcb.config.read("jax_host_callback_max_queue_byte_size"))
+t = []
+hostcb.id_tap(lambda a, tr: t.append(threading.current_thread()), 1.)
+print(t == [threading.current_thread()])
+"""
+  proc = run_python(code, env_extra={
+      "JAX_HOST_CALLBACK_INLINE": "1",
+      "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "20000000"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.split() == ["True", "20000000", "True"]
