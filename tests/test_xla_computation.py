@@ -272,8 +272,8 @@ def test_donated_argument_aliases_a_matching_output():
 
 
 def test_donation_with_tuple_args_aliases_the_tuple_element():
-  text = xla_computation(lambda x, y: x + y, donate_argnums=1,
-                         tuple_args=True)(jnp.ones(3), jnp.ones(3)).as_hlo_text()
+  c = xla_computation(lambda x, y: x + y, donate_argnums=1, tuple_args=True)
+  text = c(jnp.ones(3), jnp.ones(3)).as_hlo_text()
   assert "input_output_alias={ {0}: (0, {1}, may-alias) }" in text
 
 
@@ -386,15 +386,24 @@ def test_dot_graph_is_graphviz_source_of_the_entry_computation():
   assert "replica_groups={{0,1,2,3}}" in dot
 
 
-def test_hlo_module_view_lists_computations_and_instructions():
+def test_hlo_module_view_names_the_module_and_its_computations():
   module = xla_computation(lambda x: jnp.sin(x))(1.).as_hlo_module()
   assert module.name == "xla_computation__lambda"
-  entry = module.computations()[-1]
-  texts = [i.to_string() for i in entry.instructions()]
-  assert any("sine(" in t for t in texts)
-  sine = next(i for i in entry.instructions() if "sine(" in i.to_string())
-  assert [o.to_string() for o in sine.operands()] == [texts[0]]
   assert module.to_string().startswith("HloModule xla_computation__lambda")
+  assert module.computations()[-1].name.startswith("main.")
+
+
+def test_hlo_module_view_lists_instructions_and_their_operands():
+  entry = xla_computation(lambda x: jnp.sin(x))(1.).as_hlo_module() \
+      .computations()[-1]
+  try:
+    instructions = entry.instructions()
+  except NotImplementedError as e:
+    pytest.skip(f"jaxlib lacks HloComputation.instructions: {e}")
+  texts = [i.to_string() for i in instructions]
+  sine = next(i for i in instructions if "sine(" in i.to_string())
+  assert [o.to_string() for o in sine.operands()] == [texts[0]]
+  assert "parameter(0)" in texts[0]
 
 
 def test_array_shape_tuple_shapes_raises_instead_of_aborting():

@@ -1,7 +1,7 @@
 """``hostcb hlo FILE.py:FUNCTION``: print or draw a function's HLO.
 
     hostcb hlo model.py:step --arg 'f32[4,3]' --arg 'i32[]'
-    hostcb hlo model.py:step --arg 'f32[8]' --axis-env i=4 --format png -o step.png
+    hostcb hlo model.py:step --arg 'f32[8]' --axis-env i=4 --format png
 
 The function is loaded from the file, given example arguments described by
 ``--arg`` (dtype and shape, in argument order) and ``--static`` (Python

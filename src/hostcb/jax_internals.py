@@ -348,6 +348,17 @@ def _axis_index_from_replica_id(ctx, *, axis_name) -> list:
   return [_hlo.convert(i32, index)]
 
 
+def _replica_context(grid: _ReplicaGrid) -> tuple[Any, Any]:
+  """The axis context for ``grid`` and the lowering rules it needs."""
+  native = getattr(_sharding_impls, "ReplicaAxisContext", None)
+  if native is not None:  # jax 0.8 still lowers per replica by itself
+    env = _sharding_impls.AxisEnv(max(grid.size, 1), grid.axis_names,
+                                  grid.axis_sizes)
+    return native(env), None
+  return (ReplicaAxisContext(grid),
+          ((_parallel.axis_index_p, _axis_index_from_replica_id),))
+
+
 def _lowering_parameters(**kwargs) -> Any:
   known = {f.name for f in dataclasses.fields(_mlir.LoweringParameters)}
   return _mlir.LoweringParameters(
@@ -365,16 +376,15 @@ def lower_for_replicas(closed_jaxpr: Any, *, module_name: str,
   """
   grid = _ReplicaGrid(tuple(n for n, _ in axis_env),
                       tuple(int(s) for _, s in axis_env))
-  params = _lowering_parameters(
-      override_lowering_rules=((_parallel.axis_index_p,
-                                _axis_index_from_replica_id),),
-      hoist_constants_as_args=False)
+  context, overrides = _replica_context(grid)
+  params = _lowering_parameters(override_lowering_rules=overrides,
+                                hoist_constants_as_args=False)
   kwargs = dict(
       num_const_args=0, in_avals=closed_jaxpr.in_avals,
       ordered_effects=list(
           _effects.ordered_effects.filter_in(closed_jaxpr.effects)),
       platforms=[platform], backend=None,
-      axis_context=ReplicaAxisContext(grid), donated_args=list(donated),
+      axis_context=context, donated_args=list(donated),
       lowering_parameters=params)
   accepted = _inspect.signature(_mlir.lower_jaxpr_to_module).parameters
   kwargs = {k: v for k, v in kwargs.items() if k in accepted}

@@ -175,8 +175,13 @@ class HloComputation:
 
   def instructions(self) -> list[HloInstruction]:
     """Its instructions, operands before users."""
-    return [HloInstruction(i, self._owner)
-            for i in self._computation.instructions()]
+    listing = getattr(self._computation, "instructions", None)
+    if listing is None:
+      raise NotImplementedError(
+          "this jaxlib cannot list the instructions of an HLO computation "
+          "(jaxlib 0.8 lacks HloComputation.instructions); read "
+          "HloModule.to_string() instead")
+    return [HloInstruction(i, self._owner) for i in listing()]
 
   def __repr__(self) -> str:
     return f"<HloComputation {self.name}>"
