@@ -23,6 +23,7 @@ import numpy as np
 
 from hostcb import jax_internals as ji
 from hostcb import runtime
+from hostcb.buffer_callback import advise_huge_pages
 from hostcb.primitives import call_p, tap_p, unpack_transforms
 
 # Bookkeeping bytes counted for each queued tap, so that even empty taps
@@ -69,16 +70,78 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   return []
 
 
-def _run_call(target, device, arrays):
+def _run_call(target, device, arrays, outs=None):
+  """Runs a call's host function once the taps queued before it have run.
+
+  Returns the checked results; or, given ``outs`` (writable arrays over the
+  output buffers), copies the results there (the one copy) and returns ().
+  """
   runtime.drain_device(device)  # taps that came before this call run first
   try:
-    return target.invoke(arrays, device)
+    results = target.invoke(arrays, device)
+    if outs is None:
+      return results
+    for out, result in zip(outs, results):
+      advise_huge_pages(out)
+      np.copyto(out, result)
+    return ()
   except BaseException as e:
     runtime.logger.error("hostcb: the call to %s failed: %s", target.func, e)
     raise
 
 
+# From this many bytes of operands and results, ``call`` on CPU works on the
+# device buffers: the callback gets read-only NumPy views of the operands
+# (no copy) and its results are copied once into the output buffers.
+# Below it, XLA's copying callback is used: it costs less per call, and the
+# callback may keep the (copied) arrays it gets.
+ZERO_COPY_MIN_BYTES = 1 << 16
+
+
+def _uses_buffers(ctx) -> bool:
+  return (ji.lowering_platform(ctx) == "cpu"
+          and not ji.runs_on_one_of_several_devices(ctx)
+          and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out)
+          >= ZERO_COPY_MIN_BYTES)
+
+
+def _read_only_view(buffer) -> np.ndarray:
+  a = np.asarray(buffer)  # over the device memory, no copy
+  a.flags.writeable = False
+  return a
+
+
+def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
+  n_in = len(args)
+
+  def run(device, buffers):
+    arrays = tuple(_read_only_view(b) for b in buffers[:n_in])
+    outs = [np.asarray(b) for b in buffers[n_in:]]
+    _run_call(target, device, arrays, outs)
+    return ()
+
+  def make_host_fn(placement, host_copies):
+    del host_copies  # never: _uses_buffers excludes jit over several devices
+    where = _device_of(placement)
+    if placement.per_device:
+      def host_call(exec_ctx, pid, *buffers):
+        return run(where(int(np.asarray(pid))), buffers)
+    else:
+      def host_call(exec_ctx, *buffers):
+        return run(where, buffers)
+    return host_call
+
+  return ji.emit_buffer_callback(
+      ctx, make_host_fn, args, device_index=device_index,
+      has_side_effect=effectful,
+      ordered_effect=ji.host_callback_effect if effectful else None)
+
+
 def _call_lowering(ctx, *args, target, device_index, effectful):
+  if _uses_buffers(ctx):
+    return _call_lowering_on_buffers(ctx, args, target, device_index,
+                                     effectful)
+
   def make_host_fn(placement):
     where = _device_of(placement)
     if placement.per_device:

@@ -1,0 +1,293 @@
+"""hostcb.call on large operands: views of the device buffers, one copy out.
+
+On CPU, from ``lowering.ZERO_COPY_MIN_BYTES`` bytes of operands and results,
+``call`` lowers to XLA's buffer callback: the callback gets read-only NumPy
+views of the operands' device memory and its results are copied once into
+the output buffers.  Everything else ``call`` promises stays the same.
+"""
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import hostcb
+from hostcb.lowering import ZERO_COPY_MIN_BYTES
+
+# float32 elements of an operand that alone reaches the threshold
+BIG = ZERO_COPY_MIN_BYTES // 4
+
+
+class Seen:
+  """Records what host functions saw, thread-safely."""
+
+  def __init__(self):
+    self.items = []
+    self._lock = threading.Lock()
+
+  def add(self, item) -> None:
+    with self._lock:
+      self.items.append(item)
+
+
+def _flags(seen: Seen):
+  def host(a):
+    seen.add((a.flags.writeable, a.flags.owndata, a.ctypes.data))
+    return a
+  return host
+
+
+def _call_jit(func, **kwargs):
+  return jax.jit(lambda a: hostcb.call(func, a, result_shape=a, **kwargs))
+
+
+# -------------------------------------------------------------- zero copy
+def test_large_operand_is_a_read_only_view_of_the_device_buffer():
+  seen = Seen()
+  x = jnp.arange(BIG, dtype=jnp.float32)
+  _call_jit(_flags(seen))(x).block_until_ready()
+  assert seen.items == [(False, False, x.unsafe_buffer_pointer())]
+
+
+def test_small_operand_is_a_read_only_copy():
+  seen = Seen()
+  x = jnp.arange(4, dtype=jnp.float32)
+  _call_jit(_flags(seen))(x).block_until_ready()
+  [(writeable, owndata, ptr)] = seen.items
+  assert (writeable, owndata) == (False, True)
+  assert ptr != x.unsafe_buffer_pointer()
+
+
+def test_operands_and_results_together_reach_the_threshold():
+  seen = Seen()
+
+  def host(a):
+    seen.add(a.flags.owndata)
+    return np.zeros(BIG // 2, np.float32)
+  x = jnp.ones(BIG // 2, jnp.float32)
+  f = jax.jit(lambda a: hostcb.call(
+      host, a, result_shape=jax.ShapeDtypeStruct((BIG // 2,), jnp.float32)))
+  f(x).block_until_ready()
+  assert seen.items == [False]
+
+
+def test_writing_to_the_operand_view_raises():
+  seen = Seen()
+
+  def host(a):
+    try:
+      a[0] = 5
+    except ValueError as e:
+      seen.add(str(e))
+    return a
+  x = jnp.zeros(BIG, jnp.float32)
+  r = _call_jit(host)(x)
+  np.testing.assert_array_equal(r, np.zeros(BIG, np.float32))
+  assert seen.items == ["assignment destination is read-only"]
+
+
+def test_eager_call_on_large_operand_is_a_view():
+  seen = Seen()
+  x = jnp.arange(BIG, dtype=jnp.float32)
+  hostcb.call(_flags(seen), x, result_shape=x).block_until_ready()
+  assert seen.items == [(False, False, x.unsafe_buffer_pointer())]
+
+
+# --------------------------------------------------------------- results
+def test_identity_result_is_copied_to_the_output():
+  x = jnp.arange(BIG, dtype=jnp.float32)
+  r = _call_jit(lambda a: a)(x)
+  np.testing.assert_array_equal(r, np.arange(BIG, dtype=np.float32))
+  assert r.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
+
+
+def test_computed_results_in_a_pytree():
+  def host(a):
+    return {"double": a * 2, "sum": np.sum(a, dtype=np.float32)}
+  x = jnp.arange(BIG, dtype=jnp.float32)
+  shape = {"double": jax.ShapeDtypeStruct((BIG,), jnp.float32),
+           "sum": jax.ShapeDtypeStruct((), jnp.float32)}
+  r = jax.jit(lambda a: hostcb.call(host, a, result_shape=shape))(x)
+  np.testing.assert_array_equal(r["double"], np.arange(BIG) * 2.0)
+  assert float(r["sum"]) == float(np.sum(np.arange(BIG, dtype=np.float32)))
+
+
+def test_result_in_a_wider_dtype_is_converted():
+  def host(a):
+    return np.asarray(a, np.float64) + 1
+  x = jnp.zeros(BIG, jnp.float32)
+  r = _call_jit(host)(x)
+  assert r.dtype == jnp.float32
+  np.testing.assert_array_equal(r, np.ones(BIG, np.float32))
+
+
+def test_result_of_wrong_shape_fails_with_the_call_message():
+  x = jnp.zeros(BIG, jnp.float32)
+  with pytest.raises(
+      jax.errors.JaxRuntimeError,
+      match=(r"hostcb.call: the callback \S*<lambda> returned float32\[3\], but "
+             rf"result_shape expects float32\[{BIG}\]")):
+    _call_jit(lambda a: a[:3])(x).block_until_ready()
+
+
+def test_result_of_wrong_structure_fails_with_the_call_message():
+  x = jnp.zeros(BIG, jnp.float32)
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match=r"hostcb.call: the callback \S*<lambda> returned a "
+                           r"result with pytree structure PyTreeDef\(\(\*, "
+                           r"\*\)\), but result_shape expects "
+                           r"PyTreeDef\(\*\)"):
+    _call_jit(lambda a: (a, a))(x).block_until_ready()
+
+
+def test_exception_in_callback_fails_the_computation():
+  def host(a):
+    raise ZeroDivisionError("nothing to divide")
+  x = jnp.zeros(BIG, jnp.float32)
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="ZeroDivisionError: nothing to divide"):
+    _call_jit(host)(x).block_until_ready()
+
+
+def test_call_without_result_runs():
+  seen = Seen()
+
+  def host(a):
+    seen.add(float(a[-1]))
+  x = jnp.arange(BIG, dtype=jnp.float32)
+
+  @jax.jit
+  def f(a):
+    hostcb.call(host, a)
+    return a + 1
+  f(x).block_until_ready()
+  hostcb.barrier_wait()
+  assert seen.items == [float(BIG - 1)]
+
+
+# ----------------------------------------------------------- guarantees
+def test_call_with_device_gets_the_device():
+  seen = Seen()
+
+  def host(a, device):
+    seen.add(device)
+    return a
+  x = jnp.zeros(BIG, jnp.float32)
+  _call_jit(host, call_with_device=True)(x).block_until_ready()
+  assert seen.items == [x.devices().pop()]
+
+
+def test_taps_queued_before_the_call_run_first():
+  seen = Seen()
+
+  def tap(a, transforms):
+    seen.add(("tap", float(a[0])))
+
+  def host(a):
+    seen.add(("call", float(a[0])))
+    return a
+
+  @jax.jit
+  def f(a):
+    a = hostcb.id_tap(tap, a)
+    return hostcb.call(host, a + 1, result_shape=a)
+  f(jnp.zeros(BIG, jnp.float32)).block_until_ready()
+  hostcb.barrier_wait()
+  assert seen.items == [("tap", 0.0), ("call", 1.0)]
+
+
+def test_independent_calls_keep_program_order():
+  seen = Seen()
+
+  def host(tag):
+    def record(a):
+      seen.add(tag)
+      return a
+    return record
+
+  @jax.jit
+  def f(a, b):
+    y = hostcb.call(host("first"), b, result_shape=b)
+    x = hostcb.call(host("second"), a, result_shape=a)
+    return x, y
+  f(jnp.zeros(BIG, jnp.float32), jnp.ones(BIG, jnp.float32))[0].block_until_ready()
+  assert seen.items == ["first", "second"]
+
+
+def test_calls_in_scan_see_each_carry():
+  seen = Seen()
+
+  def host(a):
+    seen.add(float(a[0]))
+    return a + 1
+
+  @jax.jit
+  def f(a):
+    return jax.lax.scan(
+        lambda c, _: (hostcb.call(host, c, result_shape=c), None), a, None,
+        length=3)[0]
+  r = f(jnp.zeros(BIG, jnp.float32))
+  np.testing.assert_array_equal(r, np.full(BIG, 3.0, np.float32))
+  assert seen.items == [0.0, 1.0, 2.0]
+
+
+def test_pure_call_under_vmap_calls_once_per_element():
+  seen = Seen()
+
+  def host(a):
+    seen.add(a.shape)
+    return a * 2
+  f = jax.vmap(lambda a: hostcb.call(
+      host, a, result_shape=a, callback_flavor=hostcb.CallbackFlavor.PURE))
+  r = f(jnp.ones((2, BIG), jnp.float32))
+  np.testing.assert_array_equal(r, np.full((2, BIG), 2.0, np.float32))
+  assert seen.items == [(BIG,), (BIG,)]
+
+
+# ----------------------------------------------------------- multi-device
+def _devices() -> int:
+  n = jax.device_count()
+  if n < 2:
+    pytest.skip("needs at least 2 CPU devices (HOSTCB_TEST_DEVICES>=2)")
+  return n
+
+
+@pytest.mark.multidevice
+def test_shard_map_call_sees_each_device_shard_as_a_view():
+  n = _devices()
+  seen = Seen()
+
+  def host(a, device):
+    seen.add((device.id, float(a[0]), a.flags.owndata))
+    return a + 1
+  mesh = jax.make_mesh((n,), ("x",))
+  x = jax.device_put(jnp.repeat(jnp.arange(float(n)), BIG),
+                     NamedSharding(mesh, P("x")))
+  body = lambda a: hostcb.call(host, a, result_shape=a, call_with_device=True)
+  r = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
+                            out_specs=P("x")))(x)
+  np.testing.assert_array_equal(r, np.repeat(np.arange(float(n)) + 1, BIG))
+  expected = sorted((d.id, float(i), False)
+                    for i, d in enumerate(mesh.devices.flat))
+  assert sorted(seen.items) == expected
+
+
+@pytest.mark.multidevice
+def test_sharded_jit_call_runs_once_with_the_whole_operand():
+  n = _devices()
+  seen = Seen()
+
+  def host(a, device):
+    seen.add((device, a.shape))
+    return a * 3
+  mesh = jax.make_mesh((n,), ("x",))
+  x = jax.device_put(jnp.ones(n * BIG, jnp.float32),
+                     NamedSharding(mesh, P("x")))
+  f = jax.jit(lambda a: hostcb.call(host, a, result_shape=a,
+                                    call_with_device=True))
+  np.testing.assert_array_equal(f(x), np.full(n * BIG, 3.0, np.float32))
+  assert seen.items == [(jax.devices()[0], (n * BIG,))]
