@@ -633,3 +633,10 @@ def test_pmap_runs_on_every_device():
   r = jax.pmap(f)(jnp.arange(float(n)).reshape(n, 1))
   np.testing.assert_array_equal(r, np.arange(float(n)).reshape(n, 1) * 10)
   assert sorted(calls.seen) == [[float(i)] for i in range(n)]
+
+
+def test_large_output_is_written_in_place():
+  n = 3 << 20  # 12 MiB of float32: large enough for the huge-page hint
+  f = buffer_callback(add_one, jax.ShapeDtypeStruct((n,), jnp.float32))
+  r = jax.jit(f)(jnp.arange(n, dtype=jnp.float32))
+  np.testing.assert_array_equal(r, np.arange(1, n + 1, dtype=np.float32))

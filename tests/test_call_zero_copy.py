@@ -291,3 +291,10 @@ def test_sharded_jit_call_runs_once_with_the_whole_operand():
                                     call_with_device=True))
   np.testing.assert_array_equal(f(x), np.full(n * BIG, 3.0, np.float32))
   assert seen.items == [(jax.devices()[0], (n * BIG,))]
+
+
+def test_large_result_reaches_the_output():
+  n = 3 << 20  # 12 MiB of float32: large enough for the huge-page hint
+  x = jnp.arange(n, dtype=jnp.float32)
+  r = _call_jit(lambda a: a + 1)(x)
+  np.testing.assert_array_equal(r, np.arange(1, n + 1, dtype=np.float32))
