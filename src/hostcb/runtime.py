@@ -21,6 +21,7 @@ import traceback
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
@@ -125,12 +126,16 @@ class _DeviceQueue:
         if self._waiters:
           cond.notify_all()
 
-  def drain(self) -> None:
-    """Returns once every tap queued so far has been processed."""
+  def check_not_consumer(self) -> None:
+    """Raises if called from this queue's consumer, which would deadlock."""
     if threading.current_thread() is self._thread:
       raise RuntimeError(
           "barrier_wait() was called from a tap function; it would wait for "
           "itself. Call it from the thread that runs the computation.")
+
+  def drain(self) -> None:
+    """Returns once every tap queued so far has been processed."""
+    self.check_not_consumer()
     with self._cond:
       self._waiters += 1
       try:
@@ -192,6 +197,62 @@ def take_last_exception() -> tuple[BaseException, str] | None:
   return last
 
 
+class _BarrierArrivals:
+  """Counts the barrier taps that reached their consumers."""
+
+  def __init__(self, expected: int):
+    self._remaining = expected
+    self._cond = threading.Condition()
+
+  def arrive(self) -> None:
+    with self._cond:
+      self._remaining -= 1
+      self._cond.notify_all()
+
+  def wait(self) -> None:
+    with self._cond:
+      while self._remaining > 0:
+        self._cond.wait()
+
+
+_barriers: dict[int, _BarrierArrivals] = {}
+_barrier_ids = iter(range(1, 2**31))
+_barrier_tap_jit = None
+
+
+def _barrier_arrived(barrier_id, transforms) -> None:
+  _barriers[int(barrier_id)].arrive()
+
+
+def _wait_for_dispatched_taps() -> None:
+  """Waits until the taps of every computation dispatched so far have run.
+
+  A device runs its computations in dispatch order, whichever thread
+  dispatched them, and its taps reach its queue in that order.  So a tiny
+  computation tapping on every local device, and the wait for those taps,
+  covers every computation started before, by any thread.
+  """
+  global _barrier_tap_jit
+  for q in list(_queues.values()):
+    q.check_not_consumer()
+  if _barrier_tap_jit is None:
+    from hostcb.host_callback import id_tap
+    _barrier_tap_jit = jax.jit(lambda i: id_tap(_barrier_arrived, i))
+  devices = jax.local_devices()
+  with _lock:
+    barrier_id = next(_barrier_ids)
+    arrivals = _barriers[barrier_id] = _BarrierArrivals(len(devices))
+  try:
+    for device in devices:
+      _barrier_tap_jit(jax.device_put(np.int32(barrier_id), device))
+    arrivals.wait()
+  finally:
+    with _lock:
+      del _barriers[barrier_id]
+  for q in list(_queues.values()):  # queues of no device (e.g. TPU paths)
+    q.drain()
+
+
 def barrier_wait(logging_name: str | None = None, *,
                  all_processes: bool = False) -> None:
   """Blocks until every tap of the computations started so far has run.
@@ -211,9 +272,7 @@ def barrier_wait(logging_name: str | None = None, *,
   """
   name = logging_name or ""
   logger.debug("hostcb: barrier_wait(%s) starts", name)
-  ji.effects_barrier()
-  for q in list(_queues.values()):
-    q.drain()
+  _wait_for_dispatched_taps()
   if all_processes:
     from hostcb import distributed
     distributed.wait_for_all_processes(name)
@@ -232,7 +291,7 @@ def stop_outfeed_receiver() -> None:
   They start again on the next tap.  Exceptions of tap functions stay
   recorded for the next :func:`barrier_wait`.
   """
-  ji.effects_barrier()
+  _wait_for_dispatched_taps()
   with _lock:
     queues = list(_queues.values())
     _queues.clear()
