@@ -9,12 +9,12 @@ from hostcb.host_callback import (CallbackException, CallbackFlavor,
                                   TapFunctionException, barrier_wait, call,
                                   id_print, id_tap, stop_outfeed_receiver)
 from hostcb.import_hook import install
-from hostcb.xla_computation import xla_computation
+from hostcb.xla_computation import XlaComputation, xla_computation
 
 __version__ = "0.1.0"
 
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
     "CallbackException", "TapFunctionException", "CallbackFlavor", "config",
-    "install", "xla_computation",
+    "install", "xla_computation", "XlaComputation",
 ]
