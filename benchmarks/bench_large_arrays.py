@@ -1,7 +1,8 @@
 """Host callbacks on large arrays: what the copies cost.
 
 Times, in one run on the default (first) CPU device, an identity host call
-through ``hostcb.call``, ``jax.pure_callback``, ``jax.experimental.
+through ``hostcb.call`` (default ``IO_CALLBACK`` flavor, and ``PURE``),
+``jax.pure_callback``, ``jax.experimental.
 io_callback`` and ``hostcb.buffer_callback``, against a jitted ``a * 1.0``
 (the device writes a fresh output buffer, as every callback must) and one
 ``numpy.copyto`` between preallocated host arrays, on 1 KB, 1 MB and 64 MB
@@ -42,6 +43,9 @@ def _methods(x: jax.Array) -> dict[str, Callable[[], object]]:
   """The contenders, each a no-argument function that blocks on its result."""
   spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
   call = jax.jit(lambda a: hostcb.call(_identity, a, result_shape=spec))
+  call_pure = jax.jit(lambda a: hostcb.call(
+      _identity, a, result_shape=spec,
+      callback_flavor=hostcb.CallbackFlavor.PURE))
   pure = jax.jit(lambda a: jax.pure_callback(_identity, spec, a))
   io = jax.jit(lambda a: io_callback(_identity, spec, a))
   buf = jax.jit(buffer_callback(_copy_into_out, spec))
@@ -50,6 +54,7 @@ def _methods(x: jax.Array) -> dict[str, Callable[[], object]]:
   dst = np.empty_like(src)
   return {
       "`hostcb.call`": lambda: call(x).block_until_ready(),
+      "`hostcb.call` (`PURE`)": lambda: call_pure(x).block_until_ready(),
       "`jax.pure_callback`": lambda: pure(x).block_until_ready(),
       "`io_callback`": lambda: io(x).block_until_ready(),
       "`hostcb.buffer_callback`": lambda: buf(x).block_until_ready(),
