@@ -8,6 +8,8 @@ from hostcb import config
 from hostcb.host_callback import (CallbackException, CallbackFlavor,
                                   TapFunctionException, barrier_wait, call,
                                   id_print, id_tap, stop_outfeed_receiver)
+from hostcb.buffer_callback import (Buffer, ExecutionContext, ExecutionStage,
+                                    buffer_callback)
 from hostcb.import_hook import install
 from hostcb.xla_computation import XlaComputation, xla_computation
 
@@ -16,5 +18,6 @@ __version__ = "0.1.0"
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
     "CallbackException", "TapFunctionException", "CallbackFlavor", "config",
-    "install", "xla_computation", "XlaComputation",
+    "install", "xla_computation", "XlaComputation", "buffer_callback",
+    "Buffer", "ExecutionContext", "ExecutionStage",
 ]
