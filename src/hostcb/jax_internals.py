@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -74,8 +75,26 @@ def _keep_token_chain_per_computation() -> None:
       return
     original(self, eff, token)
 
+  # Since the token is not chained, every computation on the same devices
+  # can start from the same ready token: make it once per device tuple
+  # instead of copying it to the devices at every dispatch.
+  original_get = cls.get_token_input
+  fresh_tokens: dict = {}
+
+  def get_token_input(self, eff, devices):
+    if not isinstance(eff, HostCallbackEffect):
+      return original_get(self, eff, devices)
+    key = tuple(devices)
+    token = fresh_tokens.get(key)
+    if token is None:
+      self.current_tokens.pop(eff, None)
+      token = fresh_tokens[key] = original_get(self, eff, devices)
+      self.current_tokens.pop(eff, None)
+    return token
+
   set_token_result._hostcb = True
   cls.set_token_result = set_token_result
+  cls.get_token_input = get_token_input
 
 
 _keep_token_chain_per_computation()
@@ -258,7 +277,7 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
       target, has_side_effect=has_side_effect)(lower_ctx, *operands,
                                                index=index)
   if sharding is not None:
-    _mlir.set_sharding(ctx.module_context, op, sharding)
+    _set_sharding(ctx.module_context, op, sharding)
   results = list(op.results)
   if token is not None:
     token_out, *results = results
@@ -286,8 +305,33 @@ def _with_token_sharding(sharding, has_results: bool):
   return sdy_list((token_sharding, *sharding.shardings))
 
 
+def _set_sharding(module_context, op, sharding) -> None:
+  # jax < 0.9 takes (op, sharding); later versions also the module context.
+  if "ctx" in inspect.signature(_mlir.set_sharding).parameters:
+    _mlir.set_sharding(module_context, op, sharding)
+  else:
+    _mlir.set_sharding(op, sharding)
+
+
 def is_tracer(x: Any) -> bool:
   return isinstance(x, _core.Tracer)
+
+
+def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
+  """Waits in JAX's distributed runtime until every process reaches
+  ``barrier_id`` (each id may be used once).
+
+  Returns False at once, without waiting, if ``jax.distributed`` is not
+  initialized in this process.  Raises ``jax.errors.JaxRuntimeError``
+  (``DEADLINE_EXCEEDED: ...``) if some process is not there within
+  ``timeout_ms``.
+  """
+  from jax._src import distributed as _distributed
+  client = _distributed.global_state.client
+  if client is None:
+    return False
+  client.wait_at_barrier(barrier_id, int(timeout_ms))
+  return True
 
 
 # ---------------------------------------------------------- xla_computation
