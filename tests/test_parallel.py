@@ -197,6 +197,14 @@ def test_sharded_jit_call_gets_whole_operand_on_device_index():
   assert seen == [(list(np.arange(2. * N)), jax.devices()[1])]
 
 
+def test_sharded_jit_call_on_device_index_returns_its_result_as_output():
+  # Without out_shardings: the call's result is the program's output as is.
+  x = _sharded(jnp.arange(2. * N))
+  out = jax.jit(lambda x: hostcb.call(lambda a: a * 10, x, result_shape=x,
+                                      device_index=1))(x)
+  np.testing.assert_array_equal(out, np.arange(2. * N) * 10)
+
+
 def test_sharded_jit_taps_in_order():
   rec = Recorder()
   x = _sharded(jnp.arange(2. * N))

@@ -230,4 +230,9 @@ def call(callback_func: Callable, arg, *, result_shape=None,
                       bool(call_with_device))
   outs = call_p.bind(*flat, target=target, device_index=device_index,
                      effectful=callback_flavor is not CallbackFlavor.PURE)
+  if device_index and outs:
+    # XLA (seen on 0.10.2, and with jax.pure_callback too) returns zeros when
+    # a result made on a device other than the first is the program's output
+    # as it is; a barrier op between them makes it move the data.
+    outs = jax.lax.optimization_barrier(outs)
   return out_treedef.unflatten(outs)
