@@ -1,8 +1,11 @@
 """Lowering of the primitives to XLA, and the host functions XLA calls.
 
 Both primitives lower to XLA's Python-callback custom call (CPU and GPU;
-other platforms go through JAX's send/recv callbacks).  XLA hands the host
-function NumPy copies of the operands.  Where it runs:
+other platforms go through JAX's send/recv callbacks), which hands the host
+function NumPy copies of the operands.  On CPU, a ``call`` with large
+operands or results (``ZERO_COPY_MIN_BYTES``) lowers to the buffer-callback
+custom call instead: its host function sees read-only views of the device
+buffers and copies the results once into the output buffers.  Where it runs:
 
 * one-device and sharded ``jit``/``pjit`` code: once, on the computation's
   device number ``device_index``, with the whole (gathered) operand;
