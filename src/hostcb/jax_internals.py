@@ -100,16 +100,18 @@ def _keep_token_chain_per_computation() -> None:
 _keep_token_chain_per_computation()
 
 
-def effects_barrier() -> None:
+def wait_for_this_threads_computations() -> None:
   """Waits for the computations this thread dispatched to finish.
 
   A computation that failed already reported its error to its caller; its
-  error does not make the barrier fail.
+  error does not make this wait fail.
   """
   try:
     _dispatch.runtime_tokens.block_until_ready()
   except Exception:  # noqa: BLE001
     _dispatch.runtime_tokens.clear()
+
+
 for _effect_set in (_effects.ordered_effects,
                     _effects.shardable_ordered_effects,
                     _effects.lowerable_effects,
@@ -270,19 +272,34 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
     avals_out.insert(0, _core.abstract_token)
     host_fn = _with_token(host_fn)
     sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
+  return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
+                        has_side_effect=has_side_effect, sharding=sharding,
+                        token_effect=(host_callback_effect if token is not None
+                                      else None))
+
+
+def _emit_ffi_call(ctx, target: str, host_fn: Callable, operands, avals_in,
+                   avals_out, *, has_side_effect: bool, sharding,
+                   token_effect=None, aliases=None) -> list:
+  """Emits the custom call ``target`` of the host function ``host_fn``.
+
+  With ``token_effect``, the first operand and result are that effect's
+  token, which becomes the computation's current token for the effect.
+  """
   lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
   ctx.module_context.add_host_callback(host_fn)
   index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
   op = _ffi.build_ffi_lowering_function(
-      target, has_side_effect=has_side_effect)(lower_ctx, *operands,
-                                               index=index)
+      target, has_side_effect=has_side_effect,
+      operand_output_aliases=aliases or None)(lower_ctx, *operands,
+                                              index=index)
   if sharding is not None:
     _set_sharding(ctx.module_context, op, sharding)
   results = list(op.results)
-  if token is not None:
+  if token_effect is not None:
     token_out, *results = results
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        _mlir.TokenSet({host_callback_effect: token_out})))
+        _mlir.TokenSet({token_effect: token_out})))
   return results
 
 
@@ -612,14 +629,6 @@ def _host_copies_adapter(buffer_fn: Callable, avals_out: Sequence[Any],
   return host_fn
 
 
-def _set_op_sharding(module_context, op, sharding) -> None:
-  # jax < 0.9 takes (op, sharding); later versions the module context first.
-  if "ctx" in _inspect.signature(_mlir.set_sharding).parameters:
-    _mlir.set_sharding(module_context, op, sharding)
-  else:
-    _mlir.set_sharding(op, sharding)
-
-
 def _without_token_buffers(host_fn: Callable, n_operands: int) -> Callable:
   """Hides the token operand (first) and result (first output) from XLA's
   buffer callback arguments ``(ctx, *operands, *results)``."""
@@ -687,18 +696,7 @@ def emit_buffer_callback(ctx, make_host_fn: Callable[[Placement, bool],
     host_fn = (_with_token(host_fn) if host_copies
                else _without_token_buffers(host_fn, len(operands)))
     sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
-  lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
-  ctx.module_context.add_host_callback(host_fn)
-  index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
-  lowering = _ffi.build_ffi_lowering_function(
-      target, has_side_effect=has_side_effect,
-      operand_output_aliases=aliases or None)
-  op = lowering(lower_ctx, *operands, index=index)
-  if sharding is not None:
-    _set_op_sharding(ctx.module_context, op, sharding)
-  results = list(op.results)
-  if token is not None:
-    token_out, *results = results
-    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        _mlir.TokenSet({ordered_effect: token_out})))
-  return results
+  return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
+                        has_side_effect=has_side_effect, sharding=sharding,
+                        token_effect=ordered_effect if token is not None else None,
+                        aliases=aliases)

@@ -227,14 +227,16 @@ def _barrier_arrived(barrier_id, transforms) -> None:
 def _wait_for_dispatched_taps() -> None:
   """Waits until the taps of every computation dispatched so far have run.
 
-  A device runs its computations in dispatch order, whichever thread
-  dispatched them, and its taps reach its queue in that order.  So a tiny
-  computation tapping on every local device, and the wait for those taps,
-  covers every computation started before, by any thread.
+  First the computations of this thread are waited for (JAX's runtime
+  tokens).  Then a tiny computation taps on every local device: a device
+  that runs its computations in dispatch order (GPUs; the CPU runs
+  concurrent computations of several threads side by side) queues that tap
+  behind the taps of every computation started before, by any thread.
   """
   global _barrier_tap_jit
   for q in list(_queues.values()):
     q.check_not_consumer()
+  ji.wait_for_this_threads_computations()
   if _barrier_tap_jit is None:
     from hostcb.host_callback import id_tap
     _barrier_tap_jit = jax.jit(lambda i: id_tap(_barrier_arrived, i))
