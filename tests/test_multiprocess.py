@@ -151,18 +151,12 @@ def test_pjit_id_print_prints_once_with_the_whole_operand(results):
       1: {"printed": "", "result": sums}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime.barrier_wait orders its barrier taps after earlier computations "
-    "per device, but on CPU a multi-process computation still waiting in a "
-    "collective does not hold back later ones on its devices; see "
-    "docs/cluster.md, 'Known limits'"))
 def test_barrier_waits_for_a_dispatched_global_computation(results):
   assert scenario(results, "barrier_after_dispatch") == {
       0: list(range(1, 21)), 1: [0] * 20}
 
 
-def test_jit_call_sees_the_whole_operand_once_and_every_process_gets_its_shards(
-    results):
+def test_jit_call_runs_once_and_every_process_gets_its_shards(results):
   assert scenario(results, "jit_call") == {
       0: {"calls": [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]],
           "shards": {"0": [100.0, 101.0], "1": [102.0, 103.0]}},
@@ -213,6 +207,29 @@ def test_a_failed_worker_gets_the_others_killed_quickly():
   assert time.monotonic() - start < 30
   assert runs[1]["rc"] == 3
   assert runs[0]["rc"] != 0  # killed while waiting for its peer
+
+
+def test_example_runs_as_two_local_processes():
+  example = os.path.join(os.path.dirname(HERE), "examples", "multiprocess.py")
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)  # the example sets its own device count
+  proc = subprocess.run([sys.executable, example, "--timeout", "90"],
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  lines = {0: [], 1: []}
+  for line in proc.stdout.splitlines():
+    for i in lines:
+      if line.startswith(f"[process {i}] "):
+        lines[i].append(line[len(f"[process {i}] "):])
+  assert "what: global sum (id_print in jit)" in lines[0]
+  assert "28." in lines[0]
+  assert ("process 0: call got the whole operand [0. 1. 2. 3. 4. 5. 6. 7.]"
+          in lines[0])
+  for i in (0, 1):
+    assert f"process {i}: every process is past its barrier" in lines[i]
+    assert sum(line.endswith("what: pmap") for line in lines[i]) == 2
+  assert not any("global sum" in line or "call got" in line
+                 for line in lines[1])
 
 
 # ------------------------------------------------- single process (no launch)
