@@ -42,9 +42,9 @@ import time
 def worker(args) -> None:
   """One process of the program."""
   import jax
-  if os.environ.get("JAX_PLATFORMS", "") == "cpu":
-    # CPU devices of different processes talk through gloo.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  # CPU devices of different processes talk through gloo (this only
+  # concerns the CPU backend; GPUs use their own collectives).
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if args.coordinator:
     jax.distributed.initialize(args.coordinator,
                                num_processes=args.num_processes,
