@@ -6,8 +6,8 @@ custom call that XLA uses for Python callbacks, and the context the lowering
 runs in (which devices, which sharding).  They all live here, so that a JAX
 upgrade is fixed in this one file.
 
-Checked against jax 0.8.0, 0.8.1, 0.9.0 and 0.10.2 (``scripts/check_jax.sh``
-runs the test suite against the oldest supported version).
+Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
+``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
 """
 from __future__ import annotations
 
