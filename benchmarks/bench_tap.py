@@ -5,7 +5,8 @@ Compares, in one run on the same machine: ``hostcb.id_tap``, ``hostcb.call``,
 callback at all.  Each variant runs a scan of ``--steps`` steps whose body
 sends the loop counter to the host; the time per step is the best of
 ``--repeats`` runs, after a warm-up run that compiles.  Every callback is
-counted: the table says whether all of them arrived.
+counted: the table says whether all of them arrived.  A second table gives the cost
+of one dispatch of a tiny jitted function that calls back once.
 
     python benchmarks/bench_tap.py [--steps 20000] [--repeats 5]
 """
@@ -17,7 +18,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import io_callback
 
 import hostcb
@@ -75,6 +75,32 @@ def measure(steps: int, repeats: int) -> list[tuple[str, float, bool]]:
   return rows
 
 
+def measure_dispatch(calls: int) -> list[tuple[str, float]]:
+  """Cost of one dispatch of a tiny jitted function that calls back once."""
+  def ignore(*args):
+    pass
+
+  variants = {
+      "no callback": lambda x: x + 1,
+      "hostcb.id_tap": lambda x: hostcb.id_tap(ignore, x) + 1,
+      "jax.debug.callback": lambda x: (jax.debug.callback(ignore, x), x + 1)[1],
+  }
+  rows = []
+  for name, fn in variants.items():
+    f = jax.jit(fn)
+    x = jnp.float32(1)
+    for _ in range(50):
+      f(x)
+    hostcb.barrier_wait()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+      out = f(x)
+    out.block_until_ready()
+    hostcb.barrier_wait()
+    rows.append((name, (time.perf_counter() - t0) / calls * 1e6))
+  return rows
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=20000)
@@ -98,6 +124,9 @@ def main() -> None:
         f"jax.debug.callback (target ≥ 5×); call is "
         f"{by_name['io_callback(ordered=True)'] / call:.1f}× cheaper than "
         f"io_callback (target ≥ 2×).")
+  print("\n| one dispatch of a jitted function | µs |\n|---|---:|")
+  for name, us in measure_dispatch(2000):
+    print(f"| {name} | {us:.1f} |")
 
 
 if __name__ == "__main__":

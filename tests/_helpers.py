@@ -6,9 +6,7 @@ import subprocess
 import sys
 import threading
 
-import pytest
 
-import hostcb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(REPO, "src")
@@ -58,16 +56,6 @@ class Stream:
       else:
         out[-1] += line
     return out
-
-
-@pytest.fixture(autouse=True)
-def _clean_barrier():
-  """Each test starts with no pending taps and no recorded exception."""
-  try:
-    hostcb.barrier_wait()
-  except hostcb.CallbackException:
-    pass
-  yield
 
 
 def run_python(code: str, *, env_extra: dict | None = None,

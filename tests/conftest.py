@@ -11,3 +11,21 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            f" --xla_force_host_platform_device_count={_N}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import pytest  # noqa: E402  (after the environment above)
+
+
+@pytest.fixture(autouse=True)
+def _clean_barrier():
+  """Each hostcb test starts with no pending taps and no recorded exception.
+
+  Only where the test module imported hostcb: other tests (subprocess ones)
+  do not start JAX here for nothing.
+  """
+  import sys
+  hostcb = sys.modules.get("hostcb")
+  if hostcb is not None:
+    try:
+      hostcb.barrier_wait()
+    except hostcb.CallbackException:
+      pass
+  yield

@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 import hostcb
-from _helpers import Recorder, _clean_barrier  # noqa: F401
+from _helpers import Recorder
 
 _compiles = []
 _compiles_lock = threading.Lock()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hostcb
-from _helpers import Recorder, _clean_barrier, run_python  # noqa: F401
+from _helpers import run_python
 
 
 @pytest.fixture

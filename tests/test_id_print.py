@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hostcb
-from _helpers import Stream, _clean_barrier  # noqa: F401
+from _helpers import Stream
 
 
 def printed(f, *args, **kwargs) -> str:

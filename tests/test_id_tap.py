@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 import hostcb
-from _helpers import Recorder, _clean_barrier  # noqa: F401
+from _helpers import Recorder
 
 
 # ------------------------------------------------------------------ values

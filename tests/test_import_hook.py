@@ -1,11 +1,8 @@
 """The legacy import path: from jax.experimental import host_callback."""
 import importlib.metadata
-import os
-import sys
 
 import pytest
 
-import hostcb
 from _helpers import run_python
 
 

@@ -1,5 +1,4 @@
 """Taps and calls under pmap, sharded jit (pjit style) and shard_map."""
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +7,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from _helpers import Recorder, _clean_barrier  # noqa: F401
+from _helpers import Recorder
 
 try:
   from jax import shard_map as _shard_map

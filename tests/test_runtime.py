@@ -4,13 +4,12 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax import lax
 
 import hostcb
 from hostcb import runtime
-from _helpers import Recorder, _clean_barrier, run_python  # noqa: F401
+from _helpers import Recorder, run_python
 
 
 def test_slow_tap_function_does_not_block_the_device():

@@ -5,7 +5,7 @@ import numpy as np
 from jax import lax
 
 import hostcb
-from _helpers import Recorder, _clean_barrier  # noqa: F401
+from _helpers import Recorder
 
 
 # -------------------------------------------------------------------- vmap

@@ -236,12 +236,7 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
   arrays (preceded by the partition id in per-device code) and that returns
   a tuple of arrays matching ``ctx.avals_out``.
   """
-  platforms = ctx.module_context.platforms
-  if len(platforms) > 1:
-    raise NotImplementedError(
-        "hostcb callbacks cannot be lowered for several platforms at once; "
-        f"got platforms={tuple(platforms)}")
-  platform = platforms[0]
+  platform = lowering_platform(ctx)
   placement, sharding = _placement(ctx, device_index)
   host_fn = make_host_fn(placement)
   target = _FFI_TARGETS.get(platform)
@@ -255,12 +250,7 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
         has_side_effect=has_side_effect, returns_token=False,
         sharding=sharding)
     return results
-  operands = list(args)
-  avals_in = list(ctx.avals_in)
-  avals_out = list(ctx.avals_out)
-  if placement.per_device:
-    operands.insert(0, _hlo.PartitionIdOp().result)
-    avals_in.insert(0, ShapedArray((), np.uint32))
+  operands, avals_in, avals_out = _operands(ctx, args, placement)
   token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
            else None)
   if token is not None:
@@ -301,6 +291,26 @@ def _emit_ffi_call(ctx, target: str, host_fn: Callable, operands, avals_in,
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(
         _mlir.TokenSet({token_effect: token_out})))
   return results
+
+
+def lowering_platform(ctx) -> str:
+  """The one platform a lowering runs for (``cpu``, ``cuda``, ``rocm``...)."""
+  platforms = ctx.module_context.platforms
+  if len(platforms) > 1:
+    raise NotImplementedError(
+        "hostcb callbacks cannot be lowered for several platforms at once; "
+        f"got platforms={tuple(platforms)}")
+  return platforms[0]
+
+
+def _operands(ctx, args, placement: Placement) -> tuple[list, list, list]:
+  """Operands and avals of a callback; per-device code gets the partition
+  id as a leading uint32 operand."""
+  operands, avals_in = list(args), list(ctx.avals_in)
+  if placement.per_device:
+    operands.insert(0, _hlo.PartitionIdOp().result)
+    avals_in.insert(0, ShapedArray((), np.uint32))
+  return operands, avals_in, list(ctx.avals_out)
 
 
 def _with_token(host_fn: Callable) -> Callable:
@@ -358,7 +368,6 @@ def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
 # over replicas (no devices), so they emit replica groups without channel
 # ids, and ``axis_index`` (whose own rule only knows SPMD contexts) is
 # lowered from the replica id.
-import inspect as _inspect
 import math as _math
 
 from jax._src.lax import parallel as _parallel
@@ -447,7 +456,7 @@ def lower_for_replicas(closed_jaxpr: Any, *, module_name: str,
       platforms=[platform], backend=None,
       axis_context=context, donated_args=list(donated),
       lowering_parameters=params)
-  accepted = _inspect.signature(_mlir.lower_jaxpr_to_module).parameters
+  accepted = inspect.signature(_mlir.lower_jaxpr_to_module).parameters
   kwargs = {k: v for k, v in kwargs.items() if k in accepted}
   result = _mlir.lower_jaxpr_to_module(module_name, closed_jaxpr, **kwargs)
   module = result.module
@@ -532,14 +541,9 @@ def xla_computation_from_proto(serialized: bytes) -> Any:
 
 # ---------------------------------------------------------- buffer_callback
 # (internals used by hostcb.buffer_callback go here)
-import inspect as _inspect  # noqa: E402
-
 from jax._src.lib import ffi as _ffi_lib  # noqa: E402
 
-# XLA's handles on the device memory and the execution state that a buffer
-# callback receives; hostcb wraps them (see hostcb.buffer_callback).
-RawBuffer = _ffi_lib.Buffer
-RawExecutionContext = _ffi_lib.ExecutionContext
+# The stage in which XLA runs a buffer callback (see hostcb.buffer_callback).
 ExecutionStage = _ffi_lib.ExecutionStage
 
 _BUFFER_TARGETS = {"cpu": "xla_buffer_python_cpu_callback",
@@ -579,21 +583,6 @@ def ffi_batching(prim: Primitive, args, dims, **params):
   """
   dims = [None if d is not_mapped else d for d in dims]
   return _ffi.ffi_batching_rule(prim, args, dims, **params)
-
-
-def lowering_platform(ctx) -> str:
-  """The one platform a lowering runs for (``cpu``, ``cuda``, ``rocm``...)."""
-  platforms = ctx.module_context.platforms
-  if len(platforms) > 1:
-    raise NotImplementedError(
-        "hostcb callbacks cannot be lowered for several platforms at once; "
-        f"got platforms={tuple(platforms)}")
-  return platforms[0]
-
-
-def supports_buffer_callback(platform: str) -> bool:
-  """Whether XLA has a buffer (in-place) Python callback for ``platform``."""
-  return platform in _BUFFER_TARGETS
 
 
 def runs_on_one_of_several_devices(ctx) -> bool:
@@ -678,12 +667,8 @@ def emit_buffer_callback(ctx, make_host_fn: Callable[[Placement, bool],
     aliases = {}
   elif command_buffer_compatible and platform != "cpu":
     target += "_cmd_buffer"
-  operands = list(args)
-  avals_in = list(ctx.avals_in)
-  avals_out = list(ctx.avals_out)
+  operands, avals_in, avals_out = _operands(ctx, args, placement)
   if placement.per_device:
-    operands.insert(0, _hlo.PartitionIdOp().result)
-    avals_in.insert(0, ShapedArray((), np.uint32))
     aliases = {i + 1: o for i, o in aliases.items()}
   token = None
   if has_side_effect and ordered_effect is not None:
