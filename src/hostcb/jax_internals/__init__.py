@@ -1,0 +1,37 @@
+"""Every use of JAX internals (``jax._src``) in hostcb, and nothing else.
+
+hostcb needs a few things that JAX does not expose publicly: defining a
+primitive with an effect and its transformation rules, lowering it to XLA
+custom calls, the context the lowering runs in (which devices, which
+sharding), lowering per replica for ``xla_computation``, and the buffer
+custom call of ``buffer_callback``.  They live in this package, one module
+per concern, so that a JAX upgrade is fixed here:
+
+* :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
+* :mod:`.lowering`: placement of callbacks and the custom calls they emit;
+* :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
+* :mod:`.buffers`: the buffer custom call of ``buffer_callback``.
+
+Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
+``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
+"""
+from hostcb.jax_internals.buffers import *  # noqa: F401,F403
+from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
+                                         emit_buffer_callback, ffi_batching,
+                                         runs_on_one_of_several_devices,
+                                         same_shape_and_dtype)
+from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
+                                      host_callback_effect, is_tracer,
+                                      new_primitive, no_effects, not_mapped,
+                                      register_batching,
+                                      register_config_options, register_jvp,
+                                      register_lowering, register_transpose,
+                                      rematerialize_on_backward_pass,
+                                      wait_at_process_barrier,
+                                      wait_for_this_threads_computations)
+from hostcb.jax_internals.lowering import (Placement, emit_host_callback,
+                                          lowering_platform)
+from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
+                                          tiled_sharding_text,
+                                          to_xla_computation,
+                                          xla_computation_from_proto)

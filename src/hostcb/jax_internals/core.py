@@ -1,0 +1,188 @@
+"""Effects, primitives and their rule registries, and the jax.config knobs.
+
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
+checked against jax 0.8.0 and 0.10.2.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import debugging as _debugging
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters import batching as _batching
+from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import partial_eval as _pe
+
+ShapedArray = _core.ShapedArray
+Primitive = _core.Primitive
+no_effects = _core.no_effects
+not_mapped = None  # how batching rules mark an unbatched operand
+
+
+# ----------------------------------------------------------------- effects
+class HostCallbackEffect(_effects.Effect):
+  """The effect of a tap or an impure call: the host sees it happen.
+
+  It is ordered in JAX's sense: a token threads through the callbacks of a
+  computation (and from one dispatched computation to the next), because
+  XLA may otherwise run independent side-effecting custom calls in any
+  order.  It is also "shardable", so that multi-device computations accept
+  it; within one device the host still sees its callbacks in program order.
+  """
+
+  def __str__(self) -> str:
+    return "HostCallback"
+
+
+host_callback_effect = HostCallbackEffect()
+
+
+def _keep_token_chain_per_computation() -> None:
+  """The token of our effect orders callbacks within one computation only.
+
+  JAX also passes an ordered effect's token from one dispatched computation
+  to the next; when one fails asynchronously (a ``call`` whose callback
+  raised, under pmap), its error token would fail every later computation
+  of the thread.  Computations already run in dispatch order on a device,
+  so hostcb does not chain them: each gets a fresh token.
+  """
+  cls = getattr(_dispatch, "RuntimeTokenSet", None)
+  original = getattr(cls, "set_token_result", None)
+  if original is None or getattr(original, "_hostcb", False):
+    return
+
+  def set_token_result(self, eff, token):
+    if isinstance(eff, HostCallbackEffect):
+      return
+    original(self, eff, token)
+
+  # Since the token is not chained, every computation on the same devices
+  # can start from the same ready token: make it once per device tuple
+  # instead of copying it to the devices at every dispatch.
+  original_get = cls.get_token_input
+  fresh_tokens: dict = {}
+
+  def get_token_input(self, eff, devices):
+    if not isinstance(eff, HostCallbackEffect):
+      return original_get(self, eff, devices)
+    key = tuple(devices)
+    token = fresh_tokens.get(key)
+    if token is None:
+      self.current_tokens.pop(eff, None)
+      token = fresh_tokens[key] = original_get(self, eff, devices)
+      self.current_tokens.pop(eff, None)
+    return token
+
+  set_token_result._hostcb = True
+  cls.set_token_result = set_token_result
+  cls.get_token_input = get_token_input
+
+
+_keep_token_chain_per_computation()
+
+
+def wait_for_this_threads_computations() -> None:
+  """Waits for the computations this thread dispatched to finish.
+
+  A computation that failed already reported its error to its caller; its
+  error does not make this wait fail.
+  """
+  try:
+    _dispatch.runtime_tokens.block_until_ready()
+  except Exception:  # noqa: BLE001
+    _dispatch.runtime_tokens.clear()
+
+
+for _effect_set in (_effects.ordered_effects,
+                    _effects.shardable_ordered_effects,
+                    _effects.lowerable_effects,
+                    _effects.control_flow_allowed_effects,
+                    _effects.remat_allowed_effects,
+                    _effects.custom_derivatives_allowed_effects,
+                    _effects.partial_eval_kept_effects):
+  _effect_set.add_type(HostCallbackEffect)
+
+
+# -------------------------------------------------------------- primitives
+def new_primitive(name: str) -> Primitive:
+  """A multiple-results primitive whose lowering may ask for the devices."""
+  prim = _core.Primitive(name)
+  prim.multiple_results = True
+  # Makes jit pass the device assignment to the lowering, even for a single
+  # device, so the host side knows which device a callback comes from.
+  _dispatch.prim_requires_devices_during_lowering.add(prim)
+  prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
+  return prim
+
+
+def apply_compiled(prim: Primitive, *args, **params):
+  """Runs ``prim`` eagerly as a compiled computation (cached per params)."""
+  return _dispatch.apply_primitive(prim, *args, **params)
+
+
+def register_jvp(prim: Primitive, rule: Callable) -> None:
+  _ad.primitive_jvps[prim] = rule
+
+
+def register_transpose(prim: Primitive, rule: Callable) -> None:
+  _ad.primitive_transposes[prim] = rule
+
+
+def register_batching(prim: Primitive, rule: Callable) -> None:
+  _batching.primitive_batchers[prim] = rule
+
+
+def rematerialize_on_backward_pass(prim: Primitive) -> None:
+  """Under ``checkpoint``, also run ``prim`` again when residuals are rebuilt.
+
+  Without this rule partial evaluation keeps an effectful equation only in
+  the forward pass; legacy taps ran again during rematerialization.
+  """
+  _pe.partial_eval_jaxpr_custom_rules[prim] = functools.partial(
+      _debugging._debug_partial_eval_custom, primitive=prim)
+
+
+def register_lowering(prim: Primitive, rule: Callable) -> None:
+  _mlir.register_lowering(prim, rule)
+
+
+# ----------------------------------------------------------- jax.config
+def register_config_options(on_update: Callable[[str, Any], None],
+                            inline: bool, max_queue_bytes: int) -> None:
+  """Makes ``jax.config.update('jax_host_callback_...', v)`` work again."""
+  for name, make, default in (
+      ("jax_host_callback_inline", _config.bool_state, inline),
+      ("jax_host_callback_max_queue_byte_size", _config.int_state,
+       max_queue_bytes)):
+    try:
+      make(name=name, default=default,
+           help="hostcb: see hostcb.config",
+           update_global_hook=functools.partial(on_update, name))
+    except Exception:  # already defined (e.g. module reloaded): keep going
+      pass
+
+def is_tracer(x: Any) -> bool:
+  return isinstance(x, _core.Tracer)
+
+
+def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
+  """Waits in JAX's distributed runtime until every process reaches
+  ``barrier_id`` (each id may be used once).
+
+  Returns False at once, without waiting, if ``jax.distributed`` is not
+  initialized in this process.  Raises ``jax.errors.JaxRuntimeError``
+  (``DEADLINE_EXCEEDED: ...``) if some process is not there within
+  ``timeout_ms``.
+  """
+  from jax._src import distributed as _distributed
+  client = _distributed.global_state.client
+  if client is None:
+    return False
+  client.wait_at_barrier(barrier_id, int(timeout_ms))
+  return True
+

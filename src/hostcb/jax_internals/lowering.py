@@ -1,0 +1,180 @@
+"""Lowering of callbacks to XLA custom calls: placement, operands, tokens.
+
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
+checked against jax 0.8.0 and 0.10.2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from jax._src import callback as _callback
+from jax._src import core as _core
+from jax._src import ffi as _ffi
+from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import mlir as _mlir
+from jax._src.lib.mlir.dialects import hlo as _hlo
+
+from hostcb.jax_internals.core import ShapedArray, host_callback_effect
+
+
+# ---------------------------------------------------------------- lowering
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """Where a lowered callback runs, as seen from the host.
+
+  ``devices`` indexes the computation's devices; ``per_device`` is True in
+  per-device (pmap, shard_map) code, where every device calls the host and
+  the host function receives the partition id as a leading uint32 operand.
+  Otherwise one device, ``devices[device_index]``, calls the host.
+  """
+  devices: tuple | None
+  per_device: bool
+  device_index: int
+
+
+def _placement(ctx, device_index: int) -> tuple[Placement, Any]:
+  axis_context = ctx.module_context.axis_context
+  if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
+    mesh = axis_context.mesh
+    devices = getattr(mesh, "_flat_devices_tuple", None)
+    sharding = _callback._callback_op_sharding(axis_context, None,
+                                               ctx.avals_out)
+    return Placement(devices, True, 0), sharding
+  if isinstance(axis_context, _sharding_impls.ShardingContext):
+    devices = axis_context.device_assignment
+    n = axis_context.num_devices
+    if n == 1:
+      device_index = 0  # a one-device computation taps where it runs
+    elif not 0 <= device_index < n:
+      raise ValueError(
+          f"device_index must name one of the {n} devices of the computation "
+          f"(0 to {n - 1}); got device_index={device_index}")
+    single = None
+    if devices is not None and n > 1:
+      single = _sharding_impls.SingleDeviceSharding(devices[device_index])
+    sharding = _callback._callback_op_sharding(axis_context, single,
+                                               ctx.avals_out)
+    return Placement(devices, False, device_index), sharding
+  return Placement(None, False, 0), None
+
+
+_FFI_TARGETS = {"cpu": "xla_ffi_python_cpu_callback",
+                "cuda": "xla_ffi_python_gpu_callback",
+                "rocm": "xla_ffi_python_gpu_callback"}
+
+
+def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
+                       args: Sequence[Any], *, device_index: int,
+                       has_side_effect: bool) -> Sequence[Any]:
+  """Lowers a call of a host function on the operands ``args``.
+
+  ``make_host_fn(placement)`` returns the function that XLA calls with NumPy
+  arrays (preceded by the partition id in per-device code) and that returns
+  a tuple of arrays matching ``ctx.avals_out``.
+  """
+  platform = lowering_platform(ctx)
+  placement, sharding = _placement(ctx, device_index)
+  host_fn = make_host_fn(placement)
+  target = _FFI_TARGETS.get(platform)
+  if target is None:
+    # Other platforms (TPU) go through JAX's send/recv based callbacks.
+    if placement.per_device:
+      raise NotImplementedError(
+          f"hostcb per-device callbacks are not supported on {platform}")
+    results, _, _ = _callback.emit_python_callback(
+        ctx, host_fn, None, list(args), ctx.avals_in, ctx.avals_out,
+        has_side_effect=has_side_effect, returns_token=False,
+        sharding=sharding)
+    return results
+  operands, avals_in, avals_out = _operands(ctx, args, placement)
+  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
+           else None)
+  if token is not None:
+    # The token keeps the callbacks of a computation in program order: XLA
+    # may reorder side-effecting custom calls that do not depend on each
+    # other.
+    operands.insert(0, token)
+    avals_in.insert(0, _core.abstract_token)
+    avals_out.insert(0, _core.abstract_token)
+    host_fn = _with_token(host_fn)
+    sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
+  return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
+                        has_side_effect=has_side_effect, sharding=sharding,
+                        token_effect=(host_callback_effect if token is not None
+                                      else None))
+
+
+def _emit_ffi_call(ctx, target: str, host_fn: Callable, operands, avals_in,
+                   avals_out, *, has_side_effect: bool, sharding,
+                   token_effect=None, aliases=None) -> list:
+  """Emits the custom call ``target`` of the host function ``host_fn``.
+
+  With ``token_effect``, the first operand and result are that effect's
+  token, which becomes the computation's current token for the effect.
+  """
+  lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
+  ctx.module_context.add_host_callback(host_fn)
+  index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
+  op = _ffi.build_ffi_lowering_function(
+      target, has_side_effect=has_side_effect,
+      operand_output_aliases=aliases or None)(lower_ctx, *operands,
+                                              index=index)
+  if sharding is not None:
+    _set_sharding(ctx.module_context, op, sharding)
+  results = list(op.results)
+  if token_effect is not None:
+    token_out, *results = results
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+        _mlir.TokenSet({token_effect: token_out})))
+  return results
+
+
+def lowering_platform(ctx) -> str:
+  """The one platform a lowering runs for (``cpu``, ``cuda``, ``rocm``...)."""
+  platforms = ctx.module_context.platforms
+  if len(platforms) > 1:
+    raise NotImplementedError(
+        "hostcb callbacks cannot be lowered for several platforms at once; "
+        f"got platforms={tuple(platforms)}")
+  return platforms[0]
+
+
+def _operands(ctx, args, placement: Placement) -> tuple[list, list, list]:
+  """Operands and avals of a callback; per-device code gets the partition
+  id as a leading uint32 operand."""
+  operands, avals_in = list(args), list(ctx.avals_in)
+  if placement.per_device:
+    operands.insert(0, _hlo.PartitionIdOp().result)
+    avals_in.insert(0, ShapedArray((), np.uint32))
+  return operands, avals_in, list(ctx.avals_out)
+
+
+def _with_token(host_fn: Callable) -> Callable:
+  def host_fn_with_token(token, *arrays):
+    return (token, *host_fn(*arrays))
+  return host_fn_with_token
+
+
+def _with_token_sharding(sharding, has_results: bool):
+  """Adds the token's entry to a Shardy per-result sharding annotation."""
+  sdy_list = getattr(_sharding_impls, "SdyArrayList", None)
+  if (sharding is None or not has_results or sdy_list is None
+      or not isinstance(sharding, sdy_list)):
+    return sharding
+  first = sharding.shardings[0]
+  token_sharding = _sharding_impls.SdyArray(
+      mesh_shape=(), dim_shardings=(),
+      logical_device_ids=first.logical_device_ids)
+  return sdy_list((token_sharding, *sharding.shardings))
+
+
+def _set_sharding(module_context, op, sharding) -> None:
+  # jax < 0.9 takes (op, sharding); later versions also the module context.
+  if "ctx" in inspect.signature(_mlir.set_sharding).parameters:
+    _mlir.set_sharding(module_context, op, sharding)
+  else:
+    _mlir.set_sharding(op, sharding)
+
