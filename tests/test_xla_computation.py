@@ -60,24 +60,24 @@ def test_simple_namespace_example_argument_gives_same_hlo_as_a_value():
 
 def test_shape_dtype_struct_example_argument():
   c = xla_computation(lambda x: x * 2)(jax.ShapeDtypeStruct((5, 2), jnp.int32))
-  assert repr(c.program_shape()) == "(p0: s32[5,2]) -> (s32[5,2])"
+  assert repr(c.program_shape()) == "(Arg_0: s32[5,2]) -> (s32[5,2])"
 
 
 def test_pytree_and_keyword_arguments_become_parameters_in_order():
   c = xla_computation(lambda d, *, y: d["a"] + d["b"][0] + y)(
       {"a": 1., "b": [jnp.ones(2)]}, y=jnp.ones(2))
   assert repr(c.program_shape()) == \
-      "(p0: f32[], p1: f32[2], p2: f32[2]) -> (f32[2])"
+      "(Arg_0: f32[], Arg_1: f32[2], Arg_2: f32[2]) -> (f32[2])"
 
 
 def test_unused_arguments_stay_parameters():
   c = xla_computation(lambda x, y: x)(1., jnp.ones(3, jnp.int32))
-  assert repr(c.program_shape()) == "(p0: f32[], p1: s32[3]) -> (f32[])"
+  assert repr(c.program_shape()) == "(Arg_0: f32[], Arg_1: s32[3]) -> (f32[])"
 
 
 def test_no_outputs_give_an_empty_result_tuple():
   assert repr(xla_computation(lambda x: ())(1.).program_shape()) == \
-      "(p0: f32[]) -> ()"
+      "(Arg_0: f32[]) -> ()"
 
 
 def test_invalid_example_argument_names_its_position():
@@ -88,7 +88,8 @@ def test_invalid_example_argument_names_its_position():
 
 
 def test_non_callable_is_rejected():
-  with pytest.raises(TypeError, match="expects a callable; got 3"):
+  with pytest.raises(TypeError, match=r"^Expected a callable value, got 3 "
+                     r"\(xla_computation expects a callable\)$"):
     xla_computation(3)
 
 
@@ -207,13 +208,13 @@ def test_malformed_axis_env_is_rejected(axis_env, error, message):
 def test_static_argnums_fold_in_constants_and_drop_parameters():
   c = xla_computation(lambda x, n, y: x * n + y, static_argnums=1)(
       1., 3, jnp.ones(2))
-  assert repr(c.program_shape()) == "(p0: f32[], p1: f32[2]) -> (f32[2])"
+  assert repr(c.program_shape()) == "(Arg_0: f32[], Arg_1: f32[2]) -> (f32[2])"
   assert "f32[] constant(3)" in c.as_hlo_text()
 
 
 def test_negative_static_argnum_counts_from_the_end():
   c = xla_computation(lambda x, n: x * n, static_argnums=(-1,))(1., 7)
-  assert repr(c.program_shape()) == "(p0: f32[]) -> (f32[])"
+  assert repr(c.program_shape()) == "(Arg_0: f32[]) -> (f32[])"
   assert "f32[] constant(7)" in c.as_hlo_text()
 
 
@@ -388,7 +389,7 @@ def test_dot_graph_is_graphviz_source_of_the_entry_computation():
 
 def test_hlo_module_view_names_the_module_and_its_computations():
   module = xla_computation(lambda x: jnp.sin(x))(1.).as_hlo_module()
-  assert module.name == "xla_computation__lambda"
+  assert module.name == "xla_computation__lambda_"
   assert module.to_string().startswith("HloModule xla_computation__lambda")
   assert module.computations()[-1].name.startswith("main.")
 
@@ -456,4 +457,114 @@ def test_no_device_transfer_happens_for_example_arguments():
     warnings.simplefilter("error")
     c = xla_computation(lambda x: x * 2)(big)
   assert repr(c.program_shape()) == \
-      "(p0: f32[2147483648]) -> (f32[2147483648])"
+      "(Arg_0: f32[2147483648]) -> (f32[2147483648])"
+
+
+# ---------------------------------------- legacy fidelity (issue 8, item 8)
+def test_module_to_string_takes_hlo_print_options_showing_named_call():
+  from hostcb.xla_computation import HloPrintOptions
+
+  @jax.named_call
+  def my_test_function(x):
+    return x ** 2
+
+  c = xla_computation(jax.jit(my_test_function))(2.)
+  options = HloPrintOptions.short_parsable()
+  options.print_metadata = True
+  with_metadata = c.as_hlo_module().to_string(options)
+  assert 'op_name="my_test_function/integer_pow"' in with_metadata
+  assert "op_name" not in c.as_hlo_module().to_string(
+      HloPrintOptions.short_parsable())
+
+
+def test_module_to_string_rejects_other_options():
+  module = xla_computation(lambda x: x)(1.).as_hlo_module()
+  with pytest.raises(TypeError, match=r"options must be an HloPrintOptions "
+                     r".* or None; got 'short'"):
+    module.to_string("short")
+
+
+def _pmap_mean(x):
+  return jax.pmap(jnp.mean)(x)
+
+
+def test_pmap_of_more_replicas_than_devices_stages_out():
+  assert jax.local_device_count() < 8
+  c = xla_computation(_pmap_mean)(jnp.arange(8))
+  assert repr(c.program_shape()) == "(Arg_0: s32[8]) -> (f32[8])"
+  text = c.as_hlo_text()
+  assert _groups(text) == ["{{0,1,2,3,4,5,6,7}}"]
+  assert "s32[1]{0} dynamic-slice(" in text
+  assert "f32[8]{0} dynamic-update-slice(" in text
+
+
+def test_pmap_axis_is_inner_to_the_axis_env():
+  def f(x):
+    return jax.pmap(lambda a: lax.psum(a, ("i", "j")), "j")(x)
+  text = xla_computation(f, axis_env=[("i", 2)])(jnp.ones(3)).as_hlo_text()
+  # legacy: the psum over both axes, then the unsharding sum over 'j'
+  assert _groups(text) == ["{{0,1,2,3,4,5}}", "{{0,1,2},{3,4,5}}"]
+
+
+def test_pmap_with_unmapped_argument_and_output():
+  def f(x, y):
+    return jax.pmap(lambda a, b: (a + b, lax.psum(b, "i")), "i",
+                    in_axes=(0, None), out_axes=(0, None))(x, y)
+  c = xla_computation(f)(jnp.ones((4, 3)), jnp.ones(3))
+  assert repr(c.program_shape()) == (
+      "(Arg_0: f32[4,3], Arg_1: f32[3]) -> (f32[4,3], f32[3])")
+  assert _groups(c.as_hlo_text()) == ["{{0,1,2,3}}", "{{0,1,2,3}}"]
+
+
+def test_pmap_axis_index_counts_replicas():
+  text = xla_computation(
+      lambda x: jax.pmap(lambda a: a * lax.axis_index("i"), "i")(x))(
+          jnp.ones(8)).as_hlo_text()
+  assert "u32[] replica-id()" in text
+  assert "u32[] constant(8)" in text
+
+
+def test_nested_pmap_is_refused_with_a_hint():
+  f = lambda x: jax.pmap(jax.pmap(lambda a: a, "j"), "i")(x)  # noqa: E731
+  with pytest.raises(NotImplementedError, match=r"a pmap inside another pmap"
+                     r" is not supported \(inner axis 'j'\); give the outer "
+                     r"axes in axis_env"):
+    xla_computation(f)(jnp.ones((2, 3)))
+
+
+def test_pmap_still_runs_after_xla_computation_staged_one():
+  xla_computation(_pmap_mean)(jnp.arange(8))
+  n = jax.local_device_count()
+  np.testing.assert_array_equal(jax.pmap(lambda x: x * 2)(jnp.arange(n)),
+                                2 * np.arange(n))
+
+
+def test_lambda_module_name_keeps_the_trailing_underscore():
+  assert xla_computation(lambda x: x)(1.).as_hlo_text().startswith(
+      "HloModule xla_computation__lambda_, ")
+
+
+def test_program_shape_names_a_tupled_parameter_arg_tuple():
+  c = xla_computation(lambda x, y: x + y, tuple_args=True)(1., 2.)
+  assert repr(c.program_shape()) == "(arg_tuple: (f32[], f32[])) -> (f32[])"
+
+
+def test_static_argnum_out_of_range_says_what_legacy_said():
+  with pytest.raises(ValueError, match=re.escape(
+      "jitted function has static_argnums=(2,), donate_argnums=() but was "
+      "called with only 2 positional arguments.")):
+    xla_computation(lambda x, n: x * n, static_argnums=2)(1., 3)
+
+
+def test_non_array_argument_says_what_legacy_said():
+  with pytest.raises(TypeError, match=re.escape(
+      "Argument 'a' of type <class 'str'> is not a valid JAX type (argument "
+      "0 must be")):
+    xla_computation(lambda x: x)("a")
+
+
+def test_unbound_axis_name_says_what_legacy_said():
+  with pytest.raises(NameError, match=re.escape(
+      "unbound axis name: k. The following axis names (e.g. defined by pmap)"
+      " are available to collective operations: ['i', 'j']. ")):
+    xla_computation(lambda x: lax.psum(x, "k"), axis_env=IJ)(1.)

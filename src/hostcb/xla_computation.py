@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import numpy as np
@@ -25,7 +26,15 @@ import jax
 from hostcb import jax_internals as _internals
 
 __all__ = ["xla_computation", "XlaComputation", "ProgramShape", "Shape",
-           "HloModule", "HloComputation", "HloInstruction"]
+           "HloModule", "HloComputation", "HloInstruction", "HloPrintOptions"]
+
+HloPrintOptions = _internals.HloPrintOptions
+"""XLA's options for printing HLO text, for :meth:`HloModule.to_string`.
+
+Legacy code reached it as ``xla_client._xla.HloPrintOptions``, which no
+longer exists: ``HloPrintOptions.short_parsable()``, then set attributes
+such as ``print_metadata`` or ``print_large_constants``.
+"""
 
 #: With ``tuple_args=None``, more positional leaves than this give one tuple.
 TUPLE_ARGS_THRESHOLD = 100
@@ -109,10 +118,16 @@ class Shape:
 class ProgramShape:
   """The parameter shapes and the result shape of a computation."""
 
-  def __init__(self, xla_program_shape: Any):
-    self._text = repr(xla_program_shape)
+  def __init__(self, xla_program_shape: Any,
+               names: Sequence[str] | None = None):
     self._params = tuple(Shape(s) for s in xla_program_shape.parameter_shapes())
     self._result = Shape(xla_program_shape.result_shape())
+    self._text = repr(xla_program_shape)
+    if names is not None and len(names) == len(self._params):
+      # XLA now calls them p0, p1, ...; legacy: Arg_0, ... or arg_tuple.
+      self._text = re.sub(
+          r"(^\(|, )p(\d+): ",
+          lambda m: f"{m.group(1)}{names[int(m.group(2))]}: ", self._text)
 
   def parameter_shapes(self) -> list[Shape]:
     """One shape per parameter of the entry computation."""
@@ -200,9 +215,21 @@ class HloModule:
     """The module name, e.g. ``xla_computation_f``."""
     return self._module.name
 
-  def to_string(self) -> str:
-    """The module as HLO text."""
-    return self._module.to_string()
+  def to_string(self, options: Any = None) -> str:
+    """The module as HLO text, printed as ``options`` say.
+
+    ``options`` is XLA's :class:`HloPrintOptions` (also exported by this
+    module), e.g. ``HloPrintOptions.short_parsable()`` with
+    ``print_metadata = True`` to see the op names of ``jax.named_call``;
+    None prints with XLA's defaults.
+    """
+    if options is None:
+      return self._module.to_string()
+    if not isinstance(options, HloPrintOptions):
+      raise TypeError("HloModule.to_string: options must be an "
+                      "HloPrintOptions (hostcb.xla_computation.HloPrintOptions,"
+                      f" XLA's own class) or None; got {options!r}")
+    return self._module.to_string(options)
 
   def computations(self) -> list[HloComputation]:
     """Every computation of the module, the entry computation last."""
@@ -254,8 +281,13 @@ class XlaComputation:
   get_hlo_module = as_hlo_module
 
   def program_shape(self) -> ProgramShape:
-    """Parameter shapes and result (tuple) shape of the entry computation."""
-    return ProgramShape(self._computation.program_shape())
+    """Parameter shapes and result (tuple) shape of the entry computation.
+
+    Its text names the parameters as legacy did (``Arg_0``, ...,
+    ``arg_tuple``), after the parameter instructions of the HLO.
+    """
+    return ProgramShape(self._computation.program_shape(),
+                        _parameter_names(self.as_hlo_text()))
 
   def hash(self) -> int:
     """XLA's fingerprint of the HLO module."""
@@ -263,6 +295,22 @@ class XlaComputation:
 
   def __repr__(self) -> str:
     return f"<hostcb.XlaComputation {self.name()}>"
+
+
+_PARAMETER = re.compile(r"^\s*(?:ROOT )?(\S+?)(?:\.\d+)? = .* parameter\((\d+)\)")
+
+
+def _parameter_names(hlo_text: str) -> list[str]:
+  """The entry computation's parameter names, in parameter order."""
+  entry = hlo_text[hlo_text.find("\nENTRY "):]
+  found = {}
+  for line in entry.splitlines()[1:]:
+    if line.startswith("}"):
+      break
+    match = _PARAMETER.match(line)
+    if match:
+      found[int(match.group(2))] = match.group(1)
+  return [found[i] for i in sorted(found)]
 
 
 # ------------------------------------------------------ argument checking
@@ -328,13 +376,17 @@ def _platform(backend: Any) -> str:
   return name
 
 
-def _positions(argnums: tuple[int, ...], nargs: int, what: str) -> set[int]:
+def _positions(argnums: tuple[int, ...], nargs: int, what: str,
+               static: tuple[int, ...], donate: tuple[int, ...]) -> set[int]:
   positions = set()
   for i in argnums:
     j = i + nargs if i < 0 else i
     if not 0 <= j < nargs:
-      raise ValueError(f"{what} refers to argument {i}, but the function was "
-                       f"given {nargs} positional argument(s)")
+      raise ValueError(
+          f"jitted function has static_argnums={static}, donate_argnums="
+          f"{donate} but was called with only {nargs} positional "
+          f"argument{'' if nargs == 1 else 's'}. ({what} refers to argument "
+          f"{i}, but the function was given {nargs} positional argument(s))")
     positions.add(j)
   return positions
 
@@ -343,6 +395,11 @@ def _function_name(fun: Callable) -> str:
   while isinstance(fun, functools.partial):
     fun = fun.func
   return getattr(fun, "__name__", type(fun).__name__)
+
+
+def _module_name(name: str) -> str:
+  """``xla_computation_`` and the name, other characters as ``_`` (legacy)."""
+  return "xla_computation_" + re.sub(r"[^\w.-]", "_", name)
 
 
 # ------------------------------------------------------- example arguments
@@ -360,8 +417,9 @@ def _example(leaf: Any, where: str) -> Any:
     except TypeError as e:
       raise TypeError(f"{where}: shape {leaf.shape!r} and dtype "
                       f"{leaf.dtype!r} do not describe an array ({e})") from e
-  raise TypeError(f"{where} must be an array, a scalar or an object with "
-                  f"shape and dtype; got {type(leaf).__name__} {leaf!r}")
+  raise TypeError(f"Argument {leaf!r} of type {type(leaf)} is not a valid "
+                  f"JAX type ({where} must be an array, a scalar or an object "
+                  f"with shape and dtype; got {type(leaf).__name__} {leaf!r})")
 
 
 def _where(path: tuple) -> str:
@@ -480,7 +538,8 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
     ``return_shape`` is true.
   """
   if not callable(fun):
-    raise TypeError(f"xla_computation expects a callable; got {fun!r}")
+    raise TypeError(f"Expected a callable value, got {fun!r} "
+                    "(xla_computation expects a callable)")
   static = _argnums(static_argnums, "static_argnums")
   donate = _argnums(donate_argnums, "donate_argnums")
   env = _axis_env(axis_env)
@@ -493,8 +552,8 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
 
   def computation_maker(*args, **kwargs):
     nargs = len(args)
-    static_at = _positions(static, nargs, "static_argnums")
-    donate_at = _positions(donate, nargs, "donate_argnums")
+    static_at = _positions(static, nargs, "static_argnums", static, donate)
+    donate_at = _positions(donate, nargs, "donate_argnums", static, donate)
     if static_at & donate_at:
       raise ValueError("an argument cannot be both static and donated; "
                        f"positions {sorted(static_at & donate_at)} are in "
@@ -508,12 +567,18 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
       return fun(*full, **dyn_kwargs)
 
     try:
-      closed, out_info = jax.make_jaxpr(
-          with_statics, axis_env=list(env) or None,
-          return_shape=True)(*examples, **example_kwargs)
+      with _internals.staging_pmaps():
+        closed, out_info = jax.make_jaxpr(
+            with_statics, axis_env=list(env) or None,
+            return_shape=True)(*examples, **example_kwargs)
     except NameError as e:
-      raise NameError(f"{e} (xla_computation binds the axis names of "
-                      f"axis_env, here {[n for n, _ in env]})") from e
+      match = re.search(r"unbound axis name: (.*?)\. ", str(e))
+      legacy = "" if match is None else (
+          f"unbound axis name: {match.group(1)}. The following axis names "
+          "(e.g. defined by pmap) are available to collective operations: "
+          f"{[n for n, _ in env]}. ")
+      raise NameError(f"{legacy}{e} (xla_computation binds the axis names "
+                      f"of axis_env, here {[n for n, _ in env]})") from e
     in_avals = closed.in_avals
     out_avals = closed.out_avals
 
@@ -535,7 +600,7 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
       result_texts = _sharding_texts(result_specs, out_avals, "out_parts")
 
     module = _internals.lower_for_replicas(
-        closed, module_name=f"xla_computation_{name}", axis_env=env,
+        closed, module_name=_module_name(name), axis_env=env,
         platform=platform, donated=donated)
     if arg_texts is not None or result_texts is not None:
       _internals.annotate_shardings(

@@ -35,3 +35,4 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           tiled_sharding_text,
                                           to_xla_computation,
                                           xla_computation_from_proto)
+from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
