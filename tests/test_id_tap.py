@@ -467,3 +467,74 @@ def test_same_tap_twice_compiles_and_runs_each_time():
   f(2.)
   hostcb.barrier_wait()
   assert [float(a) for a in rec.args] == [1., 2.]
+
+
+# ------------------------------------------------ returned values (as legacy)
+def test_eager_python_float_comes_back_as_float32_array():
+  out = hostcb.id_tap(Recorder(), 3.)
+  hostcb.barrier_wait()
+  assert isinstance(out, jax.Array)
+  assert out.dtype == np.float32 and out.weak_type
+  assert float(out) == 3.
+
+
+def test_eager_numpy_int64_comes_back_as_canonical_int32():
+  out = hostcb.id_tap(Recorder(), np.array([2**31 - 1]))
+  hostcb.barrier_wait()
+  assert isinstance(out, jax.Array) and out.dtype == np.int32
+  assert out.tolist() == [2**31 - 1]
+
+
+def test_eager_tuple_of_numbers_comes_back_as_arrays():
+  a, b = hostcb.id_tap(Recorder(), (1, 2.))
+  hostcb.barrier_wait()
+  assert (a.dtype, b.dtype) == (np.int32, np.float32)
+
+
+def test_jvp_tangent_of_tapped_value_is_an_array():
+  _, t = jax.jvp(lambda x: 2. * hostcb.id_tap(Recorder(), x), (3.,), (1.,))
+  hostcb.barrier_wait()
+  assert isinstance(t, jax.Array) and float(t) == 2.
+
+
+# ---------------------------------------------------------------- PRNG keys
+def test_new_style_key_is_tapped_as_its_key_data():
+  rec = Recorder()
+  key = jax.random.key(0)
+  out = jax.jit(lambda k: hostcb.id_tap(rec, k))(key)
+  hostcb.barrier_wait()
+  assert rec.args[0].dtype == np.uint32
+  np.testing.assert_array_equal(rec.args[0], jax.random.key_data(key))
+  assert jax.dtypes.issubdtype(out.dtype, jax.dtypes.prng_key)
+  np.testing.assert_array_equal(jax.random.key_data(out),
+                                jax.random.key_data(key))
+
+
+def test_key_in_a_pytree_is_tapped_eagerly_and_comes_back_a_key():
+  rec = Recorder()
+  key = jax.random.key(1)
+  out_key, out_x = hostcb.id_tap(rec, (key, 2.))
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(rec.args[0][0], jax.random.key_data(key))
+  assert jax.dtypes.issubdtype(out_key.dtype, jax.dtypes.prng_key)
+  assert float(out_x) == 2.
+
+
+def test_legacy_prngkey_with_custom_prng_enabled_taps_and_returns_result():
+  rec = Recorder()
+  with jax.enable_custom_prng():
+    key = jax.random.PRNGKey(0)
+    out = jax.jit(lambda k: hostcb.id_tap(rec, k, result=k))(key)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(rec.args[0], jax.random.key_data(key))
+  np.testing.assert_array_equal(jax.random.key_data(out),
+                                jax.random.key_data(key))
+
+
+def test_vmap_of_tapped_keys_taps_batched_key_data():
+  rec = Recorder()
+  keys = jax.random.split(jax.random.key(0), 3)
+  jax.vmap(lambda k: hostcb.id_tap(rec, k))(keys)
+  hostcb.barrier_wait()
+  assert rec.args[0].shape == (3, 2)
+  assert rec.transforms == [(("batch", {"batch_dims": (0,)}),)]

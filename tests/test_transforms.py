@@ -1,7 +1,11 @@
 """Taps under vmap, jvp, grad, checkpoint and custom derivatives."""
+import contextlib
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import hostcb
@@ -278,3 +282,130 @@ def test_tap_inside_custom_vjp_fwd_runs_once():
   jax.grad(f)(4.)
   hostcb.barrier_wait()
   assert [float(a) for a in rec.args] == [4.]
+
+
+# ------------------------------------------------- while_loop under vmap
+def _while_with_tapped_cond(tap):
+  return lambda x: lax.while_loop(
+      lambda c: (hostcb.id_tap(tap, c), c < 5.)[1], lambda c: c * 2., x)
+
+
+def test_vmap_of_while_with_tap_in_cond_keeps_finished_elements():
+  rec = Recorder()
+  out = jax.jit(jax.vmap(_while_with_tapped_cond(rec)))(jnp.array([1., 3.]))
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, [8., 6.])
+
+
+def test_vmap_of_while_with_tap_in_cond_gives_values_of_untapped_loop():
+  f = lambda x: lax.while_loop(lambda c: hostcb.id_print(c < 2),
+                               lambda c: c + 1, x)
+  untapped = lambda x: lax.while_loop(lambda c: c < 2, lambda c: c + 1, x)
+  xs = jnp.arange(5, dtype=jnp.int32)
+  with contextlib.redirect_stdout(io.StringIO()):
+    out = jax.jit(jax.vmap(f))(xs)
+    hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, jax.jit(jax.vmap(untapped))(xs))
+  np.testing.assert_array_equal(out, [2, 2, 2, 3, 4])
+
+
+def test_vmap_of_while_cond_tap_sees_body_results_of_every_element():
+  # As legacy: finished elements are computed (and tapped) but not kept.
+  rec = Recorder()
+  jax.jit(jax.vmap(_while_with_tapped_cond(rec)))(jnp.array([1., 3.]))
+  hostcb.barrier_wait()
+  assert [a.tolist() for a in rec.args] == [[1., 3.], [2., 6.], [4., 12.],
+                                            [8., 12.]]
+  assert rec.transforms == [(("batch", {"batch_dims": (0,)}),)] * 4
+
+
+def test_vmap_of_while_with_tapped_cond_never_restarts_a_finished_element():
+  # Element 1 finishes at 7; the body would bring it back to 0 < 5.
+  rec = Recorder()
+  f = lambda x: lax.while_loop(lambda c: hostcb.id_tap(rec, c) < 5,
+                               lambda c: (c + 3) % 10, x)
+  out = jax.jit(jax.vmap(f))(jnp.array([1, 4]))
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, [7, 7])
+  assert [a.tolist() for a in rec.args] == [[1, 4], [4, 7], [7, 0]]
+
+
+# ---------------------------------------------------------- transposition
+@jax.custom_jvp
+def _double(x):
+  return 2. * x
+
+
+_tangent_taps = Recorder()
+
+
+@_double.defjvp
+def _double_jvp(primals, tangents):
+  x, = primals
+  xt = hostcb.id_tap(_tangent_taps, tangents[0])
+  return _double(x), 2. * xt
+
+
+@pytest.fixture
+def tangent_taps():
+  _tangent_taps.calls.clear()
+  yield _tangent_taps
+  _tangent_taps.calls.clear()
+
+
+def test_grad_taps_cotangent_of_tapped_tangent(tangent_taps):
+  assert float(jax.grad(_double)(3.)) == 2.
+  hostcb.barrier_wait()
+  assert tangent_taps.transforms == [(("transpose", {}),)]
+  assert [float(a) for a in tangent_taps.args] == [2.]
+
+
+def test_grad_through_scan_taps_each_cotangent(tangent_taps):
+  f = lambda x: lax.scan(lambda c, _: (_double(c), None), x, None,
+                         length=2)[0]
+  assert float(jax.grad(f)(3.)) == 4.
+  hostcb.barrier_wait()
+  assert [float(a) for a in tangent_taps.args] == [2., 4.]
+  assert tangent_taps.transforms == [(("transpose", {}),)] * 2
+
+
+def test_vjp_taps_the_given_cotangent(tangent_taps):
+  _, pullback = jax.vjp(_double, 3.)
+  assert float(pullback(5.)[0]) == 10.
+  hostcb.barrier_wait()
+  assert [float(a) for a in tangent_taps.args] == [10.]
+
+
+def test_grad_of_vmap_lists_batch_then_transpose(tangent_taps):
+  g = jax.grad(lambda x: jnp.sum(jax.vmap(_double)(x)))(jnp.arange(2.))
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(g, [2., 2.])
+  assert tangent_taps.transforms == [(("batch", {"batch_dims": (0,)}),
+                                      ("transpose", {}))]
+  np.testing.assert_array_equal(tangent_taps.args[0], [2., 2.])
+
+
+def test_jvp_and_linearize_tap_the_tangent_without_transpose(tangent_taps):
+  _, t = jax.jvp(_double, (3.,), (1.,))
+  jax.linearize(_double, 3.)[1](2.)
+  hostcb.barrier_wait()
+  assert float(t) == 2.
+  assert [float(a) for a in tangent_taps.args] == [1., 2.]
+  assert tangent_taps.transforms == [(), ()]
+
+
+def test_tapped_tangent_whose_result_is_unused_is_not_tapped_under_grad():
+  rec = Recorder()
+
+  @jax.custom_jvp
+  def f(x):
+    return 2. * x
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    hostcb.id_tap(rec, tangents[0])
+    return f(primals[0]), 2. * tangents[0]
+
+  assert float(jax.grad(f)(3.)) == 2.
+  hostcb.barrier_wait()
+  assert rec.calls == []

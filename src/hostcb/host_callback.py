@@ -63,20 +63,36 @@ def _check_device_index(device_index) -> None:
                      f"{device_index!r}")
 
 
+def _is_key(x) -> bool:
+  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
 def _operands(arg, what: str):
+  """The flat operands of ``arg`` as JAX values, and its structure.
+
+  Numbers and NumPy arrays become JAX arrays of the canonical dtype (as in
+  legacy, ``np.int64`` becomes ``int32`` unless x64 is on).  PRNG key arrays
+  travel as their key data (``jax.random.key_data``): the host sees the
+  ``uint32`` array.  Returns the operands, the tree structure, and, per
+  operand, the key implementation to rewrap it with (or None).
+  """
   flat, treedef = jax.tree_util.tree_flatten(arg)
-  out = []
+  out, key_impls = [], []
   for x in flat:
-    if isinstance(x, jax.Array) or ji.is_tracer(x):
-      out.append(x)
-      continue
-    try:
-      out.append(jax.numpy.asarray(x))
-    except TypeError:
-      raise TypeError(
-          f"{what}: every leaf of arg must be an array or a number; got "
-          f"{type(x).__name__} {x!r}") from None
-  return out, treedef
+    if not (isinstance(x, jax.Array) or ji.is_tracer(x)):
+      try:
+        x = jax.numpy.asarray(x)
+      except TypeError:
+        raise TypeError(
+            f"{what}: every leaf of arg must be an array or a number; got "
+            f"{type(x).__name__} {x!r}") from None
+    if _is_key(x):
+      key_impls.append(jax.random.key_impl(x))
+      x = jax.random.key_data(x)
+    else:
+      key_impls.append(None)
+    out.append(x)
+  return out, treedef, key_impls
 
 
 def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
@@ -112,10 +128,15 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
     raise TypeError(f"id_tap: tap_func must be callable; got {tap_func!r}")
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
-  flat, treedef = _operands(arg, "id_tap")
-  tap_p.bind(*flat, target=TapTarget(tap_func, treedef, bool(tap_with_device)),
-             transforms=(), device_index=device_index)
-  return arg if result is None else result
+  flat, treedef, key_impls = _operands(arg, "id_tap")
+  outs = tap_p.bind(*flat,
+                    target=TapTarget(tap_func, treedef, bool(tap_with_device)),
+                    transforms=(), device_index=device_index)
+  if result is not None:
+    return result
+  outs = [o if impl is None else jax.random.wrap_key_data(o, impl=impl)
+          for o, impl in zip(outs, key_impls)]
+  return treedef.unflatten(outs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +246,7 @@ def call(callback_func: Callable, arg, *, result_shape=None,
         "CallbackFlavor.DEBUG can be used only for calls without results "
         f"(result_shape=None); got result_shape={result_shape!r}")
   avals, out_treedef = _result_avals(result_shape)
-  flat, in_treedef = _operands(arg, "call")
+  flat, in_treedef, _ = _operands(arg, "call")
   target = CallTarget(callback_func, in_treedef, out_treedef, avals,
                       bool(call_with_device))
   outs = call_p.bind(*flat, target=target, device_index=device_index,

@@ -69,8 +69,8 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     return host_tap
 
   ji.emit_host_callback(ctx, make_host_fn, args, device_index=device_index,
-                        has_side_effect=True)
-  return []
+                        has_side_effect=True, avals_out=())
+  return list(args)  # the tap is an identity: its results are its operands
 
 
 def _run_call(target, device, arrays, outs=None):

@@ -1,13 +1,16 @@
 """The two primitives behind the API, and their transformation rules.
 
-``hostcb_tap`` (``id_tap``, ``id_print``) has no results: ``id_tap`` returns
-its argument itself, so the primitive only carries the side effect.  Its
-effect keeps it alive when nothing uses the tapped value, inside control
-flow too.  Rules:
+``hostcb_tap`` (``id_tap``, ``id_print``) is an identity with a side
+effect: its results are its operands (the lowering returns the operands
+themselves, so it costs nothing on the device).  Its effect keeps it alive
+when nothing uses the tapped value, inside control flow too.  Rules:
 
 * ``vmap`` binds it again on the batched operands, adding
   ``("batch", {"batch_dims": ...})`` to ``transforms``;
-* ``jvp`` (and so ``grad``) taps the primal values only;
+* ``jvp`` (and so ``grad``) taps the primal values only; the tangents pass
+  through;
+* transposition (a tap of a tangent, e.g. in a ``custom_jvp`` rule, under
+  ``grad``) taps the cotangents, adding ``"transpose"``;
 * under ``checkpoint`` it runs again when the residuals are rematerialized.
 
 ``hostcb_call`` (``call``) returns the host function's results.  It cannot
@@ -127,8 +130,8 @@ tap_p = ji.new_primitive("hostcb_tap")
 
 @tap_p.def_effectful_abstract_eval
 def _tap_abstract_eval(*avals, target, transforms, device_index):
-  del avals, target, transforms, device_index
-  return [], {ji.host_callback_effect}
+  del target, transforms, device_index
+  return avals, {ji.host_callback_effect}
 
 
 @tap_p.def_impl
@@ -137,26 +140,42 @@ def _tap_impl(*args, target, transforms, device_index):
     device = _device_for(args, device_index)
     target.invoke(tuple(np.asarray(a) for a in args), device,
                   unpack_transforms(transforms))
-    return []
-  return ji.apply_compiled(tap_p, *_eager_args(args, device_index),
-                           target=target, transforms=transforms,
-                           device_index=device_index)
+  else:
+    ji.apply_compiled(tap_p, *_eager_args(args, device_index), target=target,
+                      transforms=transforms, device_index=device_index)
+  return list(args)  # where they are: the tap's copies stay unused
 
 
 def _tap_jvp(primals, tangents, **params):
-  del tangents
-  tap_p.bind(*primals, **params)
-  return [], []
+  return tap_p.bind(*primals, **params), list(tangents)
+
+
+def _tap_transpose(cts, *args, target, transforms, device_index):
+  """Taps the cotangents flowing back through a tapped linear value.
+
+  Operands that are not linear (primal values tapped together with
+  tangents) are tapped as they are.  When no cotangent reaches the tap (its
+  result was not used), there is nothing to tap.
+  """
+  linear = [ji.is_undefined_primal(a) for a in args]
+  if all(ji.is_symbolic_zero(ct) for ct, lin in zip(cts, linear) if lin):
+    return [None] * len(args)
+  values = [ji.instantiate_zeros(ct) if lin else a
+            for ct, a, lin in zip(cts, args, linear)]
+  outs = tap_p.bind(*values, target=target, device_index=device_index,
+                    transforms=transforms + (("transpose", None),))
+  return [o if lin else None for o, lin in zip(outs, linear)]
 
 
 def _tap_batch(args, dims, *, target, transforms, device_index):
-  dims = tuple(None if d is ji.not_mapped else d for d in dims)
-  tap_p.bind(*args, target=target, device_index=device_index,
-             transforms=transforms + (("batch", dims),))
-  return [], []
+  batch_dims = tuple(None if d is ji.not_mapped else d for d in dims)
+  outs = tap_p.bind(*args, target=target, device_index=device_index,
+                    transforms=transforms + (("batch", batch_dims),))
+  return outs, list(dims)
 
 
 ji.register_jvp(tap_p, _tap_jvp)
+ji.register_transpose(tap_p, _tap_transpose)
 ji.register_batching(tap_p, _tap_batch)
 ji.rematerialize_on_backward_pass(tap_p)
 

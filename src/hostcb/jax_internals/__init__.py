@@ -21,7 +21,9 @@ from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect
                                          runs_on_one_of_several_devices,
                                          same_shape_and_dtype)
 from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
-                                      host_callback_effect, is_tracer,
+                                      host_callback_effect,
+                                      instantiate_zeros, is_symbolic_zero,
+                                      is_tracer, is_undefined_primal,
                                       new_primitive, no_effects, not_mapped,
                                       register_batching,
                                       register_config_options, register_jvp,

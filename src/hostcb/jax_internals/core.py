@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 from jax._src import config as _config
 from jax._src import core as _core
-from jax._src import debugging as _debugging
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src.interpreters import ad as _ad
@@ -140,11 +139,40 @@ def register_batching(prim: Primitive, rule: Callable) -> None:
 def rematerialize_on_backward_pass(prim: Primitive) -> None:
   """Under ``checkpoint``, also run ``prim`` again when residuals are rebuilt.
 
+  ``prim`` is an identity with a side effect (its results are its operands).
   Without this rule partial evaluation keeps an effectful equation only in
-  the forward pass; legacy taps ran again during rematerialization.
+  the forward pass; legacy taps ran again during rematerialization.  With
+  known operands the equation runs in the forward pass and, when the policy
+  does not save its results, once more in the backward pass, where nothing
+  reads the copy's results.
   """
-  _pe.partial_eval_jaxpr_custom_rules[prim] = functools.partial(
-      _debugging._debug_partial_eval_custom, primitive=prim)
+  def rule(saveable, unks_in, inst_in, eqn):
+    n_out = len(eqn.outvars)
+    # Known operands that the backward pass does not rebuild by itself.
+    residuals = [v for v, inst in zip(eqn.invars, inst_in)
+                 if not inst and isinstance(v, _core.Var)]
+    if any(unks_in):
+      return None, eqn, [True] * n_out, [True] * n_out, residuals
+    if saveable(prim, *[v.aval for v in eqn.invars], **eqn.params):
+      return eqn, None, [False] * n_out, [False] * n_out, []
+    again = eqn.replace(outvars=[_core.DropVar(v.aval) for v in eqn.outvars])
+    return eqn, again, [False] * n_out, [False] * n_out, residuals
+
+  _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+
+
+def is_undefined_primal(x: Any) -> bool:
+  """Whether ``x`` is a linear input of a transpose rule (no value)."""
+  return _ad.is_undefined_primal(x)
+
+
+def is_symbolic_zero(x: Any) -> bool:
+  """Whether a cotangent is JAX's symbolic zero (nothing flowed back)."""
+  return type(x) is _ad.Zero
+
+
+def instantiate_zeros(x: Any) -> Any:
+  return _ad.instantiate_zeros(x)
 
 
 def register_lowering(prim: Primitive, rule: Callable) -> None:

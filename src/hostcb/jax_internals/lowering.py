@@ -17,7 +17,8 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
-from hostcb.jax_internals.core import ShapedArray, host_callback_effect
+from hostcb.jax_internals.core import (HostCallbackEffect, ShapedArray,
+                                      host_callback_effect)
 
 
 # ---------------------------------------------------------------- lowering
@@ -35,13 +36,16 @@ class Placement:
   device_index: int
 
 
-def _placement(ctx, device_index: int) -> tuple[Placement, Any]:
+def _placement(ctx, device_index: int,
+               avals_out: Sequence[Any] | None = None) -> tuple[Placement, Any]:
+  if avals_out is None:
+    avals_out = ctx.avals_out
   axis_context = ctx.module_context.axis_context
   if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
     mesh = axis_context.mesh
     devices = getattr(mesh, "_flat_devices_tuple", None)
     sharding = _callback._callback_op_sharding(axis_context, None,
-                                               ctx.avals_out)
+                                               avals_out)
     return Placement(devices, True, 0), sharding
   if isinstance(axis_context, _sharding_impls.ShardingContext):
     devices = axis_context.device_assignment
@@ -56,7 +60,7 @@ def _placement(ctx, device_index: int) -> tuple[Placement, Any]:
     if devices is not None and n > 1:
       single = _sharding_impls.SingleDeviceSharding(devices[device_index])
     sharding = _callback._callback_op_sharding(axis_context, single,
-                                               ctx.avals_out)
+                                               avals_out)
     return Placement(devices, False, device_index), sharding
   return Placement(None, False, 0), None
 
@@ -68,15 +72,20 @@ _FFI_TARGETS = {"cpu": "xla_ffi_python_cpu_callback",
 
 def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
                        args: Sequence[Any], *, device_index: int,
-                       has_side_effect: bool) -> Sequence[Any]:
+                       has_side_effect: bool,
+                       avals_out: Sequence[Any] | None = None
+                       ) -> Sequence[Any]:
   """Lowers a call of a host function on the operands ``args``.
 
   ``make_host_fn(placement)`` returns the function that XLA calls with NumPy
   arrays (preceded by the partition id in per-device code) and that returns
-  a tuple of arrays matching ``ctx.avals_out``.
+  a tuple of arrays matching ``avals_out`` (default ``ctx.avals_out``).
+  Returns the results of the custom call.
   """
+  if avals_out is None:
+    avals_out = ctx.avals_out
   platform = lowering_platform(ctx)
-  placement, sharding = _placement(ctx, device_index)
+  placement, sharding = _placement(ctx, device_index, avals_out)
   host_fn = make_host_fn(placement)
   target = _FFI_TARGETS.get(platform)
   if target is None:
@@ -85,11 +94,12 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
       raise NotImplementedError(
           f"hostcb per-device callbacks are not supported on {platform}")
     results, _, _ = _callback.emit_python_callback(
-        ctx, host_fn, None, list(args), ctx.avals_in, ctx.avals_out,
+        ctx, host_fn, None, list(args), ctx.avals_in, avals_out,
         has_side_effect=has_side_effect, returns_token=False,
         sharding=sharding)
     return results
-  operands, avals_in, avals_out = _operands(ctx, args, placement)
+  operands, avals_in, avals_out = _operands(ctx, args, placement, avals_out)
+  has_results = bool(avals_out)
   token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
            else None)
   if token is not None:
@@ -100,7 +110,7 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
     avals_in.insert(0, _core.abstract_token)
     avals_out.insert(0, _core.abstract_token)
     host_fn = _with_token(host_fn)
-    sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
+    sharding = _with_token_sharding(sharding, has_results)
   return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
                         has_side_effect=has_side_effect, sharding=sharding,
                         token_effect=(host_callback_effect if token is not None
@@ -142,14 +152,17 @@ def lowering_platform(ctx) -> str:
   return platforms[0]
 
 
-def _operands(ctx, args, placement: Placement) -> tuple[list, list, list]:
+def _operands(ctx, args, placement: Placement,
+              avals_out: Sequence[Any] | None = None
+              ) -> tuple[list, list, list]:
   """Operands and avals of a callback; per-device code gets the partition
   id as a leading uint32 operand."""
   operands, avals_in = list(args), list(ctx.avals_in)
   if placement.per_device:
     operands.insert(0, _hlo.PartitionIdOp().result)
     avals_in.insert(0, ShapedArray((), np.uint32))
-  return operands, avals_in, list(ctx.avals_out)
+  return operands, avals_in, list(
+      ctx.avals_out if avals_out is None else avals_out)
 
 
 def _with_token(host_fn: Callable) -> Callable:
@@ -178,3 +191,69 @@ def _set_sharding(module_context, op, sharding) -> None:
   else:
     _mlir.set_sharding(op, sharding)
 
+
+
+# ------------------------------------------------ while_loop: tap in cond_fun
+# JAX lowers a while loop whose cond_fun has an ordered effect by evaluating
+# cond_fun once before the loop and again at the end of each iteration.  For
+# a batched predicate (vmap of a while loop) that rewrite runs the body on
+# every batch element while any element's predicate holds, without keeping
+# the finished elements' carry: wrong values.  JAX never meets that case
+# with its own ordered effects (it refuses them under vmap); hostcb's taps
+# reach it.  The rule below lowers that one case with the same rewrite plus
+# the per-element select that the plain batched lowering does; every other
+# while loop goes to JAX's own rule.  Checked against jax 0.8.0 and 0.10.2.
+from jax._src.lax.control_flow import loops as _loops  # noqa: E402
+
+_jax_while_lowering = _loops._while_lowering
+
+
+def _cond_taps(cond_jaxpr) -> bool:
+  return any(isinstance(e, HostCallbackEffect) for e in cond_jaxpr.effects)
+
+
+def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
+                    body_nconsts):
+  params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
+  pred_aval = cond_jaxpr.out_avals[0]
+  if not pred_aval.shape or not _cond_taps(cond_jaxpr):
+    return _jax_while_lowering(ctx, *args, **params)
+
+  from jax import lax  # the public API, inside a lowering of its own
+
+  def cond(consts, carry):
+    return _core.eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *consts,
+                            *carry)[0]
+
+  def loop(*args):
+    cond_consts = list(args[:cond_nconsts])
+    body_consts = list(args[cond_nconsts:cond_nconsts + body_nconsts])
+    carry = list(args[cond_nconsts + body_nconsts:])
+
+    def any_running(state):
+      pred, _ = state
+      return lax.reduce_or(pred, tuple(range(pred.ndim)))
+
+    def iteration(state):
+      # As legacy did: cond_fun sees the body's results for every element
+      # (finished ones too), a finished element stays finished, and only
+      # the running elements take the body's results.  The predicate's
+      # shape is a prefix of every carry's shape.
+      pred, carry = state
+      new = _core.eval_jaxpr(body_jaxpr.jaxpr, body_jaxpr.consts,
+                             *body_consts, *carry)
+      new_pred = lax.bitwise_and(pred, cond(cond_consts, new))
+      carry = [lax.select(lax.broadcast_in_dim(pred, n.shape,
+                                               tuple(range(pred.ndim))), n, c)
+               for n, c in zip(new, carry)]
+      return new_pred, carry
+
+    _, out = lax.while_loop(any_running, iteration,
+                            (cond(cond_consts, carry), carry))
+    return out
+
+  return _mlir.lower_fun(loop, multiple_results=True)(ctx, *args)
+
+
+_mlir.register_lowering(_loops.while_p, _while_lowering)
