@@ -1,0 +1,54 @@
+// hostcb native tap engine: state shared by the FFI handlers (handlers.cc)
+// and the CPython module (module.cc), compiled into one extension.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "queue.h"
+#include "xla/ffi/api/c_api.h"
+
+namespace hostcb {
+
+// Device ordinals with a queue: 0 <= ordinal < kMaxDevices.
+constexpr int32_t kMaxDevices = 4096;
+// XLA_FFI_DataType codes are small integers; see c_api.h.
+constexpr int kMaxDtype = 64;
+
+// The queue of a device ordinal, created on first use with the current
+// default capacity; nullptr if the ordinal is out of range.
+Queue* GetQueue(int32_t device);
+// The queue if it already exists.
+Queue* FindQueue(int32_t device);
+// Sets the default capacity and that of every existing queue.
+void SetCapacityAll(uint64_t bytes);
+// Calls fn on every existing queue.
+template <typename Fn> void ForEachQueue(Fn fn);
+// In a forked child: forget (leak) every queue, whose mutexes may have been
+// held by threads that do not exist in the child.
+void ResetAfterFork();
+
+// Which XLA dtypes the consumer can turn into NumPy arrays (set from
+// Python); the handlers refuse the others with an error.
+extern std::atomic<bool> g_dtype_supported[kMaxDtype];
+
+// The queue whose consumer runs on this thread (set by take_batch).  A tap
+// produced on that thread (a tap function whose computation XLA runs inline)
+// never waits for space, since only this thread frees it.
+extern thread_local Queue* tl_consumer_queue;
+
+extern std::atomic<Queue*> g_queues[kMaxDevices];
+
+template <typename Fn> void ForEachQueue(Fn fn) {
+  for (int32_t i = 0; i < kMaxDevices; ++i) {
+    if (Queue* q = g_queues[i].load(std::memory_order_acquire)) fn(q);
+  }
+}
+
+}  // namespace hostcb
+
+extern "C" {
+XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
+}

@@ -1,0 +1,267 @@
+// hostcb native tap engine: the XLA FFI handlers (CPU).
+//
+// hostcb_tap   attrs: target_id (int64).  Operands: an optional XLA token
+//              first, then any arrays.  Results: the token, if one came in.
+//              Copies the arrays into the queue of the device it runs on
+//              and returns; waits only while that queue is full.
+// hostcb_call  the same record, then waits until the consumer thread of the
+//              device has run the Python callback (after every earlier
+//              record of the device) and copied its results into the
+//              non-token results; a Python error becomes an FFI error.
+// hostcb_noop  does nothing: the cost of an empty custom call (benchmarks).
+//
+// Device identification: the handlers bind the FFI execution context's
+// DeviceOrdinal.  On CPU it is the local device's ordinal (0..N-1 with
+// --xla_force_host_platform_device_count=N, in both jit and pmap code);
+// the record carries it and selects the queue.  Per-partition identity in
+// SPMD code, if a caller wants it, travels as an ordinary operand (e.g. the
+// partition id), which the tap function then receives.
+//
+// Nothing here touches Python or the GIL.
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "engine.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace hostcb {
+
+std::atomic<Queue*> g_queues[kMaxDevices];
+std::atomic<bool> g_dtype_supported[kMaxDtype];
+thread_local Queue* tl_consumer_queue = nullptr;
+
+namespace {
+
+std::mutex g_create_mu;  // serialises queue creation only
+std::atomic<uint64_t> g_default_capacity{256000000};
+
+// Payloads up to this size are copied with the queue mutex held (one lock
+// round trip); larger ones are copied with it released.
+constexpr uint64_t kCopyUnderLock = 4096;
+
+// Gives access to the raw argument/result arrays behind RemainingArgs/Rets
+// (decoding each one through get<AnyBuffer>() would build a diagnostic
+// engine per operand).
+struct RawArgs : ffi::RemainingArgs {
+  explicit RawArgs(const ffi::RemainingArgs& a) : ffi::RemainingArgs(a) {}
+  const XLA_FFI_Args* raw() const { return args(); }
+  size_t first() const { return offset(); }
+};
+struct RawRets : ffi::RemainingRets {
+  explicit RawRets(const ffi::RemainingRets& r) : ffi::RemainingRets(r) {}
+  const XLA_FFI_Rets* raw() const { return rets(); }
+  size_t first() const { return offset(); }
+};
+
+bool SubByte(int dtype) {
+  switch (dtype) {
+    case XLA_FFI_DataType_S1: case XLA_FFI_DataType_S2:
+    case XLA_FFI_DataType_S4: case XLA_FFI_DataType_U1:
+    case XLA_FFI_DataType_U2: case XLA_FFI_DataType_U4:
+    case XLA_FFI_DataType_F4E2M1FN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t BufferBytes(const XLA_FFI_Buffer* b) {
+  uint64_t n = ffi::ByteWidth(static_cast<ffi::DataType>(b->dtype));
+  for (int64_t i = 0; i < b->rank; ++i) n *= static_cast<uint64_t>(b->dims[i]);
+  return n;
+}
+
+ffi::Error Unsupported(int dtype) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                    "hostcb: the native tap engine cannot pass arrays of XLA "
+                    "dtype " + std::to_string(dtype) + " to Python");
+}
+
+// Queues one tap or call record of the array operands (tokens skipped).
+ffi::Error Enqueue(RecordKind kind, int32_t device, int64_t target_id,
+                   const XLA_FFI_Args* args, size_t first, CallSlot* call) {
+  Queue* q = GetQueue(device);
+  if (q == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kOutOfRange,
+                      "hostcb: device ordinal " + std::to_string(device) +
+                          " is out of the engine's range");
+  }
+  // Pass 1: sizes.
+  uint64_t num = 0, total_rank = 0, data_bytes = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    if (args->types[i] != XLA_FFI_ArgType_BUFFER) {
+      return ffi::Error::InvalidArgument("hostcb: operands must be buffers");
+    }
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    if (b->dtype < 0 || b->dtype >= kMaxDtype || SubByte(b->dtype) ||
+        !g_dtype_supported[b->dtype].load(std::memory_order_relaxed)) {
+      return Unsupported(b->dtype);
+    }
+    ++num;
+    total_rank += b->rank;
+    data_bytes += AlignUp(BufferBytes(b));
+  }
+  if (num > 0xFFFF) {
+    return ffi::Error::InvalidArgument("hostcb: too many operands");
+  }
+  const uint64_t header = PayloadHeaderBytes(num, total_rank);
+  const uint64_t payload = header + data_bytes;
+
+  std::unique_lock<std::mutex> lock;
+  Queue::Reservation r =
+      q->Reserve(lock, kind, target_id, static_cast<uint16_t>(num), payload,
+                 /*never_wait=*/tl_consumer_queue == q);
+  r.record->call = call;
+  if (r.data == nullptr) {
+    // Out of memory for an external payload: the record goes through
+    // empty (the consumer reports it) so that the queue does not stall.
+    // It comes out as a tap of target -1 with no operands, which the
+    // engine reports at the next barrier; a call is failed here (its slot
+    // must not be referenced by the queue once this handler returns).
+    r.record->num_operands = 0;
+    r.record->kind = kTap;
+    r.record->target_id = -1;
+    r.record->call = nullptr;
+    q->CommitLocked(r, true);
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                      "hostcb: cannot allocate " + std::to_string(payload) +
+                          " bytes for a tap");
+  }
+  const bool copy_unlocked = payload > kCopyUnderLock;
+  if (copy_unlocked) lock.unlock();
+  // Pass 2: descriptors, dims, bytes.  The reserved bytes are ours alone.
+  auto* descs = reinterpret_cast<OperandDesc*>(r.data);
+  auto* dims = reinterpret_cast<int64_t*>(r.data + num * sizeof(OperandDesc));
+  uint64_t offset = header;
+  size_t k = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    const uint64_t nbytes = BufferBytes(b);
+    descs[k] = OperandDesc{static_cast<int32_t>(b->dtype),
+                           static_cast<int32_t>(b->rank), offset, nbytes};
+    std::memcpy(dims, b->dims, b->rank * sizeof(int64_t));
+    dims += b->rank;
+    if (nbytes) std::memcpy(r.data + offset, b->data, nbytes);
+    offset += AlignUp(nbytes);
+    ++k;
+  }
+  if (copy_unlocked) lock.lock();
+  q->CommitLocked(r, /*urgent=*/kind != kTap);
+  return ffi::Error::Success();
+}
+
+ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first) {
+  for (size_t i = first; i < static_cast<size_t>(rets->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(rets->rets[i]);
+    if (b->dtype != XLA_FFI_DataType_TOKEN) {
+      return ffi::Error::InvalidArgument(
+          "hostcb_tap: its only result may be the XLA token");
+    }
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  RawRets rr(rets);
+  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
+  if (e.failure()) return e;
+  RawArgs ra(args);
+  return Enqueue(kTap, device, target_id, ra.raw(), ra.first(), nullptr);
+}
+
+ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets) {
+  Queue* q = GetQueue(device);
+  if (q != nullptr && tl_consumer_queue == q) {
+    return ffi::Error(
+        ffi::ErrorCode::kFailedPrecondition,
+        "hostcb: a `call` on device " + std::to_string(device) +
+            " ran on the thread that runs that device's tap and call "
+            "functions; it would wait for itself");
+  }
+  CallSlot slot;
+  RawRets rr(rets);
+  const XLA_FFI_Rets* raw = rr.raw();
+  for (size_t i = rr.first(); i < static_cast<size_t>(raw->size); ++i) {
+    if (raw->types[i] != XLA_FFI_RetType_BUFFER) {
+      return ffi::Error::InvalidArgument("hostcb: results must be buffers");
+    }
+    auto* b = static_cast<const XLA_FFI_Buffer*>(raw->rets[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    slot.results.push_back(ResultSpec{
+        b->data, static_cast<int32_t>(b->dtype),
+        std::vector<int64_t>(b->dims, b->dims + b->rank), BufferBytes(b)});
+  }
+  RawArgs ra(args);
+  ffi::Error e = Enqueue(kCall, device, target_id, ra.raw(), ra.first(), &slot);
+  if (e.failure()) return e;
+  // The consumer completes the slot exactly once (a call handle that is
+  // destroyed unanswered fails it), so this wait ends.
+  std::unique_lock<std::mutex> lock(slot.mu);
+  slot.cv.wait(lock, [&] { return slot.done; });
+  if (slot.failed) return ffi::Error(ffi::ErrorCode::kInternal, slot.error);
+  return ffi::Error::Success();
+}
+
+ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+Queue* FindQueue(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return g_queues[device].load(std::memory_order_acquire);
+}
+
+Queue* GetQueue(int32_t device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  Queue* q = g_queues[device].load(std::memory_order_acquire);
+  if (q != nullptr) return q;
+  std::lock_guard<std::mutex> lock(g_create_mu);
+  q = g_queues[device].load(std::memory_order_acquire);
+  if (q == nullptr) {
+    q = new Queue(device, g_default_capacity.load());
+    g_queues[device].store(q, std::memory_order_release);
+  }
+  return q;
+}
+
+void SetCapacityAll(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_create_mu);
+  g_default_capacity.store(bytes);
+  ForEachQueue([&](Queue* q) { q->SetCapacity(bytes); });
+}
+
+void ResetAfterFork() {
+  // Single-threaded child: no lock (g_create_mu itself may be held by a
+  // thread of the parent).  The old queues are leaked on purpose.
+  new (&g_create_mu) std::mutex();
+  for (auto& q : g_queues) q.store(nullptr, std::memory_order_relaxed);
+  tl_consumer_queue = nullptr;
+}
+
+}  // namespace hostcb
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbTap, hostcb::TapImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Attr<int64_t>("target_id")
+                                  .RemainingArgs()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Attr<int64_t>("target_id")
+                                  .RemainingArgs()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbNoop, hostcb::NoopImpl,
+                              ffi::Ffi::Bind().RemainingArgs().RemainingRets());

@@ -1,0 +1,346 @@
+// hostcb native tap engine: the per-device record queue.
+//
+// This header has no Python and no XLA dependency: the CPU FFI handlers
+// (handlers.cc) are its producers, the CPython module (module.cc) its
+// consumer, and a future CUDA handler (a host function on the stream that
+// copies from pinned memory) can produce into it the same way.
+//
+// A record is what one tap or call handed to the host: a descriptor (kind,
+// target id, device ordinal, operand count, where its payload lives) kept in
+// a FIFO of descriptors, and a payload with the operands' dtypes, shapes and
+// bytes.  Payloads live in a per-device ring buffer bounded in BYTES; a
+// payload larger than the whole ring gets its own allocation ("external"),
+// which counts against the same bound.
+//
+// Payload layout (at Record::data, 16-byte aligned):
+//   OperandDesc desc[num_operands]
+//   int64_t dims[sum of ranks]
+//   padding to 16
+//   operand bytes, each operand starting at a 16-byte aligned offset
+//
+// Concurrency invariants (all state below is guarded by Queue::mu_):
+//  * Producers (device threads, any number) reserve payload space in FIFO
+//    order under mu_: a reservation appends a descriptor to records_ and
+//    advances head_.  The order of records_ is the order in which the
+//    reservations were made; a single device program makes its reservations
+//    in program order, so its records come out in program order.
+//  * A producer may copy a large payload with mu_ released: the bytes in
+//    [ring_pos, ring_pos + ring_bytes) belong to that record alone until the
+//    consumer releases it.  It then sets `ready` under mu_ (commit).
+//  * There is one consumer per queue at a time (consumer_active_).  It takes
+//    the longest prefix of records_ whose records are ready (never skipping
+//    an unready record: that keeps the order), reads their payloads with
+//    mu_ released, then pops exactly that prefix and frees its bytes
+//    (advances tail_).  Ring bytes in [tail_, head_) are never handed to a
+//    new reservation, so a payload being read is never overwritten.
+//  * Bytes held = (head_ - tail_) + external_held_ <= capacity_, except for
+//    records admitted without waiting (barrier markers, and producers that
+//    run on this queue's own consumer thread, which must never wait for
+//    themselves) and for a single oversize record admitted into an empty
+//    queue.  A producer that does not fit waits on space_cv_; nothing is ever
+//    dropped.
+//  * When the queue becomes empty, head_ and tail_ go back to 0, so a
+//    consumer that keeps up keeps touching the same first pages of the ring.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hostcb {
+
+constexpr uint64_t kAlign = 16;
+inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+enum RecordKind : uint8_t { kTap = 1, kCall = 2, kMarker = 3 };
+
+struct OperandDesc {
+  int32_t dtype;   // XLA_FFI_DataType code
+  int32_t rank;
+  uint64_t offset;  // of the operand's bytes, from the payload start
+  uint64_t nbytes;
+};
+
+// One expected result of a call: where the device wants its bytes.
+struct ResultSpec {
+  void* data;
+  int32_t dtype;
+  std::vector<int64_t> dims;
+  uint64_t nbytes;
+};
+
+// The rendezvous of a `call` handler with the consumer that runs the Python
+// callback.  It lives on the handler's stack; the handler waits on cv until
+// done, so the slot outlives every use by the consumer, which must not touch
+// it after setting done.
+struct CallSlot {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;       // guarded by mu
+  bool failed = false;     // guarded by mu
+  std::string error;       // guarded by mu
+  std::vector<ResultSpec> results;  // written before queuing, then read-only
+};
+
+struct Record {
+  RecordKind kind;
+  bool ready;          // payload written (guarded by Queue::mu_)
+  uint16_t num_operands;
+  int32_t device;
+  int64_t target_id;   // tap/call function id, or the marker id
+  uint8_t* data;       // payload: in the ring, or the external allocation
+  uint64_t payload_bytes;
+  uint64_t ring_pos;   // first ring byte of this record (incl. wrap padding)
+  uint64_t ring_bytes; // ring bytes to free (0 for external payloads)
+  uint64_t external_bytes;  // bytes of the external allocation (or 0)
+  CallSlot* call;      // kCall only
+};
+
+// Size of the payload header (descs + dims, padded) for operand ranks.
+inline uint64_t PayloadHeaderBytes(uint64_t num_operands, uint64_t total_rank) {
+  return AlignUp(num_operands * sizeof(OperandDesc) +
+                 total_rank * sizeof(int64_t));
+}
+
+class Queue {
+ public:
+  explicit Queue(int32_t device, uint64_t capacity)
+      : device_(device), capacity_(capacity), next_capacity_(capacity) {}
+  ~Queue() { Unmap(); }
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  int32_t device() const { return device_; }
+
+  // ----------------------------------------------------------- producers
+  struct Reservation {
+    Record* record;   // stable: std::deque::push_back keeps references
+    uint8_t* data;
+  };
+
+  // Reserves `payload_bytes` for a new record at the end of the FIFO.
+  // Waits while the queue is full unless `never_wait`.  Returns with mu_
+  // held in `lock` (the caller copies small payloads under it, or unlocks
+  // for large ones) and the record not yet ready.  data is nullptr if an
+  // external allocation failed.
+  Reservation Reserve(std::unique_lock<std::mutex>& lock, RecordKind kind,
+                      int64_t target_id, uint16_t num_operands,
+                      uint64_t payload_bytes, bool never_wait) {
+    lock = std::unique_lock<std::mutex>(mu_);
+    payload_bytes = AlignUp(payload_bytes);
+    if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
+    uint64_t ring_pos = 0, ring_bytes = 0;
+    uint8_t* data = nullptr;
+    bool external = false;
+    for (;;) {
+      const uint64_t held = (head_ - tail_) + external_held_;
+      if (payload_bytes > capacity_) {
+        // Larger than the whole ring: its own allocation, admitted when the
+        // queue is empty (so the bound is exceeded by this record only).
+        if (held == 0 || never_wait) { external = true; break; }
+      } else {
+        if (!EnsureRingLocked()) { external = true; break; }
+        const uint64_t phys = head_ % capacity_;
+        const uint64_t pad =
+            phys + payload_bytes > capacity_ ? capacity_ - phys : 0;
+        if (held + pad + payload_bytes <= capacity_) {
+          ring_pos = head_;
+          ring_bytes = pad + payload_bytes;
+          head_ += ring_bytes;
+          data = ring_ + (pad ? 0 : phys);
+          break;
+        }
+        if (never_wait) { external = true; break; }
+      }
+      ++space_waiters_;
+      WakeConsumerLocked();  // it may be polling: free space sooner
+      space_cv_.wait(lock);
+      --space_waiters_;
+    }
+    uint64_t external_bytes = 0;
+    if (external) {
+      data = static_cast<uint8_t*>(std::aligned_alloc(
+          kAlign, payload_bytes ? payload_bytes : kAlign));
+      external_bytes = payload_bytes;
+      external_held_ += external_bytes;  // counted even if data is nullptr
+    }
+    records_.push_back(Record{kind, false, num_operands, device_, target_id,
+                              data, payload_bytes, ring_pos, ring_bytes,
+                              external_bytes, nullptr});
+    ++records_in_;
+    return Reservation{&records_.back(), data};
+  }
+
+  // Marks a reserved record ready; `lock` must hold mu_ (re-acquired by
+  // the caller after an unlocked copy).  `urgent` records (calls, markers)
+  // wake a polling consumer at once; taps wake only a sleeping one, so a
+  // busy device does not pay a wake-up per tap.
+  void CommitLocked(Reservation r, bool urgent) {
+    r.record->ready = true;
+    const uint64_t held = (head_ - tail_) + external_held_;
+    if (consumer_state_ == kSleeping ||
+        (consumer_state_ == kPolling && (urgent || held > capacity_ / 2))) {
+      WakeConsumerLocked();
+    }
+  }
+
+  // ----------------------------------------------------------- consumer
+  // Copies out the longest ready prefix of the FIFO (at most max_records
+  // records and, past the first, max_bytes payload bytes).  Waits up to
+  // timeout_s (< 0: forever) for a first ready record; polls for
+  // poll_s (timed waits the producers need not signal) before sleeping.
+  // Returns false if stopped and nothing is ready, or another consumer is
+  // active.  Records stay in the FIFO until Release(taken).
+  enum class Take { kRecords, kTimeout, kStopped, kBusy };
+  Take TakeReady(std::vector<Record>* out, size_t max_records,
+                 uint64_t max_bytes, double timeout_s, double poll_s) {
+    using Clock = std::chrono::steady_clock;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (consumer_active_) return Take::kBusy;
+    const auto start = Clock::now();
+    const auto poll_end = start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(poll_s));
+    const bool forever = timeout_s < 0;
+    const auto deadline =
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(forever ? 0 : timeout_s));
+    while (records_.empty() || !records_.front().ready) {
+      if (stopping_) return Take::kStopped;
+      auto now = Clock::now();
+      if (!forever && now >= deadline) return Take::kTimeout;
+      if (now < poll_end) {
+        consumer_state_ = kPolling;
+        consumer_cv_.wait_for(lock, std::chrono::milliseconds(1));
+      } else {
+        consumer_state_ = kSleeping;
+        if (forever) consumer_cv_.wait(lock);
+        else consumer_cv_.wait_until(lock, deadline);
+      }
+      consumer_state_ = kRunning;
+    }
+    uint64_t bytes = 0;
+    for (const Record& r : records_) {
+      if (!r.ready || out->size() >= max_records) break;
+      if (!out->empty() && bytes + r.payload_bytes > max_bytes) break;
+      bytes += r.payload_bytes;
+      out->push_back(r);
+    }
+    consumer_active_ = true;
+    return Take::kRecords;
+  }
+
+  // Frees the first n records, which the active consumer has read.
+  void Release(size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < n; ++i) {
+      Record& r = records_.front();
+      if (r.external_bytes) {
+        std::free(r.data);
+        external_held_ -= r.external_bytes;
+      }
+      if (r.ring_bytes) tail_ = r.ring_pos + r.ring_bytes;
+      records_.pop_front();
+    }
+    records_out_ += n;
+    consumer_active_ = false;
+    // Reservations may have been made out of ring order only by the wrap
+    // padding, which belongs to the record after it: tail_ only grows.
+    if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
+    if (space_waiters_) space_cv_.notify_all();
+  }
+
+  // Gives back the consumer role without releasing anything (error path).
+  void AbandonTake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    consumer_active_ = false;
+  }
+
+  // ----------------------------------------------------------- control
+  void SetCapacity(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Applied now if the queue is empty, else when it next becomes empty
+    // (the ring cannot be resized under records that live in it).
+    next_capacity_ = bytes;
+    if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
+    if (space_waiters_) space_cv_.notify_all();
+  }
+
+  // Stopping: a waiting consumer returns kStopped once nothing is ready.
+  // Producers are unaffected: records queued while stopped wait for the
+  // next consumer.
+  void SetStopping(bool stopping) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = stopping;
+    if (stopping) consumer_cv_.notify_all();
+  }
+
+  struct Counters {
+    uint64_t records_in, records_out, bytes_held, records_held, capacity;
+  };
+  Counters GetCounters() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Counters{records_in_, records_out_, (head_ - tail_) + external_held_,
+                    records_.size(), capacity_};
+  }
+
+ private:
+  enum ConsumerState { kRunning, kPolling, kSleeping };
+
+  void WakeConsumerLocked() {
+    if (consumer_state_ != kRunning) consumer_cv_.notify_one();
+  }
+
+  void ResetWhenEmptyLocked() {
+    head_ = tail_ = 0;
+    if (next_capacity_ != capacity_) {
+      if (ring_ && next_capacity_ > mapped_) Unmap();
+      capacity_ = next_capacity_;
+    }
+  }
+
+  // Maps the ring on first use: untouched pages cost no memory.
+  bool EnsureRingLocked() {
+    if (ring_) return true;
+    void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    ring_ = static_cast<uint8_t*>(p);
+    mapped_ = capacity_;
+    return true;
+  }
+
+  void Unmap() {
+    if (ring_) munmap(ring_, mapped_);
+    ring_ = nullptr;
+    mapped_ = 0;
+  }
+
+  const int32_t device_;
+  std::mutex mu_;
+  std::condition_variable space_cv_;     // producers waiting for space
+  std::condition_variable consumer_cv_;  // the consumer waiting for records
+  std::deque<Record> records_;
+  uint8_t* ring_ = nullptr;
+  uint64_t mapped_ = 0;
+  uint64_t capacity_;
+  uint64_t next_capacity_;
+  uint64_t head_ = 0;   // next free ring position (logical, mod capacity_)
+  uint64_t tail_ = 0;   // first ring position still held
+  uint64_t external_held_ = 0;
+  int space_waiters_ = 0;
+  ConsumerState consumer_state_ = kRunning;
+  bool consumer_active_ = false;
+  bool stopping_ = false;
+  uint64_t records_in_ = 0, records_out_ = 0;
+};
+
+}  // namespace hostcb

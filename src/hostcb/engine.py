@@ -1,0 +1,446 @@
+"""The native tap engine: the host side of taps and calls in one place.
+
+A tap lowered through this engine is one XLA custom call,
+``hostcb_tap`` (:data:`ffi_target_name`), whose ``target_id`` attribute
+names a Python function in this module's registry (:func:`tap_target_id`).
+Its C++ handler (``src/hostcb/_native/handlers.cc``) copies the operands'
+bytes, with a small header, into the ring buffer of the device it runs on,
+without the GIL, and returns.  A ``call`` is the custom call
+``hostcb_call`` (:data:`call_target_name`): the same record, then the
+device waits for the callback's results.  The compiled executable holds no
+Python callback, so lowering only has to emit custom calls.
+
+On the host, one consumer thread per device takes the records out in
+batches (the GIL held once per batch, released while waiting), builds one
+NumPy array per operand (the one copy: the arrays belong to Python and may
+be kept) and calls the registered functions in the order the device queued
+them.  A tap function is called as ``fn(arrays, device)`` (``arrays`` a
+tuple of NumPy arrays, ``device`` the ``jax.Device``); a call function the
+same way, returning a sequence of arrays that must match the call's result
+dtypes and shapes exactly (they are copied once into the outputs).
+
+Guarantees (see ``queue.h`` for the native invariants):
+
+* Nothing is dropped: a device whose queue is full waits (the bound is in
+  bytes, ``JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE``, 256 MB by default, per
+  device; a record larger than the queue goes through alone).  Memory held:
+  the ring plus at most one batch being handed out, within 2x the bound.
+* Per device, records come out in the order their handlers queued them,
+  which within one device program is program order; a call runs after every
+  record queued before it on its device.
+* :func:`barrier` puts a marker in each device's queue and waits until
+  every consumer reached its marker: it waits for what was queued before
+  it, not for an empty queue, so it returns while other threads keep
+  tapping.  An exception raised by a tap function is logged and recorded;
+  :func:`take_last_exception` hands the last one to the barrier's caller.
+* A tap whose computation XLA runs on a consumer thread (a tap function
+  that taps) never waits for queue space: only that thread frees it.  A
+  ``call`` there fails with a message naming the restriction, instead of
+  waiting for itself.
+* ``fork``: the child gets a fresh engine (no queues, no consumers, no
+  recorded exception, the same registry); nothing of the parent's is
+  waited for, so a child that never taps exits normally.
+
+Device identification: the handlers read the FFI execution context's
+device ordinal, which on CPU is the local device's index (0..N-1 with
+``--xla_force_host_platform_device_count=N``, in ``jit``, sharded ``jit``
+and ``pmap`` code alike); :func:`device_of_ordinal` maps it to a
+``jax.Device``.
+
+If the extension is not built or cannot be loaded, :func:`available` is
+False and :func:`unavailable_reason` says why in one line; hostcb then
+lowers to XLA's Python callbacks.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import threading
+import traceback
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["available", "unavailable_reason", "ffi_target_name",
+           "call_target_name", "noop_target_name", "register_targets",
+           "tap_target_id", "call_target_id", "ensure_started", "barrier",
+           "take_last_exception", "set_capacity", "stop", "counters",
+           "device_of_ordinal"]
+
+logger = logging.getLogger("hostcb")
+
+ffi_target_name = "hostcb_tap"
+call_target_name = "hostcb_call"
+noop_target_name = "hostcb_noop"
+
+# Records handed out per batch, at most.
+_MAX_BATCH = 4096
+# After its last batch a consumer polls for this long (timed waits that
+# producers need not signal) before sleeping until a producer wakes it.
+_POLL_SECONDS = 0.05
+
+# ------------------------------------------------------------------ loading
+_native: Any = None
+_reason: str | None = None
+
+
+def _load() -> None:
+  global _native, _reason
+  if os.environ.get("HOSTCB_DISABLE_NATIVE", "").strip() not in ("", "0"):
+    _reason = "disabled by HOSTCB_DISABLE_NATIVE"
+    return
+  try:
+    from hostcb._native import _engine  # noqa: PLC0415
+  except ImportError as e:
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    _reason = (f"the native extension hostcb._native._engine is not "
+               f"available ({first})")
+    return
+  _native = _engine
+
+
+_load()
+
+
+def available() -> bool:
+  """True if the native engine is built and loadable."""
+  return _native is not None
+
+
+def unavailable_reason() -> str | None:
+  """One line saying why the engine is not available, or None."""
+  return _reason
+
+
+def _require() -> Any:
+  if _native is None:
+    raise RuntimeError(f"hostcb native tap engine: {_reason}")
+  return _native
+
+
+# ------------------------------------------------------- XLA FFI targets
+# XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes taps may
+# carry, by NumPy/ml_dtypes name.  Sub-byte types are refused by the
+# handlers.
+_DTYPE_CODES = {
+    "bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
+    "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
+    "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18,
+    "float8_e5m2": 19, "float8_e4m3fn": 20, "float8_e4m3b11fnuz": 23,
+    "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
+    "float8_e3m4": 29, "float8_e8m0fnu": 33,
+}
+
+_registered = False
+_register_lock = threading.Lock()
+
+
+def _dtype_table() -> dict[int, np.dtype]:
+  try:
+    import ml_dtypes  # noqa: PLC0415  (a dependency of jax)
+  except ImportError:
+    ml_dtypes = None
+  table = {}
+  for name, code in _DTYPE_CODES.items():
+    if hasattr(np, name) and name != "bool":
+      table[code] = np.dtype(name)
+    elif name == "bool":
+      table[code] = np.dtype(np.bool_)
+    elif ml_dtypes is not None and hasattr(ml_dtypes, name):
+      table[code] = np.dtype(getattr(ml_dtypes, name))
+  return table
+
+
+def register_targets() -> None:
+  """Registers the FFI targets with XLA (CPU), once per process."""
+  global _registered
+  if _registered:
+    return
+  native = _require()
+  with _register_lock:
+    if _registered:
+      return
+    import jax  # noqa: PLC0415
+    native.set_dtypes(_dtype_table())
+    for name, capsule in native.handlers().items():
+      jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    from hostcb import config  # noqa: PLC0415
+    native.set_capacity(int(config.read(config.MAX_QUEUE_BYTE_SIZE)))
+    _registered = True
+
+
+# ------------------------------------------------------------ registry
+# id -> function.  Functions are kept alive for the life of the process:
+# a compiled executable may run again at any time.  One id per function
+# object, shared by taps and calls.
+_functions: dict[int, Callable] = {}
+_ids: dict[int, int] = {}  # id(fn) -> target id (fn is kept alive above)
+_next_id = itertools.count(1)
+_registry_lock = threading.Lock()
+
+
+def tap_target_id(fn: Callable[[tuple, Any], Any]) -> int:
+  """The ``target_id`` attribute of a ``hostcb_tap`` that calls ``fn``.
+
+  Registers the FFI targets and starts the consumers if needed.
+  ``fn(arrays, device)`` runs on the device's consumer thread.
+  """
+  register_targets()
+  ensure_started()
+  with _registry_lock:
+    tid = _ids.get(id(fn))
+    if tid is None:
+      tid = next(_next_id)
+      _functions[tid] = fn
+      _ids[id(fn)] = tid
+  return tid
+
+
+def call_target_id(fn: Callable[[tuple, Any], Sequence[Any]]) -> int:
+  """The ``target_id`` attribute of a ``hostcb_call`` that calls ``fn``."""
+  return tap_target_id(fn)
+
+
+# ------------------------------------------------------------ consumers
+_lock = threading.Lock()  # consumers, markers, last exception
+_consumers: dict[int, "_Consumer"] = {}
+_marker_ids = itertools.count(1)
+_markers: dict[int, "_Arrivals"] = {}
+_last_exception: tuple[BaseException, str] | None = None
+_owner_pid = os.getpid()
+_devices_by_ordinal: dict[int, Any] | None = None
+
+
+def device_of_ordinal(ordinal: int) -> Any:
+  """The local CPU ``jax.Device`` whose FFI device ordinal is ``ordinal``."""
+  global _devices_by_ordinal
+  if _devices_by_ordinal is None:
+    import jax  # noqa: PLC0415
+    devices = jax.local_devices(backend="cpu")
+    _devices_by_ordinal = {
+        getattr(d, "local_hardware_id", None) if
+        getattr(d, "local_hardware_id", None) is not None else i: d
+        for i, d in enumerate(devices)}
+  return _devices_by_ordinal.get(ordinal, ordinal)
+
+
+def _record_exception(e: BaseException) -> None:
+  global _last_exception
+  text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+  logger.error("hostcb: a tap function raised an exception:\n%s", text)
+  with _lock:
+    _last_exception = (e, text)
+
+
+def take_last_exception() -> tuple[BaseException, str] | None:
+  """The last exception of a tap function since the previous call (and its
+  formatted traceback), or None; clears it."""
+  global _last_exception
+  with _lock:
+    last, _last_exception = _last_exception, None
+  return last
+
+
+class _Arrivals:
+  """Counts the consumers that reached a barrier's marker."""
+
+  def __init__(self, expected: int):
+    self.remaining = expected
+    self.cond = threading.Condition(threading.Lock())
+
+  def arrive(self) -> None:
+    with self.cond:
+      self.remaining -= 1
+      self.cond.notify_all()
+
+  def wait(self, timeout: float | None) -> bool:
+    with self.cond:
+      return self.cond.wait_for(lambda: self.remaining <= 0, timeout)
+
+
+def _call_failed(e: BaseException) -> str:
+  text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+  return (f"hostcb: the host function of a call raised "
+          f"{type(e).__name__}: {e}\n{text}")
+
+
+class _Consumer:
+  """The thread that runs the tap and call functions of one device."""
+
+  def __init__(self, ordinal: int):
+    self.ordinal = ordinal
+    self.device = device_of_ordinal(ordinal)
+    self.thread = threading.Thread(target=self._run, daemon=True,
+                                   name=f"hostcb-engine-{ordinal}")
+
+  def _run(self) -> None:
+    take = _native.take_batch
+    functions = _functions
+    device, ordinal = self.device, self.ordinal
+    while True:
+      batch = take(ordinal, _MAX_BATCH, None, 0, _POLL_SECONDS)
+      if batch is None:  # stopped and empty
+        return
+      # One GIL acquisition per batch (less the interpreter's switches).
+      for tid, payload, handle in batch:
+        if tid is None:
+          arrivals = _markers.get(payload)
+          if arrivals is not None:
+            arrivals.arrive()
+          continue
+        if handle is None:
+          try:
+            functions[tid](payload, device)
+          except BaseException as e:  # noqa: BLE001  (reported by barrier)
+            if tid == -1:
+              e = MemoryError("hostcb: a tap was lost: its operands could not "
+                              "be allocated on the host")
+            _record_exception(e)
+          continue
+        try:
+          out = functions[tid](payload, device)
+          results = [np.ascontiguousarray(r) for r in (out or ())]
+          handle.complete(results)
+        except BaseException as e:  # noqa: BLE001  (goes to the device)
+          handle.fail(_call_failed(e))
+
+
+def _local_ordinals() -> list[int]:
+  import jax  # noqa: PLC0415
+  return list(range(len(jax.local_devices(backend="cpu"))))
+
+
+def ensure_started(ordinals: Iterable[int] | None = None) -> None:
+  """Starts the consumer of each device ordinal (default: every local CPU
+  device) that has none."""
+  native = _require()
+  _check_pid()
+  if ordinals is None:
+    if _consumers and len(_consumers) >= len(_local_ordinals()):
+      return
+    ordinals = _local_ordinals()
+  started = []
+  with _lock:
+    for o in ordinals:
+      if o not in _consumers:
+        native.start(o)
+        c = _consumers[o] = _Consumer(o)
+        started.append(c)
+  for c in started:
+    c.thread.start()
+
+
+def _consumer_ordinal_of_this_thread() -> int | None:
+  me = threading.current_thread()
+  for o, c in list(_consumers.items()):
+    if c.thread is me:
+      return o
+  return None
+
+
+def barrier(ordinals: Iterable[int] | None = None,
+            timeout: float | None = None) -> bool:
+  """Waits until every record queued so far on the devices has been
+  processed (default: every device with a consumer).
+
+  Waits for what was queued before the call, not for an empty queue.
+  Returns False if ``timeout`` (seconds) passed first.  Exceptions of tap
+  functions are not raised here: see :func:`take_last_exception`.
+  Raises RuntimeError when called from a tap or call function on the
+  consumer of one of those devices, which would wait for itself.
+  """
+  native = _require()
+  _check_pid()
+  ordinals = list(_consumers) if ordinals is None else list(ordinals)
+  if not ordinals:
+    return True
+  ensure_started(ordinals)
+  mine = _consumer_ordinal_of_this_thread()
+  if mine is not None and mine in ordinals:
+    raise RuntimeError(
+        "hostcb: a barrier (barrier_wait) was called from a tap or call "
+        f"function running on the consumer of device {mine}; it would wait "
+        "for that function itself")
+  with _lock:
+    mid = next(_marker_ids)
+    arrivals = _markers[mid] = _Arrivals(len(ordinals))
+  try:
+    for o in ordinals:
+      native.put_marker(o, mid)
+    return arrivals.wait(timeout)
+  finally:
+    with _lock:
+      _markers.pop(mid, None)
+
+
+def set_capacity(nbytes: int) -> None:
+  """Sets the byte bound of every device's queue (applied to a non-empty
+  queue when it next empties)."""
+  _require().set_capacity(int(nbytes))
+
+
+def counters(ordinal: int) -> dict[str, int]:
+  """records_in, records_out, bytes_held, records_held and capacity of the
+  queue of a device ordinal (for tests)."""
+  return _require().counters(ordinal)
+
+
+def stop() -> None:
+  """Processes everything queued so far, then stops the consumer threads.
+
+  Records queued afterwards are kept (nothing is lost) and processed once
+  the consumers start again (:func:`ensure_started`, which
+  :func:`tap_target_id` and :func:`barrier` call).
+  """
+  native = _require()
+  _check_pid()
+  barrier()
+  with _lock:
+    consumers = list(_consumers.values())
+    _consumers.clear()
+  for c in consumers:
+    native.stop(c.ordinal)
+  for c in consumers:
+    if c.thread is not threading.current_thread():
+      c.thread.join()
+
+
+# ------------------------------------------------------------ exit, fork
+def _check_pid() -> None:
+  if os.getpid() != _owner_pid:  # fork without the at-fork hook (rare)
+    _after_fork_in_child()
+
+
+def _after_fork_in_child() -> None:
+  """A fresh engine in a forked child: the parent's threads do not exist
+  here, its queues may be locked by them; forget both."""
+  global _lock, _last_exception, _owner_pid, _register_lock, _registry_lock
+  _lock = threading.Lock()
+  _register_lock = threading.Lock()
+  _registry_lock = threading.Lock()
+  _consumers.clear()
+  _markers.clear()
+  _last_exception = None
+  _owner_pid = os.getpid()
+  if _native is not None:
+    # The child keeps XLA's registration of the targets, the dtype table
+    # and the capacity (plain memory); it loses the queues.
+    _native.after_fork_in_child()
+
+
+def _at_exit() -> None:
+  """Lets the consumers finish what was queued (bounded: never hangs)."""
+  if os.getpid() != _owner_pid or not _consumers:
+    return
+  try:
+    if not barrier(timeout=60.0):
+      logger.error("hostcb: at exit, taps still pending after 60 s")
+  except Exception:  # noqa: BLE001  (the interpreter is going away)
+    pass
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
