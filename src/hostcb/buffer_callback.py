@@ -16,21 +16,22 @@ The operands arrive as read-only :class:`Buffer` objects, the results as
 writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
 are zero-copy NumPy arrays through ``numpy.asarray`` and tensors of other
 libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
-``xla_buffer_python_*_callback`` custom calls, which JAX's own
-``jax.experimental.buffer_callback`` uses too; hostcb adds on top of it:
+``xla_buffer_python_*_callback`` custom calls, as JAX's own
+``jax.experimental.buffer_callback`` is, and behaves as JAX's does (code
+written for it runs unchanged; in a ``jit`` over several devices the
+callback runs on every device, with whole operands), except that:
 
-* operands are read-only through ``numpy.asarray`` too (JAX's give writable
+* operands are read-only through ``numpy.asarray`` (JAX's give writable
   arrays over the operand, which would silently change an immutable
-  ``jax.Array``);
-* on CPU ``ctx.stream`` raises an error that says why, and probing a buffer
-  for ``__cuda_array_interface__`` gives ``AttributeError`` (so ``hasattr``
-  works);
-* in a ``jit`` over several devices the callback runs once, on the first
-  device of the computation, with whole operands (like ``pure_callback``),
-  instead of once per device; under ``shard_map`` it runs on every device
-  with its shard;
-* ``input_output_aliases`` is checked against the flattened operands, and
-  ``vmap_method`` when ``buffer_callback`` is called.
+  ``jax.Array``); an operand aliased to a result (``input_output_aliases``)
+  is writable, as its memory is the result's;
+* errors say more: ``ctx.stream`` on CPU and ``__cuda_array_interface__``
+  off GPU raise JAX's ``JaxRuntimeError`` with JAX's message and hostcb's
+  explanation after it (the latter is also an ``AttributeError``, so
+  ``hasattr`` works); ``input_output_aliases`` is checked against the
+  flattened operands (JAX counts positional arguments);
+* ``numpy.asarray(buf, dtype=...)`` converts (JAX's refuses a dtype), and
+  buffers and contexts have a readable ``repr``.
 """
 from __future__ import annotations
 
@@ -105,12 +106,21 @@ def advise_huge_pages(array: np.ndarray) -> None:
     _madvise_huge(start, end - start)
 
 
+class NoCudaArrayInterfaceError(jax.errors.JaxRuntimeError, AttributeError):
+  """``Buffer.__cuda_array_interface__`` off GPU.
+
+  A ``JaxRuntimeError`` as JAX raises there, and an ``AttributeError`` so
+  that ``hasattr(buffer, "__cuda_array_interface__")`` is False.
+  """
+
+
 class Buffer:
   """One device buffer, as a buffer callback sees it.
 
   Made by hostcb for the duration of one callback: do not keep it, or any
   array or tensor made from it, once the callback has returned (the memory
-  belongs to XLA).  Inputs are read-only, results writable.
+  belongs to XLA).  Inputs are read-only (except one aliased to a result),
+  results writable.
 
   * ``numpy.asarray(buf)`` (CPU): a NumPy array over the buffer's memory,
     without copying; read-only for inputs.
@@ -145,7 +155,7 @@ class Buffer:
 
   @property
   def writeable(self) -> bool:
-    """True for results, False for operands."""
+    """True for results and aliased operands, False for other operands."""
     return self._writeable
 
   def __array__(self, dtype: Any = None, copy: bool | None = None
@@ -176,12 +186,12 @@ class Buffer:
 
   @property
   def __cuda_array_interface__(self) -> dict:
-    """The CUDA array interface of a GPU buffer (AttributeError on CPU)."""
+    """The CUDA array interface of a GPU buffer (an error elsewhere)."""
     if self._platform not in ("cuda", "rocm"):
-      raise AttributeError(
-          "Buffer.__cuda_array_interface__ exists only for GPU buffers; "
-          f"this buffer is on {self._platform}: use numpy.asarray(buffer) "
-          "or DLPack")
+      raise NoCudaArrayInterfaceError(
+          "UNIMPLEMENTED: Buffer.__cuda_array_interface__ is only supported "
+          "on CUDA and ROCm. (hostcb: this buffer is on "
+          f"{self._platform}; use numpy.asarray(buffer) or DLPack)")
     return self._raw.__cuda_array_interface__
 
   def __repr__(self) -> str:
@@ -195,7 +205,8 @@ class ExecutionContext:
 
   ``ctx.stage`` is the :class:`ExecutionStage`; ``ctx.stream`` is the GPU
   stream the computation runs on (as an integer handle), for launching
-  work on it; on CPU there is none and reading it raises ``RuntimeError``.
+  work on it; on CPU there is none and reading it raises
+  ``jax.errors.JaxRuntimeError``, as JAX's does.
   """
 
   __slots__ = ("_raw", "_platform")
@@ -213,12 +224,13 @@ class ExecutionContext:
 
   @property
   def stream(self) -> int:
-    """The GPU stream of the computation; RuntimeError on CPU."""
+    """The GPU stream of the computation; JaxRuntimeError on CPU."""
     if self._platform not in ("cuda", "rocm"):
-      raise RuntimeError(
+      raise jax.errors.JaxRuntimeError(
+          "UNIMPLEMENTED: XLA FFI GPU context is not available (hostcb: "
           "ExecutionContext.stream is the GPU stream of the computation and "
-          "exists only when the callback runs on a GPU (cuda or rocm); this "
-          f"callback runs on {self._platform}")
+          "exists only when the callback runs on a GPU, cuda or rocm; this "
+          f"callback runs on {self._platform})")
     return self._raw.stream
 
   @property
@@ -240,11 +252,13 @@ class _Target:
   callback: Callable
   in_tree: Any
   out_tree: Any
+  aliased_inputs: frozenset = frozenset()
 
   def run(self, platform: str, raw_ctx: Any, raw_buffers) -> None:
     """Calls the callback on the buffers of one execution."""
     n_in = self.in_tree.num_leaves
-    ins = [Buffer(b, False, platform) for b in raw_buffers[:n_in]]
+    ins = [Buffer(b, i in self.aliased_inputs, platform)
+           for i, b in enumerate(raw_buffers[:n_in])]
     outs = [Buffer(b, True, platform) for b in raw_buffers[n_in:]]
     if platform == "cpu":
       for out in outs:
@@ -256,9 +270,9 @@ class _Target:
                         self.out_tree.unflatten(outs), *args, **kwargs)
     if ret is not None:
       raise ValueError(
-          "buffer_callback callback must not return any values: it writes "
-          f"its results into the `out` buffers, but {_name(self.callback)} "
-          f"returned a {type(ret).__name__}")
+          "buffer_callback callback must not return any values. (hostcb: it "
+          f"writes its results into the `out` buffers, but "
+          f"{_name(self.callback)} returned a {type(ret).__name__})")
 
 
 # --------------------------------------------------------------- primitive
@@ -307,24 +321,26 @@ def _lowering(ctx, *args, target, result_avals, vmap_method, has_side_effect,
   platform = ji.lowering_platform(ctx)
   run = target.run
 
-  def make_host_fn(placement: ji.Placement, host_copies: bool) -> Callable:
-    # With host copies (a jit over several devices) the buffers are NumPy
-    # arrays in host memory, whatever the platform.
-    where = "cpu" if host_copies else platform
-    if placement.per_device:
-      def host_fn(raw_ctx, pid, *raw_buffers):
-        del pid
-        run(where, raw_ctx, raw_buffers)
-        return ()
-    else:
-      def host_fn(raw_ctx, *raw_buffers):
-        run(where, raw_ctx, raw_buffers)
-        return ()
-    return host_fn
+  def host_fn(raw_ctx, *raw_buffers):
+    run(platform, raw_ctx, raw_buffers)
+    return ()
 
-  return ji.emit_buffer_callback(
-      ctx, make_host_fn, args, device_index=0,
-      has_side_effect=has_side_effect,
+  if has_side_effect and ji.runs_on_one_of_several_devices(ctx):
+    # JAX's own fails here (XLA wants a sharding on a side-effecting call in
+    # a jit over several devices); hostcb runs it once, on the first device
+    # of the computation, with whole operands copied to the host.
+    def make_host_fn(placement: ji.Placement, host_copies: bool) -> Callable:
+      del placement
+      where = "cpu" if host_copies else platform
+      return lambda raw_ctx, *raw_buffers: (
+          run(where, raw_ctx, raw_buffers), ())[1]
+    return ji.emit_buffer_callback(
+        ctx, make_host_fn, args, device_index=0, has_side_effect=True,
+        operand_output_aliases=input_output_aliases,
+        command_buffer_compatible=command_buffer_compatible)
+
+  return ji.emit_buffer_callback_everywhere(
+      ctx, host_fn, args, has_side_effect=has_side_effect,
       operand_output_aliases=input_output_aliases,
       command_buffer_compatible=command_buffer_compatible)
 
@@ -333,6 +349,7 @@ ji.register_jvp(buffer_callback_p, _jvp)
 ji.register_transpose(buffer_callback_p, _transpose)
 ji.register_batching(buffer_callback_p, _batch)
 ji.register_lowering(buffer_callback_p, _lowering)
+ji.lowers_without_devices(buffer_callback_p)
 
 
 # --------------------------------------------------------------------- API
@@ -340,18 +357,16 @@ def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
   flat, out_tree = jax.tree_util.tree_flatten(result_shape_dtypes)
   avals = []
   for leaf in flat:
-    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-      raise TypeError(
-          "buffer_callback: every leaf of result_shape_dtypes must have "
-          "`shape` and `dtype` (e.g. jax.ShapeDtypeStruct); got "
-          f"{type(leaf).__name__} {leaf!r}")
-    dtype = jax.dtypes.canonicalize_dtype(np.dtype(leaf.dtype))
-    avals.append(ji.ShapedArray(tuple(leaf.shape), dtype))
+    for attribute in ("shape", "dtype"):
+      if not hasattr(leaf, attribute):
+        raise AttributeError(
+            f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
+            "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
+            f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
+    # As JAX's: the dtype is kept as given (not canonicalized).
+    avals.append(ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
   return tuple(avals), out_tree
 
-
-def _is_index(i: Any) -> bool:
-  return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
 
 
 def _check_aliases(aliases: dict, in_avals, out_avals
@@ -360,11 +375,7 @@ def _check_aliases(aliases: dict, in_avals, out_avals
   pairs = []
   outputs_taken: dict[int, int] = {}
   for i_idx, o_idx in sorted(aliases.items()):
-    if not (_is_index(i_idx) and _is_index(o_idx)):
-      raise TypeError(
-          "input_output_aliases must map int input indices to int output "
-          f"indices; got the mapping {i_idx!r}: {o_idx!r}")
-    i_idx, o_idx = int(i_idx), int(o_idx)
+    i_idx, o_idx = int(i_idx), int(o_idx)  # as JAX's: "1" is 1
     if not 0 <= i_idx < len(in_avals):
       raise ValueError(
           f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
@@ -434,26 +445,26 @@ def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
     raise TypeError(
         f"buffer_callback: callback must be callable; got {callback!r}")
   result_avals, out_tree = _result_avals(result_shape_dtypes)
-  if vmap_method is not None and vmap_method not in VMAP_METHODS:
-    raise ValueError(
-        f"buffer_callback: vmap_method must be None or one of {VMAP_METHODS}; "
-        f"got {vmap_method!r}")
-  if input_output_aliases is not None and not isinstance(
-      input_output_aliases, dict):
-    raise TypeError(
-        "buffer_callback: input_output_aliases must be a dict from input "
-        "index to output index, or None; got "
-        f"{type(input_output_aliases).__name__} {input_output_aliases!r}")
-  aliases = dict(input_output_aliases or {})
+  # As JAX's, an unknown vmap_method is an error only under vmap.
   has_side_effect = bool(has_side_effect)
   command_buffer_compatible = bool(command_buffer_compatible)
 
   def wrapped(*args, **kwargs):
     flat_args, in_tree = jax.tree_util.tree_flatten((args, kwargs))
     in_avals = [jax.typeof(x) for x in flat_args]
-    pairs = _check_aliases(aliases, in_avals, result_avals)
+    pairs = ()
+    if input_output_aliases is not None:
+      if not hasattr(input_output_aliases, "items"):
+        raise AttributeError(
+            f"{type(input_output_aliases).__name__!r} object has no "
+            "attribute 'items' (hostcb: input_output_aliases must be a dict "
+            "from input index to output index, or None; got "
+            f"{input_output_aliases!r})")
+      pairs = _check_aliases(dict(input_output_aliases.items()), in_avals,
+                             result_avals)
     outs = buffer_callback_p.bind(
-        *flat_args, target=_Target(callback, in_tree, out_tree),
+        *flat_args, target=_Target(callback, in_tree, out_tree,
+                                   frozenset(i for i, _ in pairs)),
         result_avals=result_avals, vmap_method=vmap_method,
         has_side_effect=has_side_effect, input_output_aliases=pairs,
         command_buffer_compatible=command_buffer_compatible)

@@ -38,3 +38,4 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           to_xla_computation,
                                           xla_computation_from_proto)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
+from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices

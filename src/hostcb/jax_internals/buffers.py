@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from jax._src import core as _core
+from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src import ffi as _ffi
 from jax._src import sharding_impls as _sharding_impls
@@ -78,6 +79,39 @@ def runs_on_one_of_several_devices(ctx) -> bool:
   axis_context = ctx.module_context.axis_context
   return (isinstance(axis_context, _sharding_impls.ShardingContext)
           and axis_context.num_devices > 1)
+
+
+def emit_buffer_callback_everywhere(ctx, host_fn: Callable,
+                                   args: Sequence[Any], *,
+                                   has_side_effect: bool,
+                                   operand_output_aliases: Sequence[
+                                       tuple[int, int]] = (),
+                                   command_buffer_compatible: bool = False
+                                   ) -> Sequence[Any]:
+  """Lowers a buffer callback as ``jax.experimental.buffer_callback`` does.
+
+  No sharding is put on the call, so it runs wherever the computation runs:
+  once per device of a ``jit`` over several devices (with whole, replicated
+  operands), of a ``pmap`` or of a ``shard_map`` (with its shard).
+  ``host_fn(ctx, *operands, *results)`` gets XLA's context and buffers.
+  """
+  platform = lowering_platform(ctx)
+  target = _BUFFER_TARGETS.get(platform)
+  if target is None:
+    raise ValueError(f"`buffer_callback` not supported on {platform} backend."
+                     " (hostcb's buffer callbacks run on cpu, cuda and rocm)")
+  if command_buffer_compatible and platform != "cpu":
+    target += "_cmd_buffer"
+  return _emit_ffi_call(
+      ctx, target, host_fn, list(args), list(ctx.avals_in),
+      list(ctx.avals_out), has_side_effect=has_side_effect, sharding=None,
+      aliases={int(i): int(o) for i, o in operand_output_aliases})
+
+
+def lowers_without_devices(prim: Primitive) -> None:
+  """Lets ``jit`` lower ``prim`` without a device assignment (as JAX's own
+  callbacks), which also lets operands of different meshes meet."""
+  _dispatch.prim_requires_devices_during_lowering.discard(prim)
 
 
 def _host_copies_adapter(buffer_fn: Callable, avals_out: Sequence[Any],
