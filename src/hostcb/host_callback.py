@@ -67,32 +67,34 @@ def _is_key(x) -> bool:
   return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
-def _operands(arg, what: str):
-  """The flat operands of ``arg`` as JAX values, and its structure.
+_NUMBERS = (int, float, complex, bool, np.ndarray, np.generic)
 
-  Numbers and NumPy arrays become JAX arrays of the canonical dtype (as in
-  legacy, ``np.int64`` becomes ``int32`` unless x64 is on).  PRNG key arrays
-  travel as their key data (``jax.random.key_data``): the host sees the
-  ``uint32`` array.  Returns the operands, the tree structure, and, per
-  operand, the key implementation to rewrap it with (or None).
+
+def _operands(arg, what: str):
+  """The flat operands of ``arg``, its structure and its key leaves.
+
+  Leaves must be arrays or numbers; NumPy values and numbers are bound as
+  they are (JAX gives them the canonical dtype, as in legacy: ``np.int64``
+  becomes ``int32`` unless x64 is on).  PRNG key arrays travel as their key
+  data (``jax.random.key_data``): the host sees the ``uint32`` array.
+  Returns the operands, the tree structure and, per operand, the key
+  implementation to rewrap it with (or None).
   """
   flat, treedef = jax.tree_util.tree_flatten(arg)
-  out, key_impls = [], []
-  for x in flat:
-    if not (isinstance(x, jax.Array) or ji.is_tracer(x)):
-      try:
-        x = jax.numpy.asarray(x)
-      except TypeError:
-        raise TypeError(
-            f"{what}: every leaf of arg must be an array or a number; got "
-            f"{type(x).__name__} {x!r}") from None
-    if _is_key(x):
-      key_impls.append(jax.random.key_impl(x))
-      x = jax.random.key_data(x)
-    else:
-      key_impls.append(None)
-    out.append(x)
-  return out, treedef, key_impls
+  key_impls = []
+  for i, x in enumerate(flat):
+    if isinstance(x, jax.Array) or ji.is_tracer(x):
+      if _is_key(x):
+        key_impls.append(jax.random.key_impl(x))
+        flat[i] = jax.random.key_data(x)
+        continue
+    elif not isinstance(x, _NUMBERS) or (isinstance(x, np.ndarray)
+                                         and x.dtype == object):
+      raise TypeError(
+          f"{what}: every leaf of arg must be an array or a number; got "
+          f"{type(x).__name__} {x!r}")
+    key_impls.append(None)
+  return flat, treedef, key_impls
 
 
 def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
@@ -121,9 +123,10 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
   """
   if kwargs:
     raise TypeError(
-        "Support for **kwargs in id_tap was removed: pre-apply keyword "
-        "arguments with a closure or functools.partial(tap_func, **kwargs); "
-        f"got keyword arguments {sorted(kwargs)}")
+        "Support for **kwargs in ``id_tap`` has been removed. Instead, "
+        "pre-apply keyword arguments, either by using a closure or by passing "
+        "``functools.partial(tap_func, **kwargs)``. "
+        f"(hostcb: got keyword arguments {sorted(kwargs)})")
   if not callable(tap_func):
     raise TypeError(f"id_tap: tap_func must be callable; got {tap_func!r}")
   _check_flavor(callback_flavor)
@@ -146,9 +149,12 @@ class _Printer:
   threshold: int | None
   kwargs: tuple
 
-  def __call__(self, arg, transforms, device=None):
-    print_tap(arg, transforms, device=device, output_stream=self.output_stream,
-              threshold=self.threshold, **dict(self.kwargs))
+  def __call__(self, arg, transforms, **device):
+    # As legacy's functools.partial did: the device of ``tap_with_device``
+    # overrides a user's ``device=`` keyword, and a user's ``transforms=``
+    # fails the tap with a TypeError (multiple values for 'transforms').
+    print_tap(arg, transforms, output_stream=self.output_stream,
+              threshold=self.threshold, **{**dict(self.kwargs), **device})
 
   def __hash__(self):
     try:
@@ -168,10 +174,14 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
              callback_flavor=CallbackFlavor.IO_CALLBACK, **kwargs):
   """Like :func:`id_tap`, with a tap function that prints ``arg``.
 
-  Prints the keyword arguments first (sorted, as ``key: value``, with
-  ``transforms`` and ``device`` when present), then ``arg``: tuples as
-  ``( a b )``, lists as ``[ a b ]``, dicts as ``{ k=v }``, one element per
-  line, arrays through ``numpy.array2string(threshold=threshold)``.
+  Prints the keyword arguments first, on one line (sorted, as
+  ``key: value``, with ``transforms`` and ``device`` when present), then
+  ``arg`` as legacy printed it: tuples as ``( a b )``, lists as ``[ a b ]``,
+  dicts as ``{ k=v }`` sorted by key, on one line when that fits in 80
+  columns, else one element per line, nested 2 deeper; arrays through
+  ``numpy.array2string(threshold=threshold)``.  A ``device=`` keyword is
+  printed unless ``tap_with_device`` replaces it with the tap's device;
+  ``transforms=`` makes the tap fail, as in legacy.
 
   Args:
     arg, result, tap_with_device, device_index, callback_flavor: as for
@@ -203,9 +213,9 @@ def _result_avals(result_shape):
   except Exception:
     raise ValueError(
         "result_shape should be a pytree of values with structure matching "
-        "the expected result of the callback function; each value must be "
-        "a numeric scalar or have 'shape' and 'dtype' attributes. Got "
-        f"{result_shape!r}") from None
+        "the expected result of the callback function. The values must be "
+        "either numeric scalars, or must have 'shape' and 'dtype' attributes. "
+        f"Got {result_shape}") from None
   return tuple(avals), treedef
 
 

@@ -3,7 +3,7 @@
 Both primitives lower to XLA's Python-callback custom call (CPU and GPU;
 other platforms go through JAX's send/recv callbacks), which hands the host
 function NumPy copies of the operands.  On CPU, a ``call`` with large
-operands or results (``ZERO_COPY_MIN_BYTES``) lowers to the buffer-callback
+operands or results (``BUFFER_CALL_MIN_BYTES``) lowers to the buffer-callback
 custom call instead: its host function sees read-only views of the device
 buffers and copies the results once into the output buffers.  Where it runs:
 
@@ -89,27 +89,33 @@ def _run_call(target, device, arrays, outs=None):
       np.copyto(out, result)
     return ()
   except BaseException as e:
-    runtime.logger.error("hostcb: the call to %s failed: %s", target.func, e)
+    # As legacy: the failure also reaches the next barrier_wait.
+    runtime.record_exception(e, f"the call to {target.func!r} failed")
     raise
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the
-# device buffers: the callback gets read-only NumPy views of the operands
-# (no copy) and its results are copied once into the output buffers.
-# Below it, XLA's copying callback is used: it costs less per call, and the
-# callback may keep the (copied) arrays it gets.
-ZERO_COPY_MIN_BYTES = 1 << 16
+# device buffers: the operands are copied once out of them (into memory
+# hinted for huge pages) and the results copied once into the output
+# buffers.  Below it, XLA's copying callback costs less per call.  Either
+# way the callback gets read-only arrays of its own, as in legacy, which it
+# may keep: views of the device buffers would be reused or freed by XLA
+# once the callback returns.
+BUFFER_CALL_MIN_BYTES = 1 << 16
 
 
 def _uses_buffers(ctx) -> bool:
   return (ji.lowering_platform(ctx) == "cpu"
           and not ji.runs_on_one_of_several_devices(ctx)
           and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out)
-          >= ZERO_COPY_MIN_BYTES)
+          >= BUFFER_CALL_MIN_BYTES)
 
 
-def _read_only_view(buffer) -> np.ndarray:
-  a = np.asarray(buffer)  # over the device memory, no copy
+def _read_only_copy(buffer) -> np.ndarray:
+  view = np.asarray(buffer)  # over the device memory
+  a = np.empty(view.shape, view.dtype)
+  advise_huge_pages(a)
+  np.copyto(a, view)
   a.flags.writeable = False
   return a
 
@@ -118,7 +124,7 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
   n_in = len(args)
 
   def run(device, buffers):
-    arrays = tuple(_read_only_view(b) for b in buffers[:n_in])
+    arrays = tuple(_read_only_copy(b) for b in buffers[:n_in])
     outs = [np.asarray(b) for b in buffers[n_in:]]
     _run_call(target, device, arrays, outs)
     return ()

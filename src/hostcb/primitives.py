@@ -79,34 +79,49 @@ class CallTarget:
     return self.check_results(res)
 
   def check_results(self, res) -> tuple:
+    """The flat results as arrays of ``result_avals``, or a ``TypeError``.
+
+    The messages begin as legacy's did ("Callback func ... should have
+    returned a result with ..."), which user code matches.
+    """
     flat, treedef = jax.tree_util.tree_flatten(res)
     if treedef != self.out_treedef:
       raise TypeError(
-          f"hostcb.call: the callback {_name(self.func)} returned a result "
-          f"with pytree structure {treedef}, but result_shape expects "
-          f"{self.out_treedef}")
+          f"Callback func {_name(self.func)} should have returned a result "
+          f"with pytree {self.out_treedef} but returned {treedef}")
     out = []
     for value, aval in zip(flat, self.result_avals):
       a = np.asarray(value)
       dtype = jax.dtypes.canonicalize_dtype(a.dtype)
       if a.shape != aval.shape or dtype != aval.dtype:
+        actual = [ji.ShapedArray(np.shape(v), jax.dtypes.canonicalize_dtype(
+            np.asarray(v).dtype)) for v in flat]
         raise TypeError(
-            f"hostcb.call: the callback {_name(self.func)} returned "
-            f"{self._describe(flat)}, but result_shape expects "
-            f"{self._describe_avals()}")
+            f"Callback func {_name(self.func)} should have returned a result "
+            "with abstract values "
+            f"{_avals_text(self.out_treedef, self.result_avals)} but returned "
+            f"{_avals_text(self.out_treedef, actual)}")
       if a.dtype != dtype:
         a = a.astype(dtype)
       out.append(a)
     return tuple(out)
 
-  def _describe(self, flat) -> str:
-    leaves = [f"{jax.dtypes.canonicalize_dtype(np.asarray(v).dtype)}"
-              f"{list(np.shape(v))}" for v in flat]
-    return str(self.out_treedef.unflatten(leaves)).replace("'", "")
 
-  def _describe_avals(self) -> str:
-    leaves = [f"{a.dtype}{list(a.shape)}" for a in self.result_avals]
-    return str(self.out_treedef.unflatten(leaves)).replace("'", "")
+class _Shown:
+  """A leaf that prints as the given text, inside containers too."""
+
+  def __init__(self, text: str):
+    self.text = text
+
+  def __repr__(self) -> str:
+    return self.text
+
+  __str__ = __repr__
+
+
+def _avals_text(treedef, avals) -> str:
+  """``(ShapedArray(float32[]), ...)``: abstract values as legacy showed them."""
+  return str(treedef.unflatten([_Shown(repr(a)) for a in avals]))
 
 
 def _device_for(args, device_index: int):
@@ -140,10 +155,12 @@ def _tap_impl(*args, target, transforms, device_index):
     device = _device_for(args, device_index)
     target.invoke(tuple(np.asarray(a) for a in args), device,
                   unpack_transforms(transforms))
-  else:
-    ji.apply_compiled(tap_p, *_eager_args(args, device_index), target=target,
-                      transforms=transforms, device_index=device_index)
-  return list(args)  # where they are: the tap's copies stay unused
+    return [jax.numpy.asarray(a) for a in args]
+  # The computation's results are the operands as JAX arrays of the
+  # canonical dtype, which legacy returned too.
+  return ji.apply_compiled(tap_p, *_eager_args(args, device_index),
+                           target=target, transforms=transforms,
+                           device_index=device_index)
 
 
 def _tap_jvp(primals, tangents, **params):

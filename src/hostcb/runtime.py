@@ -113,7 +113,7 @@ class _DeviceQueue:
         try:
           run()
         except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
-          _record_exception(e)
+          record_exception(e)
         pending += nbytes
         if self._waiters:  # a full queue or a barrier: free bytes now
           with cond:
@@ -182,10 +182,12 @@ def drain_device(device: Any) -> None:
     q.drain()
 
 
-def _record_exception(e: BaseException) -> None:
+def record_exception(e: BaseException,
+                     what: str = "a tap function raised an exception") -> None:
+  """Logs ``e`` and keeps it for the next :func:`barrier_wait`."""
   global _last_exception
   text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-  logger.error("hostcb: a tap function raised an exception:\n%s", text)
+  logger.error("hostcb: %s:\n%s", what, text)
   with _lock:
     _last_exception = (e, text)
 

@@ -1,9 +1,10 @@
-"""hostcb.call on large operands: views of the device buffers, one copy out.
+"""hostcb.call on large operands and results (XLA's buffer callback on CPU).
 
-On CPU, from ``lowering.ZERO_COPY_MIN_BYTES`` bytes of operands and results,
-``call`` lowers to XLA's buffer callback: the callback gets read-only NumPy
-views of the operands' device memory and its results are copied once into
-the output buffers.  Everything else ``call`` promises stays the same.
+On CPU, from ``lowering.BUFFER_CALL_MIN_BYTES`` bytes of operands and
+results, ``call`` lowers to XLA's buffer callback: the operands are copied
+once out of the device buffers into read-only arrays the callback owns (it
+may keep them, as in legacy), and its results are copied once into the
+output buffers.  Everything else ``call`` promises stays the same.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hostcb
-from hostcb.lowering import ZERO_COPY_MIN_BYTES
+from hostcb.lowering import BUFFER_CALL_MIN_BYTES
 
 # float32 elements of an operand that alone reaches the threshold
-BIG = ZERO_COPY_MIN_BYTES // 4
+BIG = BUFFER_CALL_MIN_BYTES // 4
 
 
 class Seen:
@@ -45,12 +46,29 @@ def _call_jit(func, **kwargs):
   return jax.jit(lambda a: hostcb.call(func, a, result_shape=a, **kwargs))
 
 
-# -------------------------------------------------------------- zero copy
-def test_large_operand_is_a_read_only_view_of_the_device_buffer():
+# ------------------------------------------------------------- operands
+def test_large_operand_is_a_read_only_copy_the_callback_owns():
   seen = Seen()
   x = jnp.arange(BIG, dtype=jnp.float32)
   _call_jit(_flags(seen))(x).block_until_ready()
-  assert seen.items == [(False, False, x.unsafe_buffer_pointer())]
+  [(writeable, owndata, ptr)] = seen.items
+  assert (writeable, owndata) == (False, True)
+  assert ptr != x.unsafe_buffer_pointer()
+
+
+def test_kept_large_operands_keep_their_values_after_later_computations():
+  # The spec's accumulator pattern: the callback keeps what it gets.
+  kept = []
+
+  def keep(a):
+    kept.append(a)
+    return a
+  f = _call_jit(keep)
+  for i in range(4):
+    f(jnp.full(4 * BIG, float(i), jnp.float32)).block_until_ready()
+  jax.jit(lambda a: a * 7)(jnp.ones(4 * BIG)).block_until_ready()
+  for i, a in enumerate(kept):
+    np.testing.assert_array_equal(a, np.full(4 * BIG, float(i), np.float32))
 
 
 def test_small_operand_is_a_read_only_copy():
@@ -72,10 +90,10 @@ def test_operands_and_results_together_reach_the_threshold():
   f = jax.jit(lambda a: hostcb.call(
       host, a, result_shape=jax.ShapeDtypeStruct((BIG // 2,), jnp.float32)))
   f(x).block_until_ready()
-  assert seen.items == [False]
+  assert seen.items == [True]
 
 
-def test_writing_to_the_operand_view_raises():
+def test_writing_to_a_large_operand_raises():
   seen = Seen()
 
   def host(a):
@@ -90,11 +108,13 @@ def test_writing_to_the_operand_view_raises():
   assert seen.items == ["assignment destination is read-only"]
 
 
-def test_eager_call_on_large_operand_is_a_view():
+def test_eager_call_on_large_operand_gets_a_copy():
   seen = Seen()
   x = jnp.arange(BIG, dtype=jnp.float32)
   hostcb.call(_flags(seen), x, result_shape=x).block_until_ready()
-  assert seen.items == [(False, False, x.unsafe_buffer_pointer())]
+  [(writeable, owndata, ptr)] = seen.items
+  assert (writeable, owndata) == (False, True)
+  assert ptr != x.unsafe_buffer_pointer()
 
 
 # --------------------------------------------------------------- results
@@ -129,18 +149,18 @@ def test_result_of_wrong_shape_fails_with_the_call_message():
   x = jnp.zeros(BIG, jnp.float32)
   with pytest.raises(
       jax.errors.JaxRuntimeError,
-      match=(r"hostcb.call: the callback \S*<lambda> returned float32\[3\], but "
-             rf"result_shape expects float32\[{BIG}\]")):
+      match=(r"Callback func \S*<lambda> should have returned a result with "
+             rf"abstract values ShapedArray\(float32\[{BIG}\]\) but returned "
+             r"ShapedArray\(float32\[3\]\)")):
     _call_jit(lambda a: a[:3])(x).block_until_ready()
 
 
 def test_result_of_wrong_structure_fails_with_the_call_message():
   x = jnp.zeros(BIG, jnp.float32)
   with pytest.raises(jax.errors.JaxRuntimeError,
-                     match=r"hostcb.call: the callback \S*<lambda> returned a "
-                           r"result with pytree structure PyTreeDef\(\(\*, "
-                           r"\*\)\), but result_shape expects "
-                           r"PyTreeDef\(\*\)"):
+                     match=r"Callback func \S*<lambda> should have returned "
+                           r"a result with pytree PyTreeDef\(\*\) but returned "
+                           r"PyTreeDef\(\(\*, \*\)\)"):
     _call_jit(lambda a: (a, a))(x).block_until_ready()
 
 
@@ -257,7 +277,7 @@ def _devices() -> int:
 
 
 @pytest.mark.multidevice
-def test_shard_map_call_sees_each_device_shard_as_a_view():
+def test_shard_map_call_sees_a_copy_of_each_device_shard():
   n = _devices()
   seen = Seen()
 
@@ -271,7 +291,7 @@ def test_shard_map_call_sees_each_device_shard_as_a_view():
   r = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
                             out_specs=P("x")))(x)
   np.testing.assert_array_equal(r, np.repeat(np.arange(float(n)) + 1, BIG))
-  expected = sorted((d.id, float(i), False)
+  expected = sorted((d.id, float(i), True)
                     for i, d in enumerate(mesh.devices.flat))
   assert sorted(seen.items) == expected
 
