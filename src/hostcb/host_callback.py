@@ -148,17 +148,21 @@ class _Printer:
   output_stream: Any
   threshold: int | None
   kwargs: tuple
+  print_options: tuple | None  # the caller's NumPy print options, if needed
 
   def __call__(self, arg, transforms, **device):
     # As legacy's functools.partial did: the device of ``tap_with_device``
     # overrides a user's ``device=`` keyword, and a user's ``transforms=``
     # fails the tap with a TypeError (multiple values for 'transforms').
-    print_tap(arg, transforms, output_stream=self.output_stream,
-              threshold=self.threshold, **{**dict(self.kwargs), **device})
+    from hostcb.printing import numpy_print_options
+    with numpy_print_options(self.print_options):
+      print_tap(arg, transforms, output_stream=self.output_stream,
+                threshold=self.threshold, **{**dict(self.kwargs), **device})
 
   def __hash__(self):
     try:
-      return hash((id(self.output_stream), self.threshold, self.kwargs))
+      return hash((id(self.output_stream), self.threshold, self.kwargs,
+                   self.print_options))
     except TypeError:  # an unhashable keyword value: no cache sharing
       return id(self)
 
@@ -166,7 +170,8 @@ class _Printer:
     return (isinstance(other, _Printer)
             and self.output_stream is other.output_stream
             and self.threshold == other.threshold
-            and self.kwargs == other.kwargs)
+            and self.kwargs == other.kwargs
+            and self.print_options == other.print_options)
 
 
 def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
@@ -188,10 +193,13 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
       :func:`id_tap`.
     output_stream: an object with a ``write(str)`` method to print to;
       default ``sys.stdout``.
-    threshold: passed to ``numpy.array2string``.
+    threshold: passed to ``numpy.array2string``; ``None``: NumPy's print
+      options, those of the thread that calls ``id_print`` (traces it).
     **kwargs: printed before ``arg``.
   """
-  printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())))
+  from hostcb.printing import caller_print_options
+  printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
+                     caller_print_options())
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
                 device_index=device_index, callback_flavor=callback_flavor)
 

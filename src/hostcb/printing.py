@@ -1,61 +1,169 @@
 """The tap function of :func:`hostcb.id_print`, and its text layout.
 
-A printed tap is one line of sorted ``key: value`` pairs (the keyword
-arguments of ``id_print``, plus ``transforms`` and ``device`` when present),
-then the value.  Containers break one element per line::
+A printed tap is an optional header line, the keyword arguments of
+``id_print`` as ``key: value`` sorted by key (with ``transforms`` and
+``device`` among them when present), then the value::
 
     what: x,x^2
-    ( 3.0
-      9.0 )
+    ( 3. 9. )
 
-Tuples are ``( ... )``, lists ``[ ... ]``, dicts ``{ k=v ... }`` with sorted
-keys, arrays go through ``numpy.array2string`` with the given ``threshold``.
+The value is laid out as legacy ``host_callback`` laid it out with JAX's
+pretty printer, at a line width of 80:
+
+* arrays are ``numpy.array2string(a, threshold=threshold)`` (0-d arrays too,
+  so a float32 scalar is ``3.``), any other leaf (``None``, a Python scalar)
+  is ``str(leaf)``;
+* tuples are ``( a b )``, lists ``[ a b ]``, dicts ``{ k=v ... }`` sorted
+  by key; empty ones ``(  )``, ``[  ]``, ``{  }``;
+* a container goes on one line when its one-line text fits in what is left
+  of the current line; otherwise its elements go one per line, indented 2
+  deeper than the container's own nesting level (not its column)::
+
+      ( [ 0  1  2 ... 22 23
+       24 25 ...]
+        1 )
+
+* the text of a multi-line array is inserted as it is: its later lines start
+  at column 0, and the whole text, newlines included, counts as if it were on
+  the line (so ``( 1 [[0 1 2]\\n [3 4 5]] )`` stays on "one line").
+
+Where JAX or NumPy changed under it, the text is kept as legacy printed it:
+
+* a CPU device prints with legacy's name ``TFRT_CPU_<id>`` (current JAX says
+  ``cpu:<id>``);
+* NumPy 2's print options (``np.set_printoptions``, ``np.printoptions``) are
+  per thread, and taps print on hostcb's consumer threads: ``id_print``
+  takes the caller's options when it is called (when traced, under ``jit``)
+  and prints with them (legacy's NumPy 1 read its global options when
+  printing).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from typing import Any
+from typing import Any, ContextManager, Union
 
+import jax
 import numpy as np
 
-__all__ = ["format_value", "print_tap"]
+__all__ = ["format_value", "format_header", "print_tap",
+           "caller_print_options", "numpy_print_options"]
+
+# The line width legacy's pretty printer formatted to.
+WIDTH = 80
 
 _print_lock = threading.Lock()
 
 
-def format_value(value: Any, threshold: int | None = None,
-                 indent: int = 0) -> str:
-  """Formats ``value`` as ``id_print`` does, continuation lines indented."""
+class _Box:
+  """A container in the layout: its brackets, entries and one-line width."""
+  __slots__ = ("open", "close", "entries", "width")
+
+  def __init__(self, open_: str, close: str,
+               entries: list[tuple[str, _Node]]):
+    self.open, self.close, self.entries = open_, close, entries
+    self.width = (len(open_) + len(close) + max(len(entries) - 1, 0)
+                  + sum(len(prefix) + _width(child)
+                        for prefix, child in entries))
+
+
+_Node = Union[str, _Box]
+
+
+def _width(node: _Node) -> int:
+  return len(node) if isinstance(node, str) else node.width
+
+
+def _build(value: Any, threshold: int | None) -> _Node:
+  """The layout tree of ``value``: leaves formatted, widths summed."""
   if isinstance(value, tuple):
-    return _format_seq("( ", " )", value, threshold, indent)
+    return _Box("( ", " )", [("", _build(v, threshold)) for v in value])
   if isinstance(value, list):
-    return _format_seq("[ ", " ]", value, threshold, indent)
+    return _Box("[ ", " ]", [("", _build(v, threshold)) for v in value])
   if isinstance(value, dict):
-    inner = indent + 2
-    parts = [f"{k}=" + format_value(v, threshold, inner)
-             for k, v in sorted(value.items())]
-    return "{ " + ("\n" + " " * inner).join(parts) + " }"
+    return _Box("{ ", " }", [(f"{k}=", _build(v, threshold))
+                             for k, v in sorted(value.items(),
+                                                key=lambda kv: kv[0])])
   if isinstance(value, np.ndarray):
     return np.array2string(value, threshold=threshold)
   return str(value)
 
 
-def _format_seq(open_: str, close: str, items, threshold, indent) -> str:
-  inner = indent + 2
-  parts = [format_value(v, threshold, inner) for v in items]
-  return open_ + ("\n" + " " * inner).join(parts) + close
+def _flat(node: _Node) -> str:
+  if isinstance(node, str):
+    return node
+  return (node.open + " ".join(prefix + _flat(child)
+                               for prefix, child in node.entries)
+          + node.close)
+
+
+def _emit(node: _Node, nest: int, column: int, out: list[str]) -> int:
+  """Appends ``node``'s text to ``out``; returns the column after it.
+
+  ``column`` counts the characters written since the last break, as legacy's
+  printer counted them (a multi-line leaf counts whole).
+  """
+  if isinstance(node, str) or node.width <= WIDTH - column:
+    text = _flat(node)
+    out.append(text)
+    return column + len(text)
+  inner = nest + 2
+  out.append(node.open)
+  column += len(node.open)
+  for i, (prefix, child) in enumerate(node.entries):
+    if i:
+      out.append("\n" + " " * inner)
+      column = inner
+    out.append(prefix)
+    column = _emit(child, inner, column + len(prefix), out)
+  out.append(node.close)
+  return column + len(node.close)
+
+
+def format_value(value: Any, threshold: int | None = None) -> str:
+  """The text that ``id_print`` prints for ``value`` (without a newline)."""
+  out: list[str] = []
+  _emit(_build(value, threshold), 0, 0, out)
+  return "".join(out)
+
+
+def _header_value(v: Any) -> str:
+  # Legacy's JAX named CPU devices TFRT_CPU_<id>; current JAX says cpu:<id>.
+  if isinstance(v, jax.Device) and v.platform == "cpu":
+    return f"TFRT_CPU_{v.id}"
+  return f"{v}"
+
+
+def format_header(kwargs: dict[str, Any]) -> str:
+  """The header line: ``key: value`` pairs sorted by key, space-separated."""
+  return " ".join(f"{k}: {_header_value(v)}"
+                  for k, v in sorted(kwargs.items(), key=lambda kv: kv[0]))
 
 
 def print_tap(arg: Any, transforms, *, device=None, output_stream=None,
               threshold: int | None = None, **kwargs) -> None:
-  """Prints a tapped value; the tap function behind ``id_print``."""
+  """Prints a tapped value; the tap function behind ``id_print``.
+
+  Args:
+    arg: the tapped value (a pytree of NumPy arrays).
+    transforms: the transformations the tap went through, as tap functions
+      receive them; printed as ``transforms: [...]`` when not empty, a
+      transform without parameters by its name alone.
+    device: the device the value comes from (``tap_with_device``), or a
+      value the user passed as ``device=``; printed when not ``None``.
+    output_stream: an object whose ``write`` gets each line (with its
+      ``"\\n"``); default: ``print`` to ``sys.stdout``.
+    threshold: ``numpy.array2string``'s ``threshold`` (``None``: NumPy's
+      print options).
+    **kwargs: the other keyword arguments of ``id_print``, for the header.
+  """
   if transforms:
     kwargs["transforms"] = [(name, params) if params else name
                             for name, params in transforms]
   if device is not None:
     kwargs["device"] = device
-  header = " ".join(f"{k}: {v}" for k, v in sorted(kwargs.items()))
-  lines = [header] if header else []
+  lines = [format_header(kwargs)] if kwargs else []
   lines.append(format_value(arg, threshold))
   with _print_lock:
     for line in lines:
@@ -63,3 +171,26 @@ def print_tap(arg: Any, transforms, *, device=None, output_stream=None,
         output_stream.write(line + "\n")
       else:
         print(line, flush=True)
+
+
+PrintOptions = Union[tuple, None]
+
+
+def caller_print_options() -> PrintOptions:
+  """The calling thread's NumPy print options, for a consumer thread.
+
+  ``None`` where a consumer thread sees the same options anyway (NumPy's
+  defaults, or NumPy 1's global options); else the options as sorted
+  ``(name, value)`` pairs.
+  """
+  options = np.get_printoptions()
+  if options == contextvars.Context().run(np.get_printoptions):
+    return None
+  return tuple(sorted(options.items()))
+
+
+def numpy_print_options(options: PrintOptions) -> ContextManager:
+  """A context that prints with ``options`` (from :func:`caller_print_options`)."""
+  if options is None:
+    return contextlib.nullcontext()
+  return np.printoptions(**dict(options))
