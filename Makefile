@@ -3,20 +3,39 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 JAX_VERSION ?= 0.10.2
+# The differential harness's oracle (tests/test_legacy_diff.py): legacy JAX,
+# the last release with jax.experimental.host_callback, in its own venv.
+LEGACY_PYTHON ?= python3.11
+LEGACY := .venv-legacy
 # PyTorch is only used by the DLPack tests of buffer_callback; 2.13.0 is
 # the CPU build that this project's machines carry.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
 	touch $@
+
+# Legacy JAX 0.4.30 needs Python 3.11 (or older) and numpy<2.  Where it cannot
+# be made (no $(LEGACY_PYTHON), no network) the harness tests skip and say
+# what is missing; `make test` does not fail for it.
+$(LEGACY)/.deps:
+	@if command -v $(LEGACY_PYTHON) >/dev/null 2>&1; then \
+	  ( $(LEGACY_PYTHON) -m venv $(LEGACY) \
+	    && $(LEGACY)/bin/pip install -q "jax==0.4.30" "jaxlib==0.4.30" "numpy<2" \
+	    && touch $@ ) \
+	  || echo "could not install legacy JAX in $(LEGACY): the legacy differential tests will skip"; \
+	else \
+	  echo "no $(LEGACY_PYTHON) on this machine: the legacy differential tests will skip"; \
+	fi
+
+.venv-legacy: $(LEGACY)/.deps
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).
@@ -27,7 +46,7 @@ demo: install
 	$(BIN)/hostcb demo
 
 # The whole suite on 4 CPU devices, then the multi-device tests on 2.
-test: install
+test: install $(LEGACY)/.deps
 	HOSTCB_TEST_DEVICES=4 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 	HOSTCB_TEST_DEVICES=2 $(BIN)/python -m pytest -q -p no:cacheprovider -m multidevice tests
 
@@ -35,4 +54,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_tap.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(LEGACY) build src/*.egg-info
