@@ -17,11 +17,14 @@ pretty printer, at a line width of 80:
   by key; empty ones ``(  )``, ``[  ]``, ``{  }``;
 * a container goes on one line when its one-line text fits in what is left
   of the current line; otherwise its elements go one per line, indented 2
-  deeper than the container's own nesting level (not its column)::
+  deeper than the container's own nesting level (not its column); here
+  ``{"a": [1] * 40, "b": (1, 2)}``::
 
-      ( [ 0  1  2 ... 22 23
-       24 25 ...]
-        1 )
+      { a=[ 1
+          1
+          ...
+          1 ]
+        b=( 1 2 ) }
 
 * the text of a multi-line array is inserted as it is: its later lines start
   at column 0, and the whole text, newlines included, counts as if it were on
