@@ -98,20 +98,14 @@ def test_buffer_shape_dtype_ndim():
 
 
 # -------------------------------------------------- read-only / writeable
-def test_input_buffers_are_read_only():
+def test_input_buffers_say_read_only_but_numpy_views_are_writable_as_in_jax():
   calls = Calls()
 
   def cb(ctx, out, x):
     calls.add((x.writeable, np.asarray(x).flags.writeable))
-    try:
-      np.asarray(x)[0] = 5
-    except ValueError as e:
-      calls.add(str(e))
     add_one(ctx, out, x)
-  x = jnp.zeros(4)
-  jax.jit(buffer_callback(cb, F32_4))(x).block_until_ready()
-  assert calls.seen == [(False, False), "assignment destination is read-only"]
-  np.testing.assert_array_equal(x, np.zeros(4))
+  jax.jit(buffer_callback(cb, F32_4))(jnp.zeros(4)).block_until_ready()
+  assert calls.seen == [(False, True)]
 
 
 def test_output_buffers_are_writeable():
@@ -400,7 +394,7 @@ def test_aliases_without_items_raise_attribute_error_when_called_as_in_jax():
     f(jnp.zeros(4))
 
 
-def test_aliased_input_is_writeable_others_read_only():
+def test_aliased_input_is_writeable_others_say_read_only():
   calls = Calls()
 
   def cb(ctx, out, x, y):
@@ -410,7 +404,7 @@ def test_aliased_input_is_writeable_others_read_only():
   f = buffer_callback(cb, F32_4, input_output_aliases={0: 0})
   r = jax.jit(f)(jnp.arange(4.0), jnp.zeros(4))
   np.testing.assert_array_equal(r, np.arange(4.0) + 1)
-  assert calls.seen == [(True, True, False, False)]
+  assert calls.seen == [(True, True, False, True)]
 
 
 def test_aliased_output_starts_with_the_input_values():

@@ -130,7 +130,9 @@ def test_python_scalars_under_jit():
 
 
 def test_non_array_leaf_raises_type_error():
-  with pytest.raises(TypeError, match="id_tap"):
+  with pytest.raises(TypeError, match=re.escape(
+      "Argument 'not an array' of type <class 'str'> is not a valid JAX "
+      "type.")):
     hostcb.id_tap(Recorder(), ("not an array",))
 
 
@@ -200,13 +202,19 @@ def test_callback_flavor_values_are_accepted_for_taps():
     assert len(rec.calls) == 1, flavor
 
 
+def test_device_index_beyond_the_local_devices_is_rejected():
+  n = jax.device_count()
+  with pytest.raises(ValueError, match=f"one of the {n} devices .* got {n}"):
+    jax.jit(lambda x: hostcb.id_tap(Recorder(), x, device_index=n))(1.)
+
+
 def test_negative_device_index_is_rejected():
   with pytest.raises(ValueError, match="device_index"):
     hostcb.id_tap(Recorder(), 1., device_index=-1)
 
 
 def test_non_callable_tap_func_is_rejected():
-  with pytest.raises(TypeError, match="callable"):
+  with pytest.raises(TypeError, match="Expected a callable value, got "):
     hostcb.id_tap(42, 1.)
 
 

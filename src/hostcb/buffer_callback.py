@@ -12,8 +12,8 @@ buffer callback instead receives the buffers themselves:
     double = hostcb.buffer_callback(scale, jax.ShapeDtypeStruct((n,), f32))
     y = jax.jit(double)(x)
 
-The operands arrive as read-only :class:`Buffer` objects, the results as
-writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
+The operands arrive as :class:`Buffer` objects not to be written (their
+``writeable`` is False), the results as writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
 are zero-copy NumPy arrays through ``numpy.asarray`` and tensors of other
 libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
 ``xla_buffer_python_*_callback`` custom calls, as JAX's own
@@ -21,10 +21,9 @@ libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
 written for it runs unchanged; in a ``jit`` over several devices the
 callback runs on every device, with whole operands), except that:
 
-* operands are read-only through ``numpy.asarray`` (JAX's give writable
-  arrays over the operand, which would silently change an immutable
-  ``jax.Array``); an operand aliased to a result (``input_output_aliases``)
-  is writable, as its memory is the result's;
+* as in JAX, an operand's ``writeable`` is False (True for an operand
+  aliased to a result) but ``numpy.asarray`` gives a writable view of it:
+  writing there changes an immutable ``jax.Array``, so don't;
 * errors say more: ``ctx.stream`` on CPU and ``__cuda_array_interface__``
   off GPU raise JAX's ``JaxRuntimeError`` with JAX's message and hostcb's
   explanation after it (the latter is also an ``AttributeError``, so
@@ -119,11 +118,12 @@ class Buffer:
 
   Made by hostcb for the duration of one callback: do not keep it, or any
   array or tensor made from it, once the callback has returned (the memory
-  belongs to XLA).  Inputs are read-only (except one aliased to a result),
-  results writable.
+  belongs to XLA).  Inputs are not to be written (``writeable`` False,
+  except one aliased to a result), results are writable.
 
   * ``numpy.asarray(buf)`` (CPU): a NumPy array over the buffer's memory,
-    without copying; read-only for inputs.
+    without copying; writable for inputs too, as in JAX, but writing there
+    changes an immutable ``jax.Array``.
   * ``buf.__dlpack__()`` (CPU and GPU): e.g. ``torch.from_dlpack(buf)`` or
     ``numpy.from_dlpack(buf)``.  The DLPack capsule of an input is marked
     read-only, but libraries without read-only tensors (PyTorch) ignore
@@ -163,9 +163,7 @@ class Buffer:
     """The buffer as a NumPy array (CPU only): a view unless copying."""
     if copy:
       return np.array(self._raw, dtype=dtype, copy=True)
-    arr = np.asarray(self._raw)
-    if not self._writeable:
-      arr.flags.writeable = False
+    arr = np.asarray(self._raw)  # writable even for operands, as in JAX
     if dtype is not None and np.dtype(dtype) != arr.dtype:
       if copy is False:
         raise ValueError(
@@ -416,7 +414,7 @@ def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
   At run time the host calls ``callback(ctx, out, *args, **kwargs)`` where
   ``ctx`` is an :class:`ExecutionContext`, ``out`` the pytree of writable
   :class:`Buffer` objects of ``result_shape_dtypes`` to fill, and ``args`` /
-  ``kwargs`` the operands as read-only :class:`Buffer` objects.  The
+  ``kwargs`` the operands as :class:`Buffer` objects not to be written.  The
   callback must return None; an exception it raises fails the computation
   (``jax.errors.JaxRuntimeError`` carrying its traceback).
 

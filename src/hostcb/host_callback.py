@@ -42,7 +42,8 @@ class CallbackFlavor(enum.Enum):
   in program order, and ``call`` cannot be batched.
   ``PURE``: ``call`` is a pure function of its argument: JAX may drop it if
   its result is unused, and ``vmap`` calls it once per batch element.
-  ``DEBUG``: like ``IO_CALLBACK``, for ``call`` without results only.
+  ``DEBUG``: like ``IO_CALLBACK`` (legacy's default implementation did
+  the same; its alternative one accepted it only without results).
   Taps always behave as ``IO_CALLBACK``.
   """
   IO_CALLBACK = 1
@@ -61,6 +62,10 @@ def _check_device_index(device_index) -> None:
       or device_index < 0):
     raise ValueError("device_index must be a non-negative int; got "
                      f"{device_index!r}")
+  n = jax.device_count()
+  if device_index >= n:
+    raise ValueError(f"device_index must name one of the {n} devices "
+                     f"(0 to {n - 1}); got {device_index}")
 
 
 def _is_key(x) -> bool:
@@ -91,8 +96,9 @@ def _operands(arg, what: str):
     elif not isinstance(x, _NUMBERS) or (isinstance(x, np.ndarray)
                                          and x.dtype == object):
       raise TypeError(
-          f"{what}: every leaf of arg must be an array or a number; got "
-          f"{type(x).__name__} {x!r}")
+          f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
+          f"(hostcb: every leaf of the argument of {what} must be an array "
+          "or a number)")
     key_impls.append(None)
   return flat, treedef, key_impls
 
@@ -128,7 +134,8 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
         "``functools.partial(tap_func, **kwargs)``. "
         f"(hostcb: got keyword arguments {sorted(kwargs)})")
   if not callable(tap_func):
-    raise TypeError(f"id_tap: tap_func must be callable; got {tap_func!r}")
+    raise TypeError(f"Expected a callable value, got {tap_func!r} "
+                    "(hostcb: the tap_func of id_tap)")
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
   flat, treedef, key_impls = _operands(arg, "id_tap")
@@ -249,20 +256,17 @@ def call(callback_func: Callable, arg, *, result_shape=None,
     device_index: in sharded code, which of the computation's devices makes
       the call with the whole operand.
     callback_flavor: ``CallbackFlavor.PURE`` lets JAX drop unused calls and
-      batch the call under ``vmap``; ``DEBUG`` needs ``result_shape=None``.
+      batch the call under ``vmap``; ``DEBUG`` behaves as ``IO_CALLBACK``
+      (with or without results, as in legacy).
 
   Returns:
     The result of ``callback_func``, as arrays of ``result_shape``.
   """
   if not callable(callback_func):
-    raise TypeError(f"call: callback_func must be callable; got "
-                    f"{callback_func!r}")
+    raise TypeError(f"Expected a callable value, got {callback_func!r} "
+                    "(hostcb: the callback_func of call)")
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
-  if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
-    raise NotImplementedError(
-        "CallbackFlavor.DEBUG can be used only for calls without results "
-        f"(result_shape=None); got result_shape={result_shape!r}")
   avals, out_treedef = _result_avals(result_shape)
   flat, in_treedef, _ = _operands(arg, "call")
   target = CallTarget(callback_func, in_treedef, out_treedef, avals,

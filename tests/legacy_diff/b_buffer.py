@@ -43,8 +43,7 @@ def buf_add_one(ctx):
   return _bc()(cb, jax.ShapeDtypeStruct.like(x))(x)
 
 
-@scenario(xfail="issue 8 item 9: JAX gives writeable input buffers, hostcb "
-          "read-only ones")
+@scenario
 def buf_jit_two_outputs(ctx):
   """Two operands, two outputs, under jit; what the callback receives."""
   def cb(c, outs, x, y):
@@ -251,8 +250,7 @@ def buf_in_scan(ctx):
                       length=3)[0]
 
 
-@scenario(xfail="issue 8 item 9: JAX lets the callback write its input "
-          "buffers, hostcb does not")
+@scenario
 def buf_in_place_output_writeable(ctx):
   """Inputs are read-only, outputs writeable (seen through NumPy)."""
   def cb(c, out, x):
