@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 import hostcb
-from hostcb import runtime
+from hostcb import engine, runtime
 from _helpers import Recorder, run_python
 
 
@@ -52,6 +52,16 @@ def test_barrier_wait_accepts_logging_name():
   assert len(rec.calls) == 1
 
 
+def _queue_state():
+  """(producers waiting for space, bytes held) of device 0's tap queue."""
+  device = jax.devices()[0]
+  if engine.available():
+    c = engine.counters(device.id)
+    return c["space_waiters"], c["bytes_held"]
+  q = runtime.queue_for(device)
+  return q._waiters, q._bytes
+
+
 def test_bounded_queue_makes_producer_wait_and_drops_nothing():
   old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
   limit = int(16e6)
@@ -62,8 +72,7 @@ def test_bounded_queue_makes_producer_wait_and_drops_nothing():
 
   def tap(arg, transforms):
     assert release.wait(timeout=120)
-    q = runtime.queue_for(jax.devices()[0])
-    queued.append(q._bytes)
+    queued.append(_queue_state()[1])
     seen.append(int(arg[0]))
 
   steps = 12  # 12 x 4 MB > 16 MB
@@ -77,12 +86,12 @@ def test_bounded_queue_makes_producer_wait_and_drops_nothing():
     result = []
     t = threading.Thread(target=lambda: result.append(int(jax.jit(f)(0))))
     t.start()
-    q = runtime.queue_for(jax.devices()[0])
     deadline = time.monotonic() + 120
-    while q._waiters == 0 and time.monotonic() < deadline:
+    while _queue_state()[0] == 0 and time.monotonic() < deadline:
       time.sleep(0.01)  # polls a condition; not used as synchronisation
-    assert q._waiters > 0, "the producer never waited on the full queue"
-    assert q._bytes <= limit
+    waiters, held = _queue_state()
+    assert waiters > 0, "the producer never waited on the full queue"
+    assert held <= limit
     release.set()
     t.join(timeout=120)
     assert not t.is_alive() and result == [steps]

@@ -13,6 +13,7 @@ import pytest
 from jax import lax
 
 import hostcb
+from hostcb import engine
 from hostcb.xla_computation import XlaComputation, xla_computation
 
 F32 = np.dtype(np.float32)
@@ -310,7 +311,9 @@ def test_backend_selects_platform_specific_lowering():
   f = lambda x: hostcb.id_print(x, output_stream=None)  # noqa: E731
   cpu = xla_computation(f, backend="cpu")(1.).as_hlo_text()
   cuda = xla_computation(f, backend="cuda")(1.).as_hlo_text()
-  assert 'custom_call_target="xla_ffi_python_cpu_callback"' in cpu
+  # On CPU the native engine's handler, where it is built.
+  cpu_target = "hostcb_tap" if engine.available() else "xla_ffi_python_cpu_callback"
+  assert f'custom_call_target="{cpu_target}"' in cpu
   assert 'custom_call_target="xla_ffi_python_gpu_callback"' in cuda
 
 

@@ -53,7 +53,6 @@ lowers to XLA's Python callbacks.
 """
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
@@ -66,8 +65,9 @@ import numpy as np
 __all__ = ["available", "unavailable_reason", "ffi_target_name",
            "call_target_name", "noop_target_name", "register_targets",
            "tap_target_id", "call_target_id", "ensure_started", "barrier",
-           "take_last_exception", "set_capacity", "stop", "counters",
-           "device_of_ordinal"]
+           "take_last_exception", "record_exception", "supports",
+           "target_id", "wait_for_device", "set_capacity", "stop", "counters",
+           "device_of_ordinal", "has_consumers", "current_consumer"]
 
 logger = logging.getLogger("hostcb")
 
@@ -176,7 +176,7 @@ def register_targets() -> None:
 # a compiled executable may run again at any time.  One id per function
 # object, shared by taps and calls.
 _functions: dict[int, Callable] = {}
-_ids: dict[int, int] = {}  # id(fn) -> target id (fn is kept alive above)
+_ids: dict[Any, int] = {}  # key -> target id (its function is kept above)
 _next_id = itertools.count(1)
 _registry_lock = threading.Lock()
 
@@ -187,20 +187,47 @@ def tap_target_id(fn: Callable[[tuple, Any], Any]) -> int:
   Registers the FFI targets and starts the consumers if needed.
   ``fn(arrays, device)`` runs on the device's consumer thread.
   """
-  register_targets()
-  ensure_started()
-  with _registry_lock:
-    tid = _ids.get(id(fn))
-    if tid is None:
-      tid = next(_next_id)
-      _functions[tid] = fn
-      _ids[id(fn)] = tid
-  return tid
+  return target_id(("function", id(fn)), lambda: fn)
 
 
 def call_target_id(fn: Callable[[tuple, Any], Sequence[Any]]) -> int:
   """The ``target_id`` attribute of a ``hostcb_call`` that calls ``fn``."""
   return tap_target_id(fn)
+
+
+def target_id(key: Any, make: Callable[[], Callable[[tuple, Any], Any]]
+              ) -> int:
+  """The target id of the function that ``make()`` builds, one per ``key``.
+
+  The lowering calls this for every tap it emits; the same key (a tap
+  function with its tree structure and transforms) gets the same id, so
+  recompiling a function does not grow the registry.
+  """
+  register_targets()
+  ensure_started()
+  tid = _ids.get(key)
+  if tid is None:
+    with _registry_lock:
+      tid = _ids.get(key)
+      if tid is None:
+        tid = next(_next_id)
+        _functions[tid] = make()
+        _ids[key] = tid
+  return tid
+
+
+_supported_dtypes: frozenset = frozenset()
+
+
+def supports(dtypes: Iterable[Any]) -> bool:
+  """Whether the engine can carry operands of all these dtypes."""
+  global _supported_dtypes
+  if not _supported_dtypes:
+    _supported_dtypes = frozenset(_dtype_table().values())
+  try:
+    return all(np.dtype(d) in _supported_dtypes for d in dtypes)
+  except TypeError:  # not a NumPy dtype (e.g. an extended JAX dtype)
+    return False
 
 
 # ------------------------------------------------------------ consumers
@@ -214,22 +241,36 @@ _devices_by_ordinal: dict[int, Any] | None = None
 
 
 def device_of_ordinal(ordinal: int) -> Any:
-  """The local CPU ``jax.Device`` whose FFI device ordinal is ``ordinal``."""
+  """The local CPU ``jax.Device`` whose FFI device ordinal is ``ordinal``.
+
+  XLA's CPU client gives its handlers the device id as the ordinal
+  (``0..N-1`` in one process; in a multi-process program the ids of the
+  process's own devices).
+  """
   global _devices_by_ordinal
   if _devices_by_ordinal is None:
     import jax  # noqa: PLC0415
-    devices = jax.local_devices(backend="cpu")
-    _devices_by_ordinal = {
-        getattr(d, "local_hardware_id", None) if
-        getattr(d, "local_hardware_id", None) is not None else i: d
-        for i, d in enumerate(devices)}
+    _devices_by_ordinal = {d.id: d for d in jax.local_devices(backend="cpu")}
   return _devices_by_ordinal.get(ordinal, ordinal)
 
 
-def _record_exception(e: BaseException) -> None:
+def ordinal_of_device(device: Any) -> int | None:
+  """The engine's ordinal of a local CPU ``jax.Device`` (None for another
+  device, or when no tap went through the engine yet)."""
+  if _devices_by_ordinal is None or not _consumers:
+    return None
+  for ordinal, d in _devices_by_ordinal.items():
+    if d is device:
+      return ordinal
+  return None
+
+
+def record_exception(e: BaseException,
+                     what: str = "a tap function raised an exception") -> None:
+  """Logs ``e`` and keeps it for the next barrier (``barrier_wait``)."""
   global _last_exception
   text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-  logger.error("hostcb: a tap function raised an exception:\n%s", text)
+  logger.error("hostcb: %s:\n%s", what, text)
   with _lock:
     _last_exception = (e, text)
 
@@ -272,6 +313,7 @@ class _Consumer:
   def __init__(self, ordinal: int):
     self.ordinal = ordinal
     self.device = device_of_ordinal(ordinal)
+    self.done = 0  # records processed (their functions have returned)
     self.thread = threading.Thread(target=self._run, daemon=True,
                                    name=f"hostcb-engine-{ordinal}")
 
@@ -289,27 +331,27 @@ class _Consumer:
           arrivals = _markers.get(payload)
           if arrivals is not None:
             arrivals.arrive()
-          continue
-        if handle is None:
+        elif handle is None:
           try:
             functions[tid](payload, device)
           except BaseException as e:  # noqa: BLE001  (reported by barrier)
             if tid == -1:
               e = MemoryError("hostcb: a tap was lost: its operands could not "
                               "be allocated on the host")
-            _record_exception(e)
-          continue
-        try:
-          out = functions[tid](payload, device)
-          results = [np.ascontiguousarray(r) for r in (out or ())]
-          handle.complete(results)
-        except BaseException as e:  # noqa: BLE001  (goes to the device)
-          handle.fail(_call_failed(e))
+            record_exception(e)
+        else:
+          try:
+            out = functions[tid](payload, device)
+            results = [np.ascontiguousarray(r) for r in (out or ())]
+            handle.complete(results)
+          except BaseException as e:  # noqa: BLE001  (goes to the device)
+            handle.fail(_call_failed(e))
+        self.done += 1
 
 
 def _local_ordinals() -> list[int]:
-  import jax  # noqa: PLC0415
-  return list(range(len(jax.local_devices(backend="cpu"))))
+  device_of_ordinal(0)
+  return list(_devices_by_ordinal)
 
 
 def ensure_started(ordinals: Iterable[int] | None = None) -> None:
@@ -330,6 +372,17 @@ def ensure_started(ordinals: Iterable[int] | None = None) -> None:
         started.append(c)
   for c in started:
     c.thread.start()
+
+
+def has_consumers() -> bool:
+  """Whether any consumer was started in this process (something tapped)."""
+  _check_pid()
+  return bool(_consumers)
+
+
+def current_consumer() -> int | None:
+  """The device ordinal whose consumer is this thread, or None."""
+  return _consumer_ordinal_of_this_thread()
 
 
 def _consumer_ordinal_of_this_thread() -> int | None:
@@ -387,24 +440,34 @@ def counters(ordinal: int) -> dict[str, int]:
   return _require().counters(ordinal)
 
 
-def stop() -> None:
-  """Processes everything queued so far, then stops the consumer threads.
+def wait_for_device(ordinal: int) -> None:
+  """Returns once every record queued so far on device ``ordinal`` has
+  been processed; at once when called by that device's consumer (a tap
+  function's own computation: it comes after what that function was
+  called for) or when nothing is pending."""
+  if _native is None:
+    return
+  c = _consumers.get(ordinal)
+  if c is None:
+    if _native.counters(ordinal)["records_held"] == 0:
+      return
+  elif (c.thread is threading.current_thread()
+        or c.done == _native.counters(ordinal)["records_in"]):
+    return
+  barrier([ordinal])
 
-  Records queued afterwards are kept (nothing is lost) and processed once
-  the consumers start again (:func:`ensure_started`, which
-  :func:`tap_target_id` and :func:`barrier` call).
+
+def stop() -> None:
+  """Processes everything queued so far (a :func:`barrier`).
+
+  The consumer threads are not stopped: they sleep until the next record
+  and cost nothing meanwhile, and a record queued by a computation that
+  runs later (from a cached executable, say) can never wait for a consumer
+  that nobody starts again.
   """
-  native = _require()
+  _require()
   _check_pid()
   barrier()
-  with _lock:
-    consumers = list(_consumers.values())
-    _consumers.clear()
-  for c in consumers:
-    native.stop(c.ordinal)
-  for c in consumers:
-    if c.thread is not threading.current_thread():
-      c.thread.join()
 
 
 # ------------------------------------------------------------ exit, fork
@@ -430,17 +493,6 @@ def _after_fork_in_child() -> None:
     _native.after_fork_in_child()
 
 
-def _at_exit() -> None:
-  """Lets the consumers finish what was queued (bounded: never hangs)."""
-  if os.getpid() != _owner_pid or not _consumers:
-    return
-  try:
-    if not barrier(timeout=60.0):
-      logger.error("hostcb: at exit, taps still pending after 60 s")
-  except Exception:  # noqa: BLE001  (the interpreter is going away)
-    pass
-
-
 if hasattr(os, "register_at_fork"):
   os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_at_exit)
+# At exit, hostcb.runtime's barrier lets the consumers finish (bounded).

@@ -1,21 +1,31 @@
 """Lowering of the primitives to XLA, and the host functions XLA calls.
 
-Both primitives lower to XLA's Python-callback custom call (CPU and GPU;
-other platforms go through JAX's send/recv callbacks), which hands the host
-function NumPy copies of the operands.  On CPU, a ``call`` with large
-operands or results (``BUFFER_CALL_MIN_BYTES``) lowers to the buffer-callback
-custom call instead: its host function sees read-only views of the device
-buffers and copies the results once into the output buffers.  Where it runs:
+Taps on CPU lower to the native engine's custom call ``hostcb_tap``
+(:mod:`hostcb.engine`): its C++ handler copies the operands into the ring
+buffer of the device that runs it, without Python, and the device goes on;
+the device's consumer thread calls the tap function.  Elsewhere (GPU, other
+platforms, no native engine, a dtype it cannot carry) a tap lowers to XLA's
+Python-callback custom call, whose host function queues the work for the
+device's consumer thread in :mod:`hostcb.runtime`.
+
+A ``call`` lowers to XLA's Python-callback custom call (on CPU with large
+operands or results, ``BUFFER_CALL_MIN_BYTES``, to the buffer-callback
+custom call, whose host function sees the device buffers and copies the
+results once into the outputs).  Its host function first lets the taps
+queued before it on its device run (program order), then runs the callback
+and checks its result; run from a tap function of its device (the consumer
+thread), it runs at once, as part of that function.
+
+Where a callback runs:
 
 * one-device and sharded ``jit``/``pjit`` code: once, on the computation's
   device number ``device_index``, with the whole (gathered) operand;
 * per-device code (``pmap``, ``shard_map``): on every device, each with its
-  shard; the partition id tells the host which device called.
+  shard.
 
-A tap's host function only queues the work for its device's consumer thread
-(:mod:`hostcb.runtime`) and returns, so the device does not wait for Python.
-A call's host function first lets the taps queued before it on the same
-device run (program order), then runs the callback and checks its result.
+Every tap and every effectful call takes and returns the token of hostcb's
+effect (:mod:`hostcb.jax_internals`), which keeps them in program order
+within a computation and orders the computations of a thread.
 """
 from __future__ import annotations
 
@@ -24,14 +34,29 @@ import math
 
 import numpy as np
 
+from hostcb import engine
 from hostcb import jax_internals as ji
 from hostcb import runtime
 from hostcb.buffer_callback import advise_huge_pages
 from hostcb.primitives import call_p, tap_p, unpack_transforms
 
-# Bookkeeping bytes counted for each queued tap, so that even empty taps
-# are bounded by the queue size.
+# Bookkeeping bytes counted for each queued Python-callback tap, so that
+# even empty taps are bounded by the queue size.
 _TAP_OVERHEAD_BYTES = 64
+
+
+def _native(ctx) -> bool:
+  """Whether this callback lowers to the native engine."""
+  # Not in a jit over several devices, where the tap runs on one of them:
+  # XLA's SPMD partitioner (Shardy) keeps that placement only for its own
+  # Python callbacks.
+  return (engine.available() and ji.lowering_platform(ctx) == "cpu"
+          and not ji.runs_on_one_of_several_devices(ctx)
+          and engine.supports(a.dtype for a in ctx.avals_in))
+
+
+def _invoke_tap(target, transforms, arrays, device) -> None:
+  target.invoke(arrays, device, transforms)
 
 
 def _nbytes(avals) -> int:
@@ -49,6 +74,15 @@ def _device_of(placement: ji.Placement):
 
 
 def _tap_lowering(ctx, *args, target, transforms, device_index):
+  if _native(ctx):
+    tid = engine.target_id(
+        ("tap", target, transforms),
+        lambda: functools.partial(_invoke_tap, target,
+                                  unpack_transforms(transforms)))
+    ji.emit_custom_call(ctx, engine.ffi_target_name, args,
+                        device_index=device_index,
+                        attributes={"target_id": np.int64(tid)})
+    return list(args)  # the tap is an identity: its results are its operands
   transforms = unpack_transforms(transforms)
   nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
   invoke = target.invoke
@@ -79,7 +113,8 @@ def _run_call(target, device, arrays, outs=None):
   Returns the checked results; or, given ``outs`` (writable arrays over the
   output buffers), copies the results there (the one copy) and returns ().
   """
-  runtime.drain_device(device)  # taps that came before this call run first
+  # The taps that came before this call run first.
+  runtime.drain_device(device, engine.ordinal_of_device(device))
   try:
     results = target.invoke(arrays, device)
     if outs is None:
@@ -90,7 +125,7 @@ def _run_call(target, device, arrays, outs=None):
     return ()
   except BaseException as e:
     # As legacy: the failure also reaches the next barrier_wait.
-    runtime.record_exception(e, f"the call to {target.func!r} failed")
+    engine.record_exception(e, f"the call to {target.func!r} failed")
     raise
 
 

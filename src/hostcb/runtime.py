@@ -1,30 +1,40 @@
-"""The host side of taps: per-device queues, consumer threads and the barrier.
+"""``barrier_wait`` and the host queues of taps lowered to Python callbacks.
 
-A tap that runs on a device copies its operands to the host (XLA does that
-before calling us) and puts them in the queue of its device; the device goes
-on at once.  One consumer thread per device takes the taps out in order and
-calls the tap functions.  The queues are bounded in bytes
-(``jax_host_callback_max_queue_byte_size``): a device whose queue is full
-waits for its consumer, so memory stays bounded and no tap is ever dropped.
+On CPU, taps go through the native engine (:mod:`hostcb.engine`: C++ ring
+buffers, one consumer thread per device).  Where it is not available (GPU,
+other platforms, an unbuilt extension, a dtype it cannot carry), a tap
+lowers to XLA's Python callback, whose host function puts the work in the
+queue of its device here (:class:`_DeviceQueue`); the device goes on at
+once and one consumer thread per device calls the tap functions in order.
+These queues are bounded by ``jax_host_callback_max_queue_byte_size`` (the
+tapped bytes plus a fixed overhead per tap): a device whose queue is full
+waits for its consumer, so no tap is ever dropped.
 
-An exception raised by a tap function is logged and remembered; the consumer
-goes on with the next tap, and the next :func:`barrier_wait` raises
-:class:`CallbackException` carrying the last such exception.
+:func:`barrier_wait` covers both: it waits until every tapping computation
+that any thread dispatched has finished (:mod:`hostcb.jax_internals` keeps
+the latest token of each thread), then puts a marker behind the taps in
+every queue, native or not, and waits for the consumers to reach it.  It
+waits for what was queued before it, not for an empty queue, so it returns
+while other threads keep tapping.
+
+An exception raised by a tap function is logged and remembered
+(:func:`hostcb.engine.record_exception`); the consumer goes on with the
+next tap, and the next :func:`barrier_wait` raises :class:`CallbackException`
+carrying the last such exception.
 """
 from __future__ import annotations
 
 import atexit
 import collections
 import logging
+import os
 import threading
-import traceback
 from typing import Any, Callable
 
-import jax
-import numpy as np
-
 from hostcb import config
+from hostcb import engine
 from hostcb import jax_internals as ji
+from hostcb.engine import record_exception, take_last_exception
 
 __all__ = ["CallbackException", "barrier_wait", "stop_outfeed_receiver"]
 
@@ -51,30 +61,33 @@ _IDLE_POLLS = 50
 
 
 class _DeviceQueue:
-  """The FIFO of taps of one device, with its consumer thread."""
+  """The FIFO of Python-callback taps of one device, with its consumer."""
 
   def __init__(self, name: str):
     self._name = name
     self._items: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition(threading.Lock())
     self._bytes = 0
-    self._busy = False          # the consumer is running a tap function
-    self._waiters = 0           # producers or barriers waiting on _cond
+    self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
-    self._stopping = False
     self._thread = threading.Thread(target=self._consume, daemon=True,
                                     name=f"hostcb-consumer-{name}")
     self._thread.start()
 
+  def is_consumer(self) -> bool:
+    return threading.current_thread() is self._thread
+
   def put(self, run: Callable[[], Any], nbytes: int) -> None:
-    """Queues ``run()``; waits while the queue holds too many bytes."""
+    """Queues ``run()``; waits while the queue holds too many bytes.
+
+    A tap made by a tap function of this queue (its consumer thread) never
+    waits: only that thread frees space.  It runs after the taps queued
+    before it, like any other.
+    """
     cond = self._cond
     with cond:
-      if self._bytes and self._bytes + nbytes > _max_bytes:
-        if threading.current_thread() is self._thread:
-          # A tap function that taps again: waiting would wait on itself.
-          run()
-          return
+      if (self._bytes and self._bytes + nbytes > _max_bytes
+          and not self.is_consumer()):
         self._waiters += 1
         try:
           while self._bytes and self._bytes + nbytes > _max_bytes:
@@ -86,6 +99,13 @@ class _DeviceQueue:
       if self._consumer_asleep:
         cond.notify_all()
 
+  def put_marker(self, arrive: Callable[[], None]) -> None:
+    """Queues ``arrive()`` behind every tap queued so far; never waits."""
+    with self._cond:
+      self._items.append((arrive, 0))
+      if self._consumer_asleep:
+        self._cond.notify_all()
+
   def _consume(self) -> None:
     cond = self._cond
     items = self._items
@@ -93,8 +113,6 @@ class _DeviceQueue:
     while True:
       with cond:
         while not items:
-          if self._stopping:
-            return
           if idle_polls < _IDLE_POLLS:
             # Recently busy: poll, so that producers need not wake us for
             # every tap and taps are taken out in batches.
@@ -107,7 +125,6 @@ class _DeviceQueue:
         idle_polls = 0
         batch = list(items)
         items.clear()
-        self._busy = True
       pending = 0
       for run, nbytes in batch:
         try:
@@ -115,52 +132,28 @@ class _DeviceQueue:
         except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
           record_exception(e)
         pending += nbytes
-        if self._waiters:  # a full queue or a barrier: free bytes now
+        if self._waiters:  # a full queue: free bytes now
           with cond:
             self._bytes -= pending
             cond.notify_all()
           pending = 0
       with cond:
         self._bytes -= pending
-        self._busy = False
         if self._waiters:
           cond.notify_all()
-
-  def check_not_consumer(self) -> None:
-    """Raises if called from this queue's consumer, which would deadlock."""
-    if threading.current_thread() is self._thread:
-      raise RuntimeError(
-          "barrier_wait() was called from a tap function; it would wait for "
-          "itself. Call it from the thread that runs the computation.")
-
-  def drain(self) -> None:
-    """Returns once every tap queued so far has been processed."""
-    self.check_not_consumer()
-    with self._cond:
-      self._waiters += 1
-      try:
-        while self._items or self._busy:
-          self._cond.wait()
-      finally:
-        self._waiters -= 1
-
-  def stop(self) -> None:
-    with self._cond:
-      self._stopping = True
-      self._cond.notify_all()
-    self._thread.join()
 
 
 _lock = threading.Lock()
 _queues: dict[Any, _DeviceQueue] = {}
 _max_bytes: int = config.read(config.MAX_QUEUE_BYTE_SIZE)
-_last_exception: tuple[BaseException, str] | None = None
-_atexit_registered = False
 
 
 def set_max_queue_bytes(n: int) -> None:
+  """The byte bound of every queue, native and Python."""
   global _max_bytes
   _max_bytes = n
+  if engine.available():
+    engine.set_capacity(max(int(n), 4096))
 
 
 def queue_for(device: Any) -> _DeviceQueue:
@@ -170,103 +163,78 @@ def queue_for(device: Any) -> _DeviceQueue:
     with _lock:
       q = _queues.get(device)
       if q is None:
-        _register_atexit()
         q = _queues[device] = _DeviceQueue(str(device))
   return q
 
 
-def drain_device(device: Any) -> None:
-  """Waits until the taps queued so far for ``device`` have run."""
-  q = _queues.get(device)
-  if q is not None and (q._items or q._busy):
-    q.drain()
-
-
-def record_exception(e: BaseException,
-                     what: str = "a tap function raised an exception") -> None:
-  """Logs ``e`` and keeps it for the next :func:`barrier_wait`."""
-  global _last_exception
-  text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-  logger.error("hostcb: %s:\n%s", what, text)
-  with _lock:
-    _last_exception = (e, text)
-
-
-def take_last_exception() -> tuple[BaseException, str] | None:
-  global _last_exception
-  with _lock:
-    last, _last_exception = _last_exception, None
-  return last
-
-
-class _BarrierArrivals:
-  """Counts the barrier taps that reached their consumers."""
+class _Arrivals:
+  """Counts the consumers that reached a barrier's marker."""
 
   def __init__(self, expected: int):
     self._remaining = expected
-    self._cond = threading.Condition()
+    self._cond = threading.Condition(threading.Lock())
 
   def arrive(self) -> None:
     with self._cond:
       self._remaining -= 1
       self._cond.notify_all()
 
-  def wait(self) -> None:
+  def wait(self, timeout: float | None) -> bool:
     with self._cond:
-      while self._remaining > 0:
-        self._cond.wait()
+      return self._cond.wait_for(lambda: self._remaining <= 0, timeout)
 
 
-_barriers: dict[int, _BarrierArrivals] = {}
-_barrier_ids = iter(range(1, 2**31))
-_barrier_tap_jit = None
+def _wait_for_python_queues(queues, timeout: float | None) -> bool:
+  arrivals = _Arrivals(len(queues))
+  for q in queues:
+    q.put_marker(arrivals.arrive)
+  return arrivals.wait(timeout)
 
 
-def _barrier_arrived(barrier_id, transforms) -> None:
-  _barriers[int(barrier_id)].arrive()
+def drain_device(device: Any, ordinal: int | None = None) -> None:
+  """Waits until the taps queued so far for ``device`` have run (both
+  kinds of queue), unless called by a consumer of that device: a ``call``
+  made by a tap function runs as part of that function."""
+  q = _queues.get(device)
+  if q is not None and not q.is_consumer():
+    _wait_for_python_queues([q], None)
+  if ordinal is not None:
+    engine.wait_for_device(ordinal)
 
 
-def _wait_for_dispatched_taps() -> None:
-  """Waits until the taps of every computation dispatched so far have run.
+def _check_not_a_consumer() -> None:
+  if (any(q.is_consumer() for q in list(_queues.values()))
+      or engine.current_consumer() is not None):
+    raise RuntimeError(
+        "barrier_wait() was called from a tap function; it would wait for "
+        "that function itself. Call it from the thread that runs the "
+        "computation.")
 
-  First the computations of this thread are waited for (JAX's runtime
-  tokens).  Then a tiny computation taps on every local device: a device
-  that runs its computations in dispatch order (GPUs; the CPU runs
-  concurrent computations of several threads side by side) queues that tap
-  behind the taps of every computation started before, by any thread.
-  """
-  global _barrier_tap_jit
-  for q in list(_queues.values()):
-    q.check_not_consumer()
-  ji.wait_for_this_threads_computations()
-  if _barrier_tap_jit is None:
-    from hostcb.host_callback import id_tap
-    _barrier_tap_jit = jax.jit(lambda i: id_tap(_barrier_arrived, i))
-  devices = jax.local_devices()
-  with _lock:
-    barrier_id = next(_barrier_ids)
-    arrivals = _barriers[barrier_id] = _BarrierArrivals(len(devices))
-  try:
-    for device in devices:
-      _barrier_tap_jit(jax.device_put(np.int32(barrier_id), device))
-    arrivals.wait()
-  finally:
-    with _lock:
-      del _barriers[barrier_id]
-  for q in list(_queues.values()):  # queues of no device (e.g. TPU paths)
-    q.drain()
+
+def _barrier(timeout: float | None = None) -> bool:
+  """Waits until every tap of the computations dispatched so far has run."""
+  _check_not_a_consumer()
+  ji.wait_for_dispatched_computations()
+  done = True
+  if engine.available() and engine.has_consumers():
+    done = engine.barrier(timeout=timeout)
+  queues = list(_queues.values())
+  if queues:
+    done = _wait_for_python_queues(queues, timeout) and done
+  return done
 
 
 def barrier_wait(logging_name: str | None = None, *,
                  all_processes: bool = False) -> None:
   """Blocks until every tap of the computations started so far has run.
 
-  Waits for the computations already dispatched on this process's devices
-  to finish, then for every tap function they queued to return.  If a tap
-  function raised since the previous barrier, raises
+  Waits for the tapping computations that any thread of this process
+  dispatched before the call to finish, then for every tap function they
+  queued to return; taps queued later (other threads keep tapping) are not
+  waited for.  If a tap function raised since the previous barrier, raises
   :class:`CallbackException` with the last such exception (the
   computations themselves went on).  Safe to call from several threads at
-  once, and while other threads run tapped computations.
+  once.  Not from a tap function, which it would wait for.
 
   Args:
     logging_name: a name to show in the log messages of this barrier.
@@ -276,7 +244,7 @@ def barrier_wait(logging_name: str | None = None, *,
   """
   name = logging_name or ""
   logger.debug("hostcb: barrier_wait(%s) starts", name)
-  _wait_for_dispatched_taps()
+  _barrier()
   if all_processes:
     from hostcb import distributed
     distributed.wait_for_all_processes(name)
@@ -290,31 +258,47 @@ def barrier_wait(logging_name: str | None = None, *,
 
 
 def stop_outfeed_receiver() -> None:
-  """Processes every pending tap, then stops the consumer threads.
+  """Processes every pending tap (a barrier that does not raise).
 
-  They start again on the next tap.  Exceptions of tap functions stay
+  Legacy stopped its receiver threads here and started them again on the
+  next tap.  hostcb's consumer threads sleep while there is nothing to do,
+  so they are left running: a tap of a computation that runs afterwards
+  is never left without a consumer.  Exceptions of tap functions stay
   recorded for the next :func:`barrier_wait`.
   """
-  _wait_for_dispatched_taps()
-  with _lock:
-    queues = list(_queues.values())
-    _queues.clear()
-  for q in queues:
-    q.drain()
-    q.stop()
+  _barrier()
+
+
+# ------------------------------------------------------------- exit, fork
+_owner_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+  """A forked child starts with no queues, no consumers and nothing to
+  wait for (the parent's threads do not exist in it)."""
+  global _lock, _owner_pid
+  _lock = threading.Lock()
+  _queues.clear()
+  _owner_pid = os.getpid()
+  ji.forget_dispatched_computations()
 
 
 def _at_exit() -> None:
+  """Lets the consumers finish what was queued; bounded, never hangs."""
+  if os.getpid() != _owner_pid:
+    return
+  if not _queues and not (engine.available() and engine.has_consumers()):
+    return  # this process never tapped
   try:
-    barrier_wait("at_exit")
-  except CallbackException as e:
-    logger.error("hostcb: at exit, %s", e)
+    if not _barrier(timeout=60.0):
+      logger.error("hostcb: at exit, taps still pending after 60 s")
   except Exception:  # noqa: BLE001  (the interpreter is going away)
     pass
+  last = take_last_exception()
+  if last is not None:
+    logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])
 
 
-def _register_atexit() -> None:
-  global _atexit_registered
-  if not _atexit_registered:
-    _atexit_registered = True
-    atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

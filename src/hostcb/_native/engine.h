@@ -10,7 +10,7 @@
 
 namespace hostcb {
 
-// Device ordinals with a queue: 0 <= ordinal < kMaxDevices.
+// At most this many device queues (any non-negative device ordinals).
 constexpr int32_t kMaxDevices = 4096;
 // XLA_FFI_DataType codes are small integers; see c_api.h.
 constexpr int kMaxDtype = 64;

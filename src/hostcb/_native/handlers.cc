@@ -215,22 +215,42 @@ ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
 
 }  // namespace
 
+// g_queues is an open-addressing table keyed by device ordinal (the JAX
+// device id: 0..N-1 in one process, process_index * 2048 + i in process
+// `process_index` of a multi-process program).  Queues are only ever added
+// (under g_create_mu), so lookups need no lock.
+namespace {
+size_t Slot(int32_t device) {
+  return static_cast<uint32_t>(device) % static_cast<uint32_t>(kMaxDevices);
+}
+}  // namespace
+
 Queue* FindQueue(int32_t device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  return g_queues[device].load(std::memory_order_acquire);
+  if (device < 0) return nullptr;
+  for (size_t i = 0, s = Slot(device); i < kMaxDevices;
+       ++i, s = (s + 1) % kMaxDevices) {
+    Queue* q = g_queues[s].load(std::memory_order_acquire);
+    if (q == nullptr) return nullptr;
+    if (q->device() == device) return q;
+  }
+  return nullptr;
 }
 
 Queue* GetQueue(int32_t device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  Queue* q = g_queues[device].load(std::memory_order_acquire);
-  if (q != nullptr) return q;
+  if (device < 0) return nullptr;
+  if (Queue* q = FindQueue(device)) return q;
   std::lock_guard<std::mutex> lock(g_create_mu);
-  q = g_queues[device].load(std::memory_order_acquire);
-  if (q == nullptr) {
-    q = new Queue(device, g_default_capacity.load());
-    g_queues[device].store(q, std::memory_order_release);
+  for (size_t i = 0, s = Slot(device); i < kMaxDevices;
+       ++i, s = (s + 1) % kMaxDevices) {
+    Queue* q = g_queues[s].load(std::memory_order_acquire);
+    if (q != nullptr && q->device() == device) return q;
+    if (q == nullptr) {
+      q = new Queue(device, g_default_capacity.load());
+      g_queues[s].store(q, std::memory_order_release);
+      return q;
+    }
   }
-  return q;
+  return nullptr;  // kMaxDevices queues already
 }
 
 void SetCapacityAll(uint64_t bytes) {

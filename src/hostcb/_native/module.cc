@@ -411,12 +411,13 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   Queue::Counters c = q->GetCounters();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "records_in",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "records_in",
                        (unsigned long long)c.records_in, "records_out",
                        (unsigned long long)c.records_out, "bytes_held",
                        (unsigned long long)c.bytes_held, "records_held",
                        (unsigned long long)c.records_held, "capacity",
-                       (unsigned long long)c.capacity);
+                       (unsigned long long)c.capacity, "space_waiters",
+                       (unsigned long long)c.space_waiters);
 }
 
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
@@ -450,7 +451,7 @@ PyMethodDef kMethods[] = {
     {"start", Py_start, METH_VARARGS, "start(device=-1): undoes stop()."},
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
-     "capacity}."},
+     "capacity, space_waiters}."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue (for os.register_at_fork)."},
     {nullptr, nullptr, 0, nullptr}};

@@ -284,12 +284,14 @@ class Queue {
   }
 
   struct Counters {
-    uint64_t records_in, records_out, bytes_held, records_held, capacity;
+    uint64_t records_in, records_out, bytes_held, records_held, capacity,
+        space_waiters;
   };
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
     return Counters{records_in_, records_out_, (head_ - tail_) + external_held_,
-                    records_.size(), capacity_};
+                    records_.size(), capacity_,
+                    static_cast<uint64_t>(space_waiters_)};
   }
 
  private:

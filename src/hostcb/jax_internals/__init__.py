@@ -30,8 +30,10 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       register_lowering, register_transpose,
                                       rematerialize_on_backward_pass,
                                       wait_at_process_barrier,
-                                      wait_for_this_threads_computations)
-from hostcb.jax_internals.lowering import (Placement, emit_host_callback,
+                                      wait_for_dispatched_computations,
+                                      forget_dispatched_computations)
+from hostcb.jax_internals.lowering import (Placement, emit_custom_call,
+                                          emit_host_callback,
                                           lowering_platform)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
                                           tiled_sharding_text,

@@ -6,6 +6,7 @@ checked against jax 0.8.0 and 0.10.2.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable
 
 from jax._src import config as _config
@@ -41,60 +42,83 @@ class HostCallbackEffect(_effects.Effect):
 host_callback_effect = HostCallbackEffect()
 
 
-def _keep_token_chain_per_computation() -> None:
-  """The token of our effect orders callbacks within one computation only.
+def _chain_tokens_between_computations() -> None:
+  """Orders the computations that tap, and lets a barrier see all of them.
 
-  JAX also passes an ordered effect's token from one dispatched computation
-  to the next; when one fails asynchronously (a ``call`` whose callback
-  raised, under pmap), its error token would fail every later computation
-  of the thread.  Computations already run in dispatch order on a device,
-  so hostcb does not chain them: each gets a fresh token.
+  JAX passes an ordered effect's token from each dispatched computation to
+  the next one of the same thread, so that a device runs them, and their
+  taps reach the host, in dispatch order: the CPU otherwise runs
+  independent computations side by side.  hostcb keeps that chain with two
+  changes:
+
+  * When the previous computation already finished (its token is ready),
+    the next one starts from a fresh ready token of its devices, made once
+    per device tuple, instead of the previous one: there is nothing left to
+    wait for, no copy to make, and an error of a finished computation (a
+    ``call`` whose callback raised) does not fail the next one.
+  * Every thread's latest token is also kept in :data:`_latest_tokens`, so
+    that ``barrier_wait`` in any thread waits for the computations that any
+    thread dispatched (a thread may have exited since).
   """
   cls = getattr(_dispatch, "RuntimeTokenSet", None)
-  original = getattr(cls, "set_token_result", None)
-  if original is None or getattr(original, "_hostcb", False):
+  original_get = getattr(cls, "get_token_input", None)
+  if original_get is None or getattr(original_get, "_hostcb", False):
     return
-
-  def set_token_result(self, eff, token):
-    if isinstance(eff, HostCallbackEffect):
-      return
-    original(self, eff, token)
-
-  # Since the token is not chained, every computation on the same devices
-  # can start from the same ready token: make it once per device tuple
-  # instead of copying it to the devices at every dispatch.
-  original_get = cls.get_token_input
+  original_set = cls.set_token_result
   fresh_tokens: dict = {}
 
   def get_token_input(self, eff, devices):
     if not isinstance(eff, HostCallbackEffect):
       return original_get(self, eff, devices)
     key = tuple(devices)
+    token = self.current_tokens.get(eff)
+    if token is not None and not token._buf.is_ready():
+      if getattr(self, "_hostcb_devices", None) == key:
+        return token  # still running on the same devices: chain to it
+      return original_get(self, eff, devices)  # a copy that waits for it
     token = fresh_tokens.get(key)
     if token is None:
       self.current_tokens.pop(eff, None)
       token = fresh_tokens[key] = original_get(self, eff, devices)
-      self.current_tokens.pop(eff, None)
+    self.current_tokens[eff] = token
     return token
 
-  set_token_result._hostcb = True
-  cls.set_token_result = set_token_result
+  def set_token_result(self, eff, token):
+    original_set(self, eff, token)
+    if isinstance(eff, HostCallbackEffect):
+      self._hostcb_devices = tuple(token._buf.sharding._device_assignment)
+      _latest_tokens[threading.get_ident()] = token
+
+  get_token_input._hostcb = True
   cls.get_token_input = get_token_input
+  cls.set_token_result = set_token_result
 
 
-_keep_token_chain_per_computation()
+# thread id -> the token of the last tapping computation it dispatched.
+_latest_tokens: dict[int, Any] = {}
+
+_chain_tokens_between_computations()
 
 
-def wait_for_this_threads_computations() -> None:
-  """Waits for the computations this thread dispatched to finish.
+def wait_for_dispatched_computations() -> None:
+  """Waits until every tapping computation dispatched so far, by any
+  thread, has finished.
 
   A computation that failed already reported its error to its caller; its
   error does not make this wait fail.
   """
-  try:
-    _dispatch.runtime_tokens.block_until_ready()
-  except Exception:  # noqa: BLE001
-    _dispatch.runtime_tokens.clear()
+  for ident, token in list(_latest_tokens.items()):
+    try:
+      token.block_until_ready()
+    except Exception:  # noqa: BLE001
+      pass
+    if _latest_tokens.get(ident) is token:
+      _latest_tokens.pop(ident, None)
+
+
+def forget_dispatched_computations() -> None:
+  """In a forked child: the parent's computations are not ours to wait for."""
+  _latest_tokens.clear()
 
 
 for _effect_set in (_effects.ordered_effects,

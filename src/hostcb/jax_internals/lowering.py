@@ -117,6 +117,39 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
                                       else None))
 
 
+def emit_custom_call(ctx, target: str, args: Sequence[Any], *,
+                     device_index: int, attributes: dict,
+                     avals_out: Sequence[Any] = ()) -> Sequence[Any]:
+  """Lowers a side-effecting XLA FFI custom call ``target`` of ``args``.
+
+  For the native engine's handlers, which need no Python callback in the
+  executable: ``attributes`` become the call's FFI attributes.  It runs on
+  every device in per-device code, else on ``device_index`` only, and
+  takes and returns the token of hostcb's effect (program order).
+  """
+  _, sharding = _placement(ctx, device_index, avals_out)
+  operands, avals_in = list(args), list(ctx.avals_in)
+  avals_out = list(avals_out)
+  has_results = bool(avals_out)
+  token = ctx.tokens_in.get(host_callback_effect)
+  if token is not None:
+    operands.insert(0, token)
+    avals_in.insert(0, _core.abstract_token)
+    avals_out.insert(0, _core.abstract_token)
+    sharding = _with_token_sharding(sharding, has_results)
+  lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
+  op = _ffi.build_ffi_lowering_function(target, has_side_effect=True)(
+      lower_ctx, *operands, **attributes)
+  if sharding is not None:
+    _set_sharding(ctx.module_context, op, sharding)
+  results = list(op.results)
+  if token is not None:
+    token_out, *results = results
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+        _mlir.TokenSet({host_callback_effect: token_out})))
+  return results
+
+
 def _emit_ffi_call(ctx, target: str, host_fn: Callable, operands, avals_in,
                    avals_out, *, has_side_effect: bool, sharding,
                    token_effect=None, aliases=None) -> list:
