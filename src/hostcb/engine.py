@@ -102,6 +102,10 @@ def _load() -> None:
 
 
 _load()
+if _native is not None:
+  from hostcb import jax_internals as _ji  # noqa: E402
+  _ji.set_dispatch_hooks(lambda: _dispatch_started(),
+                         lambda: _dispatch_finished())
 
 
 def available() -> bool:
@@ -318,6 +322,7 @@ class _Consumer:
                                    name=f"hostcb-engine-{ordinal}")
 
   def _run(self) -> None:
+    _this_thread.ordinal = self.ordinal
     take = _native.take_batch
     functions = _functions
     device, ordinal = self.device, self.ordinal
@@ -346,6 +351,8 @@ class _Consumer:
             handle.complete(results)
           except BaseException as e:  # noqa: BLE001  (goes to the device)
             handle.fail(_call_failed(e))
+        if _this_thread.dispatching:  # a dispatch that raised
+          _dispatch_finished()
         self.done += 1
 
 
@@ -374,6 +381,35 @@ def ensure_started(ordinals: Iterable[int] | None = None) -> None:
     c.thread.start()
 
 
+class _ThisThread(threading.local):
+  ordinal: int | None = None   # the device this consumer thread serves
+  dispatching = False          # it is dispatching a computation
+
+
+_this_thread = _ThisThread()
+
+
+def _dispatch_started() -> None:
+  """A computation that taps is about to run, dispatched by this thread.
+
+  If this is a consumer thread (a tap function runs jitted code), the
+  producers of its queue stop waiting for space until the dispatch
+  returns: that computation may tap this very queue from an XLA thread
+  while this thread waits for it, and only this thread frees space.
+  """
+  t = _this_thread
+  if t.ordinal is not None and not t.dispatching:
+    t.dispatching = True
+    _native.set_consumer_dispatching(t.ordinal, True)
+
+
+def _dispatch_finished() -> None:
+  t = _this_thread
+  if t.dispatching:
+    t.dispatching = False
+    _native.set_consumer_dispatching(t.ordinal, False)
+
+
 def has_consumers() -> bool:
   """Whether any consumer was started in this process (something tapped)."""
   _check_pid()
@@ -382,7 +418,7 @@ def has_consumers() -> bool:
 
 def current_consumer() -> int | None:
   """The device ordinal whose consumer is this thread, or None."""
-  return _consumer_ordinal_of_this_thread()
+  return _this_thread.ordinal
 
 
 def _consumer_ordinal_of_this_thread() -> int | None:

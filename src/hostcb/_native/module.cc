@@ -402,6 +402,16 @@ PyObject* SetStopping(PyObject* args, bool stopping) {
   Py_RETURN_NONE;
 }
 
+PyObject* Py_set_consumer_dispatching(PyObject*, PyObject* args) {
+  long device;
+  int flag;
+  if (!PyArg_ParseTuple(args, "lp", &device, &flag)) return nullptr;
+  Queue* q = QueueArg(device);
+  if (!q) return nullptr;
+  q->SetConsumerDispatching(flag != 0);
+  Py_RETURN_NONE;
+}
+
 PyObject* Py_stop(PyObject*, PyObject* args) { return SetStopping(args, true); }
 PyObject* Py_start(PyObject*, PyObject* args) { return SetStopping(args, false); }
 
@@ -446,6 +456,10 @@ PyMethodDef kMethods[] = {
     {"set_capacity", Py_set_capacity, METH_O,
      "set_capacity(bytes): the byte bound of every queue (applied to a "
      "non-empty queue when it next empties)."},
+    {"set_consumer_dispatching", Py_set_consumer_dispatching, METH_VARARGS,
+     "set_consumer_dispatching(device, flag): while set, producers of the "
+     "device's queue never wait for space (its consumer dispatches a "
+     "computation and may wait for it)."},
     {"stop", Py_stop, METH_VARARGS,
      "stop(device=-1): a consumer waiting on an empty queue gets None."},
     {"start", Py_start, METH_VARARGS, "start(device=-1): undoes stop()."},

@@ -146,7 +146,10 @@ class Queue {
       if (payload_bytes > capacity_) {
         // Larger than the whole ring: its own allocation, admitted when the
         // queue is empty (so the bound is exceeded by this record only).
-        if (held == 0 || never_wait) { external = true; break; }
+        if (held == 0 || never_wait || consumer_dispatching_) {
+          external = true;
+          break;
+        }
       } else {
         if (!EnsureRingLocked()) { external = true; break; }
         const uint64_t phys = head_ % capacity_;
@@ -159,7 +162,7 @@ class Queue {
           data = ring_ + (pad ? 0 : phys);
           break;
         }
-        if (never_wait) { external = true; break; }
+        if (never_wait || consumer_dispatching_) { external = true; break; }
       }
       ++space_waiters_;
       WakeConsumerLocked();  // it may be polling: free space sooner
@@ -274,6 +277,17 @@ class Queue {
     if (space_waiters_) space_cv_.notify_all();
   }
 
+  // While the consumer thread dispatches a computation (a tap function
+  // that runs jitted code), producers never wait for space: that
+  // computation may tap this queue from another thread while the consumer
+  // waits for it, and only the consumer frees space.  The bound is then
+  // exceeded by what is queued during the dispatch.
+  void SetConsumerDispatching(bool dispatching) {
+    std::lock_guard<std::mutex> lock(mu_);
+    consumer_dispatching_ = dispatching;
+    if (dispatching && space_waiters_) space_cv_.notify_all();
+  }
+
   // Stopping: a waiting consumer returns kStopped once nothing is ready.
   // Producers are unaffected: records queued while stopped wait for the
   // next consumer.
@@ -342,6 +356,7 @@ class Queue {
   ConsumerState consumer_state_ = kRunning;
   bool consumer_active_ = false;
   bool stopping_ = false;
+  bool consumer_dispatching_ = false;
   uint64_t records_in_ = 0, records_out_ = 0;
 };
 

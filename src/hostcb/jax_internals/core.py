@@ -70,6 +70,8 @@ def _chain_tokens_between_computations() -> None:
   def get_token_input(self, eff, devices):
     if not isinstance(eff, HostCallbackEffect):
       return original_get(self, eff, devices)
+    if _dispatch_hooks:
+      _dispatch_hooks[0]()
     key = tuple(devices)
     token = self.current_tokens.get(eff)
     if token is not None and not token._buf.is_ready():
@@ -86,12 +88,26 @@ def _chain_tokens_between_computations() -> None:
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
+      if _dispatch_hooks:
+        _dispatch_hooks[1]()
       self._hostcb_devices = tuple(token._buf.sharding._device_assignment)
       _latest_tokens[threading.get_ident()] = token
 
   get_token_input._hostcb = True
   cls.get_token_input = get_token_input
   cls.set_token_result = set_token_result
+
+
+# (started, finished): called around the execution of every dispatched
+# computation that taps, on the dispatching thread (set_dispatch_hooks).
+_dispatch_hooks: list = []
+
+
+def set_dispatch_hooks(started: Callable[[], None],
+                       finished: Callable[[], None]) -> None:
+  """Functions called by the thread that dispatches a tapping computation,
+  just before it executes and once it is dispatched."""
+  _dispatch_hooks[:] = [started, finished]
 
 
 # thread id -> the token of the last tapping computation it dispatched.

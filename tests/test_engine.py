@@ -1,0 +1,383 @@
+"""The tap engine's guarantees under threads, faults and fork.
+
+Each test is bounded in time: waits have timeouts, and the stress tests
+count every tap.  Tests of one behaviour each; the tap functions record
+what they see, and the barrier is the only synchronisation.
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hostcb
+from hostcb import engine
+from _helpers import Recorder, run_python
+
+NATIVE = pytest.mark.skipif(
+    not engine.available(),
+    reason=f"the native engine is not built here: {engine.unavailable_reason()}")
+
+
+def _scan_of_taps(tap, steps):
+  def f(x):
+    def body(c, _):
+      hostcb.id_tap(tap, c)
+      return c + 1, None
+    return lax.scan(body, x, None, length=steps)[0]
+  return f
+
+
+# ---------------------------------------------------------------- the build
+def test_native_engine_is_built_where_make_builds_it():
+  # `make test` sets HOSTCB_REQUIRE_NATIVE=1: there the extension must have
+  # been compiled by `pip install .`.
+  if os.environ.get("HOSTCB_REQUIRE_NATIVE") != "1":
+    pytest.skip("HOSTCB_REQUIRE_NATIVE is not set: the native engine is "
+                "optional outside `make test`")
+  assert engine.available(), engine.unavailable_reason()
+
+
+@NATIVE
+def test_cpu_taps_lower_to_the_native_handler():
+  text = jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x)).lower(1.).as_text()
+  assert "stablehlo.custom_call @hostcb_tap" in text
+  assert "xla_ffi_python_cpu_callback" not in text
+
+
+def test_without_the_native_engine_taps_use_python_callbacks():
+  code = """
+import jax, hostcb
+from hostcb import engine
+seen = []
+f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
+print(engine.available(), engine.unavailable_reason())
+print("xla_ffi_python_cpu_callback" in f.lower(1).as_text())
+for i in range(3):
+    f(i)
+hostcb.barrier_wait()
+print(seen)
+"""
+  proc = run_python(code, env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+      "False disabled by HOSTCB_DISABLE_NATIVE", "True", "[0, 1, 2]"]
+
+
+@NATIVE
+def test_dtypes_the_engine_cannot_carry_fall_back_to_python_callbacks():
+  rec = Recorder()
+  f = jax.jit(lambda x: hostcb.id_tap(rec, x))
+  x = jnp.array([1, -2], jnp.int4)
+  assert "xla_ffi_python_cpu_callback" in f.lower(x).as_text()
+  f(x)
+  hostcb.barrier_wait()
+  assert rec.args[0].tolist() == [1, -2]
+
+
+# ------------------------------------------ 1. program order across computations
+@pytest.mark.multidevice
+def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
+  for trial in range(10):
+    seen = []
+    tap = lambda a, t, device: seen.append((device.id, int(a)))  # noqa: E731
+    steps = 300
+    p = jax.pmap(lambda x: lax.scan(
+        lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
+        x, None, length=steps)[0], devices=jax.local_devices()[:2])
+    one = jax.jit(lambda x: hostcb.id_tap(tap, x, tap_with_device=True))
+    x = jnp.array([0, 0])
+    p(x)
+    one(jax.device_put(-1, jax.local_devices()[0]))
+    hostcb.id_tap(tap, -2, tap_with_device=True)
+    p(x + 1000)
+    hostcb.barrier_wait()
+    on_0 = [v for d, v in seen if d == jax.local_devices()[0].id]
+    assert on_0 == [*range(steps), -1, -2, *range(1000, 1000 + steps)], trial
+
+
+# ------------------------------ 2. a barrier while other threads keep tapping
+def test_barrier_wait_returns_while_another_thread_keeps_tapping():
+  stop = threading.Event()
+  count = [0]
+
+  def tap(a, t):
+    count[0] += 1
+
+  f = jax.jit(_scan_of_taps(tap, 1000))
+
+  def producer():
+    while not stop.is_set():
+      f(0)
+
+  t = threading.Thread(target=producer, daemon=True)
+  t.start()
+  try:
+    while count[0] < 5000:  # the producer is running
+      hostcb.barrier_wait()
+    t0 = time.monotonic()
+    hostcb.barrier_wait()
+    elapsed = time.monotonic() - t0
+    assert t.is_alive()
+    assert elapsed < 20, f"barrier_wait took {elapsed:.1f} s"
+  finally:
+    stop.set()
+    t.join(timeout=60)
+  hostcb.barrier_wait()
+  assert not t.is_alive() and count[0] % 1000 == 0
+
+
+def test_process_with_a_daemon_thread_tapping_forever_exits():
+  code = """
+import threading, jax, hostcb
+from jax import lax
+started = threading.Event()
+def tap(a, t):
+    started.set()
+f = jax.jit(lambda x: lax.scan(lambda c, _: (hostcb.id_tap(tap, c) + 1, None),
+                               x, None, length=100)[0])
+def forever():
+    while True:
+        f(0)
+threading.Thread(target=forever, daemon=True).start()
+started.wait(60)
+print("exiting", flush=True)
+"""
+  proc = run_python(code, timeout=120)  # a hang fails here
+  assert proc.stdout == "exiting\n"
+  # JAX itself aborts at exit when a daemon thread is inside a jitted call
+  # (the same without hostcb: the interpreter ends the thread while C++
+  # frames of jaxlib are on its stack); hostcb adds no hang.
+  assert proc.returncode == 0 or (
+      proc.returncode == -6 and "exception not rethrown" in proc.stderr
+  ), proc.stderr
+
+
+# ------------------------ 3. a barrier covers computations of every thread
+@pytest.mark.multidevice
+def test_barrier_wait_sees_taps_of_threads_that_already_exited():
+  count = [0]
+  lock = threading.Lock()
+
+  def tap(a, t):
+    with lock:
+      count[0] += 1
+
+  steps, calls, threads = 500, 6, 4
+  p = jax.pmap(_scan_of_taps(tap, steps), devices=jax.local_devices()[:2])
+  p(jnp.zeros(2, jnp.int32))
+  hostcb.barrier_wait()
+  count[0] = 0
+
+  def work():
+    for _ in range(calls):
+      p(jnp.zeros(2, jnp.int32))
+
+  workers = [threading.Thread(target=work) for _ in range(threads)]
+  for w in workers:
+    w.start()
+  for w in workers:
+    w.join(timeout=120)
+  hostcb.barrier_wait()
+  assert count[0] == threads * calls * steps * 2
+
+
+# -------------------------------- 4. stop_outfeed_receiver never loses a tap
+def test_stop_outfeed_receiver_in_a_loop_loses_no_tap():
+  count = [0]
+  lock = threading.Lock()
+
+  def tap(a, t):
+    with lock:
+      count[0] += 1
+
+  f = jax.jit(_scan_of_taps(tap, 200))
+  f(0)
+  hostcb.barrier_wait()
+  count[0] = 0
+  calls = 100
+  done = threading.Event()
+
+  def producer():
+    for _ in range(calls):
+      f(0)
+
+  producers = [threading.Thread(target=producer) for _ in range(2)]
+  for p in producers:
+    p.start()
+  while any(p.is_alive() for p in producers):
+    hostcb.stop_outfeed_receiver()
+  for p in producers:
+    p.join(timeout=120)
+  done.set()
+  hostcb.barrier_wait()
+  assert count[0] == 2 * calls * 200
+
+
+# ------------------------------------------- 5. the queue bound is real memory
+def _rss_bytes() -> int:
+  with open("/proc/self/statm") as f:
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@NATIVE
+def test_queue_bound_holds_for_taps_of_many_small_leaves():
+  old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
+  limit = 16_000_000
+  hostcb.config.update("jax_host_callback_max_queue_byte_size", limit)
+  release = threading.Event()
+  seen = [0]
+
+  def tap(arg, transforms):
+    assert release.wait(timeout=120)
+    seen[0] += 1
+
+  steps = 60_000
+  def f(x):
+    def body(c, _):
+      hostcb.id_tap(tap, {f"k{i}": c + i for i in range(20)})
+      return c + 1., None
+    return lax.scan(body, x, None, length=steps)[0]
+
+  g = jax.jit(f)
+  g.lower(0.).compile()
+  ordinal = jax.devices()[0].id
+  try:
+    before = _rss_bytes()
+    t = threading.Thread(target=lambda: g(0.).block_until_ready())
+    t.start()
+    deadline = time.monotonic() + 120
+    while (engine.counters(ordinal)["space_waiters"] == 0
+           and time.monotonic() < deadline):
+      time.sleep(0.01)  # polls a condition; not used as synchronisation
+    assert engine.counters(ordinal)["space_waiters"] > 0
+    grown = _rss_bytes() - before
+    assert engine.counters(ordinal)["bytes_held"] <= limit
+    assert grown <= 2 * limit, f"RSS grew by {grown / 1e6:.0f} MB"
+    release.set()
+    t.join(timeout=120)
+    hostcb.barrier_wait()
+  finally:
+    release.set()
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
+  assert seen[0] == steps
+
+
+# ---------------------------------------------------- 6. tap functions may tap
+@NATIVE
+def test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock():
+  old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
+  hostcb.config.update("jax_host_callback_max_queue_byte_size", 16_000_000)
+  inner_seen, innermost_seen = [], []
+
+  def innermost(a, t):
+    innermost_seen.append(int(a[0]))
+
+  def inner(a, t):
+    inner_seen.append(int(a[0]))
+    hostcb.id_tap(innermost, a)
+
+  def outer(a, t):
+    hostcb.id_tap(inner, a)
+
+  steps = 60  # of 1 MB taps: the 16 MB queue is full most of the time
+  def f(x):
+    def body(c, _):
+      hostcb.id_tap(outer, jnp.full((256 * 1024,), c, jnp.float32))
+      return c + 1, None
+    return lax.scan(body, x, None, length=steps)[0]
+
+  try:
+    jax.jit(f)(0)
+    # Each level's taps are queued by the tap functions of the level above,
+    # behind what was queued before them: three barriers see all levels.
+    for _ in range(3):
+      hostcb.barrier_wait()
+  finally:
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
+  assert sorted(inner_seen) == list(range(steps))
+  assert sorted(innermost_seen) == list(range(steps))
+
+
+def test_exception_of_a_tap_made_by_a_tap_function_reaches_barrier_wait():
+  def inner(a, t):
+    raise ValueError(f"inner {int(a)}")
+
+  jax.jit(lambda x: hostcb.id_tap(lambda a, t: hostcb.id_tap(inner, a), x))(7)
+  # The outer tap function queues the inner tap while the first barrier
+  # runs, before or after that barrier's marker: one of two barriers sees it.
+  with pytest.raises(hostcb.CallbackException, match="inner 7"):
+    hostcb.barrier_wait()
+    hostcb.barrier_wait()
+  hostcb.barrier_wait()
+
+
+# ------------------------------------------ 7. a call inside a tap function
+def test_jitted_call_inside_a_tap_function_works():
+  results = []
+  g = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))
+
+  def tap(a, t):
+    results.append(int(g(a)))
+
+  jax.jit(_scan_of_taps(tap, 5))(1)
+  hostcb.barrier_wait()
+  assert results == [2, 4, 6, 8, 10]
+
+
+# ----------------------------------------------------------- 8. Ctrl-C
+def test_keyboard_interrupt_in_barrier_wait_leaves_no_spurious_error():
+  resume = threading.Event()
+
+  def tap(a, t):
+    _thread.interrupt_main()  # Ctrl-C while the main thread waits
+    assert resume.wait(timeout=60)
+
+  jax.jit(lambda x: hostcb.id_tap(tap, x))(1)
+  with pytest.raises(KeyboardInterrupt):
+    hostcb.barrier_wait()
+  resume.set()
+  hostcb.barrier_wait()  # the interrupted barrier's late marker: no error
+
+
+def test_real_tap_error_is_still_reported_after_a_keyboard_interrupt():
+  resume = threading.Event()
+
+  def tap(a, t):
+    _thread.interrupt_main()
+    assert resume.wait(timeout=60)
+    raise ValueError("the real error")
+
+  jax.jit(lambda x: hostcb.id_tap(tap, x))(1)
+  with pytest.raises(KeyboardInterrupt):
+    hostcb.barrier_wait()
+  resume.set()
+  with pytest.raises(hostcb.CallbackException, match="the real error"):
+    hostcb.barrier_wait()
+  hostcb.barrier_wait()
+
+
+# ----------------------------------------------------------------- 9. fork
+def test_forked_child_that_never_taps_exits_normally():
+  code = """
+import os, sys, jax, hostcb
+jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(1)
+hostcb.id_tap(lambda a, t: None, 2)
+pid = os.fork()
+if pid == 0:
+    print("child", flush=True)
+    sys.exit(0)  # runs the atexit handlers, hostcb's barrier among them
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+hostcb.barrier_wait()
+"""
+  proc = run_python(code, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == ["child", "child exit 0"]
