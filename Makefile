@@ -11,14 +11,14 @@ LEGACY := .venv-legacy
 # the CPU build that this project's machines carry.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test install bench clean .venv-legacy
+.PHONY: demo test install bench check-oldest clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=64" wheel
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
 	touch $@
 
@@ -45,13 +45,18 @@ install: $(VENV)/.deps-$(JAX_VERSION)
 demo: install
 	$(BIN)/hostcb demo
 
-# The whole suite on 4 CPU devices, then the multi-device tests on 2.
+# The whole suite on 4 CPU devices, then the multi-device tests on 2.  The
+# native engine must have been built by `install` (HOSTCB_REQUIRE_NATIVE).
 test: install $(LEGACY)/.deps
-	HOSTCB_TEST_DEVICES=4 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 	HOSTCB_TEST_DEVICES=2 $(BIN)/python -m pytest -q -p no:cacheprovider -m multidevice tests
 
 bench: install
 	$(BIN)/python benchmarks/bench_tap.py
 
+# The suite against the oldest JAX that pyproject.toml admits (CI runs it).
+check-oldest:
+	bash scripts/check_oldest_jax.sh
+
 clean:
-	rm -rf $(VENV) $(LEGACY) build src/*.egg-info
+	rm -rf $(VENV) $(LEGACY) .venv-oldest build src/*.egg-info src/hostcb/_native/*.so

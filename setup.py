@@ -58,6 +58,9 @@ class build_ext_optional(build_ext):
   """Adds the jaxlib/NumPy include dirs at build time; never fails."""
 
   def build_extensions(self):
+    # Always compile: the objects of a previous build (build/) may come from
+    # the headers of another jaxlib, whose FFI API version XLA would refuse.
+    self.force = True
     try:
       import numpy  # noqa: PLC0415
       includes = [_ffi_include_dir(), numpy.get_include()]

@@ -8,8 +8,12 @@ JAX_OLDEST=${JAX_OLDEST:-0.8.0}
 VENV=.venv-oldest
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "jax==$JAX_OLDEST" numpy "pytest>=8" pytest-timeout
 fi
+# setuptools and wheel: hostcb is built without build isolation, against
+# this venv's jaxlib headers (the native engine).
+"$VENV/bin/pip" install -q "jax==$JAX_OLDEST" "jaxlib==$JAX_OLDEST" numpy \
+  "pytest>=8" pytest-timeout hypothesis "setuptools>=64" wheel
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
 "$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
-HOSTCB_TEST_DEVICES=4 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+"$VENV/bin/python" -c "from hostcb import engine; print('native engine:', engine.available() or engine.unavailable_reason())"
+HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

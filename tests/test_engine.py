@@ -6,8 +6,9 @@ what they see, and the barrier is the only synchronisation.
 """
 from __future__ import annotations
 
-import _thread
 import os
+import signal
+import sys
 import threading
 import time
 
@@ -91,9 +92,9 @@ def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
     steps = 300
     p = jax.pmap(lambda x: lax.scan(
         lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
-        x, None, length=steps)[0], devices=jax.local_devices()[:2])
+        x, None, length=steps)[0])
     one = jax.jit(lambda x: hostcb.id_tap(tap, x, tap_with_device=True))
-    x = jnp.array([0, 0])
+    x = jnp.zeros(jax.local_device_count(), jnp.int32)
     p(x)
     one(jax.device_put(-1, jax.local_devices()[0]))
     hostcb.id_tap(tap, -2, tap_with_device=True)
@@ -171,14 +172,15 @@ def test_barrier_wait_sees_taps_of_threads_that_already_exited():
       count[0] += 1
 
   steps, calls, threads = 500, 6, 4
-  p = jax.pmap(_scan_of_taps(tap, steps), devices=jax.local_devices()[:2])
-  p(jnp.zeros(2, jnp.int32))
+  n = jax.local_device_count()
+  p = jax.pmap(_scan_of_taps(tap, steps))
+  p(jnp.zeros(n, jnp.int32))
   hostcb.barrier_wait()
   count[0] = 0
 
   def work():
     for _ in range(calls):
-      p(jnp.zeros(2, jnp.int32))
+      p(jnp.zeros(n, jnp.int32))
 
   workers = [threading.Thread(target=work) for _ in range(threads)]
   for w in workers:
@@ -186,7 +188,7 @@ def test_barrier_wait_sees_taps_of_threads_that_already_exited():
   for w in workers:
     w.join(timeout=120)
   hostcb.barrier_wait()
-  assert count[0] == threads * calls * steps * 2
+  assert count[0] == threads * calls * steps * n
 
 
 # -------------------------------- 4. stop_outfeed_receiver never loses a tap
@@ -333,11 +335,29 @@ def test_jitted_call_inside_a_tap_function_works():
 
 
 # ----------------------------------------------------------- 8. Ctrl-C
+def _interrupt_main_once_it_waits_in_the_barrier():
+  """Ctrl-C for the main thread, once it waits for the barrier's marker."""
+  main = threading.main_thread().ident
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline:
+    frame = sys._current_frames().get(main)
+    names = set()
+    while frame is not None:
+      names.add(frame.f_code.co_name)
+      frame = frame.f_back
+    if "barrier_wait" in names and "wait" in names:
+      break
+    time.sleep(0.001)  # polls a condition; not used as synchronisation
+  # A real SIGINT to the main thread, as Ctrl-C sends: it wakes a blocked
+  # wait (_thread.interrupt_main only sets a flag).
+  signal.pthread_kill(main, signal.SIGINT)
+
+
 def test_keyboard_interrupt_in_barrier_wait_leaves_no_spurious_error():
   resume = threading.Event()
 
   def tap(a, t):
-    _thread.interrupt_main()  # Ctrl-C while the main thread waits
+    _interrupt_main_once_it_waits_in_the_barrier()
     assert resume.wait(timeout=60)
 
   jax.jit(lambda x: hostcb.id_tap(tap, x))(1)
@@ -351,7 +371,7 @@ def test_real_tap_error_is_still_reported_after_a_keyboard_interrupt():
   resume = threading.Event()
 
   def tap(a, t):
-    _thread.interrupt_main()
+    _interrupt_main_once_it_waits_in_the_barrier()
     assert resume.wait(timeout=60)
     raise ValueError("the real error")
 

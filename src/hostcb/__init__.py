@@ -13,7 +13,7 @@ from hostcb.buffer_callback import (Buffer, ExecutionContext, ExecutionStage,
 from hostcb.import_hook import install
 from hostcb.xla_computation import XlaComputation, xla_computation
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",

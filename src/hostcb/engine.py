@@ -109,8 +109,30 @@ if _native is not None:
 
 
 def available() -> bool:
-  """True if the native engine is built and loadable."""
+  """True if the native engine is built, loadable, and XLA accepts its
+  handlers (registering them on first use)."""
+  if _native is None:
+    return False
+  if not _registered:
+    try:
+      register_targets()
+    except Exception as e:  # noqa: BLE001  (e.g. built for another jaxlib)
+      _disable(f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
+               "reinstall hostcb to build it for the installed jaxlib")
+      return False
+  return True
+
+
+def loaded() -> bool:
+  """True if the extension is imported (without asking XLA anything)."""
   return _native is not None
+
+
+def _disable(reason: str) -> None:
+  global _native, _reason
+  _native, _reason = None, reason
+  logger.warning("hostcb: the native tap engine is not used: %s; taps use "
+                 "XLA's Python callbacks", reason)
 
 
 def unavailable_reason() -> str | None:
@@ -167,6 +189,10 @@ def register_targets() -> None:
     if _registered:
       return
     import jax  # noqa: PLC0415
+    # With the CPU client running, XLA checks each handler now (a handler
+    # built for another jaxlib raises here) instead of failing the
+    # client's start later.
+    jax.local_devices(backend="cpu")
     native.set_dtypes(_dtype_table())
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
@@ -238,7 +264,7 @@ def supports(dtypes: Iterable[Any]) -> bool:
 _lock = threading.Lock()  # consumers, markers, last exception
 _consumers: dict[int, "_Consumer"] = {}
 _marker_ids = itertools.count(1)
-_markers: dict[int, "_Arrivals"] = {}
+_markers: dict[int, "Arrivals"] = {}
 _last_exception: tuple[BaseException, str] | None = None
 _owner_pid = os.getpid()
 _devices_by_ordinal: dict[int, Any] | None = None
@@ -288,21 +314,32 @@ def take_last_exception() -> tuple[BaseException, str] | None:
   return last
 
 
-class _Arrivals:
-  """Counts the consumers that reached a barrier's marker."""
+class Arrivals:
+  """Counts the consumers that reached a barrier's marker; one waiter.
+
+  The waiter blocks on a plain lock that the last arrival releases: a
+  Ctrl-C there raises KeyboardInterrupt cleanly (a Condition's wait can be
+  interrupted half-way through re-acquiring its lock).
+  """
 
   def __init__(self, expected: int):
-    self.remaining = expected
-    self.cond = threading.Condition(threading.Lock())
+    self._remaining = expected
+    self._count_lock = threading.Lock()
+    self._done = threading.Lock()
+    if expected > 0:
+      self._done.acquire()
 
   def arrive(self) -> None:
-    with self.cond:
-      self.remaining -= 1
-      self.cond.notify_all()
+    with self._count_lock:
+      self._remaining -= 1
+      if self._remaining == 0:
+        self._done.release()
 
   def wait(self, timeout: float | None) -> bool:
-    with self.cond:
-      return self.cond.wait_for(lambda: self.remaining <= 0, timeout)
+    if not self._done.acquire(timeout=-1 if timeout is None else timeout):
+      return False
+    self._done.release()
+    return True
 
 
 def _call_failed(e: BaseException) -> str:
@@ -412,6 +449,8 @@ def _dispatch_finished() -> None:
 
 def has_consumers() -> bool:
   """Whether any consumer was started in this process (something tapped)."""
+  if _native is None:
+    return False
   _check_pid()
   return bool(_consumers)
 
@@ -454,7 +493,7 @@ def barrier(ordinals: Iterable[int] | None = None,
         "for that function itself")
   with _lock:
     mid = next(_marker_ids)
-    arrivals = _markers[mid] = _Arrivals(len(ordinals))
+    arrivals = _markers[mid] = Arrivals(len(ordinals))
   try:
     for o in ordinals:
       native.put_marker(o, mid)

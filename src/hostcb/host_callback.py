@@ -75,6 +75,15 @@ def _is_key(x) -> bool:
 _NUMBERS = (int, float, complex, bool, np.ndarray, np.generic)
 
 
+def _array_like(x) -> bool:
+  """An object JAX takes as an array: a shape and a numeric dtype (e.g. the
+  typed literals that JAX 0.8 passes for constants)."""
+  try:
+    return hasattr(x, "shape") and np.dtype(x.dtype) != object
+  except TypeError:
+    return False
+
+
 def _operands(arg, what: str):
   """The flat operands of ``arg``, its structure and its key leaves.
 
@@ -93,8 +102,8 @@ def _operands(arg, what: str):
         key_impls.append(jax.random.key_impl(x))
         flat[i] = jax.random.key_data(x)
         continue
-    elif not isinstance(x, _NUMBERS) or (isinstance(x, np.ndarray)
-                                         and x.dtype == object):
+    elif (not isinstance(x, _NUMBERS) and not _array_like(x)) or (
+        isinstance(x, np.ndarray) and x.dtype == object):
       raise TypeError(
           f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
           f"(hostcb: every leaf of the argument of {what} must be an array "

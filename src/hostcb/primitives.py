@@ -24,6 +24,7 @@ the same shapes hits JAX's compilation caches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -78,12 +79,24 @@ class CallTarget:
            else self.func(arg))
     return self.check_results(res)
 
+  @functools.cached_property
+  def _one_array(self):
+    """(dtype, shape) when the result is one array, else None."""
+    if self.out_treedef.num_leaves == 1 and self.out_treedef.num_nodes == 1:
+      aval = self.result_avals[0]
+      return np.dtype(aval.dtype), tuple(aval.shape)
+    return None
+
   def check_results(self, res) -> tuple:
     """The flat results as arrays of ``result_avals``, or a ``TypeError``.
 
     The messages begin as legacy's did ("Callback func ... should have
     returned a result with ..."), which user code matches.
     """
+    one = self._one_array
+    if one is not None and type(res) is np.ndarray:  # the common case
+      if res.dtype == one[0] and res.shape == one[1]:
+        return (res,)
     flat, treedef = jax.tree_util.tree_flatten(res)
     if treedef != self.out_treedef:
       raise TypeError(

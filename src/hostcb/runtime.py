@@ -152,7 +152,7 @@ def set_max_queue_bytes(n: int) -> None:
   """The byte bound of every queue, native and Python."""
   global _max_bytes
   _max_bytes = n
-  if engine.available():
+  if engine.loaded():
     engine.set_capacity(max(int(n), 4096))
 
 
@@ -167,25 +167,8 @@ def queue_for(device: Any) -> _DeviceQueue:
   return q
 
 
-class _Arrivals:
-  """Counts the consumers that reached a barrier's marker."""
-
-  def __init__(self, expected: int):
-    self._remaining = expected
-    self._cond = threading.Condition(threading.Lock())
-
-  def arrive(self) -> None:
-    with self._cond:
-      self._remaining -= 1
-      self._cond.notify_all()
-
-  def wait(self, timeout: float | None) -> bool:
-    with self._cond:
-      return self._cond.wait_for(lambda: self._remaining <= 0, timeout)
-
-
 def _wait_for_python_queues(queues, timeout: float | None) -> bool:
-  arrivals = _Arrivals(len(queues))
+  arrivals = engine.Arrivals(len(queues))
   for q in queues:
     q.put_marker(arrivals.arrive)
   return arrivals.wait(timeout)
@@ -216,7 +199,7 @@ def _barrier(timeout: float | None = None) -> bool:
   _check_not_a_consumer()
   ji.wait_for_dispatched_computations()
   done = True
-  if engine.available() and engine.has_consumers():
+  if engine.has_consumers():
     done = engine.barrier(timeout=timeout)
   queues = list(_queues.values())
   if queues:
@@ -287,7 +270,7 @@ def _at_exit() -> None:
   """Lets the consumers finish what was queued; bounded, never hangs."""
   if os.getpid() != _owner_pid:
     return
-  if not _queues and not (engine.available() and engine.has_consumers()):
+  if not _queues and not engine.has_consumers():
     return  # this process never tapped
   try:
     if not _barrier(timeout=60.0):
