@@ -45,8 +45,13 @@ from jax._src.lib.mlir.dialects import hlo as _hlo
 try:  # jax >= 0.9: pmap is a jit of a shard_map
   from jax._src import pmap as _pmap_impl
   from jax._src import shard_map as _shard_map_impl
-except ImportError:  # jax 0.8: pmap lowers per replica by itself
+except ImportError:
   _pmap_impl = _shard_map_impl = None
+# The pmap staging below wraps helpers of jax 0.10's pmap (checked on
+# 0.10.2); jax 0.8's pmap has helpers of the same names with other
+# signatures.  There, a pmap inside xla_computation behaves as JAX's own.
+if jax.__version_info__ < (0, 10):
+  _pmap_impl = None
 
 try:
   from jax._src.lib import hlo as _hlo_lib
