@@ -5,10 +5,15 @@ A tap lowered through this engine is one XLA custom call,
 names a Python function in this module's registry (:func:`tap_target_id`).
 Its C++ handler (``src/hostcb/_native/handlers.cc``) copies the operands'
 bytes, with a small header, into the ring buffer of the device it runs on,
-without the GIL, and returns.  A ``call`` is the custom call
-``hostcb_call`` (:data:`call_target_name`): the same record, then the
-device waits for the callback's results.  The compiled executable holds no
-Python callback, so lowering only has to emit custom calls.
+without the GIL, and returns.  The compiled executable holds no Python
+callback, so lowering only has to emit custom calls (``hostcb.lowering``).
+
+The engine also has ``hostcb_call`` (:data:`call_target_name`): the same
+record, then the device waits for the callback's results.  hostcb's
+``call`` does not use it yet: a ``call`` made by code that a tap function
+runs would wait for the consumer that is running that function, so
+``call`` goes through XLA's Python callback, after the device's earlier
+records (:func:`wait_for_device`).
 
 On the host, one consumer thread per device takes the records out in
 batches (the GIL held once per batch, released while waiting), builds one
@@ -33,19 +38,22 @@ Guarantees (see ``queue.h`` for the native invariants):
   it, not for an empty queue, so it returns while other threads keep
   tapping.  An exception raised by a tap function is logged and recorded;
   :func:`take_last_exception` hands the last one to the barrier's caller.
-* A tap whose computation XLA runs on a consumer thread (a tap function
-  that taps) never waits for queue space: only that thread frees it.  A
-  ``call`` there fails with a message naming the restriction, instead of
-  waiting for itself.
+* A tap made by a tap function never deadlocks on a full queue: a tap
+  whose handler runs on the consumer thread itself never waits for space,
+  and while a consumer thread dispatches a computation (the dispatch hooks
+  of :mod:`hostcb.jax_internals`) the producers of its queue do not wait
+  either, since that computation may run on an XLA thread while the
+  consumer waits for it.  The bound is then exceeded by those taps only.
 * ``fork``: the child gets a fresh engine (no queues, no consumers, no
   recorded exception, the same registry); nothing of the parent's is
   waited for, so a child that never taps exits normally.
 
 Device identification: the handlers read the FFI execution context's
-device ordinal, which on CPU is the local device's index (0..N-1 with
-``--xla_force_host_platform_device_count=N``, in ``jit``, sharded ``jit``
-and ``pmap`` code alike); :func:`device_of_ordinal` maps it to a
-``jax.Device``.
+device ordinal, which XLA's CPU client sets to the JAX device id (0..N-1
+with ``--xla_force_host_platform_device_count=N`` in one process; the ids
+of the process's own devices in a multi-process program), in ``jit``,
+``pmap`` and ``shard_map`` code alike; :func:`device_of_ordinal` maps it to
+a ``jax.Device``.
 
 If the extension is not built or cannot be loaded, :func:`available` is
 False and :func:`unavailable_reason` says why in one line; hostcb then
