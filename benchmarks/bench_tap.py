@@ -30,7 +30,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import io_callback
 
 import hostcb

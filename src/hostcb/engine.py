@@ -385,10 +385,9 @@ class _Consumer:
           try:
             functions[tid](payload, device)
           except BaseException as e:  # noqa: BLE001  (reported by barrier)
-            if tid == -1:
-              e = MemoryError("hostcb: a tap was lost: its operands could not "
-                              "be allocated on the host")
-            record_exception(e)
+            record_exception(e if tid != -1 else MemoryError(
+                "hostcb: a tap was lost: its operands could not be "
+                "allocated on the host"))
         else:
           try:
             out = functions[tid](payload, device)
