@@ -137,34 +137,32 @@ def emit_custom_call(ctx, target: str, args: Sequence[Any], *,
     avals_in.insert(0, _core.abstract_token)
     avals_out.insert(0, _core.abstract_token)
     sharding = _with_token_sharding(sharding, has_results)
-  lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
-  op = _ffi.build_ffi_lowering_function(target, has_side_effect=True)(
-      lower_ctx, *operands, **attributes)
-  if sharding is not None:
-    _set_sharding(ctx.module_context, op, sharding)
-  results = list(op.results)
-  if token is not None:
-    token_out, *results = results
-    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        _mlir.TokenSet({host_callback_effect: token_out})))
-  return results
+  return _emit_ffi_call(ctx, target, None, operands, avals_in, avals_out,
+                        has_side_effect=True, sharding=sharding,
+                        token_effect=(host_callback_effect if token is not None
+                                      else None), attributes=attributes)
 
 
-def _emit_ffi_call(ctx, target: str, host_fn: Callable, operands, avals_in,
-                   avals_out, *, has_side_effect: bool, sharding,
-                   token_effect=None, aliases=None) -> list:
-  """Emits the custom call ``target`` of the host function ``host_fn``.
+def _emit_ffi_call(ctx, target: str, host_fn: Callable | None, operands,
+                   avals_in, avals_out, *, has_side_effect: bool, sharding,
+                   token_effect=None, aliases=None,
+                   attributes: dict | None = None) -> list:
+  """Emits the custom call ``target``, of the host function ``host_fn``
+  (XLA's Python callbacks: its index in the module is the ``index``
+  attribute) or with the FFI ``attributes`` (native handlers).
 
   With ``token_effect``, the first operand and result are that effect's
   token, which becomes the computation's current token for the effect.
   """
   lower_ctx = dataclasses.replace(ctx, avals_in=avals_in, avals_out=avals_out)
-  ctx.module_context.add_host_callback(host_fn)
-  index = np.uint64(len(ctx.module_context.host_callbacks) - 1)
+  if host_fn is not None:
+    ctx.module_context.add_host_callback(host_fn)
+    attributes = {
+        "index": np.uint64(len(ctx.module_context.host_callbacks) - 1)}
   op = _ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=aliases or None)(lower_ctx, *operands,
-                                              index=index)
+                                              **(attributes or {}))
   if sharding is not None:
     _set_sharding(ctx.module_context, op, sharding)
   results = list(op.results)
