@@ -41,7 +41,8 @@ Guarantees (see ``queue.h`` for the native invariants):
 * A tap made by a tap function never deadlocks on a full queue: a tap
   whose handler runs on the consumer thread itself never waits for space,
   and while a consumer thread dispatches a computation (the dispatch hooks
-  of :mod:`hostcb.jax_internals`) the producers of its queue do not wait
+  of :mod:`hostcb.jax_internals`, set by :mod:`hostcb.runtime`) the
+  producers of its queue do not wait
   either, since that computation may run on an XLA thread while the
   consumer waits for it.  The bound is then exceeded by those taps only.
 * ``fork``: the child gets a fresh engine (no queues, no consumers, no
@@ -110,10 +111,6 @@ def _load() -> None:
 
 
 _load()
-if _native is not None:
-  from hostcb import jax_internals as _ji  # noqa: E402
-  _ji.set_dispatch_hooks(lambda: _dispatch_started(),
-                         lambda: _dispatch_finished())
 
 
 def available() -> bool:
@@ -396,7 +393,7 @@ class _Consumer:
           except BaseException as e:  # noqa: BLE001  (goes to the device)
             handle.fail(_call_failed(e))
         if _this_thread.dispatching:  # a dispatch that raised
-          _dispatch_finished()
+          dispatch_finished()
         self.done += 1
 
 
@@ -433,7 +430,7 @@ class _ThisThread(threading.local):
 _this_thread = _ThisThread()
 
 
-def _dispatch_started() -> None:
+def dispatch_started() -> None:
   """A computation that taps is about to run, dispatched by this thread.
 
   If this is a consumer thread (a tap function runs jitted code), the
@@ -447,7 +444,7 @@ def _dispatch_started() -> None:
     _native.set_consumer_dispatching(t.ordinal, True)
 
 
-def _dispatch_finished() -> None:
+def dispatch_finished() -> None:
   t = _this_thread
   if t.dispatching:
     t.dispatching = False

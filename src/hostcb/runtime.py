@@ -70,6 +70,7 @@ class _DeviceQueue:
     self._bytes = 0
     self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
+    self._dispatching = False   # the consumer dispatches a computation
     self._thread = threading.Thread(target=self._consume, daemon=True,
                                     name=f"hostcb-consumer-{name}")
     self._thread.start()
@@ -81,8 +82,10 @@ class _DeviceQueue:
     """Queues ``run()``; waits while the queue holds too many bytes.
 
     A tap made by a tap function of this queue (its consumer thread) never
-    waits: only that thread frees space.  It runs after the taps queued
-    before it, like any other.
+    waits: only that thread frees space.  Nor does any tap while the
+    consumer dispatches a computation (a tap function running jitted code,
+    which may tap here from an XLA thread while the consumer waits for it).
+    It runs after the taps queued before it, like any other.
     """
     cond = self._cond
     with cond:
@@ -90,7 +93,8 @@ class _DeviceQueue:
           and not self.is_consumer()):
         self._waiters += 1
         try:
-          while self._bytes and self._bytes + nbytes > _max_bytes:
+          while (self._bytes and self._bytes + nbytes > _max_bytes
+                 and not self._dispatching):
             cond.wait()
         finally:
           self._waiters -= 1
@@ -98,6 +102,12 @@ class _DeviceQueue:
       self._bytes += nbytes
       if self._consumer_asleep:
         cond.notify_all()
+
+  def set_dispatching(self, dispatching: bool) -> None:
+    with self._cond:
+      self._dispatching = dispatching
+      if dispatching and self._waiters:
+        self._cond.notify_all()
 
   def put_marker(self, arrive: Callable[[], None]) -> None:
     """Queues ``arrive()`` behind every tap queued so far; never waits."""
@@ -107,6 +117,7 @@ class _DeviceQueue:
         self._cond.notify_all()
 
   def _consume(self) -> None:
+    _this_thread.queue = self
     cond = self._cond
     items = self._items
     idle_polls = 0
@@ -131,6 +142,8 @@ class _DeviceQueue:
           run()
         except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
           record_exception(e)
+        if self._dispatching:  # a dispatch that raised
+          self.set_dispatching(False)
         pending += nbytes
         if self._waiters:  # a full queue: free bytes now
           with cond:
@@ -142,6 +155,32 @@ class _DeviceQueue:
         if self._waiters:
           cond.notify_all()
 
+
+class _ThisThread(threading.local):
+  queue: _DeviceQueue | None = None  # the queue this consumer thread serves
+
+
+_this_thread = _ThisThread()
+
+
+def _dispatch_started() -> None:
+  """Called by a thread about to run a tapping computation: if it is a
+  consumer thread (a tap function runs jitted code), its queue stops
+  making producers wait until the dispatch returns (see ``put``)."""
+  engine.dispatch_started()
+  q = _this_thread.queue
+  if q is not None and not q._dispatching:
+    q.set_dispatching(True)
+
+
+def _dispatch_finished() -> None:
+  engine.dispatch_finished()
+  q = _this_thread.queue
+  if q is not None and q._dispatching:
+    q.set_dispatching(False)
+
+
+ji.set_dispatch_hooks(_dispatch_started, _dispatch_finished)
 
 _lock = threading.Lock()
 _queues: dict[Any, _DeviceQueue] = {}
