@@ -2,7 +2,7 @@
 
 A tap lowered through this engine is one XLA custom call,
 ``hostcb_tap`` (:data:`ffi_target_name`), whose ``target_id`` attribute
-names a Python function in this module's registry (:func:`tap_target_id`).
+names a Python function in this module's registry (:func:`target_id`).
 Its C++ handler (``src/hostcb/_native/handlers.cc``) copies the operands'
 bytes, with a small header, into the ring buffer of the device it runs on,
 without the GIL, and returns.  The compiled executable holds no Python
@@ -67,15 +67,15 @@ import logging
 import os
 import threading
 import traceback
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 __all__ = ["available", "unavailable_reason", "ffi_target_name",
            "call_target_name", "noop_target_name", "register_targets",
-           "tap_target_id", "call_target_id", "ensure_started", "barrier",
+           "ensure_started", "barrier",
            "take_last_exception", "record_exception", "supports",
-           "target_id", "wait_for_device", "set_capacity", "stop", "counters",
+           "target_id", "wait_for_device", "set_capacity", "counters",
            "device_of_ordinal", "has_consumers", "current_consumer"]
 
 logger = logging.getLogger("hostcb")
@@ -216,20 +216,6 @@ _next_id = itertools.count(1)
 _registry_lock = threading.Lock()
 
 
-def tap_target_id(fn: Callable[[tuple, Any], Any]) -> int:
-  """The ``target_id`` attribute of a ``hostcb_tap`` that calls ``fn``.
-
-  Registers the FFI targets and starts the consumers if needed.
-  ``fn(arrays, device)`` runs on the device's consumer thread.
-  """
-  return target_id(("function", id(fn)), lambda: fn)
-
-
-def call_target_id(fn: Callable[[tuple, Any], Sequence[Any]]) -> int:
-  """The ``target_id`` attribute of a ``hostcb_call`` that calls ``fn``."""
-  return tap_target_id(fn)
-
-
 def target_id(key: Any, make: Callable[[], Callable[[tuple, Any], Any]]
               ) -> int:
   """The target id of the function that ``make()`` builds, one per ``key``.
@@ -287,17 +273,6 @@ def device_of_ordinal(ordinal: int) -> Any:
     import jax  # noqa: PLC0415
     _devices_by_ordinal = {d.id: d for d in jax.local_devices(backend="cpu")}
   return _devices_by_ordinal.get(ordinal, ordinal)
-
-
-def ordinal_of_device(device: Any) -> int | None:
-  """The engine's ordinal of a local CPU ``jax.Device`` (None for another
-  device, or when no tap went through the engine yet)."""
-  if _devices_by_ordinal is None or not _consumers:
-    return None
-  for ordinal, d in _devices_by_ordinal.items():
-    if d is device:
-      return ordinal
-  return None
 
 
 def record_exception(e: BaseException,
@@ -370,8 +345,6 @@ class _Consumer:
     device, ordinal = self.device, self.ordinal
     while True:
       batch = take(ordinal, _MAX_BATCH, None, 0, _POLL_SECONDS)
-      if batch is None:  # stopped and empty
-        return
       # One GIL acquisition per batch (less the interpreter's switches).
       for tid, payload, handle in batch:
         if tid is None:
@@ -392,9 +365,9 @@ class _Consumer:
             handle.complete(results)
           except BaseException as e:  # noqa: BLE001  (goes to the device)
             handle.fail(_call_failed(e))
-        if _this_thread.dispatching:  # a dispatch that raised
-          dispatch_finished()
         self.done += 1
+      if _this_thread.dispatching:  # a tap function's dispatch raised
+        dispatch_finished()
 
 
 def _local_ordinals() -> list[int]:
@@ -405,7 +378,7 @@ def _local_ordinals() -> list[int]:
 def ensure_started(ordinals: Iterable[int] | None = None) -> None:
   """Starts the consumer of each device ordinal (default: every local CPU
   device) that has none."""
-  native = _require()
+  _require()
   _check_pid()
   if ordinals is None:
     if _consumers and len(_consumers) >= len(_local_ordinals()):
@@ -415,7 +388,6 @@ def ensure_started(ordinals: Iterable[int] | None = None) -> None:
   with _lock:
     for o in ordinals:
       if o not in _consumers:
-        native.start(o)
         c = _consumers[o] = _Consumer(o)
         started.append(c)
   for c in started:
@@ -464,14 +436,6 @@ def current_consumer() -> int | None:
   return _this_thread.ordinal
 
 
-def _consumer_ordinal_of_this_thread() -> int | None:
-  me = threading.current_thread()
-  for o, c in list(_consumers.items()):
-    if c.thread is me:
-      return o
-  return None
-
-
 def barrier(ordinals: Iterable[int] | None = None,
             timeout: float | None = None) -> bool:
   """Waits until every record queued so far on the devices has been
@@ -489,7 +453,7 @@ def barrier(ordinals: Iterable[int] | None = None,
   if not ordinals:
     return True
   ensure_started(ordinals)
-  mine = _consumer_ordinal_of_this_thread()
+  mine = _this_thread.ordinal
   if mine is not None and mine in ordinals:
     raise RuntimeError(
         "hostcb: a barrier (barrier_wait) was called from a tap or call "
@@ -524,29 +488,13 @@ def wait_for_device(ordinal: int) -> None:
   been processed; at once when called by that device's consumer (a tap
   function's own computation: it comes after what that function was
   called for) or when nothing is pending."""
-  if _native is None:
-    return
   c = _consumers.get(ordinal)
-  if c is None:
-    if _native.counters(ordinal)["records_held"] == 0:
-      return
-  elif (c.thread is threading.current_thread()
-        or c.done == _native.counters(ordinal)["records_in"]):
+  # No consumer: nothing went through the engine on that device (consumers
+  # start for every local device at the first native tap).
+  if (c is None or c.thread is threading.current_thread()
+      or c.done == _native.counters(ordinal)["records_in"]):
     return
   barrier([ordinal])
-
-
-def stop() -> None:
-  """Processes everything queued so far (a :func:`barrier`).
-
-  The consumer threads are not stopped: they sleep until the next record
-  and cost nothing meanwhile, and a record queued by a computation that
-  runs later (from a cached executable, say) can never wait for a consumer
-  that nobody starts again.
-  """
-  _require()
-  _check_pid()
-  barrier()
 
 
 # ------------------------------------------------------------ exit, fork

@@ -114,7 +114,7 @@ def _run_call(target, device, arrays, outs=None):
   output buffers), copies the results there (the one copy) and returns ().
   """
   # The taps that came before this call run first.
-  runtime.drain_device(device, engine.ordinal_of_device(device))
+  runtime.drain_device(device)
   try:
     results = target.invoke(arrays, device)
     if outs is None:

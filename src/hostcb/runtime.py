@@ -142,14 +142,14 @@ class _DeviceQueue:
           run()
         except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
           record_exception(e)
-        if self._dispatching:  # a dispatch that raised
-          self.set_dispatching(False)
         pending += nbytes
         if self._waiters:  # a full queue: free bytes now
           with cond:
             self._bytes -= pending
             cond.notify_all()
           pending = 0
+      if self._dispatching:  # a tap function's dispatch raised
+        self.set_dispatching(False)
       with cond:
         self._bytes -= pending
         if self._waiters:
@@ -213,13 +213,14 @@ def _wait_for_python_queues(queues, timeout: float | None) -> bool:
   return arrivals.wait(timeout)
 
 
-def drain_device(device: Any, ordinal: int | None = None) -> None:
+def drain_device(device: Any) -> None:
   """Waits until the taps queued so far for ``device`` have run (both
   kinds of queue), unless called by a consumer of that device: a ``call``
   made by a tap function runs as part of that function."""
   q = _queues.get(device)
   if q is not None and not q.is_consumer():
     _wait_for_python_queues([q], None)
+  ordinal = getattr(device, "id", None)  # the engine's ordinal of a device
   if ordinal is not None:
     engine.wait_for_device(ordinal)
 

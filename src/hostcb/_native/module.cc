@@ -321,7 +321,6 @@ PyObject* Py_take_batch(PyObject*, PyObject* args, PyObject* kwargs) {
                      timeout, poll);
   Py_END_ALLOW_THREADS
   switch (got) {
-    case Queue::Take::kStopped: Py_RETURN_NONE;
     case Queue::Take::kTimeout: return PyList_New(0);
     case Queue::Take::kBusy:
       PyErr_SetString(PyExc_RuntimeError,
@@ -389,19 +388,6 @@ PyObject* Py_set_capacity(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-PyObject* SetStopping(PyObject* args, bool stopping) {
-  long device = -1;
-  if (!PyArg_ParseTuple(args, "|l", &device)) return nullptr;
-  if (device < 0) {
-    ForEachQueue([&](Queue* q) { q->SetStopping(stopping); });
-  } else {
-    Queue* q = QueueArg(device);
-    if (!q) return nullptr;
-    q->SetStopping(stopping);
-  }
-  Py_RETURN_NONE;
-}
-
 PyObject* Py_set_consumer_dispatching(PyObject*, PyObject* args) {
   long device;
   int flag;
@@ -411,9 +397,6 @@ PyObject* Py_set_consumer_dispatching(PyObject*, PyObject* args) {
   q->SetConsumerDispatching(flag != 0);
   Py_RETURN_NONE;
 }
-
-PyObject* Py_stop(PyObject*, PyObject* args) { return SetStopping(args, true); }
-PyObject* Py_start(PyObject*, PyObject* args) { return SetStopping(args, false); }
 
 PyObject* Py_counters(PyObject*, PyObject* args) {
   long device;
@@ -444,11 +427,11 @@ PyMethodDef kMethods[] = {
     {"take_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Py_take_batch)),
      METH_VARARGS | METH_KEYWORDS,
      "take_batch(device, max_records=4096, timeout=None, max_bytes=0, "
-     "poll=0.05) -> list | None.\n\nWaits (GIL released) up to timeout "
+     "poll=0.05) -> list.\n\nWaits (GIL released) up to timeout "
      "seconds (None: forever) for ready records of the device's queue, "
      "polling for `poll` seconds before sleeping; returns them in order as "
      "(target_id, (arrays...), CallHandle | None) or (None, marker_id, None); "
-     "[] on timeout; None once stopped and empty.  One copy of each operand "
+     "[] on timeout.  One copy of each operand "
      "into arrays Python owns."},
     {"put_marker", Py_put_marker, METH_VARARGS,
      "put_marker(device, marker_id): queues a marker after every record "
@@ -460,9 +443,6 @@ PyMethodDef kMethods[] = {
      "set_consumer_dispatching(device, flag): while set, producers of the "
      "device's queue never wait for space (its consumer dispatches a "
      "computation and may wait for it)."},
-    {"stop", Py_stop, METH_VARARGS,
-     "stop(device=-1): a consumer waiting on an empty queue gets None."},
-    {"start", Py_start, METH_VARARGS, "start(device=-1): undoes stop()."},
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
      "capacity, space_waiters}."},

@@ -201,9 +201,9 @@ class Queue {
   // records and, past the first, max_bytes payload bytes).  Waits up to
   // timeout_s (< 0: forever) for a first ready record; polls for
   // poll_s (timed waits the producers need not signal) before sleeping.
-  // Returns false if stopped and nothing is ready, or another consumer is
+  // Returns kTimeout if nothing is ready in time, kBusy if another consumer is
   // active.  Records stay in the FIFO until Release(taken).
-  enum class Take { kRecords, kTimeout, kStopped, kBusy };
+  enum class Take { kRecords, kTimeout, kBusy };
   Take TakeReady(std::vector<Record>* out, size_t max_records,
                  uint64_t max_bytes, double timeout_s, double poll_s) {
     using Clock = std::chrono::steady_clock;
@@ -217,7 +217,6 @@ class Queue {
         start + std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double>(forever ? 0 : timeout_s));
     while (records_.empty() || !records_.front().ready) {
-      if (stopping_) return Take::kStopped;
       auto now = Clock::now();
       if (!forever && now >= deadline) return Take::kTimeout;
       if (now < poll_end) {
@@ -288,15 +287,6 @@ class Queue {
     if (dispatching && space_waiters_) space_cv_.notify_all();
   }
 
-  // Stopping: a waiting consumer returns kStopped once nothing is ready.
-  // Producers are unaffected: records queued while stopped wait for the
-  // next consumer.
-  void SetStopping(bool stopping) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = stopping;
-    if (stopping) consumer_cv_.notify_all();
-  }
-
   struct Counters {
     uint64_t records_in, records_out, bytes_held, records_held, capacity,
         space_waiters;
@@ -355,7 +345,6 @@ class Queue {
   int space_waiters_ = 0;
   ConsumerState consumer_state_ = kRunning;
   bool consumer_active_ = false;
-  bool stopping_ = false;
   bool consumer_dispatching_ = false;
   uint64_t records_in_ = 0, records_out_ = 0;
 };
