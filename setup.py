@@ -84,8 +84,10 @@ class build_ext_optional(build_ext):
 
 engine = Extension(
     "hostcb._native._engine",
-    sources=[os.path.join(NATIVE, f) for f in ("handlers.cc", "module.cc")],
-    depends=[os.path.join(NATIVE, f) for f in ("queue.h", "engine.h")],
+    sources=[os.path.join(NATIVE, f)
+             for f in ("handlers.cc", "call.cc", "module.cc")],
+    depends=[os.path.join(NATIVE, f)
+             for f in ("queue.h", "engine.h", "pyarrays.h")],
     language="c++",
     extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
                         "-Wno-missing-field-initializers"],

@@ -14,6 +14,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax import lax
 
@@ -82,7 +83,48 @@ def test_dtypes_the_engine_cannot_carry_fall_back_to_python_callbacks():
   assert rec.args[0].tolist() == [1, -2]
 
 
-# ------------------------------------------ 1. program order across computations
+@NATIVE
+def test_cpu_calls_lower_to_the_native_call_handler():
+  f = jax.jit(lambda x: hostcb.call(lambda a: a, x, result_shape=x))
+  text = f.lower(jnp.zeros(4)).as_text()
+  assert "stablehlo.custom_call @hostcb_call" in text
+  assert "xla_ffi_python_cpu_callback" not in text
+  np.testing.assert_array_equal(f(jnp.arange(4.)), np.arange(4.))
+
+
+@NATIVE
+def test_native_call_runs_after_every_tap_queued_before_it():
+  seen = []
+  steps = 20_000
+  rec = Recorder()
+
+  def f(x):
+    x = _scan_of_taps(rec, steps)(x)
+    return hostcb.call(lambda a: (seen.append(len(rec.calls)), a)[1], x,
+                       result_shape=x)
+
+  assert int(jax.jit(f)(0)) == steps
+  assert seen == [steps]
+
+
+@NATIVE
+def test_native_call_runs_after_taps_that_fell_back_to_python_callbacks():
+  seen = []
+  rec = Recorder()
+
+  def f(x, small):
+    for _ in range(50):
+      hostcb.id_tap(rec, small)  # int4: XLA's Python callback and queue
+    return hostcb.call(lambda a: (seen.append(len(rec.calls)), a)[1], x,
+                       result_shape=x)
+
+  f = jax.jit(f)
+  assert "@hostcb_call" in f.lower(1., jnp.array([1], jnp.int4)).as_text()
+  f(1., jnp.array([1], jnp.int4))
+  assert seen == [50]
+
+
+
 @pytest.mark.multidevice
 def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
   for trial in range(10):
@@ -342,6 +384,29 @@ def test_jitted_call_inside_a_tap_function_works():
   jax.jit(_scan_of_taps(tap, 5))(1)
   hostcb.barrier_wait()
   assert results == [2, 4, 6, 8, 10]
+
+
+@pytest.mark.multidevice
+def test_pmapped_call_inside_a_tap_function_works():
+  # The calls run on XLA's threads while the tap function's consumer waits
+  # for its dispatch: they must not wait for that consumer.
+  code = """
+import jax, jax.numpy as jnp, hostcb
+n = jax.local_device_count()
+g = jax.pmap(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))
+results = []
+def tap(a, t):
+    results.append(g(jnp.full(n, int(a))).tolist())
+jax.jit(lambda x: hostcb.id_tap(tap, x))(3)
+jax.jit(lambda x: hostcb.id_tap(tap, x))(4)
+hostcb.barrier_wait()
+print(results == [[6] * n, [8] * n], n)
+"""
+  n = jax.local_device_count()
+  proc = run_python(code, timeout=120, env_extra={
+      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.split() == ["True", str(n)]
 
 
 # ----------------------------------------------------------- 8. Ctrl-C

@@ -8,20 +8,24 @@ bytes, with a small header, into the ring buffer of the device it runs on,
 without the GIL, and returns.  The compiled executable holds no Python
 callback, so lowering only has to emit custom calls (``hostcb.lowering``).
 
-The engine also has ``hostcb_call`` (:data:`call_target_name`): the same
-record, then the device waits for the callback's results.  hostcb's
-``call`` does not use it yet: a ``call`` made by code that a tap function
-runs would wait for the consumer that is running that function, so
-``call`` goes through XLA's Python callback, after the device's earlier
-records (:func:`wait_for_device`).
+A ``call`` lowered through this engine is the custom call ``hostcb_call``
+(:data:`call_target_name`, ``src/hostcb/_native/call.cc``): its handler
+runs on the device thread, takes the GIL, copies the operands into fresh
+read-only NumPy arrays and calls :func:`_serve_call`, which runs the
+registered function (``hostcb.lowering`` first waits there for the taps
+queued before the call, :func:`wait_for_device`); the handler copies the
+returned arrays into the call's results.  A call does not go through the
+consumer thread: it waits for its results anyway, and a call made by
+jitted code that a tap function runs must not wait for the consumer that
+runs that tap function.
 
 On the host, one consumer thread per device takes the records out in
 batches (the GIL held once per batch, released while waiting), builds one
 NumPy array per operand (the one copy: the arrays belong to Python and may
 be kept) and calls the registered functions in the order the device queued
-them.  A tap function is called as ``fn(arrays, device)`` (``arrays`` a
-tuple of NumPy arrays, ``device`` the ``jax.Device``); a call function the
-same way, returning a sequence of arrays that must match the call's result
+them.  A registered function is called as ``fn(arrays, device)``
+(``arrays`` a tuple of NumPy arrays, ``device`` the ``jax.Device``); that
+of a call returns a sequence of arrays that must match the call's result
 dtypes and shapes exactly (they are copied once into the outputs).
 
 Guarantees (see ``queue.h`` for the native invariants):
@@ -199,6 +203,7 @@ def register_targets() -> None:
     # client's start later.
     jax.local_devices(backend="cpu")
     native.set_dtypes(_dtype_table())
+    native.set_call_server(_serve_call)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     from hostcb import config  # noqa: PLC0415
@@ -322,10 +327,18 @@ class Arrivals:
     return True
 
 
-def _call_failed(e: BaseException) -> str:
-  text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-  return (f"hostcb: the host function of a call raised "
-          f"{type(e).__name__}: {e}\n{text}")
+def _serve_call(tid: int, ordinal: int, arrays: tuple) -> Any:
+  """Runs call ``tid`` for the ``hostcb_call`` handler (on the device
+  thread, GIL held): its results, or the failure's text for the device.
+
+  The text begins as XLA's own Python callbacks word it ("CpuCallback error
+  calling callback: " and the traceback), which user code may match.
+  """
+  try:
+    return _functions[tid](arrays, device_of_ordinal(ordinal))
+  except BaseException as e:  # noqa: BLE001  (fails the computation)
+    return "CpuCallback error calling callback: " + "".join(
+        traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
 
 
 class _Consumer:
@@ -346,25 +359,18 @@ class _Consumer:
     while True:
       batch = take(ordinal, _MAX_BATCH, None, 0, _POLL_SECONDS)
       # One GIL acquisition per batch (less the interpreter's switches).
-      for tid, payload, handle in batch:
+      for tid, payload in batch:
         if tid is None:
           arrivals = _markers.get(payload)
           if arrivals is not None:
             arrivals.arrive()
-        elif handle is None:
+        else:
           try:
             functions[tid](payload, device)
           except BaseException as e:  # noqa: BLE001  (reported by barrier)
             record_exception(e if tid != -1 else MemoryError(
                 "hostcb: a tap was lost: its operands could not be "
                 "allocated on the host"))
-        else:
-          try:
-            out = functions[tid](payload, device)
-            results = [np.ascontiguousarray(r) for r in (out or ())]
-            handle.complete(results)
-          except BaseException as e:  # noqa: BLE001  (goes to the device)
-            handle.fail(_call_failed(e))
         self.done += 1
       if _this_thread.dispatching:  # a tap function's dispatch raised
         dispatch_finished()
@@ -492,7 +498,7 @@ def wait_for_device(ordinal: int) -> None:
   # No consumer: nothing went through the engine on that device (consumers
   # start for every local device at the first native tap).
   if (c is None or c.thread is threading.current_thread()
-      or c.done == _native.counters(ordinal)["records_in"]):
+      or c.done == _native.records_in(ordinal)):
     return
   barrier([ordinal])
 

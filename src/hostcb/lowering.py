@@ -8,13 +8,16 @@ platforms, no native engine, a dtype it cannot carry) a tap lowers to XLA's
 Python-callback custom call, whose host function queues the work for the
 device's consumer thread in :mod:`hostcb.runtime`.
 
-A ``call`` lowers to XLA's Python-callback custom call (on CPU with large
+A ``call`` on CPU lowers to the engine's custom call ``hostcb_call``, whose
+C++ handler runs the host function on the device thread (with large
 operands or results, ``BUFFER_CALL_MIN_BYTES``, to the buffer-callback
 custom call, whose host function sees the device buffers and copies the
-results once into the outputs).  Its host function first lets the taps
-queued before it on its device run (program order), then runs the callback
-and checks its result; run from a tap function of its device (the consumer
-thread), it runs at once, as part of that function.
+results once into the outputs); elsewhere, or where the engine cannot
+carry its dtypes, to XLA's Python-callback custom call.  Either way the
+host function first lets the taps queued before it on its device run
+(program order), then runs the callback and checks its result; run from a
+tap function of its device (the consumer thread), it runs at once, as part
+of that function.
 
 Where a callback runs:
 
@@ -52,7 +55,8 @@ def _native(ctx) -> bool:
   # Python callbacks.
   return (engine.available() and ji.lowering_platform(ctx) == "cpu"
           and not ji.runs_on_one_of_several_devices(ctx)
-          and engine.supports(a.dtype for a in ctx.avals_in))
+          and engine.supports(a.dtype for a in (*ctx.avals_in,
+                                                *ctx.avals_out)))
 
 
 def _invoke_tap(target, transforms, arrays, device) -> None:
@@ -107,26 +111,37 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   return list(args)  # the tap is an identity: its results are its operands
 
 
-def _run_call(target, device, arrays, outs=None):
-  """Runs a call's host function once the taps queued before it have run.
+def _call_runner(target, engine_records: bool = True):
+  """``run(arrays, device) -> results``: runs a call's host function once
+  the taps queued before it on its device have run, and returns its flat,
+  checked results.
 
-  Returns the checked results; or, given ``outs`` (writable arrays over the
-  output buffers), copies the results there (the one copy) and returns ().
+  ``engine_records=False``: the native engine's taps were already waited
+  for (by the ``hostcb_call`` handler), only Python-callback taps are left.
+  It runs once per call (once per loop step in a loop), so the per-call
+  work is looked up here, once.
   """
-  # The taps that came before this call run first.
-  runtime.drain_device(device)
-  try:
-    results = target.invoke(arrays, device)
-    if outs is None:
-      return results
-    for out, result in zip(outs, results):
-      advise_huge_pages(out)
-      np.copyto(out, result)
-    return ()
-  except BaseException as e:
-    # As legacy: the failure also reaches the next barrier_wait.
-    engine.record_exception(e, f"the call to {target.func!r} failed")
-    raise
+  func, with_device, check = target.func, target.with_device, target.check_results
+  unflatten = None if target.one_leaf else target.in_treedef.unflatten
+  dtype, shape = target.one_array or (None, None)
+  drain = runtime.drain_device
+  record = engine.record_exception
+
+  def run(arrays, device):
+    drain(device, engine_records)  # the taps that came before run first
+    try:
+      arg = arrays[0] if unflatten is None else unflatten(arrays)
+      res = func(arg, device=device) if with_device else func(arg)
+      if (type(res) is np.ndarray and res.dtype is dtype
+          and res.shape == shape):  # one array, as expected: checked
+        return (res,)
+      return check(res)
+    except BaseException as e:
+      # As legacy: the failure also reaches the next barrier_wait.
+      record(e, f"the call to {func!r} failed")
+      raise
+
+  return run
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the
@@ -157,11 +172,15 @@ def _read_only_copy(buffer) -> np.ndarray:
 
 def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
   n_in = len(args)
+  run_call = _call_runner(target)
 
   def run(device, buffers):
     arrays = tuple(_read_only_copy(b) for b in buffers[:n_in])
-    outs = [np.asarray(b) for b in buffers[n_in:]]
-    _run_call(target, device, arrays, outs)
+    results = run_call(arrays, device)
+    for out, result in zip(buffers[n_in:], results):
+      out = np.asarray(out)  # over the output buffer
+      advise_huge_pages(out)
+      np.copyto(out, result)  # the one copy
     return ()
 
   def make_host_fn(placement, host_copies):
@@ -185,15 +204,25 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   if _uses_buffers(ctx):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)
+  if _native(ctx):
+    tid = engine.target_id(("call", target),
+                           lambda: _call_runner(target, engine_records=False))
+    return ji.emit_custom_call(ctx, engine.call_target_name, args,
+                               device_index=device_index,
+                               attributes={"target_id": np.int64(tid)},
+                               avals_out=ctx.avals_out,
+                               has_side_effect=effectful)
+
+  run_call = _call_runner(target)
 
   def make_host_fn(placement):
     where = _device_of(placement)
     if placement.per_device:
       def host_call(pid, *arrays):
-        return _run_call(target, where(pid), arrays)
+        return run_call(arrays, where(pid))
     else:
       def host_call(*arrays):
-        return _run_call(target, where, arrays)
+        return run_call(arrays, where)
     return host_call
 
   return ji.emit_host_callback(ctx, make_host_fn, args,

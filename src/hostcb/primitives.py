@@ -74,13 +74,18 @@ class CallTarget:
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""
-    arg = self.in_treedef.unflatten(arrays)
+    arg = arrays[0] if self.one_leaf else self.in_treedef.unflatten(arrays)
     res = (self.func(arg, device=device) if self.with_device
            else self.func(arg))
     return self.check_results(res)
 
   @functools.cached_property
-  def _one_array(self):
+  def one_leaf(self) -> bool:
+    """Whether the argument is one array (no container around it)."""
+    return self.in_treedef.num_leaves == 1 and self.in_treedef.num_nodes == 1
+
+  @functools.cached_property
+  def one_array(self):
     """(dtype, shape) when the result is one array, else None."""
     if self.out_treedef.num_leaves == 1 and self.out_treedef.num_nodes == 1:
       aval = self.result_avals[0]
@@ -93,9 +98,9 @@ class CallTarget:
     The messages begin as legacy's did ("Callback func ... should have
     returned a result with ..."), which user code matches.
     """
-    one = self._one_array
+    one = self.one_array
     if one is not None and type(res) is np.ndarray:  # the common case
-      if res.dtype == one[0] and res.shape == one[1]:
+      if (res.dtype is one[0] or res.dtype == one[0]) and res.shape == one[1]:
         return (res,)
     flat, treedef = jax.tree_util.tree_flatten(res)
     if treedef != self.out_treedef:

@@ -213,16 +213,19 @@ def _wait_for_python_queues(queues, timeout: float | None) -> bool:
   return arrivals.wait(timeout)
 
 
-def drain_device(device: Any) -> None:
+def drain_device(device: Any, engine_records: bool = True) -> None:
   """Waits until the taps queued so far for ``device`` have run (both
-  kinds of queue), unless called by a consumer of that device: a ``call``
-  made by a tap function runs as part of that function."""
-  q = _queues.get(device)
-  if q is not None and not q.is_consumer():
-    _wait_for_python_queues([q], None)
-  ordinal = getattr(device, "id", None)  # the engine's ordinal of a device
-  if ordinal is not None:
-    engine.wait_for_device(ordinal)
+  kinds of queue, or only the Python-callback one if not
+  ``engine_records``), unless called by a consumer of that device: a
+  ``call`` made by a tap function runs as part of that function."""
+  if _queues:
+    q = _queues.get(device)
+    if q is not None and not q.is_consumer():
+      _wait_for_python_queues([q], None)
+  if engine_records:
+    ordinal = getattr(device, "id", None)  # the engine's ordinal of a device
+    if ordinal is not None:
+      engine.wait_for_device(ordinal)
 
 
 def _check_not_a_consumer() -> None:

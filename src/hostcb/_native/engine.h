@@ -7,6 +7,7 @@
 
 #include "queue.h"
 #include "xla/ffi/api/c_api.h"
+#include "xla/ffi/api/ffi.h"
 
 namespace hostcb {
 
@@ -39,6 +40,29 @@ extern thread_local Queue* tl_consumer_queue;
 
 extern std::atomic<Queue*> g_queues[kMaxDevices];
 
+// Gives access to the raw argument/result arrays behind RemainingArgs/Rets
+// (decoding each one through get<AnyBuffer>() would build a diagnostic
+// engine per operand).
+struct RawArgs : xla::ffi::RemainingArgs {
+  explicit RawArgs(const xla::ffi::RemainingArgs& a)
+      : xla::ffi::RemainingArgs(a) {}
+  const XLA_FFI_Args* raw() const { return args(); }
+  size_t first() const { return offset(); }
+};
+struct RawRets : xla::ffi::RemainingRets {
+  explicit RawRets(const xla::ffi::RemainingRets& r)
+      : xla::ffi::RemainingRets(r) {}
+  const XLA_FFI_Rets* raw() const { return rets(); }
+  size_t first() const { return offset(); }
+};
+
+// Bytes of an array buffer (dtype width times its dimensions).
+inline uint64_t BufferBytes(const XLA_FFI_Buffer* b) {
+  uint64_t n = xla::ffi::ByteWidth(static_cast<xla::ffi::DataType>(b->dtype));
+  for (int64_t i = 0; i < b->rank; ++i) n *= static_cast<uint64_t>(b->dims[i]);
+  return n;
+}
+
 template <typename Fn> void ForEachQueue(Fn fn) {
   for (int32_t i = 0; i < kMaxDevices; ++i) {
     if (Queue* q = g_queues[i].load(std::memory_order_acquire)) fn(q);
@@ -49,6 +73,6 @@ template <typename Fn> void ForEachQueue(Fn fn) {
 
 extern "C" {
 XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);  // call.cc
 XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
 }

@@ -4,10 +4,8 @@
 //              first, then any arrays.  Results: the token, if one came in.
 //              Copies the arrays into the queue of the device it runs on
 //              and returns; waits only while that queue is full.
-// hostcb_call  the same record, then waits until the consumer thread of the
-//              device has run the Python callback (after every earlier
-//              record of the device) and copied its results into the
-//              non-token results; a Python error becomes an FFI error.
+// (hostcb_call, which runs a `call`'s Python function on the device thread,
+// is in call.cc.)
 // hostcb_noop  does nothing: the cost of an empty custom call (benchmarks).
 //
 // Device identification: the handlers bind the FFI execution context's
@@ -42,20 +40,6 @@ std::atomic<uint64_t> g_default_capacity{256000000};
 // round trip); larger ones are copied with it released.
 constexpr uint64_t kCopyUnderLock = 4096;
 
-// Gives access to the raw argument/result arrays behind RemainingArgs/Rets
-// (decoding each one through get<AnyBuffer>() would build a diagnostic
-// engine per operand).
-struct RawArgs : ffi::RemainingArgs {
-  explicit RawArgs(const ffi::RemainingArgs& a) : ffi::RemainingArgs(a) {}
-  const XLA_FFI_Args* raw() const { return args(); }
-  size_t first() const { return offset(); }
-};
-struct RawRets : ffi::RemainingRets {
-  explicit RawRets(const ffi::RemainingRets& r) : ffi::RemainingRets(r) {}
-  const XLA_FFI_Rets* raw() const { return rets(); }
-  size_t first() const { return offset(); }
-};
-
 bool SubByte(int dtype) {
   switch (dtype) {
     case XLA_FFI_DataType_S1: case XLA_FFI_DataType_S2:
@@ -68,21 +52,15 @@ bool SubByte(int dtype) {
   }
 }
 
-uint64_t BufferBytes(const XLA_FFI_Buffer* b) {
-  uint64_t n = ffi::ByteWidth(static_cast<ffi::DataType>(b->dtype));
-  for (int64_t i = 0; i < b->rank; ++i) n *= static_cast<uint64_t>(b->dims[i]);
-  return n;
-}
-
 ffi::Error Unsupported(int dtype) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                     "hostcb: the native tap engine cannot pass arrays of XLA "
                     "dtype " + std::to_string(dtype) + " to Python");
 }
 
-// Queues one tap or call record of the array operands (tokens skipped).
-ffi::Error Enqueue(RecordKind kind, int32_t device, int64_t target_id,
-                   const XLA_FFI_Args* args, size_t first, CallSlot* call) {
+// Queues one tap record of the array operands (tokens skipped).
+ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
+                   size_t first) {
   Queue* q = GetQueue(device);
   if (q == nullptr) {
     return ffi::Error(ffi::ErrorCode::kOutOfRange,
@@ -113,19 +91,15 @@ ffi::Error Enqueue(RecordKind kind, int32_t device, int64_t target_id,
 
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r =
-      q->Reserve(lock, kind, target_id, static_cast<uint16_t>(num), payload,
+      q->Reserve(lock, kTap, target_id, static_cast<uint16_t>(num), payload,
                  /*never_wait=*/tl_consumer_queue == q);
-  r.record->call = call;
   if (r.data == nullptr) {
     // Out of memory for an external payload: the record goes through
     // empty (the consumer reports it) so that the queue does not stall.
     // It comes out as a tap of target -1 with no operands, which the
-    // engine reports at the next barrier; a call is failed here (its slot
-    // must not be referenced by the queue once this handler returns).
+    // engine reports at the next barrier.
     r.record->num_operands = 0;
-    r.record->kind = kTap;
     r.record->target_id = -1;
-    r.record->call = nullptr;
     q->CommitLocked(r, true);
     return ffi::Error(ffi::ErrorCode::kResourceExhausted,
                       "hostcb: cannot allocate " + std::to_string(payload) +
@@ -151,7 +125,7 @@ ffi::Error Enqueue(RecordKind kind, int32_t device, int64_t target_id,
     ++k;
   }
   if (copy_unlocked) lock.lock();
-  q->CommitLocked(r, /*urgent=*/kind != kTap);
+  q->CommitLocked(r, /*urgent=*/false);
   return ffi::Error::Success();
 }
 
@@ -172,41 +146,7 @@ ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
   ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
   if (e.failure()) return e;
   RawArgs ra(args);
-  return Enqueue(kTap, device, target_id, ra.raw(), ra.first(), nullptr);
-}
-
-ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
-                    ffi::RemainingRets rets) {
-  Queue* q = GetQueue(device);
-  if (q != nullptr && tl_consumer_queue == q) {
-    return ffi::Error(
-        ffi::ErrorCode::kFailedPrecondition,
-        "hostcb: a `call` on device " + std::to_string(device) +
-            " ran on the thread that runs that device's tap and call "
-            "functions; it would wait for itself");
-  }
-  CallSlot slot;
-  RawRets rr(rets);
-  const XLA_FFI_Rets* raw = rr.raw();
-  for (size_t i = rr.first(); i < static_cast<size_t>(raw->size); ++i) {
-    if (raw->types[i] != XLA_FFI_RetType_BUFFER) {
-      return ffi::Error::InvalidArgument("hostcb: results must be buffers");
-    }
-    auto* b = static_cast<const XLA_FFI_Buffer*>(raw->rets[i]);
-    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
-    slot.results.push_back(ResultSpec{
-        b->data, static_cast<int32_t>(b->dtype),
-        std::vector<int64_t>(b->dims, b->dims + b->rank), BufferBytes(b)});
-  }
-  RawArgs ra(args);
-  ffi::Error e = Enqueue(kCall, device, target_id, ra.raw(), ra.first(), &slot);
-  if (e.failure()) return e;
-  // The consumer completes the slot exactly once (a call handle that is
-  // destroyed unanswered fails it), so this wait ends.
-  std::unique_lock<std::mutex> lock(slot.mu);
-  slot.cv.wait(lock, [&] { return slot.done; });
-  if (slot.failed) return ffi::Error(ffi::ErrorCode::kInternal, slot.error);
-  return ffi::Error::Success();
+  return Enqueue(device, target_id, ra.raw(), ra.first());
 }
 
 ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
@@ -270,13 +210,6 @@ void ResetAfterFork() {
 }  // namespace hostcb
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbTap, hostcb::TapImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Attr<int64_t>("target_id")
-                                  .RemainingArgs()
-                                  .RemainingRets());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Attr<int64_t>("target_id")

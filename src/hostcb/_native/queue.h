@@ -5,7 +5,7 @@
 // consumer, and a future CUDA handler (a host function on the stream that
 // copies from pinned memory) can produce into it the same way.
 //
-// A record is what one tap or call handed to the host: a descriptor (kind,
+// A record is what one tap handed to the host: a descriptor (kind,
 // target id, device ordinal, operand count, where its payload lives) kept in
 // a FIFO of descriptors, and a payload with the operands' dtypes, shapes and
 // bytes.  Payloads live in a per-device ring buffer bounded in BYTES; a
@@ -61,7 +61,7 @@ namespace hostcb {
 constexpr uint64_t kAlign = 16;
 inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
-enum RecordKind : uint8_t { kTap = 1, kCall = 2, kMarker = 3 };
+enum RecordKind : uint8_t { kTap = 1, kMarker = 3 };
 
 struct OperandDesc {
   int32_t dtype;   // XLA_FFI_DataType code
@@ -70,39 +70,17 @@ struct OperandDesc {
   uint64_t nbytes;
 };
 
-// One expected result of a call: where the device wants its bytes.
-struct ResultSpec {
-  void* data;
-  int32_t dtype;
-  std::vector<int64_t> dims;
-  uint64_t nbytes;
-};
-
-// The rendezvous of a `call` handler with the consumer that runs the Python
-// callback.  It lives on the handler's stack; the handler waits on cv until
-// done, so the slot outlives every use by the consumer, which must not touch
-// it after setting done.
-struct CallSlot {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;       // guarded by mu
-  bool failed = false;     // guarded by mu
-  std::string error;       // guarded by mu
-  std::vector<ResultSpec> results;  // written before queuing, then read-only
-};
-
 struct Record {
   RecordKind kind;
   bool ready;          // payload written (guarded by Queue::mu_)
   uint16_t num_operands;
   int32_t device;
-  int64_t target_id;   // tap/call function id, or the marker id
+  int64_t target_id;   // tap function id, or the marker id
   uint8_t* data;       // payload: in the ring, or the external allocation
   uint64_t payload_bytes;
   uint64_t ring_pos;   // first ring byte of this record (incl. wrap padding)
   uint64_t ring_bytes; // ring bytes to free (0 for external payloads)
   uint64_t external_bytes;  // bytes of the external allocation (or 0)
-  CallSlot* call;      // kCall only
 };
 
 // Size of the payload header (descs + dims, padded) for operand ranks.
@@ -178,13 +156,13 @@ class Queue {
     }
     records_.push_back(Record{kind, false, num_operands, device_, target_id,
                               data, payload_bytes, ring_pos, ring_bytes,
-                              external_bytes, nullptr});
+                              external_bytes});
     ++records_in_;
     return Reservation{&records_.back(), data};
   }
 
   // Marks a reserved record ready; `lock` must hold mu_ (re-acquired by
-  // the caller after an unlocked copy).  `urgent` records (calls, markers)
+  // the caller after an unlocked copy).  `urgent` records (markers)
   // wake a polling consumer at once; taps wake only a sleeping one, so a
   // busy device does not pay a wake-up per tap.
   void CommitLocked(Reservation r, bool urgent) {
@@ -209,6 +187,9 @@ class Queue {
     using Clock = std::chrono::steady_clock;
     std::unique_lock<std::mutex> lock(mu_);
     if (consumer_active_) return Take::kBusy;
+    // The consumer has processed every record it took before.
+    processed_ = records_out_;
+    if (processed_waiters_) processed_cv_.notify_all();
     const auto start = Clock::now();
     const auto poll_end = start + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(poll_s));
@@ -285,6 +266,24 @@ class Queue {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_dispatching_ = dispatching;
     if (dispatching && space_waiters_) space_cv_.notify_all();
+    if (dispatching && processed_waiters_) processed_cv_.notify_all();
+  }
+
+  // Waits until the consumer has processed (run the functions of) every
+  // record queued before this call: a `call` runs after the taps its
+  // device made before it.  Does not wait while the consumer dispatches a
+  // computation (it may be the one making this call, on another thread);
+  // the caller must not be the consumer's own thread.
+  void WaitForEarlierRecords() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = records_in_;
+    if (processed_ >= target || consumer_dispatching_) return;
+    WakeConsumerLocked();  // it may be polling with taps not yet seen
+    ++processed_waiters_;
+    processed_cv_.wait(lock, [&] {
+      return processed_ >= target || consumer_dispatching_;
+    });
+    --processed_waiters_;
   }
 
   struct Counters {
@@ -334,6 +333,7 @@ class Queue {
   std::mutex mu_;
   std::condition_variable space_cv_;     // producers waiting for space
   std::condition_variable consumer_cv_;  // the consumer waiting for records
+  std::condition_variable processed_cv_;  // calls waiting for earlier taps
   std::deque<Record> records_;
   uint8_t* ring_ = nullptr;
   uint64_t mapped_ = 0;
@@ -343,10 +343,14 @@ class Queue {
   uint64_t tail_ = 0;   // first ring position still held
   uint64_t external_held_ = 0;
   int space_waiters_ = 0;
+  int processed_waiters_ = 0;
   ConsumerState consumer_state_ = kRunning;
   bool consumer_active_ = false;
   bool consumer_dispatching_ = false;
   uint64_t records_in_ = 0, records_out_ = 0;
+  // Records whose functions have run: those released before the consumer's
+  // latest take (it takes again only after running a whole batch).
+  uint64_t processed_ = 0;
 };
 
 }  // namespace hostcb

@@ -119,26 +119,29 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
 
 def emit_custom_call(ctx, target: str, args: Sequence[Any], *,
                      device_index: int, attributes: dict,
-                     avals_out: Sequence[Any] = ()) -> Sequence[Any]:
-  """Lowers a side-effecting XLA FFI custom call ``target`` of ``args``.
+                     avals_out: Sequence[Any] = (),
+                     has_side_effect: bool = True) -> Sequence[Any]:
+  """Lowers an XLA FFI custom call ``target`` of ``args``; its results.
 
   For the native engine's handlers, which need no Python callback in the
   executable: ``attributes`` become the call's FFI attributes.  It runs on
   every device in per-device code, else on ``device_index`` only, and
-  takes and returns the token of hostcb's effect (program order).
+  takes and returns the token of hostcb's effect (program order) when the
+  primitive has that effect.
   """
   _, sharding = _placement(ctx, device_index, avals_out)
   operands, avals_in = list(args), list(ctx.avals_in)
   avals_out = list(avals_out)
   has_results = bool(avals_out)
-  token = ctx.tokens_in.get(host_callback_effect)
+  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
+           else None)
   if token is not None:
     operands.insert(0, token)
     avals_in.insert(0, _core.abstract_token)
     avals_out.insert(0, _core.abstract_token)
     sharding = _with_token_sharding(sharding, has_results)
   return _emit_ffi_call(ctx, target, None, operands, avals_in, avals_out,
-                        has_side_effect=True, sharding=sharding,
+                        has_side_effect=has_side_effect, sharding=sharding,
                         token_effect=(host_callback_effect if token is not None
                                       else None), attributes=attributes)
 

@@ -1,0 +1,234 @@
+// hostcb native engine: hostcb_call, the XLA FFI handler of `call` (CPU).
+//
+// attrs: target_id (int64).  Operands: an optional XLA token first, then
+// the arrays.  Results: the token, if one came in, then the call's results.
+//
+// It runs the call on the device thread that executes the custom call:
+// takes the GIL, copies each operand into a fresh read-only NumPy array
+// (the one copy: the host function may keep it), calls the call server
+// that Python set (set_call_server) as server(target_id, device_ordinal,
+// arrays), and copies the arrays the server returns (exact dtypes and
+// shapes, checked again here) into the result buffers.  A server that
+// returns a str fails the computation with that message.
+//
+// Why on the device thread and not through the device's consumer thread:
+// a call waits for its results anyway, so a hand-off would only add two
+// thread switches; and a call made by jitted code that a tap function runs
+// must not wait for the consumer that is running that very tap function.
+// Program order with the device's taps: before taking the GIL the handler
+// waits until the device's consumer has run every tap queued before the
+// call (Queue::WaitForEarlierRecords), unless it runs on that consumer's
+// thread or while that consumer dispatches a computation (a tap function
+// that runs jitted code: the call belongs to that function).
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pyarrays.h"
+
+namespace ffi = xla::ffi;
+
+namespace hostcb {
+
+// The Python call server (a strong reference), guarded by the GIL.
+PyObject* g_call_server = nullptr;
+
+namespace {
+
+bool PythonIsFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+ffi::Error Failure(std::string message) {
+  return ffi::Error(ffi::ErrorCode::kInternal, std::move(message));
+}
+
+// The current Python exception as text (and cleared).
+std::string TakePythonError() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  std::string text = "hostcb: the call's host function failed";
+  if (value != nullptr) {
+    if (PyObject* s = PyObject_Str(value)) {
+      if (const char* u = PyUnicode_AsUTF8(s)) text += std::string(": ") + u;
+      Py_DECREF(s);
+    }
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return text;
+}
+
+// Fresh read-only arrays with the bytes of the non-token operands.
+PyObject* OperandArrays(const XLA_FFI_Args* args, size_t first) {
+  Py_ssize_t n = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (args->types[i] != XLA_FFI_ArgType_BUFFER) {
+      PyErr_SetString(PyExc_ValueError, "hostcb: operands must be buffers");
+      return nullptr;
+    }
+    if (b->dtype != XLA_FFI_DataType_TOKEN) ++n;
+  }
+  PyObject* arrays = PyTuple_New(n);
+  if (arrays == nullptr) return nullptr;
+  Py_ssize_t k = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    PyObject* a = NewArray(b->dtype, static_cast<int32_t>(b->rank), b->dims);
+    if (a == nullptr) {
+      Py_DECREF(arrays);
+      return nullptr;
+    }
+    auto* arr = reinterpret_cast<PyArrayObject*>(a);
+    if (const uint64_t nbytes = BufferBytes(b)) {
+      std::memcpy(PyArray_DATA(arr), b->data, nbytes);
+    }
+    PyArray_CLEARFLAGS(arr, NPY_ARRAY_WRITEABLE);
+    PyTuple_SET_ITEM(arrays, k++, a);
+  }
+  return arrays;
+}
+
+// Checks the server's results against the non-token result buffers, then
+// copies them in (nothing is written unless all of them fit).
+ffi::Error CopyResults(PyObject* results, const XLA_FFI_Rets* rets,
+                       size_t first) {
+  PyObject* seq = PySequence_Fast(results, "");
+  if (seq == nullptr) {
+    PyErr_Clear();
+    return Failure("hostcb: the call server must return a sequence of arrays");
+  }
+  std::vector<std::pair<XLA_FFI_Buffer*, PyArrayObject*>> todo;
+  std::string error;
+  Py_ssize_t k = 0;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (size_t i = first; i < static_cast<size_t>(rets->size) && error.empty();
+       ++i) {
+    auto* b = static_cast<XLA_FFI_Buffer*>(rets->rets[i]);
+    if (rets->types[i] != XLA_FFI_RetType_BUFFER) {
+      error = "hostcb: results must be buffers";
+      break;
+    }
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    if (k >= n) {
+      error = "hostcb: the call returned too few results";
+      break;
+    }
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, k);
+    PyArray_Descr* want =
+        b->dtype >= 0 && b->dtype < kMaxDtype ? g_descr[b->dtype] : nullptr;
+    auto* a = reinterpret_cast<PyArrayObject*>(item);
+    bool ok = want != nullptr && PyArray_Check(item) &&
+              PyArray_EquivTypes(PyArray_DESCR(a), want) &&
+              PyArray_NDIM(a) == static_cast<int>(b->rank);
+    for (int d = 0; ok && d < PyArray_NDIM(a); ++d) {
+      ok = PyArray_DIM(a, d) == b->dims[d];
+    }
+    if (!ok) {
+      error = "hostcb: result " + std::to_string(k) +
+              " of the call does not have the dtype and shape of the "
+              "call's result_shape";
+      break;
+    }
+    PyArrayObject* c = PyArray_GETCONTIGUOUS(a);  // new reference
+    if (c == nullptr) {
+      error = TakePythonError();
+      break;
+    }
+    todo.emplace_back(b, c);
+    ++k;
+  }
+  if (error.empty() && k != n) error = "hostcb: the call returned too many results";
+  if (error.empty()) {
+    for (auto& [b, c] : todo) {
+      if (const uint64_t nbytes = BufferBytes(b)) {
+        std::memcpy(b->data, PyArray_DATA(c), nbytes);
+      }
+    }
+  }
+  for (auto& bc : todo) Py_DECREF(bc.second);
+  Py_DECREF(seq);
+  return error.empty() ? ffi::Error::Success() : Failure(std::move(error));
+}
+
+// With the GIL held.
+ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
+                   size_t first_arg, const XLA_FFI_Rets* rets,
+                   size_t first_ret) {
+  if (g_call_server == nullptr) {
+    return Failure("hostcb: no call server is set (engine not started)");
+  }
+  PyObject* arrays = OperandArrays(args, first_arg);
+  if (arrays == nullptr) return Failure(TakePythonError());
+  PyObject* tid = PyLong_FromLongLong(target_id);
+  PyObject* dev = PyLong_FromLong(device);
+  PyObject* out = nullptr;
+  if (tid != nullptr && dev != nullptr) {
+    PyObject* argv[3] = {tid, dev, arrays};
+    out = PyObject_Vectorcall(g_call_server, argv, 3, nullptr);
+  }
+  Py_XDECREF(tid);
+  Py_XDECREF(dev);
+  Py_DECREF(arrays);
+  if (out == nullptr) return Failure(TakePythonError());
+  ffi::Error e = ffi::Error::Success();
+  if (PyUnicode_Check(out)) {
+    const char* u = PyUnicode_AsUTF8(out);
+    e = Failure(u != nullptr ? u : TakePythonError());
+  } else {
+    e = CopyResults(out, rets, first_ret);
+  }
+  Py_DECREF(out);
+  return e;
+}
+
+// Takes the GIL on this thread.  An XLA thread that has no Python thread
+// state gets one, kept for the life of the thread (one extra
+// PyGILState_Ensure that is never released): creating and deleting one per
+// call would cost more than the rest of the call.
+PyGILState_STATE AcquireGil() {
+  thread_local bool kept = false;
+  if (!kept && PyGILState_GetThisThreadState() == nullptr) {
+    kept = true;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_Ensure();  // the reference that keeps the thread state
+    return g;
+  }
+  return PyGILState_Ensure();
+}
+
+ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets) {
+  if (PythonIsFinalizing()) {
+    return ffi::Error(ffi::ErrorCode::kCancelled,
+                      "hostcb: a call ran while Python was shutting down");
+  }
+  Queue* q = FindQueue(device);
+  if (q != nullptr && q != tl_consumer_queue) q->WaitForEarlierRecords();
+  RawArgs ra(args);
+  RawRets rr(rets);
+  PyGILState_STATE gil = AcquireGil();
+  ffi::Error e = RunCall(device, target_id, ra.raw(), ra.first(), rr.raw(),
+                         rr.first());
+  PyGILState_Release(gil);
+  return e;
+}
+
+}  // namespace
+}  // namespace hostcb
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::DeviceOrdinal>()
+                                  .Attr<int64_t>("target_id")
+                                  .RemainingArgs()
+                                  .RemainingRets());

@@ -1,0 +1,43 @@
+// hostcb native engine: what module.cc and call.cc share on the Python side
+// (the CPython and NumPy C APIs; NumPy's API table is imported once, in
+// module.cc's PyInit__engine).
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL hostcb_numpy_api
+#ifndef HOSTCB_IMPORTS_NUMPY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include <cstdint>
+
+#include "engine.h"
+
+namespace hostcb {
+
+// NumPy dtype of each XLA dtype code (references owned here), set by
+// set_dtypes; nullptr for the dtypes Python cannot receive.
+extern PyArray_Descr* g_descr[kMaxDtype];
+
+// A new C-contiguous NumPy array of XLA dtype `dtype` and shape `dims`
+// (uninitialised), or nullptr with a Python error set.  Needs the GIL.
+inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims) {
+  PyArray_Descr* descr =
+      dtype >= 0 && dtype < kMaxDtype ? g_descr[dtype] : nullptr;
+  if (rank > NPY_MAXDIMS || descr == nullptr) {
+    PyErr_Format(PyExc_ValueError,
+                 "hostcb: cannot make a NumPy array of XLA dtype %d, rank %d",
+                 static_cast<int>(dtype), static_cast<int>(rank));
+    return nullptr;
+  }
+  npy_intp shape[NPY_MAXDIMS];
+  for (int k = 0; k < rank; ++k) shape[k] = static_cast<npy_intp>(dims[k]);
+  Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+  return PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape, nullptr,
+                              nullptr, 0, nullptr);
+}
+
+}  // namespace hostcb
