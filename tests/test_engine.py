@@ -387,23 +387,29 @@ def test_jitted_call_inside_a_tap_function_works():
 
 
 @pytest.mark.multidevice
-def test_pmapped_call_inside_a_tap_function_works():
+@pytest.mark.parametrize("size", [1, 20_000], ids=["small", "buffers"])
+@pytest.mark.parametrize("disable_native", ["0", "1"],
+                         ids=["native", "python-callbacks"])
+def test_pmapped_call_inside_a_tap_function_works(size, disable_native):
   # The calls run on XLA's threads while the tap function's consumer waits
-  # for its dispatch: they must not wait for that consumer.
-  code = """
+  # for their results: they must not wait for that consumer (a hang on
+  # hostcb 0.2.0 before this test, most runs).
+  code = f"""
 import jax, jax.numpy as jnp, hostcb
 n = jax.local_device_count()
 g = jax.pmap(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))
 results = []
-def tap(a, t):
-    results.append(g(jnp.full(n, int(a))).tolist())
-jax.jit(lambda x: hostcb.id_tap(tap, x))(3)
-jax.jit(lambda x: hostcb.id_tap(tap, x))(4)
+def tap(a, t):  # waits for the pmap's results after its dispatch returned
+    results.append(g(jnp.full((n, {size}), int(a))).sum(axis=1).tolist())
+f = jax.jit(lambda x: hostcb.id_tap(tap, x))
+for i in range(8):
+    f(i)
 hostcb.barrier_wait()
-print(results == [[6] * n, [8] * n], n)
+print(results == [[2 * i * {size}] * n for i in range(8)], n)
 """
   n = jax.local_device_count()
   proc = run_python(code, timeout=120, env_extra={
+      "HOSTCB_DISABLE_NATIVE": disable_native,
       "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split() == ["True", str(n)]

@@ -44,11 +44,13 @@ Guarantees (see ``queue.h`` for the native invariants):
   :func:`take_last_exception` hands the last one to the barrier's caller.
 * A tap made by a tap function never deadlocks on a full queue: a tap
   whose handler runs on the consumer thread itself never waits for space,
-  and while a consumer thread dispatches a computation (the dispatch hooks
-  of :mod:`hostcb.jax_internals`, set by :mod:`hostcb.runtime`) the
-  producers of its queue do not wait
-  either, since that computation may run on an XLA thread while the
-  consumer waits for it.  The bound is then exceeded by those taps only.
+  and while a consumer thread runs a tap function that dispatched a
+  computation (the dispatch hook of :mod:`hostcb.jax_internals`, set by
+  :mod:`hostcb.runtime`) the producers of its queue do not wait either,
+  since that computation may run on an XLA thread while the consumer waits
+  for it.  The bound is then exceeded by those taps only.  Calls made
+  meanwhile do not wait for the consumer either (they belong to that tap
+  function).
 * ``fork``: the child gets a fresh engine (no queues, no consumers, no
   recorded exception, the same registry); nothing of the parent's is
   waited for, so a child that never taps exits normally.
@@ -356,6 +358,7 @@ class _Consumer:
     take = _native.take_batch
     functions = _functions
     device, ordinal = self.device, self.ordinal
+    this = _this_thread
     while True:
       batch = take(ordinal, _MAX_BATCH, None, 0, _POLL_SECONDS)
       # One GIL acquisition per batch (less the interpreter's switches).
@@ -371,9 +374,9 @@ class _Consumer:
             record_exception(e if tid != -1 else MemoryError(
                 "hostcb: a tap was lost: its operands could not be "
                 "allocated on the host"))
+          if this.dispatching:  # the tap function ran computations
+            dispatch_finished()
         self.done += 1
-      if _this_thread.dispatching:  # a tap function's dispatch raised
-        dispatch_finished()
 
 
 def _local_ordinals() -> list[int]:
@@ -402,19 +405,23 @@ def ensure_started(ordinals: Iterable[int] | None = None) -> None:
 
 class _ThisThread(threading.local):
   ordinal: int | None = None   # the device this consumer thread serves
-  dispatching = False          # it is dispatching a computation
+  dispatching = False          # its tap function dispatched a computation
 
 
 _this_thread = _ThisThread()
 
 
 def dispatch_started() -> None:
-  """A computation that taps is about to run, dispatched by this thread.
+  """A computation that taps or calls is about to run, dispatched by this
+  thread.
 
-  If this is a consumer thread (a tap function runs jitted code), the
-  producers of its queue stop waiting for space until the dispatch
-  returns: that computation may tap this very queue from an XLA thread
-  while this thread waits for it, and only this thread frees space.
+  If this is a consumer thread (a tap function runs jitted code), then
+  until that tap function returns (:func:`dispatch_finished`, called by the
+  consumer), the producers of its queue do not wait for space, nor calls
+  for the taps before them: the computation may tap this very queue or call
+  from an XLA thread while this thread waits for it (during the dispatch,
+  or later for its results), and only this thread frees space and runs
+  taps.
   """
   t = _this_thread
   if t.ordinal is not None and not t.dispatching:
@@ -423,6 +430,7 @@ def dispatch_started() -> None:
 
 
 def dispatch_finished() -> None:
+  """The tap function that dispatched computations has returned."""
   t = _this_thread
   if t.dispatching:
     t.dispatching = False
@@ -491,16 +499,15 @@ def counters(ordinal: int) -> dict[str, int]:
 
 def wait_for_device(ordinal: int) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
-  been processed; at once when called by that device's consumer (a tap
-  function's own computation: it comes after what that function was
-  called for) or when nothing is pending."""
+  been processed; at once when called by that device's consumer or while
+  that consumer runs a tap function that dispatched a computation (the
+  call belongs to that function), or when nothing is pending.  What the ``hostcb_call`` handler does itself."""
   c = _consumers.get(ordinal)
   # No consumer: nothing went through the engine on that device (consumers
   # start for every local device at the first native tap).
-  if (c is None or c.thread is threading.current_thread()
-      or c.done == _native.records_in(ordinal)):
+  if c is None or c.thread is threading.current_thread():
     return
-  barrier([ordinal])
+  _native.wait_for_earlier_records(ordinal)
 
 
 # ------------------------------------------------------------ exit, fork

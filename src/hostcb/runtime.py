@@ -70,7 +70,7 @@ class _DeviceQueue:
     self._bytes = 0
     self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
-    self._dispatching = False   # the consumer dispatches a computation
+    self._dispatching = False   # the consumer's tap function dispatched
     self._thread = threading.Thread(target=self._consume, daemon=True,
                                     name=f"hostcb-consumer-{name}")
     self._thread.start()
@@ -78,13 +78,21 @@ class _DeviceQueue:
   def is_consumer(self) -> bool:
     return threading.current_thread() is self._thread
 
+  def calls_wait(self) -> bool:
+    """Whether a ``call`` on this device waits for the taps queued before
+    it: not on the consumer thread, nor while the consumer runs a tap
+    function that dispatched a computation (the call is then part of that
+    function)."""
+    return not (self._dispatching or self.is_consumer())
+
   def put(self, run: Callable[[], Any], nbytes: int) -> None:
     """Queues ``run()``; waits while the queue holds too many bytes.
 
     A tap made by a tap function of this queue (its consumer thread) never
     waits: only that thread frees space.  Nor does any tap while the
-    consumer dispatches a computation (a tap function running jitted code,
-    which may tap here from an XLA thread while the consumer waits for it).
+    consumer runs a tap function that dispatched a computation (jitted
+    code, which may tap here from an XLA thread while the consumer waits
+    for it).
     It runs after the taps queued before it, like any other.
     """
     cond = self._cond
@@ -142,14 +150,14 @@ class _DeviceQueue:
           run()
         except BaseException as e:  # noqa: BLE001  (reported by barrier_wait)
           record_exception(e)
+        if self._dispatching:  # the tap function ran computations
+          self.set_dispatching(False)
         pending += nbytes
         if self._waiters:  # a full queue: free bytes now
           with cond:
             self._bytes -= pending
             cond.notify_all()
           pending = 0
-      if self._dispatching:  # a tap function's dispatch raised
-        self.set_dispatching(False)
       with cond:
         self._bytes -= pending
         if self._waiters:
@@ -164,23 +172,17 @@ _this_thread = _ThisThread()
 
 
 def _dispatch_started() -> None:
-  """Called by a thread about to run a tapping computation: if it is a
-  consumer thread (a tap function runs jitted code), its queue stops
-  making producers wait until the dispatch returns (see ``put``)."""
+  """Called by a thread about to run a computation that taps or calls: if
+  it is a consumer thread (a tap function runs jitted code), its queue
+  stops making producers, and calls, wait until that tap function returns
+  (see ``put`` and ``calls_wait``)."""
   engine.dispatch_started()
   q = _this_thread.queue
   if q is not None and not q._dispatching:
     q.set_dispatching(True)
 
 
-def _dispatch_finished() -> None:
-  engine.dispatch_finished()
-  q = _this_thread.queue
-  if q is not None and q._dispatching:
-    q.set_dispatching(False)
-
-
-ji.set_dispatch_hooks(_dispatch_started, _dispatch_finished)
+ji.set_dispatch_hook(_dispatch_started)
 
 _lock = threading.Lock()
 _queues: dict[Any, _DeviceQueue] = {}
@@ -216,11 +218,12 @@ def _wait_for_python_queues(queues, timeout: float | None) -> bool:
 def drain_device(device: Any, engine_records: bool = True) -> None:
   """Waits until the taps queued so far for ``device`` have run (both
   kinds of queue, or only the Python-callback one if not
-  ``engine_records``), unless called by a consumer of that device: a
-  ``call`` made by a tap function runs as part of that function."""
+  ``engine_records``), unless called by a consumer of that device or while
+  it runs a tap function that dispatched a computation: a ``call`` made by
+  a tap function runs as part of that function."""
   if _queues:
     q = _queues.get(device)
-    if q is not None and not q.is_consumer():
+    if q is not None and q.calls_wait():
       _wait_for_python_queues([q], None)
   if engine_records:
     ordinal = getattr(device, "id", None)  # the engine's ordinal of a device

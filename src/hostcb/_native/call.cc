@@ -18,8 +18,8 @@
 // Program order with the device's taps: before taking the GIL the handler
 // waits until the device's consumer has run every tap queued before the
 // call (Queue::WaitForEarlierRecords), unless it runs on that consumer's
-// thread or while that consumer dispatches a computation (a tap function
-// that runs jitted code: the call belongs to that function).
+// thread or while that consumer runs a tap function that dispatched a
+// computation (jitted code: the call belongs to that function).
 #include <cstring>
 #include <string>
 #include <utility>

@@ -213,12 +213,15 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
                        (unsigned long long)c.space_waiters);
 }
 
-PyObject* Py_records_in(PyObject*, PyObject* arg) {
+PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* arg) {
   long device = PyLong_AsLong(arg);
   if (device == -1 && PyErr_Occurred()) return nullptr;
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
-  return PyLong_FromUnsignedLongLong(q->GetCounters().records_in);
+  Py_BEGIN_ALLOW_THREADS
+  q->WaitForEarlierRecords();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
 }
 
 PyObject* Py_set_call_server(PyObject*, PyObject* fn) {
@@ -258,13 +261,17 @@ PyMethodDef kMethods[] = {
      "non-empty queue when it next empties)."},
     {"set_consumer_dispatching", Py_set_consumer_dispatching, METH_VARARGS,
      "set_consumer_dispatching(device, flag): while set, producers of the "
-     "device's queue never wait for space (its consumer dispatches a "
-     "computation and may wait for it)."},
+     "device's queue never wait for space, nor calls for earlier records "
+     "(its consumer runs a tap function that dispatched a computation and "
+     "may wait for it)."},
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
      "capacity, space_waiters}."},
-    {"records_in", Py_records_in, METH_O,
-     "records_in(device) -> records queued so far on the device's queue."},
+    {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_O,
+     "wait_for_earlier_records(device): waits (GIL released) until the "
+     "device's consumer has run every record queued before the call, or "
+     "runs a tap function that dispatched a computation.  Not from the "
+     "consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_O,
      "set_call_server(fn): hostcb_call runs fn(target_id, device_ordinal, "
      "arrays) on the device thread (GIL held) and copies the sequence of "

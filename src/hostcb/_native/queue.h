@@ -257,11 +257,11 @@ class Queue {
     if (space_waiters_) space_cv_.notify_all();
   }
 
-  // While the consumer thread dispatches a computation (a tap function
-  // that runs jitted code), producers never wait for space: that
+  // While the consumer thread runs a tap function that dispatched a
+  // computation (jitted code), producers never wait for space: that
   // computation may tap this queue from another thread while the consumer
   // waits for it, and only the consumer frees space.  The bound is then
-  // exceeded by what is queued during the dispatch.
+  // exceeded by what is queued meanwhile.
   void SetConsumerDispatching(bool dispatching) {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_dispatching_ = dispatching;
@@ -271,9 +271,10 @@ class Queue {
 
   // Waits until the consumer has processed (run the functions of) every
   // record queued before this call: a `call` runs after the taps its
-  // device made before it.  Does not wait while the consumer dispatches a
-  // computation (it may be the one making this call, on another thread);
-  // the caller must not be the consumer's own thread.
+  // device made before it.  Does not wait while the consumer runs a tap
+  // function that dispatched a computation (it may be the one making this
+  // call, on another thread, and wait for it); the caller must not be the
+  // consumer's own thread.
   void WaitForEarlierRecords() {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = records_in_;

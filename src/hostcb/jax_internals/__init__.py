@@ -29,7 +29,7 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       register_config_options, register_jvp,
                                       register_lowering, register_transpose,
                                       rematerialize_on_backward_pass,
-                                      set_dispatch_hooks,
+                                      set_dispatch_hook,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
                                       forget_dispatched_computations)

@@ -70,8 +70,8 @@ def _chain_tokens_between_computations() -> None:
   def get_token_input(self, eff, devices):
     if not isinstance(eff, HostCallbackEffect):
       return original_get(self, eff, devices)
-    if _dispatch_hooks:
-      _dispatch_hooks[0]()
+    if _dispatch_hook:
+      _dispatch_hook[0]()
     key = tuple(devices)
     token = self.current_tokens.get(eff)
     if token is not None and not token._buf.is_ready():
@@ -88,8 +88,6 @@ def _chain_tokens_between_computations() -> None:
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
-      if _dispatch_hooks:
-        _dispatch_hooks[1]()
       self._hostcb_devices = tuple(token._buf.sharding._device_assignment)
       _latest_tokens[threading.get_ident()] = token
 
@@ -98,16 +96,15 @@ def _chain_tokens_between_computations() -> None:
   cls.set_token_result = set_token_result
 
 
-# (started, finished): called around the execution of every dispatched
-# computation that taps, on the dispatching thread (set_dispatch_hooks).
-_dispatch_hooks: list = []
+# [started]: called by the dispatching thread just before every dispatched
+# computation that taps or calls executes (set_dispatch_hook).
+_dispatch_hook: list = []
 
 
-def set_dispatch_hooks(started: Callable[[], None],
-                       finished: Callable[[], None]) -> None:
-  """Functions called by the thread that dispatches a tapping computation,
-  just before it executes and once it is dispatched."""
-  _dispatch_hooks[:] = [started, finished]
+def set_dispatch_hook(started: Callable[[], None]) -> None:
+  """A function called by the thread that dispatches a computation with
+  hostcb's effect (one that taps or calls), just before it executes."""
+  _dispatch_hook[:] = [started]
 
 
 # thread id -> the token of the last tapping computation it dispatched.
