@@ -1,4 +1,4 @@
-"""The two legacy knobs of ``host_callback``.
+"""The two legacy knobs of ``host_callback``, and hostcb's fast dispatch.
 
 Each knob is read from its environment variable when hostcb is imported and
 can be changed later from Python, in any of three equivalent ways::
@@ -17,6 +17,16 @@ can be changed later from Python, in any of three equivalent ways::
     device.  When the queue is full the device computation waits until the
     tap functions catch up; nothing is ever dropped.  Default 256 MB, at
     least 16 MB.
+
+``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
+    hostcb's own, not legacy's.  Compile tapping functions that run on one
+    device so that ``jax.jit`` dispatches them on its C++ fast path, about
+    as fast as the same function without taps (1.5x instead of about 15x
+    its dispatch time on CPU).  Taps keep every guarantee but one:
+    ``barrier_wait`` waits for the computations that the calling thread
+    dispatched (and for any that already finished), not for a one-device
+    computation that another thread dispatched and that is still running.
+    Default ``False``.  Changing it clears JAX's compilation caches.
 """
 from __future__ import annotations
 
@@ -24,10 +34,11 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["update", "read", "INLINE", "MAX_QUEUE_BYTE_SIZE"]
+__all__ = ["update", "read", "INLINE", "MAX_QUEUE_BYTE_SIZE", "FAST_DISPATCH"]
 
 INLINE = "jax_host_callback_inline"
 MAX_QUEUE_BYTE_SIZE = "jax_host_callback_max_queue_byte_size"
+FAST_DISPATCH = "hostcb_fast_dispatch"
 
 _MIN_QUEUE_BYTES = int(16e6)
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
@@ -61,9 +72,9 @@ def _int_from_env(var: str, default: int) -> int:
 
 
 def _check(name: str, value: Any) -> Any:
-  if name == INLINE:
+  if name in (INLINE, FAST_DISPATCH):
     if not isinstance(value, (bool, int)):
-      raise TypeError(f"{INLINE} must be a bool; got {value!r}")
+      raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
   if name == MAX_QUEUE_BYTE_SIZE:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -75,7 +86,7 @@ def _check(name: str, value: Any) -> Any:
                        f"{_MIN_QUEUE_BYTES} bytes; got {value}")
     return value
   raise KeyError(f"unknown hostcb option {name!r}; expected one of "
-                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}")
+                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {FAST_DISPATCH!r}")
 
 
 _values: dict[str, Any] = {
@@ -83,6 +94,7 @@ _values: dict[str, Any] = {
     MAX_QUEUE_BYTE_SIZE: _check(
         MAX_QUEUE_BYTE_SIZE,
         _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
+    FAST_DISPATCH: _bool_from_env("HOSTCB_FAST_DISPATCH", False),
 }
 
 
@@ -103,3 +115,6 @@ def update(name: str, value: Any) -> None:
   if name == MAX_QUEUE_BYTE_SIZE:
     from hostcb import runtime
     runtime.set_max_queue_bytes(value)
+  elif name == FAST_DISPATCH:
+    from hostcb import jax_internals
+    jax_internals.set_fast_dispatch(value)

@@ -354,6 +354,11 @@ class _Consumer:
                                    name=f"hostcb-engine-{ordinal}")
 
   def _run(self) -> None:
+    from hostcb import jax_internals as ji  # noqa: PLC0415
+    with ji.running_tap_functions():
+      self._consume()
+
+  def _consume(self) -> None:
     _this_thread.ordinal = self.ordinal
     take = _native.take_batch
     functions = _functions

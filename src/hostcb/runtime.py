@@ -36,6 +36,8 @@ from hostcb import engine
 from hostcb import jax_internals as ji
 from hostcb.engine import record_exception, take_last_exception
 
+ji.set_fast_dispatch(config.read(config.FAST_DISPATCH))
+
 __all__ = ["CallbackException", "barrier_wait", "stop_outfeed_receiver"]
 
 logger = logging.getLogger("hostcb")
@@ -125,6 +127,10 @@ class _DeviceQueue:
         self._cond.notify_all()
 
   def _consume(self) -> None:
+    with ji.running_tap_functions():
+      self._consume_forever()
+
+  def _consume_forever(self) -> None:
     _this_thread.queue = self
     cond = self._cond
     items = self._items
@@ -244,6 +250,9 @@ def _barrier(timeout: float | None = None) -> bool:
   """Waits until every tap of the computations dispatched so far has run."""
   _check_not_a_consumer()
   ji.wait_for_dispatched_computations()
+  if ji.fast_dispatch_used():
+    # Executables without runtime tokens: this thread's computations.
+    ji.drain_this_thread()
   done = True
   if engine.has_consumers():
     done = engine.barrier(timeout=timeout)

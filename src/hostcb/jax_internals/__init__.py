@@ -8,6 +8,7 @@ custom call of ``buffer_callback``.  They live in this package, one module
 per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
+* :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
 * :mod:`.lowering`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``.
@@ -33,6 +34,11 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
                                       forget_dispatched_computations)
+from hostcb.jax_internals.dispatch import (declares_no_effect,
+                                          drain_this_thread, fast_dispatch,
+                                          fast_dispatch_used,
+                                          running_tap_functions,
+                                          set_fast_dispatch)
 from hostcb.jax_internals.lowering import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)

@@ -1,0 +1,234 @@
+"""Fast dispatch: tapping executables without JAX runtime tokens.
+
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
+checked against jax 0.8.0 and 0.10.2.
+
+By default hostcb's effect is an ordered JAX effect (:mod:`.core`): every
+tapping executable takes and returns a runtime token, which orders its taps
+after those of the computations dispatched before it and lets
+``barrier_wait`` wait for the computations of every thread.  The price is
+JAX's Python dispatch path: ``jax.jit`` runs an executable through its C++
+fast path only when the executable has no JAX effect at all
+(``pjit._get_fastpath_data``), so a tapped function pays about 15x the
+dispatch time of the same function without the tap.
+
+In fast-dispatch mode (:func:`set_fast_dispatch`), for an executable that
+runs on one device, the effect stays on every jaxpr, so that everything that depends on it is unchanged (taps are never
+dropped by dead-code elimination, nested ``jit``/``scan``/``cond``/
+``while`` and ``checkpoint`` keep them, the token threads through control
+flow in program order), but the executable no longer exchanges the token
+with the runtime: the lowered ``main`` function creates the effect's token
+itself (``stablehlo.create_token``) instead of taking it as an argument,
+and drops it from its results.  Inside the computation the taps stay
+chained by that token, so they reach the host in program order.  The
+executable then declares no effect and ``jax.jit`` dispatches it on its C++
+fast path.
+
+Executables over several devices (``pmap``, sharded ``jit``,
+``shard_map``) keep their runtime token in both modes: XLA's CPU client
+orders them with its own rules for collective launches, and they keep
+every guarantee of the default mode.
+
+Why order across computations still holds, and what the barrier covers:
+XLA's CPU client runs the computations that one thread dispatches in the
+order it dispatched them (a computation starts when the previous one of
+that thread has finished); measured for single-device ``jit`` and eager
+taps between ``pmap`` calls on jax 0.8.0 and 0.10.2
+(``tests/test_dispatch.py``).  So the taps of one thread's computations
+reach each device's queue in dispatch order, and a computation that the
+thread dispatches after them (:func:`drain_this_thread`) finishes only after
+they have queued all their taps.  Computations of *different* threads are
+not ordered by the CPU client, and without a token nothing records them:
+in this mode ``barrier_wait`` waits for the computations of the calling
+thread (as ``jax.effects_barrier`` does for JAX's own effects), for every
+multi-device one, and for those of other threads that finished, not for a
+one-device computation that another thread dispatched and that is still
+running.  A computation that a tap function dispatches keeps its token
+(see ``_in_tap_function``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from jax._src import config as _config
+from jax._src.interpreters import pxla as _pxla
+from jax._src.lib.mlir import ir as _ir
+from jax._src.lib.mlir.dialects import func as _func
+from jax._src.lib.mlir.dialects import hlo as _hlo
+
+from hostcb.jax_internals.core import HostCallbackEffect
+
+_fast = [False]
+_used = [False]  # an executable was lowered in fast-dispatch mode
+
+# True in hostcb's consumer threads, where tap functions run.  A computation
+# that a tap function dispatches keeps its runtime token even in fast mode:
+# its dispatch is what tells the engine that the consumer waits for a
+# computation (the dispatch hook of .core), so that the taps and calls of
+# that computation do not wait for the consumer.  Part of JAX's jit key and
+# trace context, so a function compiled in both kinds of threads gets one
+# executable for each.
+_in_tap_function = _config.bool_state(
+    name="hostcb_in_tap_function", default=False,
+    help="hostcb: set in the threads that run tap functions",
+    include_in_jit_key=True, include_in_trace_context=True)
+
+
+def running_tap_functions():
+  """A context for a consumer thread's whole life (see above)."""
+  return _in_tap_function(True)
+
+
+def set_fast_dispatch(on: bool) -> None:
+  """Lowers executables in fast-dispatch mode (or not) from now on.
+
+  Clears JAX's compilation caches when the mode changes, so that no
+  executable of the other mode is reused.
+  """
+  if _fast[0] != bool(on):
+    _fast[0] = bool(on)
+    import jax  # noqa: PLC0415  (public API)
+    jax.clear_caches()
+
+
+def fast_dispatch() -> bool:
+  """Whether executables are lowered in fast-dispatch mode now."""
+  return _fast[0]
+
+
+def fast_dispatch_used() -> bool:
+  """Whether some executable of this process was lowered in that mode."""
+  return _used[0]
+
+
+# _cached_lowering_to_hlo returns (module, keepalive, host_callbacks,
+# unordered_effects, ordered_effects, [nreps on jax 0.8,] tuple_args,
+# shape_poly_state).
+_MODULE, _ORDERED = 0, 4
+
+
+def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
+  """Makes ``main`` create the token of its ``index``-th ordered effect
+  instead of taking it as an argument, and drop it from its results.
+
+  ``main``'s arguments are the shape variables, then one token per ordered
+  effect, then the arrays; its results are one token per ordered effect,
+  then the arrays (``mlir.lower_jaxpr_to_fun``).
+  """
+  main = _main(module)
+  arg_pos = num_dim_vars + index
+  block = main.regions[0].blocks[0]
+  with module.context, _ir.Location.unknown(module.context):
+    with _ir.InsertionPoint.at_block_begin(block):
+      token = _hlo.create_token()
+    block.arguments[arg_pos].replace_all_uses_with(token)
+    block.erase_argument(arg_pos)
+    ret = list(block.operations)[-1]
+    operands = [v for i, v in enumerate(ret.operands) if i != index]
+    with _ir.InsertionPoint(ret):
+      _func.ReturnOp(operands)
+    ret.erase()
+    ftype = _ir.FunctionType(main.attributes["function_type"].value)
+    inputs = [t for i, t in enumerate(ftype.inputs) if i != arg_pos]
+    results = [t for i, t in enumerate(ftype.results) if i != index]
+    main.attributes["function_type"] = _ir.TypeAttr.get(
+        _ir.FunctionType.get(inputs, results))
+    for name, drop in (("arg_attrs", arg_pos), ("res_attrs", index)):
+      if name in main.attributes:
+        attrs = list(main.attributes[name])
+        del attrs[drop]
+        main.attributes[name] = _ir.ArrayAttr.get(attrs)
+
+
+def _main(module: Any) -> Any:
+  return next(op for op in module.body.operations
+              if isinstance(op, _func.FuncOp) and op.sym_name.value == "main")
+
+
+def _leading_tokens(module: Any, num_dim_vars: int) -> int:
+  """How many token arguments ``main`` takes after its shape variables."""
+  inputs = _ir.FunctionType(_main(module).attributes["function_type"].value
+                            ).inputs[num_dim_vars:]
+  n = 0
+  while n < len(inputs) and _hlo.TokenType.isinstance(inputs[n]):
+    n += 1
+  return n
+
+
+def _devices(module: Any) -> int:
+  """How many devices a lowered module runs on (replicas x partitions)."""
+  attrs = module.operation.attributes
+  n = 1
+  for name in ("mhlo.num_replicas", "mhlo.num_partitions"):
+    if name in attrs:
+      n *= _ir.IntegerAttr(attrs[name]).value
+  return n
+
+
+def _install() -> None:
+  original = getattr(_pxla, "_cached_lowering_to_hlo", None)
+  if original is None or getattr(original, "_hostcb", False):
+    return
+
+  def cached_lowering_to_hlo(*args, **kwargs):
+    # ``original`` is cached: on a hit it returns the module it returned
+    # before, already rewritten if that lowering was made in fast mode.
+    result = original(*args, **kwargs)
+    ordered = list(result[_ORDERED])
+    mine = [i for i, e in enumerate(ordered)
+            if isinstance(e, HostCallbackEffect)]
+    if not _fast[0] or not mine or _in_tap_function.value:
+      return result
+    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    with module.context:
+      if _devices(module) > 1:
+        return result  # keeps its token (see the module's docstring)
+      _used[0] = True
+      if _leading_tokens(module, num_dim_vars) == len(ordered):
+        for i in reversed(mine):
+          _internalize_token(module, i, num_dim_vars)
+    for i in reversed(mine):
+      del ordered[i]
+    result = list(result)
+    result[_ORDERED] = ordered
+    return tuple(result)
+
+  cached_lowering_to_hlo._hostcb = True
+  _pxla._cached_lowering_to_hlo = cached_lowering_to_hlo
+
+
+_install()
+
+
+def drain_this_thread() -> None:
+  """Returns when every computation that this thread dispatched before the
+  call has finished: runs a tiny computation on each local device after
+  them (the CPU client runs one thread's computations in dispatch order, a
+  GPU its stream's) and waits for it."""
+  import jax  # noqa: PLC0415  (public API)
+  outs = [_noop(jax.device_put(np.int32(0), d)) for d in jax.local_devices()]
+  for out in outs:
+    out.block_until_ready()
+
+
+def _noop_fn(x):
+  return x + 1
+
+
+_noop_jit: list = []
+
+
+def _noop(x):
+  if not _noop_jit:
+    import jax  # noqa: PLC0415
+    _noop_jit.append(jax.jit(_noop_fn))
+  return _noop_jit[0](x)
+
+
+def declares_no_effect(jitted, *args) -> bool:
+  """Whether the executable that ``jitted(*args)`` runs declares no JAX
+  effect, which ``jax.jit`` needs to dispatch it on its C++ fast path
+  (``pjit._get_fastpath_data``).  For tests and benchmarks."""
+  call = jitted.lower(*args).compile()._executable.unsafe_call
+  return not call.ordered_effects and not call.has_unordered_effects

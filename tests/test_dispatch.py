@@ -1,0 +1,204 @@
+"""Fast dispatch (``hostcb_fast_dispatch``): tapping executables that
+``jax.jit`` runs on its C++ fast path keep the taps' guarantees.
+
+Each test compares with what the default mode guarantees: values, program
+order within and across computations, no dropped tap, remat, and the
+barrier for the calling thread's computations.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hostcb
+from hostcb import jax_internals as ji
+
+
+_MODE = "hostcb_fast_dispatch"
+
+
+@pytest.fixture
+def fast():
+  before = hostcb.config.read(_MODE)
+  hostcb.config.update(_MODE, True)
+  try:
+    yield
+  finally:
+    hostcb.barrier_wait()
+    hostcb.config.update(_MODE, before)
+
+
+@pytest.fixture
+def default_mode():
+  before = hostcb.config.read(_MODE)
+  hostcb.config.update(_MODE, False)
+  try:
+    yield
+  finally:
+    hostcb.barrier_wait()
+    hostcb.config.update(_MODE, before)
+
+
+def _heavy(h):
+  """About 10 ms of CPU work that the next computation does not need."""
+  for _ in range(20):
+    h = jnp.tanh(h @ h)
+  return h
+
+
+_BIG = np.full((256, 256), 1e-3, np.float32)
+
+
+def _tapped(x):
+  return hostcb.id_tap(lambda a, t: None, x) + 1
+
+
+def test_tapped_jit_declares_no_effect_in_fast_mode(fast):
+  assert ji.declares_no_effect(jax.jit(_tapped), jnp.float32(1))
+
+
+def test_tapped_jit_declares_its_effect_by_default(default_mode):
+  assert not ji.declares_no_effect(jax.jit(_tapped), jnp.float32(1))
+
+
+def test_main_function_creates_the_token_in_fast_mode(fast):
+  text = jax.jit(_tapped).lower(jnp.float32(1)).as_text()
+  main = next(line for line in text.splitlines() if "@main(" in line)
+  assert "!stablehlo.token" not in main
+  assert "stablehlo.create_token" in text
+
+
+def test_fast_mode_keeps_program_order_within_a_computation(fast):
+  seen = []
+
+  @jax.jit
+  def f(x, y):
+    hostcb.id_tap(lambda a, t: seen.append("slow"), _heavy(x))
+    hostcb.id_tap(lambda a, t: seen.append("quick"), y)
+    return y
+
+  for _ in range(5):
+    f(_BIG, 1.0)
+  hostcb.barrier_wait()
+  assert seen == ["slow", "quick"] * 5
+
+
+def test_fast_mode_keeps_the_order_of_a_loop_and_the_tap_after_it(fast):
+  seen = []
+
+  @jax.jit
+  def f(x, y):
+    def body(c):
+      i, h = c
+      hostcb.id_tap(lambda a, t: seen.append(int(a)), i)
+      return i + 1, jnp.tanh(h @ h)
+    _, h = lax.while_loop(lambda c: c[0] < 3, body, (0, x))
+    hostcb.id_tap(lambda a, t: seen.append("after"), y)
+    return h
+
+  f(_BIG, 1.0)
+  hostcb.barrier_wait()
+  assert seen == [0, 1, 2, "after"]
+
+
+def test_fast_mode_keeps_dispatch_order_across_pmap_jit_and_eager(fast):
+  seen = []
+  tap = lambda a, t, device: seen.append((device.id, int(a)))  # noqa: E731
+  steps = 300
+  p = jax.pmap(lambda x: lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
+      x, None, length=steps)[0])
+  one = jax.jit(lambda x: hostcb.id_tap(tap, x, tap_with_device=True))
+  x = jnp.zeros(jax.local_device_count(), jnp.int32)
+  for trial in range(5):
+    seen.clear()
+    p(x)
+    one(jax.device_put(-1, jax.local_devices()[0]))
+    hostcb.id_tap(tap, -2, tap_with_device=True)
+    p(x + 1000)
+    hostcb.barrier_wait()
+    on_0 = [v for d, v in seen if d == jax.local_devices()[0].id]
+    assert on_0 == [*range(steps), -1, -2, *range(1000, 1000 + steps)], trial
+
+
+def test_fast_mode_barrier_waits_for_this_threads_running_computations(fast):
+  count = [0]
+
+  def tap(a, t):
+    count[0] += 1
+
+  f = jax.jit(lambda x: hostcb.id_tap(tap, _heavy(x)))
+  for i in range(1, 4):
+    f(_BIG)
+    f(_BIG)  # queued behind the first one
+    hostcb.barrier_wait()
+    assert count[0] == 2 * i
+
+
+def test_fast_mode_keeps_taps_whose_results_are_unused(fast):
+  seen = []
+  tap = lambda a, t: seen.append(int(a))  # noqa: E731
+
+  @jax.jit
+  def f(x):
+    jax.jit(lambda y: hostcb.id_tap(tap, y))(x)
+    lax.scan(lambda c, _: (hostcb.id_tap(tap, c) + 1, None), x + 10, None,
+             length=2)
+    lax.cond(x > 0, lambda y: hostcb.id_tap(tap, y + 20),
+             lambda y: y, x)
+    return x
+
+  f(1)
+  hostcb.barrier_wait()
+  assert seen == [1, 11, 12, 21]
+
+
+def test_fast_mode_values_equal_those_without_taps(fast):
+  def f(x):
+    y = hostcb.id_print(jnp.sin(x), what="sin", output_stream=_Null())
+    return jnp.sum(y * x)
+
+  def plain(x):
+    return jnp.sum(jnp.sin(x) * x)
+
+  x = jnp.arange(5.0)
+  np.testing.assert_array_equal(jax.jit(jax.grad(f))(x),
+                                jax.jit(jax.grad(plain))(x))
+  np.testing.assert_array_equal(jax.jit(jax.vmap(f))(x[:, None]),
+                                jax.jit(jax.vmap(plain))(x[:, None]))
+
+
+def test_fast_mode_reruns_taps_under_checkpoint(fast):
+  seen = []
+
+  def f(x):
+    return jnp.sin(hostcb.id_tap(lambda a, t: seen.append(float(a)), x * 2.0))
+
+  jax.jit(jax.grad(jax.checkpoint(f)))(1.0)
+  hostcb.barrier_wait()
+  assert seen == [2.0, 2.0]  # forward, and again when rematerializing
+
+
+def test_switching_the_mode_recompiles_functions_already_compiled(
+    default_mode):
+  seen = []
+  f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
+  f(1)
+  hostcb.config.update(_MODE, True)
+  try:
+    f(2)
+    assert ji.declares_no_effect(f, 3)
+  finally:
+    hostcb.config.update(_MODE, False)
+  f(4)
+  assert not ji.declares_no_effect(f, 5)
+  hostcb.barrier_wait()
+  assert seen == [1, 2, 4]
+
+
+class _Null:
+  def write(self, s):
+    pass
