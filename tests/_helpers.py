@@ -1,6 +1,7 @@
 """Shared helpers of the hostcb tests: recording tap functions and streams."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,15 @@ import threading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(REPO, "src")
+
+
+def hostcb_root() -> str:
+  """The directory of the hostcb that the tests import (site-packages after
+  `make install`, with the native engine built; src/ with PYTHONPATH=src)."""
+  spec = importlib.util.find_spec("hostcb")
+  if spec is None or spec.origin is None:
+    return SRC
+  return os.path.dirname(os.path.dirname(spec.origin))
 
 
 class Recorder:
@@ -60,11 +70,13 @@ class Stream:
 
 def run_python(code: str, *, env_extra: dict | None = None,
                use_src: bool = True, timeout: float = 240):
-  """Runs ``code`` in a fresh interpreter; returns the CompletedProcess."""
+  """Runs ``code`` in a fresh interpreter, with the hostcb these tests
+  import (``use_src``) or only the installed one; returns the
+  CompletedProcess."""
   env = dict(os.environ)
   env.pop("PYTHONPATH", None)
   if use_src:
-    env["PYTHONPATH"] = SRC
+    env["PYTHONPATH"] = hostcb_root()
   env.setdefault("JAX_PLATFORMS", "cpu")
   env.update(env_extra or {})
   return subprocess.run([sys.executable, "-c", code], env=env,

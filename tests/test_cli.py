@@ -7,12 +7,14 @@ import re
 import subprocess
 import sys
 
+from _helpers import hostcb_root
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _hostcb(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
   env = dict(os.environ)
-  env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+  env["PYTHONPATH"] = hostcb_root() + os.pathsep + env.get("PYTHONPATH", "")
   env.pop("XLA_FLAGS", None)
   return subprocess.run([sys.executable, "-m", "hostcb", *args], env=env,
                         capture_output=True, text=True, timeout=timeout,

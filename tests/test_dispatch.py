@@ -14,32 +14,32 @@ import pytest
 from jax import lax
 
 import hostcb
+import test_engine
+from _helpers import run_python
 from hostcb import jax_internals as ji
 
 
 _MODE = "hostcb_fast_dispatch"
 
 
-@pytest.fixture
-def fast():
+def _in_mode(on: bool):
   before = hostcb.config.read(_MODE)
-  hostcb.config.update(_MODE, True)
+  hostcb.config.update(_MODE, on)
   try:
     yield
   finally:
     hostcb.barrier_wait()
     hostcb.config.update(_MODE, before)
+
+
+@pytest.fixture
+def fast():
+  yield from _in_mode(True)
 
 
 @pytest.fixture
 def default_mode():
-  before = hostcb.config.read(_MODE)
-  hostcb.config.update(_MODE, False)
-  try:
-    yield
-  finally:
-    hostcb.barrier_wait()
-    hostcb.config.update(_MODE, before)
+  yield from _in_mode(False)
 
 
 def _heavy(h):
@@ -105,23 +105,32 @@ def test_fast_mode_keeps_the_order_of_a_loop_and_the_tap_after_it(fast):
 
 
 def test_fast_mode_keeps_dispatch_order_across_pmap_jit_and_eager(fast):
-  seen = []
-  tap = lambda a, t, device: seen.append((device.id, int(a)))  # noqa: E731
-  steps = 300
-  p = jax.pmap(lambda x: lax.scan(
-      lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
-      x, None, length=steps)[0])
-  one = jax.jit(lambda x: hostcb.id_tap(tap, x, tap_with_device=True))
-  x = jnp.zeros(jax.local_device_count(), jnp.int32)
-  for trial in range(5):
-    seen.clear()
-    p(x)
-    one(jax.device_put(-1, jax.local_devices()[0]))
-    hostcb.id_tap(tap, -2, tap_with_device=True)
-    p(x + 1000)
-    hostcb.barrier_wait()
-    on_0 = [v for d, v in seen if d == jax.local_devices()[0].id]
-    assert on_0 == [*range(steps), -1, -2, *range(1000, 1000 + steps)], trial
+  test_engine.test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager()
+
+
+@pytest.mark.multidevice
+def test_multi_device_functions_keep_their_token_in_fast_mode(fast):
+  mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:2]), ("d",))
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  x = jax.device_put(jnp.arange(2.0), sharded)
+  assert not ji.declares_no_effect(jax.jit(_tapped), x)
+
+
+def test_computations_of_tap_functions_keep_their_token_in_fast_mode():
+  # A tap function that runs jitted code must mark its consumer as waiting
+  # for a computation (on the Python dispatch path), or taps and calls of
+  # that computation wait for the consumer forever.  Each deadlock test of
+  # test_engine.py, in its own interpreter with a bound.
+  tests = ["test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock",
+           "test_jitted_call_inside_a_tap_function_works",
+           "test_exception_of_a_tap_made_by_a_tap_function_reaches_barrier_wait"]
+  code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
+          "'no:cacheprovider', " + ", ".join(
+              f"'{test_engine.__file__}::{t}'" for t in tests) + "]))")
+  proc = run_python(code, timeout=180,
+                    env_extra={"HOSTCB_FAST_DISPATCH": "1"})
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "3 passed" in proc.stdout
 
 
 def test_fast_mode_barrier_waits_for_this_threads_running_computations(fast):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from _helpers import hostcb_root
 from hostcb import cli, hlo_render
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -48,8 +49,7 @@ def _step_args(model: str) -> list[str]:
 
 def test_subprocess_prints_hlo_text_with_the_axis_env_groups(model):
   env = dict(os.environ)
-  env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH",
-                                                               "")
+  env["PYTHONPATH"] = hostcb_root() + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run([sys.executable, "-m", "hostcb", *_step_args(model)],
                         env=env, capture_output=True, text=True, timeout=240)
   assert done.returncode == 0, done.stderr

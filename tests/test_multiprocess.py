@@ -22,9 +22,9 @@ import pytest
 import hostcb
 import hostcb.distributed
 from hostcb import jax_internals
+from _helpers import hostcb_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
 WORKER = os.path.join(HERE, "multiprocess_worker.py")
 NUM_PROCESSES = 2
 LAUNCH_TIMEOUT_S = 100
@@ -41,7 +41,8 @@ def worker_env() -> dict:
   env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2",
              JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join(
-                 p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+                 p for p in (hostcb_root(), os.environ.get("PYTHONPATH"))
+                 if p))
   env.pop("HOSTCB_BARRIER_TIMEOUT_S", None)
   return env
 

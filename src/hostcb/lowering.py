@@ -121,24 +121,17 @@ def _call_runner(target, engine_records: bool = True):
   It runs once per call (once per loop step in a loop), so the per-call
   work is looked up here, once.
   """
-  func, with_device, check = target.func, target.with_device, target.check_results
-  unflatten = None if target.one_leaf else target.in_treedef.unflatten
-  dtype, shape = target.one_array or (None, None)
+  invoke = target.invoker()
   drain = runtime.drain_device
   record = engine.record_exception
 
   def run(arrays, device):
     drain(device, engine_records)  # the taps that came before run first
     try:
-      arg = arrays[0] if unflatten is None else unflatten(arrays)
-      res = func(arg, device=device) if with_device else func(arg)
-      if (type(res) is np.ndarray and res.dtype is dtype
-          and res.shape == shape):  # one array, as expected: checked
-        return (res,)
-      return check(res)
+      return invoke(arrays, device)
     except BaseException as e:
       # As legacy: the failure also reaches the next barrier_wait.
-      record(e, f"the call to {func!r} failed")
+      record(e, f"the call to {target.func!r} failed")
       raise
 
   return run

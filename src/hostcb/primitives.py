@@ -74,10 +74,25 @@ class CallTarget:
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""
-    arg = arrays[0] if self.one_leaf else self.in_treedef.unflatten(arrays)
-    res = (self.func(arg, device=device) if self.with_device
-           else self.func(arg))
-    return self.check_results(res)
+    return self.invoker()(arrays, device)
+
+  def invoker(self) -> Callable[[tuple, Any], tuple]:
+    """:meth:`invoke` with its lookups done once, for the paths that call
+    the host function once per call (once per loop step in a loop)."""
+    func, with_device, check = self.func, self.with_device, self.check_results
+    unflatten = None if self.one_leaf else self.in_treedef.unflatten
+    dtype, shape = self.one_array or (None, None)
+
+    def invoke(arrays, device):
+      arg = arrays[0] if unflatten is None else unflatten(arrays)
+      res = func(arg, device=device) if with_device else func(arg)
+      if (type(res) is np.ndarray and dtype is not None
+          and (res.dtype is dtype or res.dtype == dtype)
+          and res.shape == shape):  # one array, as expected: checked
+        return (res,)
+      return check(res)
+
+    return invoke
 
   @functools.cached_property
   def one_leaf(self) -> bool:
@@ -98,10 +113,6 @@ class CallTarget:
     The messages begin as legacy's did ("Callback func ... should have
     returned a result with ..."), which user code matches.
     """
-    one = self.one_array
-    if one is not None and type(res) is np.ndarray:  # the common case
-      if (res.dtype is one[0] or res.dtype == one[0]) and res.shape == one[1]:
-        return (res,)
     flat, treedef = jax.tree_util.tree_flatten(res)
     if treedef != self.out_treedef:
       raise TypeError(

@@ -48,6 +48,7 @@ running.  A computation that a tap function dispatches keeps its token
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -175,10 +176,12 @@ def _install() -> None:
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
     result = original(*args, **kwargs)
+    if not _fast[0] or _in_tap_function.value:
+      return result
     ordered = list(result[_ORDERED])
     mine = [i for i, e in enumerate(ordered)
             if isinstance(e, HostCallbackEffect)]
-    if not _fast[0] or not mine or _in_tap_function.value:
+    if not mine:
       return result
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
@@ -207,23 +210,16 @@ def drain_this_thread() -> None:
   them (the CPU client runs one thread's computations in dispatch order, a
   GPU its stream's) and waits for it."""
   import jax  # noqa: PLC0415  (public API)
-  outs = [_noop(jax.device_put(np.int32(0), d)) for d in jax.local_devices()]
+  noop = _noop()
+  outs = [noop(jax.device_put(np.int32(0), d)) for d in jax.local_devices()]
   for out in outs:
     out.block_until_ready()
 
 
-def _noop_fn(x):
-  return x + 1
-
-
-_noop_jit: list = []
-
-
-def _noop(x):
-  if not _noop_jit:
-    import jax  # noqa: PLC0415
-    _noop_jit.append(jax.jit(_noop_fn))
-  return _noop_jit[0](x)
+@functools.cache
+def _noop():
+  import jax  # noqa: PLC0415  (public API)
+  return jax.jit(lambda x: x + 1)
 
 
 def declares_no_effect(jitted, *args) -> bool:
