@@ -86,7 +86,7 @@ def per_step(steps: int, repeats: int):
   base = _median_time(_scan(lambda c: c, steps), x, repeats)
   us = lambda seconds: max(seconds - base, 0.0) / steps * 1e6  # noqa: E731
   rows = []
-  if engine.available():
+  if engine.available() and jax.devices()[0].platform == "cpu":
     engine.register_targets()
     noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
     t = _median_time(_scan(lambda c: (noop(c), c)[1], steps), x, repeats)

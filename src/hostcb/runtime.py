@@ -70,6 +70,7 @@ class _DeviceQueue:
     self._items: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition(threading.Lock())
     self._bytes = 0
+    self._unfinished = 0        # items queued and not yet run to the end
     self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
     self._dispatching = False   # the consumer's tap function dispatched
@@ -110,6 +111,7 @@ class _DeviceQueue:
           self._waiters -= 1
       self._items.append((run, nbytes))
       self._bytes += nbytes
+      self._unfinished += 1
       if self._consumer_asleep:
         cond.notify_all()
 
@@ -119,12 +121,17 @@ class _DeviceQueue:
       if dispatching and self._waiters:
         self._cond.notify_all()
 
-  def put_marker(self, arrive: Callable[[], None]) -> None:
-    """Queues ``arrive()`` behind every tap queued so far; never waits."""
+  def put_marker(self, arrive: Callable[[], None]) -> bool:
+    """Queues ``arrive()`` behind every tap queued so far and wakes the
+    consumer (a polling one too: a ``call`` waits for it); never waits.
+    False, and nothing queued, when every tap queued so far has run."""
     with self._cond:
+      if not self._unfinished:
+        return False
       self._items.append((arrive, 0))
-      if self._consumer_asleep:
-        self._cond.notify_all()
+      self._unfinished += 1
+      self._cond.notify_all()
+      return True
 
   def _consume(self) -> None:
     with ji.running_tap_functions():
@@ -166,6 +173,7 @@ class _DeviceQueue:
           pending = 0
       with cond:
         self._bytes -= pending
+        self._unfinished -= len(batch)
         if self._waiters:
           cond.notify_all()
 
@@ -217,7 +225,8 @@ def queue_for(device: Any) -> _DeviceQueue:
 def _wait_for_python_queues(queues, timeout: float | None) -> bool:
   arrivals = engine.Arrivals(len(queues))
   for q in queues:
-    q.put_marker(arrivals.arrive)
+    if not q.put_marker(arrivals.arrive):
+      arrivals.arrive()  # nothing left to run there
   return arrivals.wait(timeout)
 
 
@@ -231,10 +240,9 @@ def drain_device(device: Any, engine_records: bool = True) -> None:
     q = _queues.get(device)
     if q is not None and q.calls_wait():
       _wait_for_python_queues([q], None)
-  if engine_records:
-    ordinal = getattr(device, "id", None)  # the engine's ordinal of a device
-    if ordinal is not None:
-      engine.wait_for_device(ordinal)
+  # The engine serves CPU devices only; its ordinal of a device is its id.
+  if engine_records and getattr(device, "platform", None) == "cpu":
+    engine.wait_for_device(device.id)
 
 
 def _check_not_a_consumer() -> None:

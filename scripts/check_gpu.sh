@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU checks, on a machine with an NVIDIA GPU whose Python already has
+# JAX with its CUDA plugin (no network needed): installs hostcb into that
+# Python, then
+#   1. tests/test_gpu.py on the GPU (JAX_PLATFORMS=cuda,cpu),
+#   2. the tap benchmark on the GPU (fewer steps: GPU callbacks cost more),
+#   3. the whole suite on that machine's CPU, with its JAX version.
+# Logs go to $OUT (default /tmp/hostcb-gpu); each part has its own time
+# limit, and a summary is printed last.
+#
+#     bash scripts/check_gpu.sh [parts: tests bench suite]
+set -uo pipefail
+OUT=${OUT:-/tmp/hostcb-gpu}
+PY=${PYTHON:-python3}
+PARTS=${*:-tests bench suite}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+summary=()
+
+$PY -m pip install -q --no-deps --no-build-isolation --no-cache-dir \
+    --force-reinstall . >"$OUT/install.log" 2>&1 \
+  || { cat "$OUT/install.log"; exit 1; }
+JAX_PLATFORMS=cuda,cpu $PY - <<'EOF' 2>&1 | tee "$OUT/versions.log"
+import jax, jaxlib, numpy
+from hostcb import engine
+print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "numpy",
+      numpy.__version__, "devices", jax.devices(), "cpu", jax.devices("cpu"))
+print("native engine:", engine.available() or engine.unavailable_reason())
+EOF
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
+  | tee -a "$OUT/versions.log"
+
+for part in $PARTS; do
+  case $part in
+    tests)
+      JAX_PLATFORMS=cuda,cpu timeout 240 $PY -m pytest -q -p no:cacheprovider \
+          tests/test_gpu.py >"$OUT/gpu_tests.log" 2>&1
+      summary+=("gpu tests: rc $? $(tail -1 "$OUT/gpu_tests.log")") ;;
+    bench)
+      JAX_PLATFORMS=cuda,cpu timeout 240 $PY benchmarks/bench_tap.py \
+          --steps 2000 --taps 100000 >"$OUT/gpu_bench.log" 2>&1
+      summary+=("gpu bench: rc $?") ;;
+    suite)
+      HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 timeout 480 \
+          $PY -m pytest -q -p no:cacheprovider --maxfail=30 tests \
+          --deselect tests/test_legacy_diff.py >"$OUT/cpu_suite.log" 2>&1
+      summary+=("cpu suite: rc $? $(tail -1 "$OUT/cpu_suite.log")") ;;
+  esac
+done
+
+for f in "$OUT"/gpu_tests.log "$OUT"/cpu_suite.log; do
+  [ -f "$f" ] && { echo "== $f"; grep -E "^(FAILED|ERROR)|Error" "$f" | head -40; }
+done
+[ -f "$OUT/gpu_bench.log" ] && cat "$OUT/gpu_bench.log"
+printf '%s\n' "${summary[@]}"

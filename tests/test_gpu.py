@@ -1,0 +1,334 @@
+"""The host_callback API on a GPU: taps, calls, the barrier, buffer_callback.
+
+These run only where JAX sees a GPU, with ``JAX_PLATFORMS=cuda,cpu`` (the
+suite's default is ``cpu``)::
+
+    JAX_PLATFORMS=cuda,cpu python -m pytest tests/test_gpu.py
+
+On a GPU the taps and calls lower to XLA's Python-callback custom call for
+GPUs (the native engine is CPU-only); these tests check that every
+guarantee of the CPU suite holds there too: values, printed output, program
+order, transforms, exceptions and the barrier.
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hostcb
+from _helpers import Recorder
+
+
+def _gpus():
+  try:
+    return jax.devices("gpu")
+  except RuntimeError:
+    return []
+
+
+pytestmark = pytest.mark.skipif(
+    not _gpus(), reason="needs a GPU that JAX sees: run on a machine with one,"
+    " with JAX_PLATFORMS=cuda,cpu")
+
+
+@pytest.fixture
+def gpu():
+  return _gpus()[0]
+
+
+def on(device, x):
+  return jax.device_put(x, device)
+
+
+# ------------------------------------------------------------------ taps
+def test_tap_under_jit_delivers_value_and_gpu_device(gpu):
+  rec = Recorder()
+  x = on(gpu, jnp.arange(4, dtype=jnp.float32))
+  out = jax.jit(lambda x: hostcb.id_tap(rec, x * 2, tap_with_device=True))(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, [0., 2., 4., 6.])
+  assert out.devices() == {gpu}
+  assert len(rec.calls) == 1
+  arg, transforms, kwargs = rec.calls[0]
+  assert isinstance(arg, np.ndarray) and arg.dtype == np.float32
+  np.testing.assert_array_equal(arg, [0., 2., 4., 6.])
+  assert transforms == () and kwargs == {"device": gpu}
+
+
+def test_id_print_prints_gpu_device_and_value(gpu):
+  s = io.StringIO()
+  x = on(gpu, jnp.arange(3, dtype=jnp.int32))
+  jax.jit(lambda x: hostcb.id_print(x, what="x", tap_with_device=True,
+                                    output_stream=s))(x)
+  hostcb.barrier_wait()
+  assert s.getvalue() == f"device: cuda:{gpu.id} what: x\n[0 1 2]\n"
+
+
+def test_taps_in_scan_arrive_in_program_order(gpu):
+  rec = Recorder()
+
+  def body(c, i):
+    hostcb.id_tap(rec, i)
+    hostcb.id_tap(rec, -i)
+    return c + i, None
+
+  out = jax.jit(lambda c: lax.scan(body, c, jnp.arange(100))[0])(
+      on(gpu, jnp.int32(0)))
+  hostcb.barrier_wait()
+  assert int(out) == sum(range(100))
+  assert [int(a) for a in rec.args] == [v for i in range(100)
+                                        for v in (i, -i)]
+
+
+def test_taps_in_cond_and_while_run_once_per_taken_step(gpu):
+  rec = Recorder()
+
+  def f(x):
+    y = lax.cond(x > 0, lambda x: hostcb.id_tap(rec, x, result=x + 1),
+                 lambda x: x - 1, x)
+    return lax.while_loop(lambda c: c < 5,
+                          lambda c: hostcb.id_tap(rec, c) + 1, y)
+
+  out = jax.jit(f)(on(gpu, jnp.int32(1)))
+  hostcb.barrier_wait()
+  assert int(out) == 5
+  assert [int(a) for a in rec.args] == [1, 2, 3, 4]
+
+
+def test_tap_with_unused_result_is_kept(gpu):
+  rec = Recorder()
+
+  def f(x):
+    hostcb.id_tap(rec, x * 3)
+    return x + 1
+
+  out = jax.jit(f)(on(gpu, jnp.float32(2.)))
+  hostcb.barrier_wait()
+  assert float(out) == 3.
+  assert [float(a) for a in rec.args] == [6.]
+
+
+def test_grad_through_tap_is_unchanged_and_taps_the_primal_once(gpu):
+  rec = Recorder()
+
+  def f(x, tapped):
+    y = jnp.sin(x) * x
+    if tapped:
+      y = hostcb.id_tap(rec, y)
+    return jnp.sum(y * y)
+
+  x = on(gpu, jnp.linspace(0., 1., 8, dtype=jnp.float32))
+  g_tapped = jax.jit(jax.grad(lambda x: f(x, True)))(x)
+  g_plain = jax.jit(jax.grad(lambda x: f(x, False)))(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(g_tapped, g_plain)
+  assert rec.transforms == [()]
+  np.testing.assert_allclose(rec.args[0], jnp.sin(x) * x, rtol=1e-6)
+
+
+def test_vmap_of_tap_reports_batch_dims(gpu):
+  rec = Recorder()
+  x = on(gpu, jnp.arange(6, dtype=jnp.float32).reshape(3, 2))
+  out = jax.jit(jax.vmap(lambda v: hostcb.id_tap(rec, v) * 2))(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, np.arange(6).reshape(3, 2) * 2)
+  np.testing.assert_array_equal(rec.args[0], np.arange(6).reshape(3, 2))
+  assert rec.transforms == [(("batch", {"batch_dims": (0,)}),)]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.int8,
+                                   np.bool_, np.complex64],
+                         ids=lambda d: np.dtype(d).name)
+def test_tap_carries_dtype(gpu, dtype):
+  rec = Recorder()
+  x = on(gpu, jnp.ones((3,), dtype))
+  jax.jit(lambda x: hostcb.id_tap(rec, x))(x)
+  hostcb.barrier_wait()
+  assert rec.args[0].dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(rec.args[0], np.ones((3,), dtype))
+
+
+def test_large_tap_arrives_whole(gpu):
+  rec = Recorder()
+  n = 1 << 22  # 16 MB of f32
+  x = on(gpu, jnp.arange(n, dtype=jnp.float32))
+  jax.jit(lambda x: hostcb.id_tap(rec, x + 1))(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(rec.args[0], np.arange(n, dtype=np.float32)
+                                + 1)
+
+
+def test_many_taps_beyond_the_queue_size_are_all_delivered(gpu):
+  # 2,000 taps of 64 KB: 128 MB through a 100 MB queue, none dropped.
+  seen = []
+
+  def tap(x, transforms):
+    seen.append(int(x[0]))
+
+  def body(c, i):
+    hostcb.id_tap(tap, jnp.full((16384,), i, jnp.int32))
+    return c, None
+
+  jax.jit(lambda c: lax.scan(body, c, jnp.arange(2000))[0])(
+      on(gpu, jnp.int32(0)))
+  hostcb.barrier_wait()
+  assert seen == list(range(2000))
+
+
+def test_tap_exception_reaches_barrier_wait(gpu):
+  def tap(x, transforms):
+    raise ValueError("tap failed on purpose")
+
+  out = jax.jit(lambda x: hostcb.id_tap(tap, x) + 1)(on(gpu, jnp.int32(1)))
+  assert int(out) == 2
+  with pytest.raises(hostcb.CallbackException,
+                     match="(?s)There were exceptions during callback "
+                           "processing. Last one was:.*tap failed on purpose"):
+    hostcb.barrier_wait()
+  hostcb.barrier_wait()  # reported once
+
+
+def test_pmap_over_the_gpu_taps_with_its_device(gpu):
+  rec = Recorder()
+  n = len(_gpus())
+  x = jnp.arange(n * 2, dtype=jnp.float32).reshape(n, 2)
+  out = jax.pmap(lambda v: hostcb.id_tap(rec, v, tap_with_device=True) + 1,
+                 devices=_gpus())(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, np.asarray(x) + 1)
+  assert sorted(c[2]["device"].id for c in rec.calls) == [
+      d.id for d in _gpus()]
+
+
+def test_gpu_and_cpu_taps_in_one_program_name_their_devices(gpu):
+  rec = Recorder()
+  cpu = jax.devices("cpu")[0]
+  f = jax.jit(lambda x: hostcb.id_tap(rec, x, tap_with_device=True))
+  f(on(gpu, jnp.int32(1)))
+  f(on(cpu, jnp.int32(2)))
+  hostcb.barrier_wait()
+  got = sorted((int(a), kw["device"]) for a, _, kw in rec.calls)
+  assert got == [(1, gpu), (2, cpu)]
+
+
+def test_fast_dispatch_keeps_dispatch_order_on_gpu(gpu):
+  rec = Recorder()
+  fast = hostcb.config.FAST_DISPATCH
+  hostcb.config.update(fast, True)
+  try:
+    f = jax.jit(lambda x: hostcb.id_tap(rec, x) + 1)
+    x = on(gpu, jnp.int32(0))
+    for _ in range(50):
+      x = f(x)
+    hostcb.barrier_wait()
+  finally:
+    hostcb.config.update(fast, False)
+  assert int(x) == 50
+  assert [int(a) for a in rec.args] == list(range(50))
+
+
+# ----------------------------------------------------------------- calls
+def test_call_returns_host_result_on_gpu(gpu):
+  x = on(gpu, jnp.linspace(0., 1., 5, dtype=jnp.float32))
+  out = jax.jit(lambda x: hostcb.call(np.sin, x, result_shape=x) * 2)(x)
+  assert out.devices() == {gpu}
+  np.testing.assert_allclose(out, 2 * np.sin(np.asarray(x)), rtol=1e-6)
+
+
+def test_call_with_device_gets_the_gpu(gpu):
+  got = []
+
+  def host(a, *, device):
+    got.append(device)
+    return a
+
+  jax.jit(lambda x: hostcb.call(host, x, result_shape=x,
+                                call_with_device=True))(on(gpu,
+                                                           jnp.float32(1.)))
+  assert got == [gpu]
+
+
+def test_call_in_scan_sees_earlier_taps_in_order(gpu):
+  rec = Recorder()
+  seen = []
+
+  def host(a):
+    seen.append(len(rec.calls))
+    return a + 1
+
+  def body(c, _):
+    hostcb.id_tap(rec, c)
+    return hostcb.call(host, c, result_shape=c), None
+
+  out = jax.jit(lambda c: lax.scan(body, c, None, length=20)[0])(
+      on(gpu, jnp.int32(0)))
+  hostcb.barrier_wait()
+  assert int(out) == 20
+  assert seen == list(range(1, 21))
+
+
+def test_call_exception_is_raised_in_the_caller(gpu):
+  def host(a):
+    raise ValueError("gpu call failed on purpose")
+
+  with pytest.raises(Exception, match="gpu call failed on purpose"):
+    jax.block_until_ready(jax.jit(
+        lambda x: hostcb.call(host, x, result_shape=x))(on(gpu,
+                                                           jnp.float32(1.))))
+  with pytest.raises(hostcb.CallbackException):
+    hostcb.barrier_wait()
+  out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
+      on(gpu, jnp.float32(3.)))
+  assert float(out) == 6.
+
+
+def test_call_wrong_shape_names_expected_and_actual(gpu):
+  with pytest.raises(Exception) as info:
+    jax.block_until_ready(jax.jit(lambda x: hostcb.call(
+        lambda a: np.ones(3, np.float32), x, result_shape=x))(
+            on(gpu, jnp.float32(1.))))
+  assert re.search(r"should have returned a result with abstract values "
+                   r"ShapedArray\(float32\[\]\) but returned "
+                   r"ShapedArray\(float32\[3\]\)", str(info.value))
+  with pytest.raises(hostcb.CallbackException):
+    hostcb.barrier_wait()
+
+
+def test_large_call_round_trips(gpu):
+  n = 1 << 20
+  x = on(gpu, jnp.arange(n, dtype=jnp.float32))
+  out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(x)
+  np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32) * 2)
+
+
+# ------------------------------------------------------- buffer_callback
+def test_buffer_callback_sees_stream_and_cuda_buffers(gpu):
+  seen = []
+
+  def cb(ctx, out, x):
+    seen.append((ctx.platform, type(ctx.stream),
+                 x.__cuda_array_interface__["shape"],
+                 x.__cuda_array_interface__["typestr"],
+                 out.__cuda_array_interface__["data"][1]))
+
+  f = hostcb.buffer_callback(cb, jax.ShapeDtypeStruct((4,), jnp.float32))
+  jax.block_until_ready(jax.jit(f)(on(gpu, jnp.ones((4,), jnp.float32))))
+  assert seen == [("cuda", int, (4,), "<f4", False)]
+
+
+def test_buffer_callback_writes_output_with_cupy(gpu):
+  cp = pytest.importorskip("cupy", reason="needs CuPy to write GPU buffers")
+
+  def cb(ctx, out, x):
+    with cp.cuda.ExternalStream(ctx.stream):
+      cp.asarray(out)[...] = cp.asarray(x) * 3 + 1
+
+  f = hostcb.buffer_callback(cb, jax.ShapeDtypeStruct((5,), jnp.float32))
+  out = jax.jit(f)(on(gpu, jnp.arange(5, dtype=jnp.float32)))
+  np.testing.assert_array_equal(out, np.arange(5) * 3 + 1)
