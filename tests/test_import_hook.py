@@ -84,3 +84,32 @@ except ImportError:
 """, use_src=False, env_extra={"HOSTCB_NO_IMPORT_HOOK": "1"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "no module\n"
+
+
+@pytest.mark.skipif(not _installed_non_editable(),
+                    reason="hostcb is not pip-installed (non-editable) in this "
+                           "interpreter, so its .pth import hook is absent")
+def test_interpreter_start_imports_neither_jax_nor_hostcb():
+  proc = run_python("""
+import sys
+print("jax" in sys.modules, "hostcb" in sys.modules)
+""", use_src=False)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "False False\n"
+
+
+@pytest.mark.skipif(not _installed_non_editable(),
+                    reason="hostcb is not pip-installed (non-editable) in this "
+                           "interpreter, so its .pth import hook is absent")
+def test_program_sets_jax_environment_before_importing_jax():
+  # JAX reads JAX_* variables when it is imported: the .pth file must not
+  # import it first.
+  proc = run_python("""
+import os
+os.environ["JAX_ENABLE_X64"] = "1"
+import jax
+from jax.experimental import host_callback as hcb
+print(jax.config.jax_enable_x64, jax.numpy.zeros(1).dtype)
+""", use_src=False)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "True float64\n"
