@@ -17,7 +17,7 @@ operands, and the blocks of the results are put back together with an
 all-reduce.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2.
+checked against jax 0.8.0 and 0.10.2 (and, for xla_computation, 0.11.2).
 """
 from __future__ import annotations
 
@@ -382,6 +382,7 @@ def lower_for_replicas(closed_jaxpr: Any, *, module_name: str,
                                 hoist_constants_as_args=False)
   kwargs = dict(
       num_const_args=0, in_avals=closed_jaxpr.in_avals,
+      out_avals=closed_jaxpr.out_avals,  # jax >= 0.11 asks for them
       ordered_effects=list(
           _effects.ordered_effects.filter_in(closed_jaxpr.effects)),
       platforms=[platform], backend=None,
