@@ -349,7 +349,6 @@ class _Consumer:
   def __init__(self, ordinal: int):
     self.ordinal = ordinal
     self.device = device_of_ordinal(ordinal)
-    self.done = 0  # records processed (their functions have returned)
     self.thread = threading.Thread(target=self._run, daemon=True,
                                    name=f"hostcb-engine-{ordinal}")
 
@@ -381,7 +380,6 @@ class _Consumer:
                 "allocated on the host"))
           if this.dispatching:  # the tap function ran computations
             dispatch_finished()
-        self.done += 1
 
 
 def _local_ordinals() -> list[int]:

@@ -59,10 +59,6 @@ def _native(ctx) -> bool:
                                                 *ctx.avals_out)))
 
 
-def _invoke_tap(target, transforms, arrays, device) -> None:
-  target.invoke(arrays, device, transforms)
-
-
 def _nbytes(avals) -> int:
   return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in avals)
 
@@ -81,15 +77,14 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   if _native(ctx):
     tid = engine.target_id(
         ("tap", target, transforms),
-        lambda: functools.partial(_invoke_tap, target,
-                                  unpack_transforms(transforms)))
+        lambda: target.invoker(unpack_transforms(transforms)))
     ji.emit_custom_call(ctx, engine.ffi_target_name, args,
                         device_index=device_index,
                         attributes={"target_id": np.int64(tid)})
     return list(args)  # the tap is an identity: its results are its operands
   transforms = unpack_transforms(transforms)
   nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
-  invoke = target.invoke
+  invoke = target.invoker(transforms)
 
   def make_host_fn(placement):
     where = _device_of(placement)
@@ -97,12 +92,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
       def host_tap(pid, *arrays):
         device = where(pid)
         runtime.queue_for(device).put(
-            functools.partial(invoke, arrays, device, transforms), nbytes)
+            functools.partial(invoke, arrays, device), nbytes)
         return ()
     else:
       def host_tap(*arrays):
         runtime.queue_for(where).put(
-            functools.partial(invoke, arrays, where, transforms), nbytes)
+            functools.partial(invoke, arrays, where), nbytes)
         return ()
     return host_tap
 

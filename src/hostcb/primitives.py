@@ -56,11 +56,23 @@ class TapTarget:
   with_device: bool
 
   def invoke(self, arrays, device, transforms) -> None:
-    arg = self.treedef.unflatten(arrays)
+    """Calls the tap function with the argument rebuilt from ``arrays``."""
+    self.invoker(transforms)(arrays, device)
+
+  def invoker(self, transforms) -> Callable[[tuple, Any], None]:
+    """:meth:`invoke` for these ``transforms``, with its lookups done once:
+    the engine's consumers call it once per tap."""
+    func = self.func
+    if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
+      if self.with_device:  # the argument is one array
+        return lambda arrays, device: func(arrays[0], transforms,
+                                           device=device)
+      return lambda arrays, device: func(arrays[0], transforms)
+    unflatten = self.treedef.unflatten
     if self.with_device:
-      self.func(arg, transforms, device=device)
-    else:
-      self.func(arg, transforms)
+      return lambda arrays, device: func(unflatten(arrays), transforms,
+                                         device=device)
+    return lambda arrays, device: func(unflatten(arrays), transforms)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
