@@ -90,8 +90,11 @@ ffi_target_name = "hostcb_tap"
 call_target_name = "hostcb_call"
 noop_target_name = "hostcb_noop"
 
-# Records handed out per batch, at most.
-_MAX_BATCH = 4096
+# Records handed out per batch, at most.  Small batches keep the queue's
+# lock held briefly by the consumer, so the device seldom waits for it:
+# 256 instead of 4096 took id_tap's device time per scan step from 0.86
+# to 0.53 us (2-core machine; 128 and 512 measured the same as 256).
+_MAX_BATCH = 256
 # After its last batch a consumer polls for this long (timed waits that
 # producers need not signal) before sleeping until a producer wakes it.
 _POLL_SECONDS = 0.05
