@@ -44,7 +44,9 @@ def run_demo() -> None:
   hostcb.barrier_wait()
 
   n = jax.local_device_count()
-  _section(f"under pmap on {n} CPU devices: one tap per device, with device=")
+  kind = jax.local_devices()[0].platform.upper()
+  _section(f"under pmap on {n} {kind} devices: one tap per device, with "
+           "device=")
   xs = jnp.arange(1.0, n + 1.0)
   jax.pmap(lambda x: hostcb.id_print(x * 2, where="pmap",
                                      tap_with_device=True))(xs)
