@@ -494,9 +494,9 @@ def _pmap_mean(x):
 needs_pmap_staging = pytest.mark.skipif(
     not (0, 10) <= jax.__version_info__[:2] < (0, 11),
     reason=f"pmap inside xla_computation per replica needs jax 0.10 (its "
-    f"shard_map-based pmap; jax 0.11's pmap refuses to trace an operand "
-    f"without a mesh sharding: 'in_specs passed to shard_map: P(...) does not "
-    f"match the specs of the input'); this is jax {jax.__version__}")
+    f"shard_map-based pmap; the pmap of jax 0.11 and 0.12 refuses to trace an "
+    f"operand without a mesh sharding: 'in_specs passed to shard_map: P(...) "
+    f"does not match the specs of the input'); this is jax {jax.__version__}")
 
 
 @needs_pmap_staging
