@@ -57,9 +57,13 @@ def _installed_non_editable() -> bool:
       f.startswith("hostcb/") for f in files)
 
 
-@pytest.mark.skipif(not _installed_non_editable(),
-                    reason="hostcb is not pip-installed (non-editable) in this "
-                           "interpreter, so its .pth import hook is absent")
+needs_pth_hook = pytest.mark.skipif(
+    not _installed_non_editable(),
+    reason="hostcb is not pip-installed (non-editable) in this interpreter, "
+           "so its .pth import hook is absent")
+
+
+@needs_pth_hook
 def test_installed_package_hooks_legacy_import_without_install_call():
   proc = run_python("""
 from jax.experimental import host_callback as hcb
@@ -71,9 +75,7 @@ print(hcb.__name__)
   assert proc.stdout == "hostcb.host_callback\n"
 
 
-@pytest.mark.skipif(not _installed_non_editable(),
-                    reason="hostcb is not pip-installed (non-editable) in this "
-                           "interpreter, so its .pth import hook is absent")
+@needs_pth_hook
 def test_hostcb_no_import_hook_disables_the_pth_hook():
   proc = run_python("""
 try:
@@ -86,9 +88,7 @@ except ImportError:
   assert proc.stdout == "no module\n"
 
 
-@pytest.mark.skipif(not _installed_non_editable(),
-                    reason="hostcb is not pip-installed (non-editable) in this "
-                           "interpreter, so its .pth import hook is absent")
+@needs_pth_hook
 def test_interpreter_start_imports_neither_jax_nor_hostcb():
   proc = run_python("""
 import sys
@@ -98,9 +98,7 @@ print("jax" in sys.modules, "hostcb" in sys.modules)
   assert proc.stdout == "False False\n"
 
 
-@pytest.mark.skipif(not _installed_non_editable(),
-                    reason="hostcb is not pip-installed (non-editable) in this "
-                           "interpreter, so its .pth import hook is absent")
+@needs_pth_hook
 def test_program_sets_jax_environment_before_importing_jax():
   # JAX reads JAX_* variables when it is imported: the .pth file must not
   # import it first.
