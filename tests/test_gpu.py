@@ -233,6 +233,31 @@ def test_fast_dispatch_keeps_dispatch_order_on_gpu(gpu):
   assert [int(a) for a in rec.args] == list(range(50))
 
 
+def test_fast_dispatch_barrier_waits_for_this_threads_cpu_computations(gpu):
+  # Beside the GPU, a computation on the CPU that is still running when
+  # barrier_wait is called: the barrier drains the CPU too.
+  seen = []
+
+  def body(c, i):
+    hostcb.id_tap(lambda x, transforms: seen.append(int(x)), i)
+    return c, None
+
+  fast = hostcb.config.FAST_DISPATCH
+  hostcb.config.update(fast, True)
+  try:
+    f = jax.jit(lambda c: lax.scan(body, c, jnp.arange(20000))[0])
+    x = on(jax.devices("cpu")[0], jnp.int32(0))
+    jax.block_until_ready(f(x))
+    hostcb.barrier_wait()
+    seen.clear()
+    for _ in range(3):
+      f(x)  # not waited for
+    hostcb.barrier_wait()
+    assert seen == list(range(20000)) * 3
+  finally:
+    hostcb.config.update(fast, False)
+
+
 # ----------------------------------------------------------------- calls
 def test_call_returns_host_result_on_gpu(gpu):
   x = on(gpu, jnp.linspace(0., 1., 5, dtype=jnp.float32))

@@ -208,12 +208,26 @@ def drain_this_thread() -> None:
   """Returns when every computation that this thread dispatched before the
   call has finished: runs a tiny computation on each local device after
   them (the CPU client runs one thread's computations in dispatch order, a
-  GPU its stream's) and waits for it."""
+  GPU its stream's), the CPU's too beside an accelerator, and waits for
+  them."""
   import jax  # noqa: PLC0415  (public API)
   noop = _noop()
-  outs = [noop(jax.device_put(np.int32(0), d)) for d in jax.local_devices()]
+  outs = [noop(jax.device_put(np.int32(0), d)) for d in _local_devices()]
   for out in outs:
     out.block_until_ready()
+
+
+def _local_devices() -> list:
+  """The local devices of the default platform and, beside an accelerator,
+  the CPU's: a program may tap on both."""
+  import jax  # noqa: PLC0415  (public API)
+  devices = list(jax.local_devices())
+  if devices and devices[0].platform != "cpu":
+    try:
+      devices += jax.local_devices(backend="cpu")
+    except RuntimeError:  # JAX_PLATFORMS without cpu
+      pass
+  return devices
 
 
 @functools.cache
