@@ -109,6 +109,21 @@ def test_fast_mode_keeps_dispatch_order_across_pmap_jit_and_eager(fast):
 
 
 @pytest.mark.multidevice
+def test_fast_mode_keeps_dispatch_order_with_python_callback_taps():
+  # With XLA's Python callbacks (slower taps), a pmap's taps and those of a
+  # jit dispatched after it interleaved on device 0 unless the pmap's
+  # dispatch waits for it (jax_internals.dispatch._wait_in_fast_mode).
+  test = ("test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_"
+          "eager")
+  code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
+          f"'no:cacheprovider', '{test_engine.__file__}::{test}']))")
+  proc = run_python(code, timeout=180, env_extra={
+      "HOSTCB_FAST_DISPATCH": "1", "HOSTCB_DISABLE_NATIVE": "1"})
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "1 passed" in proc.stdout
+
+
+@pytest.mark.multidevice
 def test_multi_device_functions_keep_their_token_in_fast_mode(fast):
   mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:2]), ("d",))
   sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))

@@ -88,8 +88,11 @@ def _chain_tokens_between_computations() -> None:
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
-      self._hostcb_devices = tuple(token._buf.sharding._device_assignment)
+      devices = tuple(token._buf.sharding._device_assignment)
+      self._hostcb_devices = devices
       _latest_tokens[threading.get_ident()] = token
+      if len(devices) > 1 and _after_multi_device_dispatch:
+        _after_multi_device_dispatch[0](token)
 
   get_token_input._hostcb = True
   cls.get_token_input = get_token_input
@@ -99,6 +102,10 @@ def _chain_tokens_between_computations() -> None:
 # [started]: called by the dispatching thread just before every dispatched
 # computation that taps or calls executes (set_dispatch_hook).
 _dispatch_hook: list = []
+# [dispatched(token)]: called by the dispatching thread once a computation
+# over several devices that taps or calls is dispatched, with its token
+# (set by hostcb.jax_internals.dispatch, for fast dispatch).
+_after_multi_device_dispatch: list = []
 
 
 def set_dispatch_hook(started: Callable[[], None]) -> None:

@@ -58,6 +58,7 @@ from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 
 _fast = [False]
@@ -202,6 +203,30 @@ def _install() -> None:
 
 
 _install()
+
+
+def _wait_in_fast_mode(token: Any) -> None:
+  """After a multi-device computation that keeps its token: in fast mode,
+  or in a process that has executables without tokens, wait until it
+  finished.
+
+  XLA's CPU client does not run a later one-device computation of the same
+  thread after a multi-device one (a pmap's taps and a following jit's
+  interleaved on a device, with XLA's Python callbacks), and the one-device
+  executables of fast dispatch take no token to wait for.  So the dispatch
+  of a pmap, sharded jit or shard_map that taps returns once its device
+  work is done (its taps are queued; the tap functions run later), once
+  fast dispatch is on or was used.  An error of the computation reaches its
+  caller through its results, as always.
+  """
+  if _fast[0] or _used[0]:
+    try:
+      token.block_until_ready()
+    except Exception:  # noqa: BLE001  (reported through the results)
+      pass
+
+
+_core._after_multi_device_dispatch[:] = [_wait_in_fast_mode]
 
 
 def drain_this_thread() -> None:
