@@ -26,6 +26,9 @@ can be changed later from Python, in any of three equivalent ways::
     ``barrier_wait`` waits for the computations that the calling thread
     dispatched (and for any that already finished), not for a one-device
     computation that another thread dispatched and that is still running.
+    In this mode a function over several devices that taps (``pmap``,
+    sharded ``jit``, ``shard_map``) returns from its dispatch once its
+    device work is done, which keeps later taps after its taps.
     Default ``False``.  Changing it clears JAX's compilation caches.
 """
 from __future__ import annotations

@@ -30,11 +30,14 @@ orders them with its own rules for collective launches, and they keep
 every guarantee of the default mode.
 
 Why order across computations still holds, and what the barrier covers:
-XLA's CPU client runs the computations that one thread dispatches in the
-order it dispatched them (a computation starts when the previous one of
-that thread has finished); measured for single-device ``jit`` and eager
-taps between ``pmap`` calls on jax 0.8.0 and 0.10.2
-(``tests/test_dispatch.py``).  So the taps of one thread's computations
+XLA's CPU client runs the one-device computations that one thread
+dispatches in the order it dispatched them (a computation starts when the
+previous one of that thread has finished); measured for single-device
+``jit`` and eager taps on jax 0.8.0 and 0.10.2 (``tests/test_dispatch.py``).
+It does not order a one-device computation after a multi-device one, so
+in this mode the dispatch of a multi-device computation that taps returns
+once that computation has finished (:func:`_wait_in_fast_mode`).  So the
+taps of one thread's computations
 reach each device's queue in dispatch order, and a computation that the
 thread dispatches after them (:func:`drain_this_thread`) finishes only after
 they have queued all their taps.  Computations of *different* threads are
