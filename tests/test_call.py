@@ -171,6 +171,30 @@ def test_call_round_trips_x64_dtypes():
       np.testing.assert_array_equal(out, np.array([2, 4], dtype))
 
 
+# A call whose result is one array checks an exact NumPy array of the
+# result's dtype and shape in C++ on CPU (hostcb_call_one); every other kind
+# of result goes through Python's check.  Each kind must come back by value.
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12, dtype=np.float32)[::2].reshape(2, 3),  # strided
+    lambda: np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+    lambda: np.arange(6, dtype=np.float64).reshape(2, 3),  # cast
+    lambda: jnp.arange(6, dtype=jnp.float32).reshape(2, 3),  # a jax.Array
+], ids=["strided", "fortran", "float64", "jax_array"])
+def test_call_result_of_any_array_kind_comes_back_by_value(make):
+  expected = np.asarray(make(), np.float32)
+  shape = jax.ShapeDtypeStruct((2, 3), np.float32)
+  out = jax.jit(lambda x: hostcb.call(lambda a: make(), x,
+                                      result_shape=shape))(np.float32(0.))
+  assert out.dtype == np.float32
+  np.testing.assert_array_equal(out, expected)
+
+
+def test_call_scalar_result_returned_as_numpy_scalar_comes_back():
+  out = jax.jit(lambda x: hostcb.call(lambda a: np.float32(a + 2), x,
+                                      result_shape=x))(np.float32(1.))
+  assert out == np.float32(3.)
+
+
 def test_call_with_device_under_jit():
   got = []
 
@@ -309,6 +333,16 @@ def test_wrong_dtype_raises_naming_expected_and_actual():
   assert re.search(r"should have returned a result with abstract values "
                    r"ShapedArray\(float32\[\]\) but returned "
                    r"ShapedArray\(int32\[\]\)", str(info.value))
+  _assert_next_computation_works()
+
+
+def test_wrong_dtype_array_of_right_shape_raises_naming_expected_and_actual():
+  with pytest.raises(Exception) as info:
+    jax.jit(lambda x: hostcb.call(lambda a: np.ones(2, np.int32), x,
+                                  result_shape=x))(np.ones(2, np.float32))
+  assert re.search(r"should have returned a result with abstract values "
+                   r"ShapedArray\(float32\[2\]\) but returned "
+                   r"ShapedArray\(int32\[2\]\)", str(info.value))
   _assert_next_computation_works()
 
 

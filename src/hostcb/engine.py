@@ -9,15 +9,20 @@ without the GIL, and returns.  The compiled executable holds no Python
 callback, so lowering only has to emit custom calls (``hostcb.lowering``).
 
 A ``call`` lowered through this engine is the custom call ``hostcb_call``
-(:data:`call_target_name`, ``src/hostcb/_native/call.cc``): its handler
-runs on the device thread, takes the GIL, copies the operands into fresh
-read-only NumPy arrays and calls :func:`_serve_call`, which runs the
-registered function (``hostcb.lowering`` first waits there for the taps
-queued before the call, :func:`wait_for_device`); the handler copies the
-returned arrays into the call's results.  A call does not go through the
-consumer thread: it waits for its results anyway, and a call made by
-jitted code that a tap function runs must not wait for the consumer that
-runs that tap function.
+(:data:`call_target_name`, ``src/hostcb/_native/call.cc``), or
+``hostcb_call_one`` (:data:`call_one_target_name`) when its result is one
+array: its handler runs on the device thread, waits for the taps queued
+before the call on its device, takes the GIL, copies the operands into
+fresh read-only NumPy arrays and calls the runner registered for the call
+(:func:`call_target_id`) as ``run(arrays, device_ordinal)``; it copies the
+returned arrays into the call's results.  ``hostcb_call_one`` takes the
+host function's result as it is and checks it in C++ (an exact NumPy array
+of the result's dtype and shape is copied at once); anything else goes to
+the call's ``check``, which converts it or raises legacy's error.  An
+exception fails the computation with :func:`_call_failure_text`.  A call
+does not go through the consumer thread: it waits for its results anyway,
+and a call made by jitted code that a tap function runs must not wait for
+the consumer that runs that tap function.
 
 On the host, one consumer thread per device takes the records out in
 batches (the GIL held once per batch, released while waiting), builds one
@@ -79,7 +84,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 __all__ = ["available", "unavailable_reason", "ffi_target_name",
-           "call_target_name", "noop_target_name", "register_targets",
+           "call_target_name", "call_one_target_name", "noop_target_name",
+           "register_targets", "call_target_id",
            "ensure_started", "barrier",
            "take_last_exception", "record_exception", "supports",
            "target_id", "wait_for_device", "set_capacity", "counters",
@@ -89,6 +95,7 @@ logger = logging.getLogger("hostcb")
 
 ffi_target_name = "hostcb_tap"
 call_target_name = "hostcb_call"
+call_one_target_name = "hostcb_call_one"
 noop_target_name = "hostcb_noop"
 
 # Records handed out per batch, at most.  Small batches keep the queue's
@@ -209,7 +216,7 @@ def register_targets() -> None:
     # client's start later.
     jax.local_devices(backend="cpu")
     native.set_dtypes(_dtype_table())
-    native.set_call_server(_serve_call)
+    native.set_call_server(_call_runners, _check_call, _call_failure_text)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     from hostcb import config  # noqa: PLC0415
@@ -244,6 +251,35 @@ def target_id(key: Any, make: Callable[[], Callable[[tuple, Any], Any]]
       if tid is None:
         tid = next(_next_id)
         _functions[tid] = make()
+        _ids[key] = tid
+  return tid
+
+
+# Calls: id -> run(arrays, device_ordinal), which the hostcb_call handlers
+# look up themselves, and id -> check(result) (see _check_call).
+_call_runners: dict[int, Callable[[tuple, int], Any]] = {}
+_call_checks: dict[int, Callable[[Any], tuple]] = {}
+
+
+def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
+                   ) -> int:
+  """The target id of a call, one per ``key``, as :func:`target_id`.
+
+  ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
+  calls the host function and returns its flat, checked results (or, for a
+  call lowered to ``hostcb_call_one``, the host function's result as it
+  is); ``check(result)`` turns such a result into the flat, checked
+  results or raises.
+  """
+  register_targets()
+  ensure_started()
+  tid = _ids.get(key)
+  if tid is None:
+    with _registry_lock:
+      tid = _ids.get(key)
+      if tid is None:
+        tid = next(_next_id)
+        _call_runners[tid], _call_checks[tid] = make()
         _ids[key] = tid
   return tid
 
@@ -347,18 +383,21 @@ class Arrivals:
         return False
 
 
-def _serve_call(tid: int, ordinal: int, arrays: tuple) -> Any:
-  """Runs call ``tid`` for the ``hostcb_call`` handler (on the device
-  thread, GIL held): its results, or the failure's text for the device.
+def _check_call(tid: int, result: Any) -> tuple:
+  """The flat, checked results of call ``tid`` from what its host function
+  returned, for ``hostcb_call_one`` when that was not already an exact
+  array of the result (on the device thread, GIL held)."""
+  return _call_checks[tid](result)
 
-  The text begins as XLA's own Python callbacks word it ("CpuCallback error
+
+def _call_failure_text(e: BaseException) -> str:
+  """The text with which a failed call fails its computation.
+
+  It begins as XLA's own Python callbacks word it ("CpuCallback error
   calling callback: " and the traceback), which user code may match.
   """
-  try:
-    return _functions[tid](arrays, device_of_ordinal(ordinal))
-  except BaseException as e:  # noqa: BLE001  (fails the computation)
-    return "CpuCallback error calling callback: " + "".join(
-        traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+  return "CpuCallback error calling callback: " + "".join(
+      traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
 
 
 class _Consumer:

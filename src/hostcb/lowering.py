@@ -106,13 +106,11 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   return list(args)  # the tap is an identity: its results are its operands
 
 
-def _call_runner(target, engine_records: bool = True):
+def _call_runner(target):
   """``run(arrays, device) -> results``: runs a call's host function once
   the taps queued before it on its device have run, and returns its flat,
   checked results.
 
-  ``engine_records=False``: the native engine's taps were already waited
-  for (by the ``hostcb_call`` handler), only Python-callback taps are left.
   It runs once per call (once per loop step in a loop), so the per-call
   work is looked up here, once.
   """
@@ -121,7 +119,7 @@ def _call_runner(target, engine_records: bool = True):
   record = engine.record_exception
 
   def run(arrays, device):
-    drain(device, engine_records)  # the taps that came before run first
+    drain(device)  # the taps that came before run first
     try:
       return invoke(arrays, device)
     except BaseException as e:
@@ -130,6 +128,50 @@ def _call_runner(target, engine_records: bool = True):
       raise
 
   return run
+
+
+def _native_call_runner(target):
+  """``(run, check)`` of a call lowered to the native engine (see
+  :func:`hostcb.engine.call_target_id`).
+
+  ``run(arrays, device_ordinal)`` runs once per call, on the device thread,
+  after the handler waited for the engine's taps queued before the call;
+  only taps queued through XLA's Python callbacks (dtypes the engine cannot
+  carry) may be left, and only then is the device looked up for them.  When
+  the result is one array, ``run`` returns the host function's result as
+  it is: the ``hostcb_call_one`` handler checks it, and calls ``check``
+  only for what is not an exact array of the result.
+  """
+  func, with_device = target.func, target.with_device
+  unflatten = None if target.one_leaf else target.in_treedef.unflatten
+  check_results = target.check_results
+  checked = target.one_array is None
+  python_queues = runtime.python_queues  # the same dict for the process
+  drain = runtime.drain_device
+  device_of = engine.device_of_ordinal
+  record = engine.record_exception
+  what = f"the call to {target.func!r} failed"
+
+  def run(arrays, ordinal):
+    if python_queues:  # Python-callback taps may be queued before it
+      drain(device_of(ordinal), False)
+    arg = arrays[0] if unflatten is None else unflatten(arrays)
+    try:
+      res = func(arg, device=device_of(ordinal)) if with_device else func(arg)
+      return check_results(res) if checked else res
+    except BaseException as e:
+      # As legacy: the failure also reaches the next barrier_wait.
+      record(e, what)
+      raise
+
+  def check(res):
+    try:
+      return check_results(res)
+    except BaseException as e:
+      record(e, what)
+      raise
+
+  return run, check
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the
@@ -193,9 +235,11 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)
   if _native(ctx):
-    tid = engine.target_id(("call", target),
-                           lambda: _call_runner(target, engine_records=False))
-    return ji.emit_custom_call(ctx, engine.call_target_name, args,
+    tid = engine.call_target_id(("call", target),
+                                lambda: _native_call_runner(target))
+    name = (engine.call_one_target_name if target.one_array is not None
+            else engine.call_target_name)
+    return ji.emit_custom_call(ctx, name, args,
                                device_index=device_index,
                                attributes={"target_id": np.int64(tid)},
                                avals_out=ctx.avals_out,

@@ -200,6 +200,9 @@ ji.set_dispatch_hook(_dispatch_started)
 
 _lock = threading.Lock()
 _queues: dict[Any, _DeviceQueue] = {}
+# The same dict, for the per-call paths that only ask whether it is empty
+# (no Python-callback tap was ever queued); it is never replaced.
+python_queues = _queues
 _max_bytes: int = config.read(config.MAX_QUEUE_BYTE_SIZE)
 
 

@@ -5,11 +5,19 @@
 //
 // It runs the call on the device thread that executes the custom call:
 // takes the GIL, copies each operand into a fresh read-only NumPy array
-// (the one copy: the host function may keep it), calls the call server
-// that Python set (set_call_server) as server(target_id, device_ordinal,
-// arrays), and copies the arrays the server returns (exact dtypes and
-// shapes, checked again here) into the result buffers.  A server that
-// returns a str fails the computation with that message.
+// (the one copy: the host function may keep it), calls the call's runner,
+// registered by Python (set_call_server) in a dict {target_id: runner}, as
+// runner(arrays, device_ordinal), and copies the arrays it returns (exact
+// dtypes and shapes, checked again here) into the result buffers.  A runner
+// that raises fails the computation with the text that Python's formatter
+// makes of the exception.
+//
+// hostcb_call_one is the same handler for a call whose result is one array
+// (the common case): its runner returns the host function's result as it
+// is, and the handler checks it here (an exact NumPy array of the result's
+// dtype and shape is copied at once); anything else goes to Python's
+// checker(target_id, result), which converts it as a tuple or raises the
+// error that legacy raised.  So the usual call costs no Python check.
 //
 // Why on the device thread and not through the device's consumer thread:
 // a call waits for its results anyway, so a hand-off would only add two
@@ -31,8 +39,11 @@ namespace ffi = xla::ffi;
 
 namespace hostcb {
 
-// The Python call server (a strong reference), guarded by the GIL.
-PyObject* g_call_server = nullptr;
+// What Python set with set_call_server (strong references), guarded by the
+// GIL: {target_id: runner}, checker(target_id, result), formatter(exc).
+PyObject* g_call_runners = nullptr;
+PyObject* g_call_checker = nullptr;
+PyObject* g_call_formatter = nullptr;
 
 namespace {
 
@@ -48,18 +59,31 @@ ffi::Error Failure(std::string message) {
   return ffi::Error(ffi::ErrorCode::kInternal, std::move(message));
 }
 
-// The current Python exception as text (and cleared).
+// The current Python exception as text (and cleared): what Python's
+// formatter makes of it (XLA's own wording and the traceback), else its str.
 std::string TakePythonError() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  std::string text = "hostcb: the call's host function failed";
-  if (value != nullptr) {
-    if (PyObject* s = PyObject_Str(value)) {
-      if (const char* u = PyUnicode_AsUTF8(s)) text += std::string(": ") + u;
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+  std::string text;
+  if (value != nullptr && g_call_formatter != nullptr) {
+    if (PyObject* s = PyObject_CallOneArg(g_call_formatter, value)) {
+      if (const char* u = PyUnicode_AsUTF8(s)) text = u;
       Py_DECREF(s);
     }
+    PyErr_Clear();
   }
-  PyErr_Clear();
+  if (text.empty()) {
+    text = "hostcb: the call's host function failed";
+    if (value != nullptr) {
+      if (PyObject* s = PyObject_Str(value)) {
+        if (const char* u = PyUnicode_AsUTF8(s)) text += std::string(": ") + u;
+        Py_DECREF(s);
+      }
+    }
+    PyErr_Clear();
+  }
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(tb);
@@ -160,34 +184,88 @@ ffi::Error CopyResults(PyObject* results, const XLA_FFI_Rets* rets,
   return error.empty() ? ffi::Error::Success() : Failure(std::move(error));
 }
 
+// The one result buffer of a hostcb_call_one call.
+XLA_FFI_Buffer* OneResult(const XLA_FFI_Rets* rets, size_t first) {
+  for (size_t i = first; i < static_cast<size_t>(rets->size); ++i) {
+    if (rets->types[i] != XLA_FFI_RetType_BUFFER) return nullptr;
+    auto* b = static_cast<XLA_FFI_Buffer*>(rets->rets[i]);
+    if (b->dtype != XLA_FFI_DataType_TOKEN) return b;
+  }
+  return nullptr;
+}
+
+// Copies `result` into the one result buffer if it is exactly a NumPy
+// array of its dtype and shape; false (nothing written) otherwise.
+bool CopyExactArray(PyObject* result, const XLA_FFI_Rets* rets, size_t first) {
+  if (!PyArray_CheckExact(result)) return false;
+  XLA_FFI_Buffer* b = OneResult(rets, first);
+  if (b == nullptr || b->dtype < 0 || b->dtype >= kMaxDtype) return false;
+  auto* a = reinterpret_cast<PyArrayObject*>(result);
+  PyArray_Descr* want = g_descr[b->dtype];
+  if (want == nullptr || PyArray_NDIM(a) != static_cast<int>(b->rank) ||
+      !PyArray_ISCARRAY_RO(a)) {
+    return false;
+  }
+  for (int d = 0; d < PyArray_NDIM(a); ++d) {
+    if (PyArray_DIM(a, d) != b->dims[d]) return false;
+  }
+  if (PyArray_DESCR(a) != want && !PyArray_EquivTypes(PyArray_DESCR(a), want)) {
+    return false;
+  }
+  if (const uint64_t nbytes = BufferBytes(b)) {
+    std::memcpy(b->data, PyArray_DATA(a), nbytes);
+  }
+  return true;
+}
+
 // With the GIL held.
+template <bool kOneArray>
 ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
                    size_t first_arg, const XLA_FFI_Rets* rets,
                    size_t first_ret) {
-  if (g_call_server == nullptr) {
+  if (g_call_runners == nullptr) {
     return Failure("hostcb: no call server is set (engine not started)");
   }
-  PyObject* arrays = OperandArrays(args, first_arg);
-  if (arrays == nullptr) return Failure(TakePythonError());
   PyObject* tid = PyLong_FromLongLong(target_id);
-  PyObject* dev = PyLong_FromLong(device);
+  if (tid == nullptr) return Failure(TakePythonError());
+  PyObject* runner = PyDict_GetItemWithError(g_call_runners, tid);  // borrowed
+  if (runner == nullptr) {
+    Py_DECREF(tid);
+    if (PyErr_Occurred()) return Failure(TakePythonError());
+    return Failure("hostcb: no call is registered with target id " +
+                   std::to_string(target_id));
+  }
+  PyObject* arrays = OperandArrays(args, first_arg);
+  if (arrays == nullptr) {
+    Py_DECREF(tid);
+    return Failure(TakePythonError());
+  }
   PyObject* out = nullptr;
-  if (tid != nullptr && dev != nullptr) {
-    PyObject* argv[3] = {tid, dev, arrays};
-    out = PyObject_Vectorcall(g_call_server, argv, 3, nullptr);
+  if (PyObject* dev = PyLong_FromLong(device)) {
+    PyObject* argv[2] = {arrays, dev};
+    Py_INCREF(runner);  // the registry may change while it runs
+    out = PyObject_Vectorcall(runner, argv, 2, nullptr);
+    Py_DECREF(runner);
+    Py_DECREF(dev);
   }
-  Py_XDECREF(tid);
-  Py_XDECREF(dev);
   Py_DECREF(arrays);
-  if (out == nullptr) return Failure(TakePythonError());
   ffi::Error e = ffi::Error::Success();
-  if (PyUnicode_Check(out)) {
-    const char* u = PyUnicode_AsUTF8(out);
-    e = Failure(u != nullptr ? u : TakePythonError());
+  if (out == nullptr) {
+    e = Failure(TakePythonError());
+  } else if (kOneArray && CopyExactArray(out, rets, first_ret)) {
+    // done: the usual case, checked here
   } else {
-    e = CopyResults(out, rets, first_ret);
+    if (kOneArray) {  // anything else: Python converts it or fails
+      PyObject* argv[2] = {tid, out};
+      PyObject* checked = PyObject_Vectorcall(g_call_checker, argv, 2, nullptr);
+      Py_DECREF(out);
+      out = checked;
+    }
+    e = out == nullptr ? Failure(TakePythonError())
+                       : CopyResults(out, rets, first_ret);
   }
-  Py_DECREF(out);
+  Py_XDECREF(out);
+  Py_DECREF(tid);
   return e;
 }
 
@@ -206,6 +284,7 @@ PyGILState_STATE AcquireGil() {
   return PyGILState_Ensure();
 }
 
+template <bool kOneArray>
 ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
                     ffi::RemainingRets rets) {
   if (PythonIsFinalizing()) {
@@ -217,8 +296,8 @@ ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
   RawArgs ra(args);
   RawRets rr(rets);
   PyGILState_STATE gil = AcquireGil();
-  ffi::Error e = RunCall(device, target_id, ra.raw(), ra.first(), rr.raw(),
-                         rr.first());
+  ffi::Error e = RunCall<kOneArray>(device, target_id, ra.raw(), ra.first(),
+                                    rr.raw(), rr.first());
   PyGILState_Release(gil);
   return e;
 }
@@ -226,7 +305,14 @@ ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
 }  // namespace
 }  // namespace hostcb
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl<false>,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::DeviceOrdinal>()
+                                  .Attr<int64_t>("target_id")
+                                  .RemainingArgs()
+                                  .RemainingRets());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCallOne, hostcb::CallImpl<true>,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::DeviceOrdinal>()
                                   .Attr<int64_t>("target_id")

@@ -73,6 +73,7 @@ template <typename Fn> void ForEachQueue(Fn fn) {
 
 extern "C" {
 XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);  // call.cc
+XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);     // call.cc
+XLA_FFI_Error* HostcbCallOne(XLA_FFI_CallFrame* call_frame);  // call.cc
 XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
 }

@@ -2,7 +2,7 @@
 //
 // The host side of the queues in queue.h: consumers take batches of records
 // out as NumPy arrays, barriers put markers; set_call_server gives call.cc
-// its Python function.  Plain CPython C API and NumPy C API.
+// its Python functions.  Plain CPython C API and NumPy C API.
 //
 // Copy semantics: take_batch makes ONE copy of each operand, out of the
 // ring into a fresh NumPy array that Python owns (callbacks may keep it);
@@ -19,7 +19,10 @@
 namespace hostcb {
 
 PyArray_Descr* g_descr[kMaxDtype];
-extern PyObject* g_call_server;  // call.cc
+// call.cc
+extern PyObject* g_call_runners;
+extern PyObject* g_call_checker;
+extern PyObject* g_call_formatter;
 
 namespace {
 
@@ -35,9 +38,10 @@ Queue* QueueArg(long device) {
 
 PyObject* Py_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N}",
       "hostcb_tap", PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
       "hostcb_call", PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
+      "hostcb_call_one", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
       "hostcb_noop", PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
 }
 
@@ -224,13 +228,23 @@ PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-PyObject* Py_set_call_server(PyObject*, PyObject* fn) {
-  if (!PyCallable_Check(fn)) {
-    PyErr_SetString(PyExc_TypeError, "set_call_server takes a callable");
+PyObject* Py_set_call_server(PyObject*, PyObject* args) {
+  PyObject *runners, *checker, *formatter;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &runners, &checker,
+                        &formatter)) {
     return nullptr;
   }
-  Py_INCREF(fn);
-  Py_XSETREF(g_call_server, fn);
+  if (!PyCallable_Check(checker) || !PyCallable_Check(formatter)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "set_call_server takes a dict and two callables");
+    return nullptr;
+  }
+  Py_INCREF(runners);
+  Py_XSETREF(g_call_runners, runners);
+  Py_INCREF(checker);
+  Py_XSETREF(g_call_checker, checker);
+  Py_INCREF(formatter);
+  Py_XSETREF(g_call_formatter, formatter);
   Py_RETURN_NONE;
 }
 
@@ -272,11 +286,14 @@ PyMethodDef kMethods[] = {
      "device's consumer has run every record queued before the call, or "
      "runs a tap function that dispatched a computation.  Not from the "
      "consumer's own thread."},
-    {"set_call_server", Py_set_call_server, METH_O,
-     "set_call_server(fn): hostcb_call runs fn(target_id, device_ordinal, "
-     "arrays) on the device thread (GIL held) and copies the sequence of "
-     "arrays it returns into the call's results; a str return fails the "
-     "computation with that message."},
+    {"set_call_server", Py_set_call_server, METH_VARARGS,
+     "set_call_server(runners, checker, formatter): hostcb_call runs "
+     "runners[target_id](arrays, device_ordinal) on the device thread (GIL "
+     "held) and copies the sequence of arrays it returns into the call's "
+     "results; hostcb_call_one copies a returned NumPy array of the one "
+     "result's exact dtype and shape, and passes anything else to "
+     "checker(target_id, result) for that sequence.  An exception fails the "
+     "computation with the text formatter(exception) returns."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue (for os.register_at_fork)."},
     {nullptr, nullptr, 0, nullptr}};
