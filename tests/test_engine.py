@@ -373,6 +373,23 @@ def test_exception_of_a_tap_made_by_a_tap_function_reaches_barrier_wait():
   hostcb.barrier_wait()
 
 
+@NATIVE
+@pytest.mark.parametrize("error", [ValueError, SystemExit])
+def test_a_raising_tap_function_is_reported_and_the_later_taps_still_run(error):
+  seen = []
+
+  def tap(a, t):
+    seen.append(int(a))
+    if int(a) == 2:
+      raise error(f"tap {int(a)}")
+
+  jax.jit(_scan_of_taps(tap, 5))(0)
+  with pytest.raises(hostcb.CallbackException, match="tap 2"):
+    hostcb.barrier_wait()
+  assert seen == [0, 1, 2, 3, 4]
+  hostcb.barrier_wait()  # reported once
+
+
 # ------------------------------------------ 7. a call inside a tap function
 def test_jitted_call_inside_a_tap_function_works():
   results = []

@@ -217,6 +217,7 @@ def register_targets() -> None:
     jax.local_devices(backend="cpu")
     native.set_dtypes(_dtype_table())
     native.set_call_server(_call_runners, _check_call, _call_failure_text)
+    native.set_consumer_hooks(_marker_arrived, _tap_failed, dispatch_finished)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     from hostcb import config  # noqa: PLC0415
@@ -225,18 +226,21 @@ def register_targets() -> None:
 
 
 # ------------------------------------------------------------ registry
-# id -> function.  Functions are kept alive for the life of the process:
-# a compiled executable may run again at any time.  One id per function
-# object, shared by taps and calls.
-_functions: dict[int, Callable] = {}
+# Taps: id -> entry.  An entry ``(func, second)`` is called as
+# ``func(arrays[0], second)`` (a tap function of one array, without the
+# device: no Python frame of ours per tap), any other entry as
+# ``entry(arrays, device)``.  Entries are kept alive for the life of the
+# process: a compiled executable may run again at any time.  Ids are
+# shared by taps and calls (one sequence, one key table).
+_functions: dict[int, Any] = {}
 _ids: dict[Any, int] = {}  # key -> target id (its function is kept above)
 _next_id = itertools.count(1)
 _registry_lock = threading.Lock()
 
 
-def target_id(key: Any, make: Callable[[], Callable[[tuple, Any], Any]]
-              ) -> int:
-  """The target id of the function that ``make()`` builds, one per ``key``.
+def target_id(key: Any, make: Callable[[], Any]) -> int:
+  """The target id of the tap entry that ``make()`` builds (see
+  ``_functions``), one per ``key``.
 
   The lowering calls this for every tap it emits; the same key (a tap
   function with its tree structure and transforms) gets the same id, so
@@ -416,27 +420,34 @@ class _Consumer:
 
   def _consume(self) -> None:
     _this_thread.ordinal = self.ordinal
-    take = _native.take_batch
+    run_batch = _native.run_batch
     functions = _functions
     device, ordinal = self.device, self.ordinal
-    this = _this_thread
     while True:
-      batch = take(ordinal, _MAX_BATCH, None, 0, _POLL_SECONDS)
-      # One GIL acquisition per batch (less the interpreter's switches).
-      for tid, payload in batch:
-        if tid is None:
-          arrivals = _markers.get(payload)
-          if arrivals is not None:
-            arrivals.arrive()
-        else:
-          try:
-            functions[tid](payload, device)
-          except BaseException as e:  # noqa: BLE001  (reported by barrier)
-            record_exception(e if tid != -1 else MemoryError(
-                "hostcb: a tap was lost: its operands could not be "
-                "allocated on the host"))
-          if this.dispatching:  # the tap function ran computations
-            dispatch_finished()
+      # The native engine runs each batch in order, the GIL held throughout
+      # (less the interpreter's switches), calling the tap functions of
+      # _functions and the hooks of register_targets (_marker_arrived,
+      # _tap_failed, dispatch_finished).
+      run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
+                _POLL_SECONDS)
+
+
+def _marker_arrived(marker: int) -> None:
+  """A consumer reached barrier marker ``marker``."""
+  arrivals = _markers.get(marker)
+  if arrivals is not None:
+    arrivals.arrive()
+
+
+def _tap_failed(tid: int, e: BaseException | None) -> None:
+  """Tap function ``tid`` raised ``e`` (None: there is none; -1 is a tap
+  whose operands could not be allocated): reported by the next barrier."""
+  if tid == -1:
+    e = MemoryError("hostcb: a tap was lost: its operands could not be "
+                    "allocated on the host")
+  elif e is None:
+    e = KeyError(f"hostcb: no tap function has target id {tid}")
+  record_exception(e)
 
 
 def _local_ordinals() -> list[int]:

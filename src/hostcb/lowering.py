@@ -77,7 +77,7 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   if _native(ctx):
     tid = engine.target_id(
         ("tap", target, transforms),
-        lambda: target.invoker(unpack_transforms(transforms)))
+        lambda: target.engine_entry(unpack_transforms(transforms)))
     ji.emit_custom_call(ctx, engine.ffi_target_name, args,
                         device_index=device_index,
                         attributes={"target_id": np.int64(tid)})

@@ -59,6 +59,16 @@ class TapTarget:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
     self.invoker(transforms)(arrays, device)
 
+  def engine_entry(self, transforms) -> Any:
+    """What the native engine's consumers call per tap: ``(func,
+    transforms)``, called as ``func(arrays[0], transforms)``, when the
+    argument is one array and the function takes no device, else
+    :meth:`invoker`."""
+    if (not self.with_device and self.treedef.num_leaves == 1
+        and self.treedef.num_nodes == 1):
+      return (self.func, transforms)
+    return self.invoker(transforms)
+
   def invoker(self, transforms) -> Callable[[tuple, Any], None]:
     """:meth:`invoke` for these ``transforms``, with its lookups done once:
     the engine's consumers call it once per tap."""

@@ -33,7 +33,7 @@ void ResetAfterFork();
 // Python); the handlers refuse the others with an error.
 extern std::atomic<bool> g_dtype_supported[kMaxDtype];
 
-// The queue whose consumer runs on this thread (set by take_batch).  A tap
+// The queue whose consumer runs on this thread (set by run_batch).  A tap
 // produced on that thread (a tap function whose computation XLA runs inline)
 // never waits for space, since only this thread frees it.
 extern thread_local Queue* tl_consumer_queue;

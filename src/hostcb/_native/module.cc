@@ -4,10 +4,10 @@
 // out as NumPy arrays, barriers put markers; set_call_server gives call.cc
 // its Python functions.  Plain CPython C API and NumPy C API.
 //
-// Copy semantics: take_batch makes ONE copy of each operand, out of the
+// Copy semantics: run_batch makes ONE copy of each operand, out of the
 // ring into a fresh NumPy array that Python owns (callbacks may keep it);
 // the ring bytes are freed as soon as the batch is copied.  Memory is thus
-// bounded by the ring capacity plus one batch (take_batch's max_bytes,
+// bounded by the ring capacity plus one batch (run_batch's max_bytes,
 // default the capacity): within 2x the queue size.
 #define HOSTCB_IMPORTS_NUMPY
 #include "pyarrays.h"
@@ -67,17 +67,15 @@ PyObject* Py_set_dtypes(PyObject*, PyObject* mapping) {
   Py_RETURN_NONE;
 }
 
-// Builds the Python tuple of one record: (target_id, arrays) for a tap,
-// (None, marker_id) for a marker.  Appends the byte copies to do to
-// `copies`.
+// One record of a batch, built: a tap's arrays (a new reference) or a
+// marker (arrays nullptr).
 struct Copy { void* dst; const void* src; uint64_t n; };
+struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
 
-PyObject* BuildRecord(const Record& r, std::vector<Copy>* copies) {
-  if (r.kind == kMarker) {
-    return Py_BuildValue("(OL)", Py_None, static_cast<long long>(r.target_id));
-  }
-  // A record whose payload could not be allocated has no operands and
-  // target_id -1 (see Enqueue): it comes out as (-1, ()).
+// The tuple of fresh arrays of a tap record; appends the byte copies to do
+// to `copies`.  A record whose payload could not be allocated has no
+// operands and target_id -1 (see Enqueue): its tuple is empty.
+PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
   auto* dims = reinterpret_cast<const int64_t*>(r.data +
                                                 r.num_operands * sizeof(OperandDesc));
@@ -94,21 +92,85 @@ PyObject* BuildRecord(const Record& r, std::vector<Copy>* copies) {
     }
     PyTuple_SET_ITEM(arrays, i, a);
   }
-  PyObject* t = Py_BuildValue("(LN)", static_cast<long long>(r.target_id),
-                              arrays);
-  return t;
+  return arrays;
 }
 
-PyObject* Py_take_batch(PyObject*, PyObject* args, PyObject* kwargs) {
-  static const char* kw[] = {"device", "max_records", "timeout", "max_bytes",
-                             "poll", nullptr};
+// The consumer's Python hooks (set_consumer_hooks; strong references).
+PyObject* g_on_marker = nullptr;            // on_marker(marker_id)
+PyObject* g_on_failure = nullptr;           // on_failure(target_id, exc)
+PyObject* g_on_dispatch_finished = nullptr;  // dispatch_finished()
+
+// The pending exception, normalized and with its traceback (cleared).
+PyObject* TakeException() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+// Calls hook(args...) and drops its result; an exception of the hook
+// itself cannot be reported to anyone but the interpreter's unraisable
+// hook.
+void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
+  if (hook == nullptr) return;
+  PyObject* r = PyObject_Vectorcall(hook, argv, n, nullptr);
+  if (r == nullptr) PyErr_WriteUnraisable(hook);
+  Py_XDECREF(r);
+}
+
+// Runs the tap function of one built record (see run_batch).
+void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
+  PyObject* tid = PyLong_FromLongLong(static_cast<long long>(b.target_id));
+  if (tid == nullptr) { PyErr_WriteUnraisable(functions); return; }
+  PyObject* entry = b.target_id >= 0 ? PyDict_GetItemWithError(functions, tid)
+                                     : nullptr;  // borrowed
+  PyObject* result = nullptr;
+  if (entry != nullptr) {
+    Py_INCREF(entry);  // the registry may change while it runs
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+        PyTuple_GET_SIZE(b.arrays) >= 1) {
+      // (func, second): func(arrays[0], second)
+      PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
+                           PyTuple_GET_ITEM(entry, 1)};
+      result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), argv, 2, nullptr);
+    } else {
+      PyObject* argv[2] = {b.arrays, device_obj};
+      result = PyObject_Vectorcall(entry, argv, 2, nullptr);
+    }
+    Py_DECREF(entry);
+  }
+  if (result == nullptr) {
+    // No such function (a lost tap has id -1), or it raised.
+    PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
+    PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
+    CallHook(g_on_failure, argv, 2);
+    Py_XDECREF(exc);
+  }
+  Py_XDECREF(result);
+  Py_DECREF(tid);
+}
+
+PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* kw[] = {"device", "functions", "device_obj",
+                             "max_records", "timeout", "max_bytes", "poll",
+                             nullptr};
   long device;
-  Py_ssize_t max_records = 4096;
+  PyObject* functions;
+  PyObject* device_obj;
+  Py_ssize_t max_records = 256;
   PyObject* timeout_obj = Py_None;
   unsigned long long max_bytes = 0;
   double poll = 0.05;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "l|nOKd",
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lO!O|nOKd",
                                    const_cast<char**>(kw), &device,
+                                   &PyDict_Type, &functions, &device_obj,
                                    &max_records, &timeout_obj, &max_bytes,
                                    &poll)) {
     return nullptr;
@@ -131,27 +193,29 @@ PyObject* Py_take_batch(PyObject*, PyObject* args, PyObject* kwargs) {
                      timeout, poll);
   Py_END_ALLOW_THREADS
   switch (got) {
-    case Queue::Take::kTimeout: return PyList_New(0);
+    case Queue::Take::kTimeout: return PyLong_FromLong(0);
     case Queue::Take::kBusy:
       PyErr_SetString(PyExc_RuntimeError,
                       "hostcb: another thread is consuming this device's queue");
       return nullptr;
     case Queue::Take::kRecords: break;
   }
+  // Build every array of the batch, copy the bytes, free the ring; then run.
   std::vector<Copy> copies;
-  PyObject* out = PyList_New(records.size());
-  size_t built = 0;
-  if (out) {
-    for (; built < records.size(); ++built) {
-      PyObject* t = BuildRecord(records[built], &copies);
-      if (!t) break;
-      PyList_SET_ITEM(out, built, t);
+  std::vector<Built> built;
+  built.reserve(records.size());
+  for (const Record& r : records) {
+    PyObject* arrays = nullptr;
+    if (r.kind != kMarker) {
+      arrays = BuildArrays(r, &copies);
+      if (arrays == nullptr) break;
     }
+    built.push_back(Built{r.kind, r.target_id, arrays});
   }
-  if (!out || built < records.size()) {
+  if (built.size() < records.size()) {
     // Cannot hand the batch out (out of memory): its taps are lost, which
     // the engine reports at the next barrier.
-    Py_XDECREF(out);
+    for (Built& b : built) Py_XDECREF(b.arrays);
     q->Release(records.size());
     return nullptr;
   }
@@ -165,7 +229,42 @@ PyObject* Py_take_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
   }
   q->Release(records.size());
-  return out;
+  for (Built& b : built) {
+    if (b.kind == kMarker) {
+      if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+        CallHook(g_on_marker, &id, 1);
+        Py_DECREF(id);
+      } else {
+        PyErr_WriteUnraisable(functions);
+      }
+      continue;
+    }
+    RunTap(b, functions, device_obj);
+    Py_CLEAR(b.arrays);
+    // A tap function that dispatched computations has returned.
+    if (q->ConsumerDispatching()) CallHook(g_on_dispatch_finished, nullptr, 0);
+  }
+  return PyLong_FromSize_t(built.size());
+}
+
+PyObject* Py_set_consumer_hooks(PyObject*, PyObject* args) {
+  PyObject *on_marker, *on_failure, *dispatch_finished;
+  if (!PyArg_ParseTuple(args, "OOO", &on_marker, &on_failure,
+                        &dispatch_finished)) {
+    return nullptr;
+  }
+  if (!PyCallable_Check(on_marker) || !PyCallable_Check(on_failure) ||
+      !PyCallable_Check(dispatch_finished)) {
+    PyErr_SetString(PyExc_TypeError, "set_consumer_hooks takes three callables");
+    return nullptr;
+  }
+  Py_INCREF(on_marker);
+  Py_XSETREF(g_on_marker, on_marker);
+  Py_INCREF(on_failure);
+  Py_XSETREF(g_on_failure, on_failure);
+  Py_INCREF(dispatch_finished);
+  Py_XSETREF(g_on_dispatch_finished, dispatch_finished);
+  Py_RETURN_NONE;
 }
 
 PyObject* Py_put_marker(PyObject*, PyObject* args) {
@@ -259,14 +358,24 @@ PyMethodDef kMethods[] = {
     {"set_dtypes", Py_set_dtypes, METH_O,
      "set_dtypes({xla_ffi_dtype_code: numpy dtype}): the dtypes that taps "
      "may carry."},
-    {"take_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Py_take_batch)),
+    {"run_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Py_run_batch)),
      METH_VARARGS | METH_KEYWORDS,
-     "take_batch(device, max_records=4096, timeout=None, max_bytes=0, "
-     "poll=0.05) -> list.\n\nWaits (GIL released) up to timeout "
-     "seconds (None: forever) for ready records of the device's queue, "
-     "polling for `poll` seconds before sleeping; returns them in order as "
-     "(target_id, (arrays...)) or (None, marker_id); [] on timeout.  One "
-     "copy of each operand into arrays Python owns."},
+     "run_batch(device, functions, device_obj, max_records=256, "
+     "timeout=None, max_bytes=0, poll=0.05) -> int.\n\nWaits (GIL "
+     "released) up to timeout seconds (None: forever) for ready records of "
+     "the device's queue, polling for `poll` seconds before sleeping; makes "
+     "one copy of each operand into arrays Python owns, frees the ring, then "
+     "runs the records in order with the GIL held: a tap calls "
+     "functions[target_id], an entry (func, second) as func(arrays[0], "
+     "second) and any other as entry(arrays, device_obj); a marker calls "
+     "on_marker(marker_id).  A tap function that raises (or a missing one) "
+     "calls on_failure(target_id, exception or None); after a tap function "
+     "that dispatched computations, dispatch_finished() (see "
+     "set_consumer_hooks).  Returns the number of records run (0 on "
+     "timeout)."},
+    {"set_consumer_hooks", Py_set_consumer_hooks, METH_VARARGS,
+     "set_consumer_hooks(on_marker, on_failure, dispatch_finished): the "
+     "Python functions run_batch calls."},
     {"put_marker", Py_put_marker, METH_VARARGS,
      "put_marker(device, marker_id): queues a marker after every record "
      "queued before it; never waits."},

@@ -269,6 +269,12 @@ class Queue {
     if (dispatching && processed_waiters_) processed_cv_.notify_all();
   }
 
+  // Whether the consumer thread runs a tap function that dispatched a
+  // computation (no lock: the consumer thread reads what it set itself).
+  bool ConsumerDispatching() const {
+    return consumer_dispatching_.load(std::memory_order_relaxed);
+  }
+
   // Waits until the consumer has processed (run the functions of) every
   // record queued before this call: a `call` runs after the taps its
   // device made before it.  Does not wait while the consumer runs a tap
@@ -347,7 +353,7 @@ class Queue {
   int processed_waiters_ = 0;
   ConsumerState consumer_state_ = kRunning;
   bool consumer_active_ = false;
-  bool consumer_dispatching_ = false;
+  std::atomic<bool> consumer_dispatching_{false};
   uint64_t records_in_ = 0, records_out_ = 0;
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
