@@ -3,7 +3,8 @@
 One run on one machine, every variant in the same process:
 
 1. per step of a jitted ``lax.scan`` over f32[4] (the untapped scan's time
-   subtracted): an empty XLA FFI custom call (the physical limit),
+   subtracted; the variants timed in interleaved rounds, medians): an
+   empty XLA FFI custom call (the physical limit),
    ``hostcb.id_tap`` end to end (until ``barrier_wait`` returns) and device
    time only (until the scan returns; the consumer may still be running),
    ``hostcb.call``, ``jax.debug.callback`` and ordered ``io_callback``;
@@ -67,9 +68,13 @@ def _median_time(run, x, repeats, finish=lambda: None) -> float:
 
 
 def per_step(steps: int, repeats: int):
-  """Rows (name, µs per step, all delivered)."""
+  """Rows (name, µs per step, all delivered).
+
+  The variants are timed in interleaved rounds (one run of each variant
+  per round, the median over rounds), so that a slow phase of a shared
+  machine weighs on every variant alike rather than on one row.
+  """
   count = [0]
-  expected = steps * (repeats + 1)
 
   def tap(x, transforms):
     count[0] += 1
@@ -83,31 +88,53 @@ def per_step(steps: int, repeats: int):
 
   f32 = jax.ShapeDtypeStruct((4,), jnp.float32)
   x = jnp.zeros((4,), jnp.float32)
-  base = _median_time(_scan(lambda c: c, steps), x, repeats)
-  us = lambda seconds: max(seconds - base, 0.0) / steps * 1e6  # noqa: E731
-  rows = []
+  nothing = lambda: None  # noqa: E731
+  # (name, step, finish, counted)
+  variants = [("untapped scan", lambda c: c, nothing, False)]
   if engine.available() and jax.devices()[0].platform == "cpu":
     engine.register_targets()
     noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
-    t = _median_time(_scan(lambda c: (noop(c), c)[1], steps), x, repeats)
-    rows.append(("empty XLA FFI custom call (the limit)", us(t), True))
-  variants = [
+    variants.append(("empty XLA FFI custom call (the limit)",
+                     lambda c: (noop(c), c)[1], nothing, False))
+  variants += [
       ("hostcb.id_tap, end to end", lambda c: hostcb.id_tap(tap, c),
-       hostcb.barrier_wait),
-      ("hostcb.id_tap, device time", lambda c: hostcb.id_tap(tap, c), None),
+       hostcb.barrier_wait, True),
+      ("hostcb.id_tap, device time", lambda c: hostcb.id_tap(tap, c),
+       nothing, True),
       ("hostcb.call", lambda c: hostcb.call(ret, c, result_shape=f32),
-       hostcb.barrier_wait),
+       hostcb.barrier_wait, True),
       ("jax.debug.callback", lambda c: (jax.debug.callback(plain, c), c)[1],
-       jax.effects_barrier),
+       jax.effects_barrier, True),
       ("io_callback(ordered=True)",
-       lambda c: io_callback(ret, f32, c, ordered=True), jax.effects_barrier),
+       lambda c: io_callback(ret, f32, c, ordered=True), jax.effects_barrier,
+       True),
   ]
-  for name, step, finish in variants:
+  runs = [_scan(step, steps) for _, step, _, _ in variants]
+  times: list[list[float]] = [[] for _ in variants]
+  counts = [0] * len(variants)
+
+  def once(i: int) -> float:
     count[0] = 0
-    t = _median_time(_scan(step, steps), x, repeats, finish or (lambda: None))
-    hostcb.barrier_wait()
+    t0 = time.perf_counter()
+    jax.block_until_ready(runs[i](x))
+    variants[i][2]()
+    elapsed = time.perf_counter() - t0
+    hostcb.barrier_wait()  # the device-time row's taps, before the next
     jax.effects_barrier()
-    rows.append((name, us(t), count[0] == expected))
+    counts[i] += count[0]
+    return elapsed
+
+  for i in range(len(variants)):
+    once(i)  # compiles
+  for _ in range(repeats):
+    for i in range(len(variants)):
+      times[i].append(once(i))
+  base = statistics.median(times[0])
+  rows = []
+  for i, (name, _, _, counted) in enumerate(variants[1:], start=1):
+    per_step_us = max(statistics.median(times[i]) - base, 0.0) / steps * 1e6
+    delivered = counts[i] == steps * (repeats + 1) if counted else True
+    rows.append((name, per_step_us, delivered))
   return rows
 
 
@@ -224,7 +251,8 @@ def main() -> None:
   rows = per_step(args.steps, args.repeats)
   by = {name: v for name, v, _ in rows}
   dbg, io = by["jax.debug.callback"], by["io_callback(ordered=True)"]
-  print(f"\n{args.steps} scan steps over f32[4], median of {args.repeats}\n")
+  print(f"\n{args.steps} scan steps over f32[4], median of {args.repeats} "
+        "interleaved rounds\n")
   print("| per scan step | µs | vs jax.debug.callback | vs io_callback "
         "| all delivered |")
   print("|---|---:|---:|---:|:---:|")

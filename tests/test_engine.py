@@ -325,6 +325,29 @@ def test_queue_bound_holds_for_taps_of_many_small_leaves():
   assert seen[0] == steps
 
 
+@NATIVE
+def test_a_backlog_of_many_records_comes_out_whole_and_in_order():
+  # 100,000 records wait behind a blocked tap function: the descriptor FIFO
+  # grows (1,024 slots at first, doubling) past the size it keeps once
+  # empty (65,536), and hands back its memory when the backlog is drained.
+  release = threading.Event()
+  seen = []
+
+  def tap(a, t):
+    assert release.wait(timeout=120)
+    seen.append(int(a))
+
+  steps = 100_000
+  ordinal = jax.devices()[0].id
+  jax.jit(_scan_of_taps(tap, steps))(0).block_until_ready()
+  held = engine.counters(ordinal)["records_held"]
+  release.set()
+  hostcb.barrier_wait()
+  assert held >= steps - 256  # all queued but the consumer's batch
+  assert seen == list(range(steps))
+  assert engine.counters(ordinal)["records_held"] == 0
+
+
 # ---------------------------------------------------- 6. tap functions may tap
 def test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock():
   old = hostcb.config.read("jax_host_callback_max_queue_byte_size")

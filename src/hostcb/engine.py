@@ -27,11 +27,15 @@ the consumer that runs that tap function.
 On the host, one consumer thread per device takes the records out in
 batches (the GIL held once per batch, released while waiting), builds one
 NumPy array per operand (the one copy: the arrays belong to Python and may
-be kept) and calls the registered functions in the order the device queued
-them.  A registered function is called as ``fn(arrays, device)``
-(``arrays`` a tuple of NumPy arrays, ``device`` the ``jax.Device``); that
-of a call returns a sequence of arrays that must match the call's result
-dtypes and shapes exactly (they are copied once into the outputs).
+be kept) and calls the registered tap functions in the order the device
+queued them, from C++ (``run_batch`` in ``src/hostcb/_native/module.cc``):
+a registered entry ``(func, transforms)`` as ``func(array, transforms)``
+(a tap function of one array that takes no device: no Python frame of
+ours per tap), any other as ``entry(arrays, device)`` (``arrays`` a tuple
+of NumPy arrays, ``device`` the ``jax.Device``).  Barrier markers, a tap
+function's exception and the end of a tap function that dispatched
+computations come back to Python through three hooks
+(:func:`_marker_arrived`, :func:`_tap_failed`, :func:`dispatch_finished`).
 
 Guarantees (see ``queue.h`` for the native invariants):
 

@@ -98,8 +98,7 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
     // empty (the consumer reports it) so that the queue does not stall.
     // It comes out as a tap of target -1 with no operands, which the
     // engine reports at the next barrier.
-    r.record->num_operands = 0;
-    r.record->target_id = -1;
+    q->MarkLostLocked(r);
     q->CommitLocked(r, true);
     return ffi::Error(ffi::ErrorCode::kResourceExhausted,
                       "hostcb: cannot allocate " + std::to_string(payload) +

@@ -20,8 +20,8 @@
 //
 // Concurrency invariants (all state below is guarded by Queue::mu_):
 //  * Producers (device threads, any number) reserve payload space in FIFO
-//    order under mu_: a reservation appends a descriptor to records_ and
-//    advances head_.  The order of records_ is the order in which the
+//    order under mu_: a reservation appends a descriptor to records_ (a
+//    RecordFifo, which allocates nothing per record) and advances head_.  The order of records_ is the order in which the
 //    reservations were made; a single device program makes its reservations
 //    in program order, so its records come out in program order.
 //  * A producer may copy a large payload with mu_ released: the bytes in
@@ -51,7 +51,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -89,6 +88,46 @@ inline uint64_t PayloadHeaderBytes(uint64_t num_operands, uint64_t total_rank) {
                  total_rank * sizeof(int64_t));
 }
 
+// The FIFO of record descriptors: a circular array that grows by doubling
+// (under Queue::mu_, like every access).  Unlike std::deque it allocates
+// nothing per record, so the device threads (producers) and the consumer
+// thread do not meet in the allocator: with a deque, the consumer freed
+// the nodes that the device thread had allocated, once every few records.
+class RecordFifo {
+ public:
+  bool empty() const { return head_ == tail_; }
+  size_t size() const { return static_cast<size_t>(head_ - tail_); }
+  Record& front() { return at(tail_); }
+  uint64_t front_seq() const { return tail_; }
+  uint64_t end_seq() const { return head_; }
+  Record& at(uint64_t seq) { return slots_[seq & (slots_.size() - 1)]; }
+  // Appends r; returns its sequence number (stable until it is popped).
+  uint64_t push_back(const Record& r) {
+    if (size() == slots_.size()) Grow();
+    const uint64_t seq = head_++;
+    at(seq) = r;
+    return seq;
+  }
+  void pop_front() {
+    if (++tail_ == head_ && slots_.size() > kKeptSlots) {
+      std::vector<Record>().swap(slots_);  // a burst is over: give it back
+      head_ = tail_ = 0;
+    }
+  }
+
+ private:
+  void Grow() {
+    std::vector<Record> bigger(slots_.empty() ? 1024 : 2 * slots_.size());
+    for (uint64_t s = tail_; s < head_; ++s) {
+      bigger[s & (bigger.size() - 1)] = at(s);
+    }
+    slots_.swap(bigger);
+  }
+  static constexpr size_t kKeptSlots = 1 << 16;  // kept when empty
+  std::vector<Record> slots_;  // a power of two in size
+  uint64_t head_ = 0, tail_ = 0;  // sequence numbers
+};
+
 class Queue {
  public:
   explicit Queue(int32_t device, uint64_t capacity)
@@ -101,7 +140,7 @@ class Queue {
 
   // ----------------------------------------------------------- producers
   struct Reservation {
-    Record* record;   // stable: std::deque::push_back keeps references
+    uint64_t seq;     // of its record in the FIFO
     uint8_t* data;
   };
 
@@ -154,11 +193,20 @@ class Queue {
       external_bytes = payload_bytes;
       external_held_ += external_bytes;  // counted even if data is nullptr
     }
-    records_.push_back(Record{kind, false, num_operands, device_, target_id,
-                              data, payload_bytes, ring_pos, ring_bytes,
-                              external_bytes});
+    const uint64_t seq = records_.push_back(
+        Record{kind, false, num_operands, device_, target_id, data,
+               payload_bytes, ring_pos, ring_bytes, external_bytes});
     ++records_in_;
-    return Reservation{&records_.back(), data};
+    return Reservation{seq, data};
+  }
+
+  // Turns a reserved record whose payload could not be allocated into an
+  // empty tap of target -1 (reported as lost by the consumer); `lock` must
+  // hold mu_.
+  void MarkLostLocked(Reservation r) {
+    Record& rec = records_.at(r.seq);
+    rec.num_operands = 0;
+    rec.target_id = -1;
   }
 
   // Marks a reserved record ready; `lock` must hold mu_ (re-acquired by
@@ -166,7 +214,7 @@ class Queue {
   // wake a polling consumer at once; taps wake only a sleeping one, so a
   // busy device does not pay a wake-up per tap.
   void CommitLocked(Reservation r, bool urgent) {
-    r.record->ready = true;
+    records_.at(r.seq).ready = true;
     const uint64_t held = (head_ - tail_) + external_held_;
     if (consumer_state_ == kSleeping ||
         (consumer_state_ == kPolling && (urgent || held > capacity_ / 2))) {
@@ -211,7 +259,8 @@ class Queue {
       consumer_state_ = kRunning;
     }
     uint64_t bytes = 0;
-    for (const Record& r : records_) {
+    for (uint64_t seq = records_.front_seq(); seq < records_.end_seq(); ++seq) {
+      const Record& r = records_.at(seq);
       if (!r.ready || out->size() >= max_records) break;
       if (!out->empty() && bytes + r.payload_bytes > max_bytes) break;
       bytes += r.payload_bytes;
@@ -341,7 +390,7 @@ class Queue {
   std::condition_variable space_cv_;     // producers waiting for space
   std::condition_variable consumer_cv_;  // the consumer waiting for records
   std::condition_variable processed_cv_;  // calls waiting for earlier taps
-  std::deque<Record> records_;
+  RecordFifo records_;
   uint8_t* ring_ = nullptr;
   uint64_t mapped_ = 0;
   uint64_t capacity_;
