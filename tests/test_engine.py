@@ -348,6 +348,50 @@ def test_a_backlog_of_many_records_comes_out_whole_and_in_order():
   assert engine.counters(ordinal)["records_held"] == 0
 
 
+@NATIVE
+def test_queue_bound_counts_records_of_taps_without_operands():
+  # A tap of () has no payload; its record still counts against the bound,
+  # so the device waits instead of queueing without limit.
+  old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
+  limit = 16_000_000  # the smallest bound: 285,714 records of 56 bytes
+  hostcb.config.update("jax_host_callback_max_queue_byte_size", limit)
+  release = threading.Event()
+  seen = [0]
+
+  def tap(arg, transforms):
+    assert release.wait(timeout=120)
+    seen[0] += 1
+
+  steps = 400_000
+  def f(x):
+    def body(c, _):
+      hostcb.id_tap(tap, ())
+      return c + 1, None
+    return lax.scan(body, x, None, length=steps)[0]
+
+  g = jax.jit(f)
+  g.lower(0).compile()
+  ordinal = jax.devices()[0].id
+  try:
+    t = threading.Thread(target=lambda: g(0).block_until_ready())
+    t.start()
+    deadline = time.monotonic() + 120
+    while (engine.counters(ordinal)["space_waiters"] == 0
+           and time.monotonic() < deadline):
+      time.sleep(0.01)  # polls a condition; not used as synchronisation
+    counters = engine.counters(ordinal)
+    assert counters["space_waiters"] > 0
+    assert 0 < counters["bytes_held"] <= limit
+    assert counters["records_held"] < steps
+    release.set()
+    t.join(timeout=120)
+    hostcb.barrier_wait()
+  finally:
+    release.set()
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
+  assert seen[0] == steps
+
+
 # ---------------------------------------------------- 6. tap functions may tap
 def test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock():
   old = hostcb.config.read("jax_host_callback_max_queue_byte_size")

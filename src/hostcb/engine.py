@@ -41,8 +41,10 @@ Guarantees (see ``queue.h`` for the native invariants):
 
 * Nothing is dropped: a device whose queue is full waits (the bound is in
   bytes, ``JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE``, 256 MB by default, per
-  device; a record larger than the queue goes through alone).  Memory held:
-  the ring plus at most one batch being handed out, within 2x the bound.
+  device, counting each record's operands and its 56-byte descriptor, so
+  that taps of tiny or no operands are bounded too; a record larger than
+  the queue goes through alone).  Memory held: the ring and descriptors
+  plus at most one batch being handed out, within 2x the bound.
 * Per device, records come out in the order their handlers queued them,
   which within one device program is program order; a call runs after every
   record queued before it on its device.

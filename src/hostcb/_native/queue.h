@@ -33,7 +33,9 @@
 //    mu_ released, then pops exactly that prefix and frees its bytes
 //    (advances tail_).  Ring bytes in [tail_, head_) are never handed to a
 //    new reservation, so a payload being read is never overwritten.
-//  * Bytes held = (head_ - tail_) + external_held_ <= capacity_, except for
+//  * Bytes held = (head_ - tail_) + external_held_ + the descriptors of the
+//    queued records (sizeof(Record) each, so that taps of tiny or no
+//    operands are bounded too) <= capacity_, except for
 //    records admitted without waiting (barrier markers, and producers that
 //    run on this queue's own consumer thread, which must never wait for
 //    themselves) and for a single oversize record admitted into an empty
@@ -159,8 +161,8 @@ class Queue {
     uint8_t* data = nullptr;
     bool external = false;
     for (;;) {
-      const uint64_t held = (head_ - tail_) + external_held_;
-      if (payload_bytes > capacity_) {
+      const uint64_t held = HeldLocked();
+      if (payload_bytes + sizeof(Record) > capacity_) {
         // Larger than the whole ring: its own allocation, admitted when the
         // queue is empty (so the bound is exceeded by this record only).
         if (held == 0 || never_wait || consumer_dispatching_) {
@@ -172,7 +174,7 @@ class Queue {
         const uint64_t phys = head_ % capacity_;
         const uint64_t pad =
             phys + payload_bytes > capacity_ ? capacity_ - phys : 0;
-        if (held + pad + payload_bytes <= capacity_) {
+        if (held + pad + payload_bytes + sizeof(Record) <= capacity_) {
           ring_pos = head_;
           ring_bytes = pad + payload_bytes;
           head_ += ring_bytes;
@@ -215,7 +217,7 @@ class Queue {
   // busy device does not pay a wake-up per tap.
   void CommitLocked(Reservation r, bool urgent) {
     records_.at(r.seq).ready = true;
-    const uint64_t held = (head_ - tail_) + external_held_;
+    const uint64_t held = HeldLocked();
     if (consumer_state_ == kSleeping ||
         (consumer_state_ == kPolling && (urgent || held > capacity_ / 2))) {
       WakeConsumerLocked();
@@ -348,13 +350,18 @@ class Queue {
   };
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
-    return Counters{records_in_, records_out_, (head_ - tail_) + external_held_,
+    return Counters{records_in_, records_out_, HeldLocked(),
                     records_.size(), capacity_,
                     static_cast<uint64_t>(space_waiters_)};
   }
 
  private:
   enum ConsumerState { kRunning, kPolling, kSleeping };
+
+  // The bytes counted against capacity_ (see the invariants above).
+  uint64_t HeldLocked() const {
+    return (head_ - tail_) + external_held_ + records_.size() * sizeof(Record);
+  }
 
   void WakeConsumerLocked() {
     if (consumer_state_ != kRunning) consumer_cv_.notify_one();
