@@ -346,6 +346,18 @@ def test_wrong_dtype_array_of_right_shape_raises_naming_expected_and_actual():
   _assert_next_computation_works()
 
 
+def test_result_of_other_byte_order_raises_naming_the_byte_order():
+  # Legacy rejected it too ("Incorrect output dtype ... Actual: >f4").
+  with pytest.raises(Exception) as info:
+    jax.jit(lambda x: hostcb.call(lambda a: np.ones(2, ">f4"), x,
+                                  result_shape=x))(np.ones(2, np.float32))
+  assert re.search(r"should have returned a result with abstract values "
+                   r"ShapedArray\(float32\[2\]\) but returned "
+                   r"ShapedArray\(float32\[2\]\) \(result 0 has NumPy dtype "
+                   r"'>f4', expected '<f4'\)", str(info.value))
+  _assert_next_computation_works()
+
+
 def test_callback_exception_is_raised_in_caller_with_its_text():
   def host(a):
     raise ValueError("host function failed on purpose")

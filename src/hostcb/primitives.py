@@ -141,17 +141,22 @@ class CallTarget:
           f"Callback func {_name(self.func)} should have returned a result "
           f"with pytree {self.out_treedef} but returned {treedef}")
     out = []
-    for value, aval in zip(flat, self.result_avals):
+    for i, (value, aval) in enumerate(zip(flat, self.result_avals)):
       a = np.asarray(value)
       dtype = jax.dtypes.canonicalize_dtype(a.dtype)
       if a.shape != aval.shape or dtype != aval.dtype:
         actual = [ji.ShapedArray(np.shape(v), jax.dtypes.canonicalize_dtype(
             np.asarray(v).dtype)) for v in flat]
+        expected_text = _avals_text(self.out_treedef, self.result_avals)
+        actual_text = _avals_text(self.out_treedef, actual)
+        detail = ""
+        if expected_text == actual_text:  # e.g. another byte order
+          detail = (f" (result {i} has NumPy dtype {dtype.str!r}, expected "
+                    f"{np.dtype(aval.dtype).str!r})")
         raise TypeError(
             f"Callback func {_name(self.func)} should have returned a result "
-            "with abstract values "
-            f"{_avals_text(self.out_treedef, self.result_avals)} but returned "
-            f"{_avals_text(self.out_treedef, actual)}")
+            f"with abstract values {expected_text} but returned "
+            f"{actual_text}{detail}")
       if a.dtype != dtype:
         a = a.astype(dtype)
       out.append(a)
