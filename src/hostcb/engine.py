@@ -223,7 +223,6 @@ def register_targets() -> None:
     jax.local_devices(backend="cpu")
     native.set_dtypes(_dtype_table())
     native.set_call_server(_call_runners, _check_call, _call_failure_text)
-    native.set_consumer_hooks(_marker_arrived, _tap_failed, dispatch_finished)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     from hostcb import config  # noqa: PLC0415
@@ -426,14 +425,17 @@ class _Consumer:
 
   def _consume(self) -> None:
     _this_thread.ordinal = self.ordinal
+    # Set by every consumer before its first batch (idempotent), so that no
+    # consumer can run without them, however it was started.
+    _native.set_consumer_hooks(_marker_arrived, _tap_failed,
+                               dispatch_finished)
     run_batch = _native.run_batch
     functions = _functions
     device, ordinal = self.device, self.ordinal
     while True:
       # The native engine runs each batch in order, the GIL held throughout
       # (less the interpreter's switches), calling the tap functions of
-      # _functions and the hooks of register_targets (_marker_arrived,
-      # _tap_failed, dispatch_finished).
+      # _functions and the hooks set above.
       run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
                 _POLL_SECONDS)
 

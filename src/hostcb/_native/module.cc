@@ -120,9 +120,11 @@ PyObject* TakeException() {
 // hook.
 void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
   if (hook == nullptr) return;
+  Py_INCREF(hook);  // set_consumer_hooks may replace it meanwhile
   PyObject* r = PyObject_Vectorcall(hook, argv, n, nullptr);
   if (r == nullptr) PyErr_WriteUnraisable(hook);
   Py_XDECREF(r);
+  Py_DECREF(hook);
 }
 
 // Runs the tap function of one built record (see run_batch).
