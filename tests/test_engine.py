@@ -282,8 +282,12 @@ def _rss_bytes() -> int:
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@NATIVE
-def test_queue_bound_holds_for_taps_of_many_small_leaves():
+def _fill_the_queue(tap_arg, steps: int, at_full) -> int:
+  """Runs a jitted scan of ``steps`` taps of ``tap_arg(c)`` with the
+  smallest queue bound (16 MB), behind a tap function that blocks until
+  released; once a producer waits for space, calls ``at_full(limit,
+  grown)`` (``grown``: the process's RSS growth since the scan started),
+  then releases the taps.  Returns how many tap functions ran."""
   old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
   limit = 16_000_000
   hostcb.config.update("jax_host_callback_max_queue_byte_size", limit)
@@ -294,10 +298,9 @@ def test_queue_bound_holds_for_taps_of_many_small_leaves():
     assert release.wait(timeout=120)
     seen[0] += 1
 
-  steps = 60_000
   def f(x):
     def body(c, _):
-      hostcb.id_tap(tap, {f"k{i}": c + i for i in range(20)})
+      hostcb.id_tap(tap, tap_arg(c))
       return c + 1., None
     return lax.scan(body, x, None, length=steps)[0]
 
@@ -313,16 +316,28 @@ def test_queue_bound_holds_for_taps_of_many_small_leaves():
            and time.monotonic() < deadline):
       time.sleep(0.01)  # polls a condition; not used as synchronisation
     assert engine.counters(ordinal)["space_waiters"] > 0
-    grown = _rss_bytes() - before
-    assert engine.counters(ordinal)["bytes_held"] <= limit
-    assert grown <= 2 * limit, f"RSS grew by {grown / 1e6:.0f} MB"
+    at_full(limit, _rss_bytes() - before)
     release.set()
     t.join(timeout=120)
     hostcb.barrier_wait()
   finally:
     release.set()
     hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
-  assert seen[0] == steps
+  return seen[0]
+
+
+@NATIVE
+def test_queue_bound_holds_for_taps_of_many_small_leaves():
+  ordinal = jax.devices()[0].id
+
+  def at_full(limit, grown):
+    assert engine.counters(ordinal)["bytes_held"] <= limit
+    assert grown <= 2 * limit, f"RSS grew by {grown / 1e6:.0f} MB"
+
+  steps = 60_000
+  ran = _fill_the_queue(lambda c: {f"k{i}": c + i for i in range(20)},
+                        steps, at_full)
+  assert ran == steps
 
 
 @NATIVE
@@ -350,46 +365,17 @@ def test_a_backlog_of_many_records_comes_out_whole_and_in_order():
 
 @NATIVE
 def test_queue_bound_counts_records_of_taps_without_operands():
-  # A tap of () has no payload; its record still counts against the bound,
-  # so the device waits instead of queueing without limit.
-  old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
-  limit = 16_000_000  # the smallest bound: 285,714 records of 56 bytes
-  hostcb.config.update("jax_host_callback_max_queue_byte_size", limit)
-  release = threading.Event()
-  seen = [0]
-
-  def tap(arg, transforms):
-    assert release.wait(timeout=120)
-    seen[0] += 1
-
-  steps = 400_000
-  def f(x):
-    def body(c, _):
-      hostcb.id_tap(tap, ())
-      return c + 1, None
-    return lax.scan(body, x, None, length=steps)[0]
-
-  g = jax.jit(f)
-  g.lower(0).compile()
+  # A tap of () has no payload; its record (56 bytes) still counts against
+  # the bound, so the device waits instead of queueing without limit.
+  steps = 400_000  # the 16 MB bound holds 285,714 such records
   ordinal = jax.devices()[0].id
-  try:
-    t = threading.Thread(target=lambda: g(0).block_until_ready())
-    t.start()
-    deadline = time.monotonic() + 120
-    while (engine.counters(ordinal)["space_waiters"] == 0
-           and time.monotonic() < deadline):
-      time.sleep(0.01)  # polls a condition; not used as synchronisation
+
+  def at_full(limit, grown):
     counters = engine.counters(ordinal)
-    assert counters["space_waiters"] > 0
     assert 0 < counters["bytes_held"] <= limit
     assert counters["records_held"] < steps
-    release.set()
-    t.join(timeout=120)
-    hostcb.barrier_wait()
-  finally:
-    release.set()
-    hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
-  assert seen[0] == steps
+
+  assert _fill_the_queue(lambda c: (), steps, at_full) == steps
 
 
 # ---------------------------------------------------- 6. tap functions may tap

@@ -231,16 +231,46 @@ def register_targets() -> None:
 
 
 # ------------------------------------------------------------ registry
+# Target ids index three tables, which the native engine reads directly
+# (no Python int is built per tap or call to look one up).  Ids come from
+# one sequence and one key table shared by taps and calls, so each table
+# has None where the other kind has its ids.  Entries are kept alive for
+# the life of the process: a compiled executable may run again at any time.
+#
 # Taps: id -> entry.  An entry ``(func, second)`` is called as
 # ``func(arrays[0], second)`` (a tap function of one array, without the
 # device: no Python frame of ours per tap), any other entry as
-# ``entry(arrays, device)``.  Entries are kept alive for the life of the
-# process: a compiled executable may run again at any time.  Ids are
-# shared by taps and calls (one sequence, one key table).
-_functions: dict[int, Any] = {}
-_ids: dict[Any, int] = {}  # key -> target id (its function is kept above)
+# ``entry(arrays, device)``.
+_functions: list[Any] = [None]
+# Calls: id -> run(arrays, device_ordinal), and id -> check(result) (see
+# call_target_id and _check_call).
+_call_runners: list[Callable[[tuple, int], Any] | None] = [None]
+_call_checks: list[Callable[[Any], tuple] | None] = [None]
+_ids: dict[Any, int] = {}  # key -> target id
 _next_id = itertools.count(1)
 _registry_lock = threading.Lock()
+
+
+def _assign_id(key: Any, install: Callable[[int], None]) -> int:
+  """The target id of ``key``; a new one is passed to ``install`` first."""
+  register_targets()
+  ensure_started()
+  tid = _ids.get(key)
+  if tid is None:
+    with _registry_lock:
+      tid = _ids.get(key)
+      if tid is None:
+        tid = next(_next_id)
+        install(tid)
+        _ids[key] = tid
+  return tid
+
+
+def _put(table: list, tid: int, value: Any) -> None:
+  """``table[tid] = value``, the table grown with None as needed."""
+  if len(table) <= tid:
+    table.extend([None] * (tid + 1 - len(table)))
+  table[tid] = value
 
 
 def target_id(key: Any, make: Callable[[], Any]) -> int:
@@ -251,23 +281,7 @@ def target_id(key: Any, make: Callable[[], Any]) -> int:
   function with its tree structure and transforms) gets the same id, so
   recompiling a function does not grow the registry.
   """
-  register_targets()
-  ensure_started()
-  tid = _ids.get(key)
-  if tid is None:
-    with _registry_lock:
-      tid = _ids.get(key)
-      if tid is None:
-        tid = next(_next_id)
-        _functions[tid] = make()
-        _ids[key] = tid
-  return tid
-
-
-# Calls: id -> run(arrays, device_ordinal), which the hostcb_call handlers
-# look up themselves, and id -> check(result) (see _check_call).
-_call_runners: dict[int, Callable[[tuple, int], Any]] = {}
-_call_checks: dict[int, Callable[[Any], tuple]] = {}
+  return _assign_id(key, lambda tid: _put(_functions, tid, make()))
 
 
 def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
@@ -280,17 +294,12 @@ def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
   is); ``check(result)`` turns such a result into the flat, checked
   results or raises.
   """
-  register_targets()
-  ensure_started()
-  tid = _ids.get(key)
-  if tid is None:
-    with _registry_lock:
-      tid = _ids.get(key)
-      if tid is None:
-        tid = next(_next_id)
-        _call_runners[tid], _call_checks[tid] = make()
-        _ids[key] = tid
-  return tid
+  def install(tid: int) -> None:
+    run, check = make()
+    _put(_call_checks, tid, check)
+    _put(_call_runners, tid, run)
+
+  return _assign_id(key, install)
 
 
 _supported_dtypes: frozenset = frozenset()
@@ -580,7 +589,8 @@ def wait_for_device(ordinal: int) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
   been processed; at once when called by that device's consumer or while
   that consumer runs a tap function that dispatched a computation (the
-  call belongs to that function), or when nothing is pending.  What the ``hostcb_call`` handler does itself."""
+  call belongs to that function), or when nothing is pending: what the
+  ``hostcb_call`` handlers do themselves."""
   c = _consumers.get(ordinal)
   # No consumer: nothing went through the engine on that device (consumers
   # start for every local device at the first native tap).

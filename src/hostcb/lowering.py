@@ -142,23 +142,19 @@ def _native_call_runner(target):
   it is: the ``hostcb_call_one`` handler checks it, and calls ``check``
   only for what is not an exact array of the result.
   """
-  func, with_device = target.func, target.with_device
-  unflatten = None if target.one_leaf else target.in_treedef.unflatten
+  device_of = engine.device_of_ordinal
+  invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
   check_results = target.check_results
-  checked = target.one_array is None
   python_queues = runtime.python_queues  # the same dict for the process
   drain = runtime.drain_device
-  device_of = engine.device_of_ordinal
   record = engine.record_exception
   what = f"the call to {target.func!r} failed"
 
   def run(arrays, ordinal):
     if python_queues:  # Python-callback taps may be queued before it
       drain(device_of(ordinal), False)
-    arg = arrays[0] if unflatten is None else unflatten(arrays)
     try:
-      res = func(arg, device=device_of(ordinal)) if with_device else func(arg)
-      return check_results(res) if checked else res
+      return invoke(arrays, ordinal)
     except BaseException as e:
       # As legacy: the failure also reaches the next barrier_wait.
       record(e, what)

@@ -98,16 +98,32 @@ class CallTarget:
     """Calls the host function; returns its flat, checked results."""
     return self.invoker()(arrays, device)
 
-  def invoker(self) -> Callable[[tuple, Any], tuple]:
+  def invoker(self, device_of: Callable[[Any], Any] | None = None,
+              unchecked_one_array: bool = False
+              ) -> Callable[[tuple, Any], Any]:
     """:meth:`invoke` with its lookups done once, for the paths that call
-    the host function once per call (once per loop step in a loop)."""
+    the host function once per call (once per loop step in a loop).
+
+    ``device_of`` maps the second argument to the device, looked up only
+    for ``call_with_device`` (the native engine passes a device ordinal).
+    ``unchecked_one_array``: a result meant to be one array is returned as
+    the host function gave it, for a caller that checks it itself (the
+    ``hostcb_call_one`` handler, which falls back to
+    :meth:`check_results`).
+    """
     func, with_device, check = self.func, self.with_device, self.check_results
     unflatten = None if self.one_leaf else self.in_treedef.unflatten
     dtype, shape = self.one_array or (None, None)
+    unchecked = unchecked_one_array and self.one_array is not None
 
-    def invoke(arrays, device):
+    def invoke(arrays, where):
       arg = arrays[0] if unflatten is None else unflatten(arrays)
-      res = func(arg, device=device) if with_device else func(arg)
+      if with_device:
+        res = func(arg, device=where if device_of is None else device_of(where))
+      else:
+        res = func(arg)
+      if unchecked:
+        return res
       if (type(res) is np.ndarray and dtype is not None
           and (res.dtype is dtype or res.dtype == dtype)
           and res.shape == shape):  # one array, as expected: checked

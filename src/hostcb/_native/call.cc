@@ -6,7 +6,7 @@
 // It runs the call on the device thread that executes the custom call:
 // takes the GIL, copies each operand into a fresh read-only NumPy array
 // (the one copy: the host function may keep it), calls the call's runner,
-// registered by Python (set_call_server) in a dict {target_id: runner}, as
+// registered by Python (set_call_server) in a list indexed by target id, as
 // runner(arrays, device_ordinal), and copies the arrays it returns (exact
 // dtypes and shapes, checked again here) into the result buffers.  A runner
 // that raises fails the computation with the text that Python's formatter
@@ -40,7 +40,8 @@ namespace ffi = xla::ffi;
 namespace hostcb {
 
 // What Python set with set_call_server (strong references), guarded by the
-// GIL: {target_id: runner}, checker(target_id, result), formatter(exc).
+// GIL: the runners (a list indexed by target id), checker(target_id,
+// result), formatter(exc).
 PyObject* g_call_runners = nullptr;
 PyObject* g_call_checker = nullptr;
 PyObject* g_call_formatter = nullptr;
@@ -62,13 +63,10 @@ ffi::Error Failure(std::string message) {
 // The current Python exception as text (and cleared): what Python's
 // formatter makes of it (XLA's own wording and the traceback), else its str.
 std::string TakePythonError() {
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+  PyObject* exc = TakeException();
   std::string text;
-  if (value != nullptr && g_call_formatter != nullptr) {
-    if (PyObject* s = PyObject_CallOneArg(g_call_formatter, value)) {
+  if (exc != nullptr && g_call_formatter != nullptr) {
+    if (PyObject* s = PyObject_CallOneArg(g_call_formatter, exc)) {
       if (const char* u = PyUnicode_AsUTF8(s)) text = u;
       Py_DECREF(s);
     }
@@ -76,17 +74,15 @@ std::string TakePythonError() {
   }
   if (text.empty()) {
     text = "hostcb: the call's host function failed";
-    if (value != nullptr) {
-      if (PyObject* s = PyObject_Str(value)) {
+    if (exc != nullptr) {
+      if (PyObject* s = PyObject_Str(exc)) {
         if (const char* u = PyUnicode_AsUTF8(s)) text += std::string(": ") + u;
         Py_DECREF(s);
       }
     }
     PyErr_Clear();
   }
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
+  Py_XDECREF(exc);
   return text;
 }
 
@@ -226,20 +222,13 @@ ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   if (g_call_runners == nullptr) {
     return Failure("hostcb: no call server is set (engine not started)");
   }
-  PyObject* tid = PyLong_FromLongLong(target_id);
-  if (tid == nullptr) return Failure(TakePythonError());
-  PyObject* runner = PyDict_GetItemWithError(g_call_runners, tid);  // borrowed
+  PyObject* runner = TableEntry(g_call_runners, target_id);  // borrowed
   if (runner == nullptr) {
-    Py_DECREF(tid);
-    if (PyErr_Occurred()) return Failure(TakePythonError());
     return Failure("hostcb: no call is registered with target id " +
                    std::to_string(target_id));
   }
   PyObject* arrays = OperandArrays(args, first_arg);
-  if (arrays == nullptr) {
-    Py_DECREF(tid);
-    return Failure(TakePythonError());
-  }
+  if (arrays == nullptr) return Failure(TakePythonError());
   PyObject* out = nullptr;
   if (PyObject* dev = PyLong_FromLong(device)) {
     PyObject* argv[2] = {arrays, dev};
@@ -249,23 +238,25 @@ ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
     Py_DECREF(dev);
   }
   Py_DECREF(arrays);
-  ffi::Error e = ffi::Error::Success();
-  if (out == nullptr) {
-    e = Failure(TakePythonError());
-  } else if (kOneArray && CopyExactArray(out, rets, first_ret)) {
-    // done: the usual case, checked here
-  } else {
-    if (kOneArray) {  // anything else: Python converts it or fails
-      PyObject* argv[2] = {tid, out};
-      PyObject* checked = PyObject_Vectorcall(g_call_checker, argv, 2, nullptr);
+  if (out == nullptr) return Failure(TakePythonError());
+  if (kOneArray) {
+    if (CopyExactArray(out, rets, first_ret)) {  // the usual case
       Py_DECREF(out);
-      out = checked;
+      return ffi::Error::Success();
     }
-    e = out == nullptr ? Failure(TakePythonError())
-                       : CopyResults(out, rets, first_ret);
+    // Anything else: Python converts it or fails.
+    PyObject* checked = nullptr;
+    if (PyObject* tid = PyLong_FromLongLong(target_id)) {
+      PyObject* argv[2] = {tid, out};
+      checked = PyObject_Vectorcall(g_call_checker, argv, 2, nullptr);
+      Py_DECREF(tid);
+    }
+    Py_DECREF(out);
+    if (checked == nullptr) return Failure(TakePythonError());
+    out = checked;
   }
-  Py_XDECREF(out);
-  Py_DECREF(tid);
+  ffi::Error e = CopyResults(out, rets, first_ret);
+  Py_DECREF(out);
   return e;
 }
 
@@ -305,16 +296,20 @@ ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
 }  // namespace
 }  // namespace hostcb
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl<false>,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::DeviceOrdinal>()
-                                  .Attr<int64_t>("target_id")
-                                  .RemainingArgs()
-                                  .RemainingRets());
+namespace hostcb {
+namespace {
+// The binding of both call handlers.
+auto CallBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Attr<int64_t>("target_id")
+      .RemainingArgs()
+      .RemainingRets();
+}
+}  // namespace
+}  // namespace hostcb
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCall, hostcb::CallImpl<false>,
+                              hostcb::CallBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCallOne, hostcb::CallImpl<true>,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::DeviceOrdinal>()
-                                  .Attr<int64_t>("target_id")
-                                  .RemainingArgs()
-                                  .RemainingRets());
+                              hostcb::CallBinding());

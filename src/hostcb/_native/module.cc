@@ -100,21 +100,6 @@ PyObject* g_on_marker = nullptr;            // on_marker(marker_id)
 PyObject* g_on_failure = nullptr;           // on_failure(target_id, exc)
 PyObject* g_on_dispatch_finished = nullptr;  // dispatch_finished()
 
-// The pending exception, normalized and with its traceback (cleared).
-PyObject* TakeException() {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  return value;
-#endif
-}
-
 // Calls hook(args...) and drops its result; an exception of the hook
 // itself cannot be reported to anyone but the interpreter's unraisable
 // hook.
@@ -129,10 +114,7 @@ void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
 
 // Runs the tap function of one built record (see run_batch).
 void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
-  PyObject* tid = PyLong_FromLongLong(static_cast<long long>(b.target_id));
-  if (tid == nullptr) { PyErr_WriteUnraisable(functions); return; }
-  PyObject* entry = b.target_id >= 0 ? PyDict_GetItemWithError(functions, tid)
-                                     : nullptr;  // borrowed
+  PyObject* entry = TableEntry(functions, b.target_id);  // borrowed
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
@@ -148,15 +130,20 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
     }
     Py_DECREF(entry);
   }
-  if (result == nullptr) {
-    // No such function (a lost tap has id -1), or it raised.
-    PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
+  if (result != nullptr) {
+    Py_DECREF(result);
+    return;
+  }
+  // No such function (a lost tap has id -1), or it raised.
+  PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
+  if (PyObject* tid = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
     PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
     CallHook(g_on_failure, argv, 2);
-    Py_XDECREF(exc);
+    Py_DECREF(tid);
+  } else {
+    PyErr_WriteUnraisable(functions);
   }
-  Py_XDECREF(result);
-  Py_DECREF(tid);
+  Py_XDECREF(exc);
 }
 
 PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
@@ -172,7 +159,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   double poll = 0.05;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lO!O|nOKd",
                                    const_cast<char**>(kw), &device,
-                                   &PyDict_Type, &functions, &device_obj,
+                                   &PyList_Type, &functions, &device_obj,
                                    &max_records, &timeout_obj, &max_bytes,
                                    &poll)) {
     return nullptr;
@@ -331,13 +318,13 @@ PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* arg) {
 
 PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   PyObject *runners, *checker, *formatter;
-  if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &runners, &checker,
+  if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &runners, &checker,
                         &formatter)) {
     return nullptr;
   }
   if (!PyCallable_Check(checker) || !PyCallable_Check(formatter)) {
     PyErr_SetString(PyExc_TypeError,
-                    "set_call_server takes a dict and two callables");
+                    "set_call_server takes a list and two callables");
     return nullptr;
   }
   Py_INCREF(runners);
@@ -368,7 +355,8 @@ PyMethodDef kMethods[] = {
      "the device's queue, polling for `poll` seconds before sleeping; makes "
      "one copy of each operand into arrays Python owns, frees the ring, then "
      "runs the records in order with the GIL held: a tap calls "
-     "functions[target_id], an entry (func, second) as func(arrays[0], "
+     "functions[target_id] (a list, None where nothing is registered), an "
+     "entry (func, second) as func(arrays[0], "
      "second) and any other as entry(arrays, device_obj); a marker calls "
      "on_marker(marker_id).  A tap function that raises (or a missing one) "
      "calls on_failure(target_id, exception or None); after a tap function "
@@ -399,7 +387,8 @@ PyMethodDef kMethods[] = {
      "consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,
      "set_call_server(runners, checker, formatter): hostcb_call runs "
-     "runners[target_id](arrays, device_ordinal) on the device thread (GIL "
+     "runners[target_id](arrays, device_ordinal) (runners a list, None "
+     "where nothing is registered) on the device thread (GIL "
      "held) and copies the sequence of arrays it returns into the call's "
      "results; hostcb_call_one copies a returned NumPy array of the one "
      "result's exact dtype and shape, and passes anything else to "

@@ -40,4 +40,28 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims) {
                               nullptr, 0, nullptr);
 }
 
+// The pending Python exception, normalized and with its traceback set, as
+// a new reference (nullptr if none); the error indicator is cleared.
+inline PyObject* TakeException() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+// Entry `id` of a registry table that Python indexes by target id (a list
+// with None where nothing is registered): a borrowed reference, or nullptr.
+inline PyObject* TableEntry(PyObject* table, int64_t id) {
+  if (id <= 0 || id >= PyList_GET_SIZE(table)) return nullptr;
+  PyObject* entry = PyList_GET_ITEM(table, id);
+  return entry == Py_None ? nullptr : entry;
+}
+
 }  // namespace hostcb

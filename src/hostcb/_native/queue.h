@@ -21,9 +21,10 @@
 // Concurrency invariants (all state below is guarded by Queue::mu_):
 //  * Producers (device threads, any number) reserve payload space in FIFO
 //    order under mu_: a reservation appends a descriptor to records_ (a
-//    RecordFifo, which allocates nothing per record) and advances head_.  The order of records_ is the order in which the
-//    reservations were made; a single device program makes its reservations
-//    in program order, so its records come out in program order.
+//    RecordFifo, which allocates nothing per record) and advances head_.
+//    The order of records_ is the order in which the reservations were
+//    made; a single device program makes its reservations in program
+//    order, so its records come out in program order.
 //  * A producer may copy a large payload with mu_ released: the bytes in
 //    [ring_pos, ring_pos + ring_bytes) belong to that record alone until the
 //    consumer releases it.  It then sets `ready` under mu_ (commit).
