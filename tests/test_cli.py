@@ -59,10 +59,11 @@ def test_demo_shows_every_part_of_the_tour():
   assert "what: x,x^2\n( 3. 9. )\n" in out
   assert ("transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
           "( [2. 3.] [4. 9.] )\n") in out
-  # One tap per device, in any order; devices print with legacy's names.
+  # One tap per device, in any order; devices print as the running JAX
+  # names them.
   pmap_taps = re.findall(r"device: (\S+) where: pmap\n(\d+)\.\n", out)
-  assert sorted(pmap_taps) == [("TFRT_CPU_0", "2"), ("TFRT_CPU_1", "4"),
-                               ("TFRT_CPU_2", "6"), ("TFRT_CPU_3", "8")]
+  assert sorted(pmap_taps) == [("cpu:0", "2"), ("cpu:1", "4"),
+                               ("cpu:2", "6"), ("cpu:3", "8")]
   assert "eigenvalues of a 90° rotation: [0.+1.j 0.-1.j]" in out
   assert ("barrier_wait raised CallbackException: ValueError: tapped value "
           "5.0 is too large") in out

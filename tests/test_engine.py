@@ -173,8 +173,10 @@ def test_barrier_wait_returns_while_another_thread_keeps_tapping():
     g(0)
     hostcb.barrier_wait()
     t.start()
-    while count[0] < 150:  # the producer is running, the queue is full
+    deadline = time.monotonic() + 120
+    while count[0] < 150 and time.monotonic() < deadline:
       time.sleep(0.01)  # polls a condition; not used as synchronisation
+    assert count[0] >= 150, "the producer never filled the queue"
     t0 = time.monotonic()
     hostcb.barrier_wait()
     elapsed = time.monotonic() - t0

@@ -234,9 +234,17 @@ def test_example_runs_as_two_local_processes():
 
 
 # ------------------------------------------------- single process (no launch)
-def test_all_processes_barrier_in_a_single_process_returns():
+def test_all_processes_barrier_in_a_single_process_waits_for_its_taps():
+  import jax
+  seen = []
+  tap = lambda x, transforms: seen.append(int(x))  # noqa: E731
+  f = jax.jit(lambda x: hostcb.id_tap(tap, x))
+  f(1)
   hostcb.barrier_wait(all_processes=True)
+  assert seen == [1]
+  f(2)
   hostcb.barrier_wait("named", all_processes=True)
+  assert seen == [1, 2]
 
 
 def test_all_processes_barrier_without_jax_distributed_is_an_error(

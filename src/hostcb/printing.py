@@ -30,10 +30,12 @@ pretty printer, at a line width of 80:
   at column 0, and the whole text, newlines included, counts as if it were on
   the line (so ``( 1 [[0 1 2]\\n [3 4 5]] )`` stays on "one line").
 
-Where JAX or NumPy changed under it, the text is kept as legacy printed it:
+A device prints as the running JAX names it (``str(device)``, e.g.
+``cpu:0``, ``cuda:0``), as legacy printed what its own JAX called it (JAX
+0.4.30 said ``TFRT_CPU_0``): users compare tap output with their JAX's
+device names.  Where NumPy changed under it, the text is kept as legacy
+printed it:
 
-* a CPU device prints with legacy's name ``TFRT_CPU_<id>`` (current JAX says
-  ``cpu:<id>``);
 * NumPy 2's print options (``np.set_printoptions``, ``np.printoptions``) are
   per thread, and taps print on hostcb's consumer threads: ``id_print``
   takes the caller's options when it is called (when traced, under ``jit``)
@@ -47,7 +49,6 @@ import contextvars
 import threading
 from typing import Any, ContextManager, Union
 
-import jax
 import numpy as np
 
 __all__ = ["format_value", "format_header", "print_tap",
@@ -131,16 +132,10 @@ def format_value(value: Any, threshold: int | None = None) -> str:
   return "".join(out)
 
 
-def _header_value(v: Any) -> str:
-  # Legacy's JAX named CPU devices TFRT_CPU_<id>; current JAX says cpu:<id>.
-  if isinstance(v, jax.Device) and v.platform == "cpu":
-    return f"TFRT_CPU_{v.id}"
-  return f"{v}"
-
-
 def format_header(kwargs: dict[str, Any]) -> str:
-  """The header line: ``key: value`` pairs sorted by key, space-separated."""
-  return " ".join(f"{k}: {_header_value(v)}"
+  """The header line: ``key: value`` pairs sorted by key, space-separated
+  (a device as ``str(device)``, the running JAX's name for it)."""
+  return " ".join(f"{k}: {v}"
                   for k, v in sorted(kwargs.items(), key=lambda kv: kv[0]))
 
 

@@ -18,6 +18,8 @@ from jax._src.interpreters import batching as _batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 
+from hostcb.jax_internals.versions import require
+
 ShapedArray = _core.ShapedArray
 Primitive = _core.Primitive
 no_effects = _core.no_effects
@@ -60,11 +62,13 @@ def _chain_tokens_between_computations() -> None:
     that ``barrier_wait`` in any thread waits for the computations that any
     thread dispatched (a thread may have exited since).
   """
-  cls = getattr(_dispatch, "RuntimeTokenSet", None)
-  original_get = getattr(cls, "get_token_input", None)
-  if original_get is None or getattr(original_get, "_hostcb", False):
-    return
-  original_set = cls.set_token_result
+  what = ("to order tapping computations and let barrier_wait see every "
+          "thread's")
+  cls = require(_dispatch, "RuntimeTokenSet", what)
+  original_get = require(cls, "get_token_input", what)
+  original_set = require(cls, "set_token_result", what)
+  if getattr(original_get, "_hostcb", False):
+    return  # already installed (the module was imported again)
   fresh_tokens: dict = {}
 
   def get_token_input(self, eff, devices):

@@ -63,6 +63,7 @@ from jax._src.lib.mlir.dialects import hlo as _hlo
 
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
+from hostcb.jax_internals.versions import require
 
 _fast = [False]
 _used = [False]  # an executable was lowered in fast-dispatch mode
@@ -172,9 +173,11 @@ def _devices(module: Any) -> int:
 
 
 def _install() -> None:
-  original = getattr(_pxla, "_cached_lowering_to_hlo", None)
-  if original is None or getattr(original, "_hostcb", False):
-    return
+  original = require(_pxla, "_cached_lowering_to_hlo",
+                     "to lower one-device tapping executables for jit's "
+                     "fast dispatch path")
+  if getattr(original, "_hostcb", False):
+    return  # already installed
 
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned

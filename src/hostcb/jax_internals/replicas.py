@@ -52,6 +52,12 @@ except ImportError:
 # signatures.  There, a pmap inside xla_computation behaves as JAX's own.
 if jax.__version_info__ < (0, 10):
   _pmap_impl = None
+elif _pmap_impl is None:
+  import warnings  # noqa: E402
+  warnings.warn(
+      f"hostcb: jax {jax.__version__} has no jax._src.pmap; a pmap inside "
+      "hostcb.xla_computation is lowered by JAX's own rules (no per-replica "
+      "HLO)", RuntimeWarning, stacklevel=2)
 
 try:
   from jax._src.lib import hlo as _hlo_lib

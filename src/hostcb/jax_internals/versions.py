@@ -1,0 +1,37 @@
+"""What to do when a JAX lacks an internal symbol that hostcb patches.
+
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0, 0.10.2,
+0.11.2 and 0.12.0.1.
+
+hostcb wraps a few private functions of JAX (the runtime-token exchange
+between dispatched computations, the cached lowering of executables).  A
+future JAX may rename or remove them; hostcb must then stop at import with
+a message that says which JAX and which symbol, instead of silently losing
+the guarantee the patch gave (a ``barrier_wait`` that no longer covers
+other threads' computations would look like it works).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class MissingJaxInternal(ImportError):
+  """The running JAX lacks a private symbol that hostcb patches."""
+
+
+def require(owner: Any, name: str, what: str) -> Any:
+  """``getattr(owner, name)``, or :class:`MissingJaxInternal` naming the
+  JAX version, the symbol and what hostcb needs it for."""
+  value = getattr(owner, name, None) if owner is not None else None
+  if value is None:
+    import jax  # noqa: PLC0415  (public API)
+    where = getattr(owner, "__module__", None) or getattr(owner, "__name__",
+                                                           repr(owner))
+    if isinstance(owner, type):
+      where = f"{owner.__module__}.{owner.__qualname__}"
+    raise MissingJaxInternal(
+        f"hostcb: jax {jax.__version__} has no {where}.{name}, which hostcb "
+        f"patches {what}. hostcb was checked against jax 0.8.0 to 0.12.0.1; "
+        "install a jax in that range or a hostcb release that supports "
+        f"jax {jax.__version__}.")
+  return value

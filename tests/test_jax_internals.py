@@ -1,0 +1,45 @@
+"""hostcb.jax_internals: a JAX that lacks a symbol hostcb patches stops the
+import with a message naming the JAX version and the symbol (fault
+injection: the symbol is deleted before hostcb is imported)."""
+import jax
+import pytest
+
+from _helpers import run_python
+
+_IMPORT = """
+try:
+    import hostcb
+except ImportError as e:
+    print(type(e).__name__ + ": " + str(e))
+else:
+    print("imported")
+"""
+
+
+@pytest.mark.parametrize("delete, symbol, purpose", [
+    ("from jax._src import dispatch\n"
+     "del dispatch.RuntimeTokenSet.get_token_input",
+     "jax._src.dispatch.RuntimeTokenSet.get_token_input",
+     "to order tapping computations and let barrier_wait see every "
+     "thread's"),
+    ("from jax._src.interpreters import pxla\n"
+     "del pxla._cached_lowering_to_hlo",
+     "jax._src.interpreters.pxla._cached_lowering_to_hlo",
+     "to lower one-device tapping executables for jit's fast dispatch "
+     "path"),
+])
+def test_import_fails_naming_the_jax_version_and_the_missing_symbol(
+    delete, symbol, purpose):
+  proc = run_python(delete + _IMPORT)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no {symbol}, "
+      f"which hostcb patches {purpose}. hostcb was checked against jax 0.8.0 "
+      "to 0.12.0.1; install a jax in that range or a hostcb release that "
+      f"supports jax {jax.__version__}.\n")
+
+
+def test_import_succeeds_with_every_symbol_present():
+  proc = run_python(_IMPORT)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "imported\n"
