@@ -11,14 +11,14 @@ LEGACY := .venv-legacy
 # the CPU build that this project's machines carry.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test install bench check-oldest clean .venv-legacy
+.PHONY: demo test install bench check-oldest check-wheel clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=64" wheel
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
 	touch $@
 
@@ -58,5 +58,12 @@ bench: install
 check-oldest:
 	bash scripts/check_oldest_jax.sh
 
+# What `pip install` and `pip wheel` give a user with pip's defaults (build
+# isolation): one wheel, checked under the oldest and the newest JAX, and a
+# plain `pip install .`; each must tap through the native engine (CI runs it).
+check-wheel:
+	PYTHON=$(PYTHON) bash scripts/check_wheel.sh
+
 clean:
-	rm -rf $(VENV) $(LEGACY) .venv-oldest build src/*.egg-info src/hostcb/_native/*.so
+	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-wheel build src/*.egg-info \
+	  src/hostcb/_native/*.so src/hostcb/_native/_build_failure.txt

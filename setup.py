@@ -8,15 +8,26 @@ The ``.pth`` file installs hostcb's import hook for
 The native engine (``src/hostcb/_native``: XLA FFI handlers and a small
 CPython/NumPy extension) compiles against the XLA FFI headers that jaxlib
 ships (``jaxlib/include``, what ``jax.ffi.include_dir()`` returns) and
-NumPy's headers, both found in the build environment.  It is optional: if
-the headers are missing or the compiler fails, the install still succeeds
-with a warning and hostcb uses XLA's Python callbacks
-(``hostcb.engine.available()`` says why).  Everything else is in
-``pyproject.toml``.
+NumPy's headers.  ``pyproject.toml`` puts both in pip's isolated build
+environment (a pinned jaxlib: the oldest that hostcb supports); with
+``--no-build-isolation`` they come from the environment that builds.
+
+The engine is optional: if the headers are missing or the compiler fails,
+the install still succeeds, with a warning, and hostcb uses XLA's Python
+callbacks.  The reason, one line, is then written into the built package as
+``hostcb/_native/_build_failure.txt``, which
+``hostcb._native.build_failure()`` reads at run time (pip hides the
+warning).  A build that compiles nothing never ships an extension from an
+earlier build: the extension's output is removed before compiling.
+Everything else is in ``pyproject.toml``.
 """
+import contextlib
+import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -24,9 +35,14 @@ from setuptools.command.build_py import build_py
 
 PTH = "hostcb-legacy-import.pth"
 NATIVE = os.path.join("src", "hostcb", "_native")
+# Written next to the extension when it is not built; see build_failure()
+# in src/hostcb/_native/__init__.py.
+FAILURE_FILE = "_build_failure.txt"
 
 
 class build_py_with_pth(build_py):
+  """Copies the import hook's ``.pth`` file to the top of the build."""
+
   def run(self):
     super().run()
     self.copy_file(os.path.join("src", PTH), os.path.join(self.build_lib, PTH),
@@ -38,48 +54,216 @@ class build_py_with_pth(build_py):
 
 
 def _ffi_include_dir():
-  """jaxlib's FFI headers, without importing jax when possible."""
+  """jaxlib's FFI headers, found without importing jax when possible."""
   spec = importlib.util.find_spec("jaxlib")
   if spec is not None and spec.submodule_search_locations:
     for root in spec.submodule_search_locations:
       inc = os.path.join(root, "include")
       if os.path.exists(os.path.join(inc, "xla", "ffi", "api", "ffi.h")):
         return inc
-  import jax  # noqa: PLC0415  (fallback: the official way)
-  return jax.ffi.include_dir()
+  try:
+    import jax  # noqa: PLC0415  (fallback: the official way)
+    inc = jax.ffi.include_dir()
+  except Exception as e:  # noqa: BLE001
+    raise RuntimeError(
+        "the XLA FFI headers (jaxlib/include/xla/ffi/api/ffi.h) are not in "
+        f"the build environment: no jaxlib with them, and jax failed ({e})"
+    ) from None
+  if not os.path.exists(os.path.join(inc, "xla", "ffi", "api", "ffi.h")):
+    raise RuntimeError(f"the XLA FFI headers are not in {inc}")
+  return inc
 
 
-def _warn(msg):
-  print(f"WARNING: hostcb: {msg}; the native tap engine is not built and "
+def _numpy_include_dir():
+  """NumPy's C headers of the build environment."""
+  try:
+    import numpy  # noqa: PLC0415
+  except ImportError:
+    raise RuntimeError(
+        "NumPy's headers are not in the build environment (no numpy)"
+    ) from None
+  return numpy.get_include()
+
+
+def _origin():
+  """Which jaxlib and NumPy the headers come from, for the build log."""
+  from importlib import metadata  # noqa: PLC0415
+  found = []
+  for dist in ("jaxlib", "numpy"):
+    try:
+      found.append(f"{dist} {metadata.version(dist)}")
+    except metadata.PackageNotFoundError:
+      found.append(f"{dist} (version unknown)")
+  return " and ".join(found)
+
+
+def _one_line(text):
+  """``text`` with its whitespace runs (newlines too) made single spaces."""
+  return " ".join(text.split())
+
+
+def _warn(reason):
+  print(f"WARNING: hostcb: {reason}; the native tap engine is not built and "
         "hostcb will use XLA's Python callbacks.", file=sys.stderr)
 
 
+# A compiler's diagnostic line: gcc and clang write "error:" (or "fatal
+# error:"), MSVC "error C1234:".
+_ERROR_LINE = re.compile(r"\berror(?: [A-Z]+[0-9]+)?:", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _compiler_errors():
+  """Collects what the compiler writes to the error stream (fd 2) while the
+  block runs, and writes it out again afterwards; yields a list that then
+  holds that text.
+
+  The compiler runs as a child process that inherits fd 2, so the stream
+  is redirected at the file descriptor level.  Without an fd 2 nothing is
+  collected.
+  """
+  collected = []
+  sys.stderr.flush()
+  try:
+    saved = os.dup(2)
+  except OSError:
+    yield collected
+    return
+  with tempfile.TemporaryFile() as tmp:
+    os.dup2(tmp.fileno(), 2)
+    try:
+      yield collected
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      tmp.seek(0)
+      text = tmp.read().decode("utf-8", errors="replace")
+      sys.stderr.write(text)
+      sys.stderr.flush()
+      collected.append(text)
+
+
+# How distutils reports a command that failed: its argument list, then
+# the exit status.
+_FAILED_COMMAND = re.compile(
+    r"""[Cc]ommand '?\[?'([^']+)'.*(?:exit status|exit code) (-?\d+)""")
+
+
+def _error_summary(compiler_output, exc):
+  """The first error line the compiler wrote (else its last line); with no
+  output, which command failed and how."""
+  lines = [line for line in compiler_output.splitlines() if line.strip()]
+  for line in lines:
+    if _ERROR_LINE.search(line):
+      return _one_line(line)
+  if lines:
+    return _one_line(lines[-1])
+  text = _one_line(str(exc))
+  failed = _FAILED_COMMAND.search(text)
+  if failed:
+    return (f"the command {failed.group(1)!r} exited with status "
+            f"{failed.group(2)}")
+  return text[:500] or type(exc).__name__
+
+
 class build_ext_optional(build_ext):
-  """Adds the jaxlib/NumPy include dirs at build time; never fails."""
+  """Adds the jaxlib/NumPy include dirs at build time and never fails.
+
+  Before compiling it removes the extension left by any earlier build, so
+  that a failed build ships no extension; it records why the extension was
+  not built in :data:`FAILURE_FILE`, and removes that file when it was.
+  """
 
   def build_extensions(self):
     # Always compile: the objects of a previous build (build/) may come from
     # the headers of another jaxlib, whose FFI API version XLA would refuse.
     self.force = True
-    try:
-      import numpy  # noqa: PLC0415
-      includes = [_ffi_include_dir(), numpy.get_include()]
-    except Exception as e:  # noqa: BLE001
-      _warn(f"cannot find the XLA FFI or NumPy headers ({e})")
-      return
+    self._failure = None
     for ext in self.extensions:
-      ext.include_dirs = [NATIVE, *ext.include_dirs]
-      # -isystem: no warnings from the third-party headers.
-      ext.extra_compile_args = [
-          *ext.extra_compile_args,
-          *(arg for inc in includes for arg in ("-isystem", inc))]
-    super().build_extensions()
+      self._remove_outputs(ext)
+    try:
+      includes = [_ffi_include_dir(), _numpy_include_dir()]
+    except RuntimeError as e:
+      self._fail(f"cannot find the headers to build against: {e}")
+    else:
+      print(f"hostcb: building the native tap engine against {_origin()}")
+      for ext in self.extensions:
+        ext.include_dirs = [NATIVE, *ext.include_dirs]
+        # -isystem: no warnings from the third-party headers.
+        ext.extra_compile_args = [
+            *ext.extra_compile_args,
+            *(arg for inc in includes for arg in ("-isystem", inc))]
+      super().build_extensions()
+    for ext in self.extensions:
+      self._write_failure_file(ext)
 
   def build_extension(self, ext):
-    try:
-      super().build_extension(ext)
-    except Exception as e:  # noqa: BLE001  (compiler missing or failing)
-      _warn(f"building {ext.name} failed ({e})")
+    with _compiler_errors() as output:
+      try:
+        super().build_extension(ext)
+        return
+      except Exception as e:  # noqa: BLE001  (compiler missing or failing)
+        error = e
+    self._remove_outputs(ext)  # no half-linked file either
+    self._fail(f"compiling {ext.name} failed: "
+               f"{_error_summary(''.join(output), error)}")
+
+  def _fail(self, reason):
+    """Warns now and keeps ``reason`` (one line) for the failure file."""
+    reason = _one_line(reason)
+    _warn(reason)
+    self._failure = self._failure or reason
+
+  def _remove_outputs(self, ext):
+    """Removes ``ext``'s built file, under any extension-module suffix."""
+    path = self.get_ext_fullpath(ext.name)
+    folder = os.path.dirname(path)
+    stem = ext.name.rsplit(".", 1)[-1]
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+      stale = os.path.join(folder, stem + suffix)
+      if os.path.exists(stale):
+        os.remove(stale)
+
+  def _write_failure_file(self, ext):
+    """Writes the failure reason next to ``ext``'s output, or removes a
+    failure file left by an earlier build when the extension is built."""
+    path = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
+                        FAILURE_FILE)
+    if self._failure is None and os.path.exists(self.get_ext_fullpath(
+        ext.name)):
+      if os.path.exists(path):
+        os.remove(path)
+      return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write((self._failure or f"{ext.name} was not built") + "\n")
+
+  def get_outputs(self):
+    outputs = super().get_outputs()
+    for ext in self.extensions:
+      path = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
+                          FAILURE_FILE)
+      if os.path.exists(path):
+        outputs.append(path)
+    return outputs
+
+  def copy_extensions_to_source(self):
+    """For ``--inplace`` and editable builds: the failure file goes to the
+    source tree too, and a failed build removes the extension that an
+    earlier one left there."""
+    build_py_cmd = self.get_finalized_command("build_py")
+    for ext in self.extensions:
+      inplace, regular = self._get_inplace_equivalent(build_py_cmd, ext)
+      if not os.path.exists(regular) and os.path.exists(inplace):
+        os.remove(inplace)
+      src = os.path.join(os.path.dirname(regular), FAILURE_FILE)
+      dst = os.path.join(os.path.dirname(inplace), FAILURE_FILE)
+      if os.path.exists(src):
+        self.copy_file(src, dst, level=self.verbose)
+      elif os.path.exists(dst):
+        os.remove(dst)
+    super().copy_extensions_to_source()
 
 
 engine = Extension(
@@ -89,6 +273,11 @@ engine = Extension(
     depends=[os.path.join(NATIVE, f)
              for f in ("queue.h", "engine.h", "pyarrays.h")],
     language="c++",
+    # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
+    # that NumPy 2's headers build an extension that also runs on NumPy
+    # 1.26 (the oldest that pyproject.toml admits), whatever newer NumPy
+    # the build environment has.
+    define_macros=[("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")],
     extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
                         "-Wno-missing-field-initializers"],
     optional=True,

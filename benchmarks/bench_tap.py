@@ -9,7 +9,7 @@ One run on one machine, every variant in the same process:
    time only (until the scan returns; the consumer may still be running),
    ``hostcb.call``, ``jax.debug.callback`` and ordered ``io_callback``;
 2. one dispatch of a tiny jitted function, with and without a tap (in the
-   default mode and with ``hostcb_fast_dispatch``);
+   default mode, fast dispatch, and with ``hostcb_strict_barrier``);
 3. ``--taps`` taps of f32[64] end to end, every value checked, with the
    growth of the process's memory;
 4. a slow tap function (``--slow-ms`` per tap) beside device work of about
@@ -92,7 +92,6 @@ def per_step(steps: int, repeats: int):
   # (name, step, finish, counted)
   variants = [("untapped scan", lambda c: c, nothing, False)]
   if engine.available() and jax.devices()[0].platform == "cpu":
-    engine.register_targets()
     noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
     variants.append(("empty XLA FFI custom call (the limit)",
                      lambda c: (noop(c), c)[1], nothing, False))
@@ -146,18 +145,20 @@ def dispatch(calls: int, rounds: int = 5):
   def ignore(*args):
     count[0] += 1
 
-  fast = hostcb.config.FAST_DISPATCH
+  strict = hostcb.config.STRICT_BARRIER
+  default = hostcb.config.read(strict)
   variants = [
-      ("no callback", lambda x: x + 1, False, 0),
-      ("hostcb.id_tap", lambda x: hostcb.id_tap(ignore, x) + 1, False, 1),
-      ("hostcb.id_tap, fast dispatch (hostcb_fast_dispatch)",
+      ("no callback", lambda x: x + 1, default, 0),
+      ("hostcb.id_tap (default: fast dispatch)",
+       lambda x: hostcb.id_tap(ignore, x) + 1, False, 1),
+      ("hostcb.id_tap, hostcb_strict_barrier",
        lambda x: hostcb.id_tap(ignore, x) + 1, True, 1),
       ("jax.debug.callback",
-       lambda x: (jax.debug.callback(ignore, x), x + 1)[1], False, 1),
+       lambda x: (jax.debug.callback(ignore, x), x + 1)[1], default, 1),
   ]
   rows = []
-  for name, fn, fast_mode, taps in variants:
-    hostcb.config.update(fast, fast_mode)
+  for name, fn, strict_mode, taps in variants:
+    hostcb.config.update(strict, strict_mode)
     count[0] = 0
     f = jax.jit(fn)
     x = jnp.float32(1)
@@ -176,7 +177,7 @@ def dispatch(calls: int, rounds: int = 5):
     jax.effects_barrier()
     ok = count[0] == taps * (100 + rounds * calls)
     rows.append((name, statistics.median(times) / calls * 1e6, ok))
-  hostcb.config.update(fast, False)
+  hostcb.config.update(strict, default)
   return rows
 
 

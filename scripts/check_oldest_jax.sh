@@ -10,9 +10,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 # setuptools and wheel: hostcb is built without build isolation, against
-# this venv's jaxlib headers (the native engine).
+# this venv's jaxlib headers (the native engine): the jaxlib that
+# pyproject.toml's isolated build pins too.  setuptools>=77 as there (the
+# SPDX license string).
 "$VENV/bin/pip" install -q "jax==$JAX_OLDEST" "jaxlib==$JAX_OLDEST" numpy \
-  "pytest>=8" pytest-timeout hypothesis "setuptools>=64" wheel
+  "pytest>=8" pytest-timeout hypothesis "setuptools>=77" wheel
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
 "$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
 "$VENV/bin/python" -c "from hostcb import engine; print('native engine:', engine.available() or engine.unavailable_reason())"

@@ -8,7 +8,8 @@ from the environment before the program could set it, e.g. a script's
 ``os.environ["JAX_PLATFORMS"] = "cpu"`` before its ``import jax``.)  The
 finder acts on the one module name ``jax.experimental.host_callback``;
 hostcb, and JAX, are imported when that module is.  The rest of the hook,
-:func:`hostcb.install`, is in :mod:`hostcb.import_hook`.
+:func:`hostcb.install`, is in :mod:`hostcb.import_hook`, which this module
+imports only then (and which does not import this one).
 
 Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the ``.pth`` file from installing it.
 """

@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import jax
+
 from _helpers import hostcb_root
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -62,8 +64,92 @@ def test_demo_shows_every_part_of_the_tour():
   # One tap per device, in any order; devices print as the running JAX
   # names them.
   pmap_taps = re.findall(r"device: (\S+) where: pmap\n(\d+)\.\n", out)
-  assert sorted(pmap_taps) == [("cpu:0", "2"), ("cpu:1", "4"),
-                               ("cpu:2", "6"), ("cpu:3", "8")]
+  # The demo runs on 4 CPU devices whatever this process has: name them
+  # after this JAX's name for device 0 ("cpu:0", or "TFRT_CPU_0" on JAX 0.8).
+  first = str(jax.devices("cpu")[0])
+  names = [first[:-1] + str(i) for i in range(4)]
+  assert sorted(pmap_taps) == sorted(zip(names, ["2", "4", "6", "8"]))
   assert "eigenvalues of a 90° rotation: [0.+1.j 0.-1.j]" in out
   assert ("barrier_wait raised CallbackException: ValueError: tapped value "
           "5.0 is too large") in out
+
+
+# ------------------------------------------------- run --jax-callbacks
+_JAX_CALLBACKS_SCRIPT = '''
+import sys
+import jax
+import jax.numpy as jnp
+from jax.experimental import io_callback
+import hostcb
+
+print("installed", jax.debug.print is hostcb.debug.print,
+      io_callback is hostcb.io_callback, sys.argv[1:])
+sys.stdout.flush()
+seen = []
+
+
+@jax.jit
+def f(x):
+  def body(c, i):
+    jax.debug.print("step {i}: {c}", i=i, c=c)
+    jax.debug.callback(lambda a: seen.append(int(a)), i)
+    c = io_callback(lambda a: a * 2, jax.ShapeDtypeStruct((), jnp.float32), c)
+    return jax.pure_callback(lambda a: a + 1,
+                             jax.ShapeDtypeStruct((), jnp.float32), c), None
+  return jax.lax.scan(body, x, jnp.arange(3))[0]
+
+
+f(1.0)
+# No barrier: the runner's barrier at the end delivers the last prints.
+'''
+
+
+def test_run_jax_callbacks_routes_jax_callbacks_through_hostcb(tmp_path):
+  script = tmp_path / "uses_jax_callbacks.py"
+  script.write_text(_JAX_CALLBACKS_SCRIPT)
+  res = _hostcb("run", "--jax-callbacks", str(script), "a", "--b")
+  assert res.returncode == 0, res.stderr
+  assert res.stdout == (
+      "installed True True ['a', '--b']\n"
+      "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
+
+
+def test_run_without_jax_callbacks_leaves_jax_callbacks_alone(tmp_path):
+  script = tmp_path / "uses_jax_callbacks.py"
+  script.write_text(_JAX_CALLBACKS_SCRIPT)
+  res = _hostcb("run", str(script), "--jax-callbacks")
+  assert res.returncode == 0, res.stderr
+  # The flag after the script is the script's; JAX's own callbacks print
+  # while the scan runs.
+  assert res.stdout == (
+      "installed False False ['--jax-callbacks']\n"
+      "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
+
+
+def test_run_jax_callbacks_reports_a_failed_callback_and_fails(tmp_path):
+  script = tmp_path / "fails.py"
+  script.write_text(
+      "import jax\n"
+      "def check(x):\n"
+      "  raise ValueError(f'bad value {x}')\n"
+      "jax.jit(lambda x: jax.debug.callback(check, x))(2.0)\n"
+      "print('script done')\n")
+  res = _hostcb("run", "--jax-callbacks", str(script))
+  assert res.returncode == 1
+  assert res.stdout == "script done\n"
+  assert "hostcb run: There were exceptions during callback processing" in (
+      res.stderr)
+  assert "ValueError: bad value 2.0" in res.stderr
+
+
+def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):
+  script = tmp_path / "legacy_and_new.py"
+  script.write_text(
+      "import jax\nimport hostcb\n"
+      "from jax.experimental import host_callback as hcb\n"
+      "print(hcb.id_tap is hostcb.id_tap,\n"
+      "      jax.xla_computation is hostcb.xla_computation,\n"
+      "      jax.pure_callback is hostcb.pure_callback)\n")
+  res = _hostcb("run", "--jax-callbacks", str(script))
+  assert res.returncode == 0, res.stderr
+  assert res.stdout == "True True True\n"

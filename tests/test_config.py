@@ -20,6 +20,38 @@ def inline():
 def test_defaults():
   assert hostcb.config.read("jax_host_callback_inline") is False
   assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(256e6)
+  assert hostcb.config.read("hostcb_strict_barrier") is False
+
+
+def test_a_subscriber_gets_the_value_now_and_at_every_change():
+  seen = []
+  old = hostcb.config.read("jax_host_callback_inline")
+  hostcb.config.subscribe("jax_host_callback_inline", seen.append)
+  try:
+    hostcb.config.update("jax_host_callback_inline", not old)
+    hostcb.config.update("jax_host_callback_inline", old)
+  finally:
+    hostcb.config._subscribers["jax_host_callback_inline"].remove(
+        seen.append)
+  assert seen == [old, not old, old]
+
+
+def test_the_queue_bound_reaches_the_engine():
+  old = hostcb.config.read("jax_host_callback_max_queue_byte_size")
+  try:
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", int(32e6))
+    if hostcb.engine.available():
+      jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(1)
+      hostcb.barrier_wait()
+      assert hostcb.engine.counters(0)["capacity"] == int(32e6)
+    assert hostcb.engine.pyqueue._max_bytes == int(32e6)
+  finally:
+    hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
+
+
+def test_an_unknown_option_names_the_known_ones():
+  with pytest.raises(KeyError, match="'hostcb_strict_barrier'"):
+    hostcb.config.read("hostcb_no_such_option")
 
 
 def test_inline_eager_tap_runs_in_calling_thread(inline):

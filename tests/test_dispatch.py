@@ -1,7 +1,8 @@
-"""Fast dispatch (``hostcb_fast_dispatch``): tapping executables that
-``jax.jit`` runs on its C++ fast path keep the taps' guarantees.
+"""Fast dispatch (the default; ``hostcb_strict_barrier`` turns it off):
+tapping executables that ``jax.jit`` runs on its C++ fast path keep the
+taps' guarantees.
 
-Each test compares with what the default mode guarantees: values, program
+Each test compares with what the strict-barrier mode guarantees: values, program
 order within and across computations, no dropped tap, remat, and the
 barrier for the calling thread's computations.
 """
@@ -19,12 +20,12 @@ from _helpers import run_python
 from hostcb import jax_internals as ji
 
 
-_MODE = "hostcb_fast_dispatch"
+_MODE = "hostcb_strict_barrier"
 
 
-def _in_mode(on: bool):
+def _in_mode(strict: bool):
   before = hostcb.config.read(_MODE)
-  hostcb.config.update(_MODE, on)
+  hostcb.config.update(_MODE, strict)
   try:
     yield
   finally:
@@ -34,12 +35,12 @@ def _in_mode(on: bool):
 
 @pytest.fixture
 def fast():
-  yield from _in_mode(True)
+  yield from _in_mode(False)
 
 
 @pytest.fixture
-def default_mode():
-  yield from _in_mode(False)
+def strict():
+  yield from _in_mode(True)
 
 
 def _heavy(h):
@@ -56,11 +57,94 @@ def _tapped(x):
   return hostcb.id_tap(lambda a, t: None, x) + 1
 
 
+@pytest.mark.parametrize("env, expected", [
+    ({"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": ""},
+     "False True"),                       # the default: fast dispatch
+    ({"HOSTCB_STRICT_BARRIER": "1"}, "True False"),  # keeps the token
+    ({"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": "0"},
+     "True False"),                       # hostcb 0.2's name, turned off
+], ids=["default", "strict", "fast-dispatch-off"])
+def test_the_mode_from_the_environment(env, expected):
+  env = {k: v for k, v in env.items() if v}
+  drop = "".join(f"os.environ.pop({k!r}, None)\n" for k in
+                 ("HOSTCB_STRICT_BARRIER", "HOSTCB_FAST_DISPATCH")
+                 if k not in env)
+  proc = run_python(
+      "import os\n" + drop +
+      "import hostcb, jax, jax.numpy as jnp\n"
+      "from hostcb import jax_internals as ji\n"
+      "f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)\n"
+      "print(hostcb.config.read('hostcb_strict_barrier'),"
+      " ji.declares_no_effect(f, jnp.float32(1)))\n", env_extra=env)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == expected + "\n"
+
+
+def test_fast_dispatch_is_the_opposite_of_the_strict_barrier():
+  before = hostcb.config.read(_MODE)
+  try:
+    hostcb.config.update("hostcb_fast_dispatch", False)
+    assert hostcb.config.read(_MODE) is True
+    hostcb.config.update("hostcb_fast_dispatch", True)
+    assert hostcb.config.read(_MODE) is False
+    assert hostcb.config.read("hostcb_fast_dispatch") is True
+  finally:
+    hostcb.config.update(_MODE, before)
+
+
+def _taps_of_other_threads(keep_results: bool, n_threads=4, per_thread=3,
+                           steps=100):
+  """Worker threads dispatch tapping one-device scans, keep (or drop) the
+  results without waiting for them, and exit; the main thread's barrier
+  then counts the taps it saw."""
+  import threading
+  count = [0]
+  lock = threading.Lock()
+
+  def tap(a, t):
+    with lock:
+      count[0] += 1
+
+  f = jax.jit(lambda x: lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, _heavy(c)), None), x, None,
+      length=steps)[0])
+  f(_BIG).block_until_ready()
+  hostcb.barrier_wait()
+  count[0] = 0
+  kept = []
+
+  def worker():
+    outs = [f(_BIG) for _ in range(per_thread)]
+    if keep_results:
+      kept.extend(outs)
+
+  threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=120)
+  hostcb.barrier_wait()
+  seen = count[0]
+  del kept[:]
+  hostcb.barrier_wait()
+  return seen, n_threads * per_thread * steps
+
+
+def test_fast_mode_barrier_waits_for_other_threads_computations_whose_results_are_alive(fast):
+  seen, expected = _taps_of_other_threads(keep_results=True)
+  assert seen == expected
+
+
+def test_strict_barrier_waits_for_other_threads_computations_whose_results_were_dropped(strict):
+  seen, expected = _taps_of_other_threads(keep_results=False)
+  assert seen == expected
+
+
 def test_tapped_jit_declares_no_effect_in_fast_mode(fast):
   assert ji.declares_no_effect(jax.jit(_tapped), jnp.float32(1))
 
 
-def test_tapped_jit_declares_its_effect_by_default(default_mode):
+def test_tapped_jit_declares_its_effect_by_default(strict):
   assert not ji.declares_no_effect(jax.jit(_tapped), jnp.float32(1))
 
 
@@ -118,7 +202,7 @@ def test_fast_mode_keeps_dispatch_order_with_python_callback_taps():
   code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
           f"'no:cacheprovider', '{test_engine.__file__}::{test}']))")
   proc = run_python(code, timeout=180, env_extra={
-      "HOSTCB_FAST_DISPATCH": "1", "HOSTCB_DISABLE_NATIVE": "1"})
+      "HOSTCB_DISABLE_NATIVE": "1"})
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "1 passed" in proc.stdout
 
@@ -142,8 +226,7 @@ def test_computations_of_tap_functions_keep_their_token_in_fast_mode():
   code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
           "'no:cacheprovider', " + ", ".join(
               f"'{test_engine.__file__}::{t}'" for t in tests) + "]))")
-  proc = run_python(code, timeout=180,
-                    env_extra={"HOSTCB_FAST_DISPATCH": "1"})
+  proc = run_python(code, timeout=180)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "3 passed" in proc.stdout
 
@@ -207,16 +290,16 @@ def test_fast_mode_reruns_taps_under_checkpoint(fast):
 
 
 def test_switching_the_mode_recompiles_functions_already_compiled(
-    default_mode):
+    strict):
   seen = []
   f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
   f(1)
-  hostcb.config.update(_MODE, True)
+  hostcb.config.update(_MODE, False)
   try:
     f(2)
     assert ji.declares_no_effect(f, 3)
   finally:
-    hostcb.config.update(_MODE, False)
+    hostcb.config.update(_MODE, True)
   f(4)
   assert not ji.declares_no_effect(f, 5)
   hostcb.barrier_wait()

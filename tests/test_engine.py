@@ -558,3 +558,91 @@ hostcb.barrier_wait()
   # 0, or -11: a child forked after JAX started may crash in JAX's own
   # teardown at exit (the same without hostcb, jax 0.8.0 and 0.10.2).
   assert lines[1:] in (["child exit 0"], ["child exit -11"]), lines
+
+
+# ------------------------------------------- consumers start at first use
+@NATIVE
+def test_lowering_and_compiling_start_no_consumer_thread():
+  proc = run_python("""
+import threading, jax, hostcb
+def consumers():
+    return sorted(t.name for t in threading.enumerate()
+                  if t.name.startswith("hostcb-"))
+f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)
+f.lower(1.0).compile()
+print(consumers())
+f(1.0).block_until_ready()
+hostcb.barrier_wait()
+print(consumers())
+""")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "[]\n['hostcb-engine-0']\n"
+
+
+# ------------------------------------------------- out of memory on the host
+@NATIVE
+def test_a_tap_whose_arrays_cannot_be_allocated_is_reported_and_the_rest_run():
+  rec = Recorder()
+
+  @jax.jit
+  def f(x):
+    for k in range(3):
+      hostcb.id_tap(rec, x + k)
+    return x
+
+  f(10).block_until_ready()
+  hostcb.barrier_wait()
+  rec.calls.clear()
+  engine.fail_next_allocations(1)  # the consumer's next tap: out of memory
+  f(0)
+  with pytest.raises(hostcb.CallbackException,
+                     match="a tap was lost: its operands could not be "
+                           "allocated on the host"):
+    hostcb.barrier_wait()
+  assert rec.args == [1, 2]  # the first tap was lost, the others ran
+  # The consumer is alive: later taps and barriers work as before.
+  f(20)
+  hostcb.barrier_wait()
+  assert rec.args == [1, 2, 20, 21, 22]
+
+
+# ------------------------------------------------- the fallback warning
+_NO_EXTENSION = """
+import sys, warnings
+sys.modules["hostcb._native._engine"] = None  # the extension cannot load
+warnings.simplefilter("always")
+import jax, hostcb
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for k in range(2):
+        jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + k)(1.0)
+        hostcb.call(lambda x: x, 1.0, result_shape=1.0)
+    hostcb.barrier_wait()
+mine = [w for w in caught if issubclass(w.category, hostcb.engine.EngineFallbackWarning)]
+print(len(mine))
+for w in mine:
+    print(w.message)
+"""
+
+
+def test_without_the_engine_the_first_cpu_tap_warns_once_with_reason_and_fix():
+  proc = run_python(_NO_EXTENSION)
+  assert proc.returncode == 0, proc.stderr
+  count, message = proc.stdout.splitlines()
+  assert count == "1"
+  assert message.startswith(
+      "hostcb: the native engine is not available: the extension "
+      "hostcb._native._engine cannot be loaded (")
+  assert ("install a C++ compiler (e.g. g++) and reinstall hostcb: pip "
+          "install --force-reinstall --no-deps --no-cache-dir hostcb. Taps "
+          "and calls on CPU use XLA's Python callbacks instead") in message
+  assert message.endswith(
+      "Set HOSTCB_NO_ENGINE_WARNING=1 to silence this warning.")
+
+
+@pytest.mark.parametrize("env", [{"HOSTCB_NO_ENGINE_WARNING": "1"},
+                                 {"HOSTCB_DISABLE_NATIVE": "1"}])
+def test_the_fallback_warning_is_silenced_by_an_explicit_choice(env):
+  proc = run_python(_NO_EXTENSION, env_extra=env)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "0\n"

@@ -220,6 +220,7 @@ def test_gpu_and_cpu_taps_in_one_program_name_their_devices(gpu):
 def test_fast_dispatch_keeps_dispatch_order_on_gpu(gpu):
   rec = Recorder()
   fast = hostcb.config.FAST_DISPATCH
+  before = hostcb.config.read(fast)
   hostcb.config.update(fast, True)
   try:
     f = jax.jit(lambda x: hostcb.id_tap(rec, x) + 1)
@@ -228,7 +229,7 @@ def test_fast_dispatch_keeps_dispatch_order_on_gpu(gpu):
       x = f(x)
     hostcb.barrier_wait()
   finally:
-    hostcb.config.update(fast, False)
+    hostcb.config.update(fast, before)
   assert int(x) == 50
   assert [int(a) for a in rec.args] == list(range(50))
 
@@ -243,6 +244,7 @@ def test_fast_dispatch_barrier_waits_for_this_threads_cpu_computations(gpu):
     return c, None
 
   fast = hostcb.config.FAST_DISPATCH
+  before = hostcb.config.read(fast)
   hostcb.config.update(fast, True)
   try:
     f = jax.jit(lambda c: lax.scan(body, c, jnp.arange(20000))[0])
@@ -255,7 +257,7 @@ def test_fast_dispatch_barrier_waits_for_this_threads_cpu_computations(gpu):
     hostcb.barrier_wait()
     assert seen == list(range(20000)) * 3
   finally:
-    hostcb.config.update(fast, False)
+    hostcb.config.update(fast, before)
 
 
 # ----------------------------------------------------------------- calls

@@ -27,6 +27,11 @@ def printed(value, **kwargs) -> str:
   return s.output
 
 
+def _dev(i: int) -> str:
+  """Device ``i`` as the running JAX names it (``cpu:0`` on 0.10, ``TFRT_CPU_0`` on 0.8)."""
+  return str(jax.local_devices()[i])
+
+
 def i32(*xs):
   """int32 scalars (one) or a tuple of them."""
   out = tuple(np.int32(x) for x in xs)
@@ -286,12 +291,12 @@ def test_device_keyword_is_printed():
 
 def test_tap_with_device_prints_the_legacy_device_name():
   assert printed(np.int32(2), what="here", tap_with_device=True) == (
-      "device: cpu:0 what: here\n2\n")
+      f"device: {_dev(0)} what: here\n2\n")
 
 
 def test_tap_with_device_replaces_the_device_keyword():
   assert printed(np.int32(2), device="mydev", tap_with_device=True) == (
-      "device: cpu:0\n2\n")
+      f"device: {_dev(0)}\n2\n")
 
 
 def test_result_and_callback_flavor_are_not_printed():
@@ -324,7 +329,7 @@ def test_transforms_sort_among_the_keywords():
   jax.vmap(lambda x: hostcb.id_print(x, output_stream=s, transforms_x=1,
                                      tap_with_device=True))(jnp.arange(2))
   hostcb.barrier_wait()
-  assert s.output == ("device: cpu:0 "
+  assert s.output == (f"device: {_dev(0)} "
                       "transforms: [('batch', {'batch_dims': (0,)})] "
                       "transforms_x: 1\n[0 1]\n")
 
@@ -587,8 +592,8 @@ def test_docstring_pmap_with_device():
            devices=jax.local_devices()[:2])(np.array([2., 3.]))
   hostcb.barrier_wait()
   assert sorted(s.records()) == [
-      "device: cpu:0 what: x,x^2\n( 2. 4. )\n",
-      "device: cpu:1 what: x,x^2\n( 3. 9. )\n"]
+      f"device: {_dev(0)} what: x,x^2\n( 2. 4. )\n",
+      f"device: {_dev(1)} what: x,x^2\n( 3. 9. )\n"]
 
 
 @pytest.mark.multidevice
@@ -601,5 +606,5 @@ def test_docstring_pjit_gathers_operand_on_one_device():
                     np.array([3., 4.]))
   hostcb.barrier_wait()
   np.testing.assert_array_equal(out, [27., 64.])
-  assert s.output == ("device: cpu:0 what: x,x^2\n"
+  assert s.output == (f"device: {_dev(0)} what: x,x^2\n"
                       "( [3. 4.] [ 9. 16.] )\n")

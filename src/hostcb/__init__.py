@@ -3,6 +3,11 @@
 The ``jax.experimental.host_callback`` API (``id_tap``, ``id_print``,
 ``call``, ``barrier_wait``), ``xla_computation`` and ``buffer_callback`` on
 current JAX.  ``hostcb.install()`` makes legacy imports resolve to hostcb.
+
+``hostcb.debug.print``, ``hostcb.debug.callback``, ``hostcb.io_callback`` and
+``hostcb.pure_callback``: JAX's own callbacks, same signatures and behaviour,
+on hostcb's engine; ``hostcb.install(jax_callbacks=True)`` puts them in place
+of JAX's, ``hostcb.uninstall()`` puts JAX's back.
 """
 from hostcb import config
 from hostcb.host_callback import (CallbackException, CallbackFlavor,
@@ -10,7 +15,9 @@ from hostcb.host_callback import (CallbackException, CallbackFlavor,
                                   id_print, id_tap, stop_outfeed_receiver)
 from hostcb.buffer_callback import (Buffer, ExecutionContext, ExecutionStage,
                                     buffer_callback)
-from hostcb.import_hook import install
+from hostcb.import_hook import install, uninstall
+from hostcb import debug
+from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 
 __version__ = "0.2.0"
@@ -20,4 +27,5 @@ __all__ = [
     "CallbackException", "TapFunctionException", "CallbackFlavor", "config",
     "install", "xla_computation", "XlaComputation", "buffer_callback",
     "Buffer", "ExecutionContext", "ExecutionStage",
+    "debug", "io_callback", "pure_callback", "uninstall",
 ]

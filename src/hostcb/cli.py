@@ -1,4 +1,5 @@
-"""The ``hostcb`` command: ``demo``, ``run SCRIPT.py``, ``hlo FILE.py:FN``."""
+"""The ``hostcb`` command: ``demo``, ``run SCRIPT.py``, ``hlo FILE.py:FN``,
+``info``."""
 from __future__ import annotations
 
 import argparse
@@ -10,10 +11,11 @@ def _build_parser() -> argparse.ArgumentParser:
       prog="hostcb",
       description="JAX host callbacks that work: tools for hostcb users.")
   sub = parser.add_subparsers(dest="command", required=True)
-  from hostcb import demo, hlo_render, legacy_runner
+  from hostcb import demo, hlo_render, info, legacy_runner
   demo.add_parser(sub)
   legacy_runner.add_parser(sub)
   hlo_render.add_parser(sub)
+  info.add_parser(sub)
   return parser
 
 

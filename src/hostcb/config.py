@@ -1,7 +1,7 @@
-"""The two legacy knobs of ``host_callback``, and hostcb's fast dispatch.
+"""hostcb's options: legacy's two knobs, and the strict barrier.
 
-Each knob is read from its environment variable when hostcb is imported and
-can be changed later from Python, in any of three equivalent ways::
+Each option is read from its environment variable when hostcb is imported
+and can be changed later from Python, in any of these equivalent ways::
 
     hostcb.config.update("jax_host_callback_inline", True)
     jax.config.update("jax_host_callback_inline", True)   # legacy spelling
@@ -18,30 +18,41 @@ can be changed later from Python, in any of three equivalent ways::
     tap functions catch up; nothing is ever dropped.  Default 256 MB, at
     least 16 MB.
 
+``hostcb_strict_barrier`` (environment: ``HOSTCB_STRICT_BARRIER``)
+    hostcb's own.  By default (``False``) a function that taps or calls and
+    runs on one device is compiled for ``jax.jit``'s C++ fast dispatch path
+    (no JAX runtime token; about 1.3x the dispatch time of the same
+    function without the tap, instead of about 17x), and ``barrier_wait``
+    waits for every computation of the calling thread, every multi-device
+    one, and every one of any thread whose results are still alive.  The
+    one computation it cannot see is a one-device computation that another
+    thread dispatched, that is still running, and whose results were all
+    dropped.  ``True`` restores legacy's full cross-thread barrier: every
+    tapping computation exchanges a runtime token, which ``barrier_wait``
+    waits for, at legacy's dispatch cost.  Changing it clears JAX's
+    compilation caches.
+
 ``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
-    hostcb's own, not legacy's.  Compile tapping functions that run on one
-    device so that ``jax.jit`` dispatches them on its C++ fast path, about
-    as fast as the same function without taps (1.5x instead of about 15x
-    its dispatch time on CPU).  Taps keep every guarantee but one:
-    ``barrier_wait`` waits for the computations that the calling thread
-    dispatched (and for any that already finished), not for a one-device
-    computation that another thread dispatched and that is still running.
-    In this mode a function over several devices that taps (``pmap``,
-    sharded ``jit``, ``shard_map``) returns from its dispatch once its
-    device work is done, which keeps later taps after its taps.
-    Default ``False``.  Changing it clears JAX's compilation caches.
+    The opt-in name of hostcb 0.2, kept working: it is the opposite of
+    ``hostcb_strict_barrier`` (reading it gives ``not strict``; setting it
+    sets ``strict = not value``).
+
+Other modules follow an option with :func:`subscribe` (this module imports
+none of them).
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["update", "read", "INLINE", "MAX_QUEUE_BYTE_SIZE", "FAST_DISPATCH"]
+__all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
+           "STRICT_BARRIER", "FAST_DISPATCH"]
 
 INLINE = "jax_host_callback_inline"
 MAX_QUEUE_BYTE_SIZE = "jax_host_callback_max_queue_byte_size"
-FAST_DISPATCH = "hostcb_fast_dispatch"
+STRICT_BARRIER = "hostcb_strict_barrier"
+FAST_DISPATCH = "hostcb_fast_dispatch"  # hostcb 0.2's name: not STRICT_BARRIER
 
 _MIN_QUEUE_BYTES = int(16e6)
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
@@ -75,7 +86,7 @@ def _int_from_env(var: str, default: int) -> int:
 
 
 def _check(name: str, value: Any) -> Any:
-  if name in (INLINE, FAST_DISPATCH):
+  if name in (INLINE, STRICT_BARRIER, FAST_DISPATCH):
     if not isinstance(value, (bool, int)):
       raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
@@ -89,7 +100,13 @@ def _check(name: str, value: Any) -> Any:
                        f"{_MIN_QUEUE_BYTES} bytes; got {value}")
     return value
   raise KeyError(f"unknown hostcb option {name!r}; expected one of "
-                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {FAST_DISPATCH!r}")
+                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}")
+
+
+def _strict_from_env() -> bool:
+  if "HOSTCB_STRICT_BARRIER" in os.environ:
+    return _bool_from_env("HOSTCB_STRICT_BARRIER", False)
+  return not _bool_from_env("HOSTCB_FAST_DISPATCH", True)
 
 
 _values: dict[str, Any] = {
@@ -97,12 +114,15 @@ _values: dict[str, Any] = {
     MAX_QUEUE_BYTE_SIZE: _check(
         MAX_QUEUE_BYTE_SIZE,
         _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
-    FAST_DISPATCH: _bool_from_env("HOSTCB_FAST_DISPATCH", False),
+    STRICT_BARRIER: _strict_from_env(),
 }
+_subscribers: dict[str, list[Callable[[Any], None]]] = {}
 
 
 def read(name: str) -> Any:
   """Returns the current value of option ``name``."""
+  if name == FAST_DISPATCH:
+    return not _values[STRICT_BARRIER]
   try:
     return _values[name]
   except KeyError:
@@ -113,11 +133,19 @@ def read(name: str) -> Any:
 def update(name: str, value: Any) -> None:
   """Sets option ``name`` (one of the names above) to ``value``."""
   value = _check(name, value)
+  if name == FAST_DISPATCH:
+    name, value = STRICT_BARRIER, not value
   with _lock:
     _values[name] = value
-  if name == MAX_QUEUE_BYTE_SIZE:
-    from hostcb import runtime
-    runtime.set_max_queue_bytes(value)
-  elif name == FAST_DISPATCH:
-    from hostcb import jax_internals
-    jax_internals.set_fast_dispatch(value)
+    subscribers = list(_subscribers.get(name, ()))
+  for notify in subscribers:
+    notify(value)
+
+
+def subscribe(name: str, notify: Callable[[Any], None]) -> None:
+  """Calls ``notify(value)`` now and whenever option ``name`` changes."""
+  _check(name, read(name))
+  with _lock:
+    _subscribers.setdefault(name, []).append(notify)
+    value = _values[name]
+  notify(value)

@@ -19,8 +19,8 @@ from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
 from hostcb.printing import print_tap
-from hostcb.runtime import (CallbackException, barrier_wait,
-                            stop_outfeed_receiver)
+from hostcb.engine import (CallbackException, barrier_wait,
+                           stop_outfeed_receiver)
 
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",

@@ -1,9 +1,12 @@
-"""``hostcb run SCRIPT.py [args]``: runs a legacy JAX script unchanged.
+"""``hostcb run [--jax-callbacks] SCRIPT.py [args]``: runs a script unchanged.
 
 The script runs as ``__main__`` with ``sys.argv`` set to the script and its
 arguments, after :func:`hostcb.install` made ``jax.experimental.host_callback``
-and ``jax.xla_computation`` resolve to hostcb.  At the end, a barrier waits
-for the script's taps, so none is lost.
+and ``jax.xla_computation`` resolve to hostcb.  With ``--jax-callbacks``, it
+runs with ``hostcb.install(jax_callbacks=True)`` in effect: JAX's own
+``jax.debug.print``, ``jax.debug.callback``, ``jax.experimental.io_callback``
+and ``jax.pure_callback`` are hostcb's (docs/jax_callbacks.md).  At the end,
+a barrier waits for the script's taps and callbacks, so none is lost.
 """
 from __future__ import annotations
 
@@ -13,40 +16,53 @@ import runpy
 import sys
 
 
-def run_script(path: str, argv: list[str]) -> None:
-  """Runs the script at ``path`` as ``__main__`` with hostcb installed."""
+def run_script(path: str, argv: list[str], jax_callbacks: bool = False
+               ) -> None:
+  """Runs the script at ``path`` as ``__main__`` with hostcb installed
+  (``install(jax_callbacks=jax_callbacks)``)."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"hostcb run: no such script: {path!r}")
   from hostcb.import_hook import install
-  install()
+  install(jax_callbacks=jax_callbacks)
   sys.argv = [path, *argv]
   sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
   runpy.run_path(path, run_name="__main__")
 
 
 def _main(args: argparse.Namespace) -> int:
+  status = 0
   try:
-    run_script(args.script, args.args)
+    run_script(args.script, args.args, jax_callbacks=args.jax_callbacks)
   except FileNotFoundError as e:
     print(e, file=sys.stderr)
     return 2
   except SystemExit as e:
     code = e.code
-    return code if isinstance(code, int) else (0 if code is None else 1)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
   finally:
-    from hostcb import runtime
+    from hostcb import engine
     try:
-      runtime.barrier_wait("hostcb run")
-    except runtime.CallbackException as e:
+      engine.barrier_wait("hostcb run")
+    except engine.CallbackException as e:
       print(f"hostcb run: {e}", file=sys.stderr)
-  return 0
+      # JAX's own callback would have failed the program: a script run
+      # with JAX's callbacks on hostcb does not succeed silently either.
+      if args.jax_callbacks and status == 0:
+        status = 1
+  return status
 
 
 def add_parser(subparsers) -> None:
   """Adds ``hostcb run`` to the command line."""
   p = subparsers.add_parser(
-      "run", help="run a legacy JAX script unchanged",
+      "run", help="run a legacy JAX script unchanged (--jax-callbacks: "
+      "with JAX's callbacks on hostcb)",
       description=__doc__.splitlines()[0])
+  p.add_argument(
+      "--jax-callbacks", action="store_true",
+      help="also route jax.debug.print, jax.debug.callback, "
+           "jax.experimental.io_callback and jax.pure_callback through "
+           "hostcb (hostcb.install(jax_callbacks=True))")
   p.add_argument("script", help="the Python script to run")
   p.add_argument("args", nargs=argparse.REMAINDER,
                  help="arguments passed to the script")

@@ -6,7 +6,7 @@ buffer of the device that runs it, without Python, and the device goes on;
 the device's consumer thread calls the tap function.  Elsewhere (GPU, other
 platforms, no native engine, a dtype it cannot carry) a tap lowers to XLA's
 Python-callback custom call, whose host function queues the work for the
-device's consumer thread in :mod:`hostcb.runtime`.
+device's consumer thread in :mod:`hostcb.engine.pyqueue`.
 
 A ``call`` on CPU lowers to the engine's custom call ``hostcb_call``, whose
 C++ handler runs the host function on the device thread (with large
@@ -39,7 +39,6 @@ import numpy as np
 
 from hostcb import engine
 from hostcb import jax_internals as ji
-from hostcb import runtime
 from hostcb.buffer_callback import advise_huge_pages
 from hostcb.primitives import call_p, tap_p, unpack_transforms
 
@@ -49,12 +48,19 @@ _TAP_OVERHEAD_BYTES = 64
 
 
 def _native(ctx) -> bool:
-  """Whether this callback lowers to the native engine."""
+  """Whether this callback lowers to the native engine.  Also notes, for
+  the exit handler, that this process lowered a tap or call, and warns
+  once if a CPU callback cannot use the engine because it is missing."""
+  engine.note_lowered()
+  if ji.lowering_platform(ctx) != "cpu":
+    return False
+  if not engine.available():
+    engine.warn_if_unavailable()
+    return False
   # Not in a jit over several devices, where the tap runs on one of them:
   # XLA's SPMD partitioner (Shardy) keeps that placement only for its own
   # Python callbacks.
-  return (engine.available() and ji.lowering_platform(ctx) == "cpu"
-          and not ji.runs_on_one_of_several_devices(ctx)
+  return (not ji.runs_on_one_of_several_devices(ctx)
           and engine.supports(a.dtype for a in (*ctx.avals_in,
                                                 *ctx.avals_out)))
 
@@ -91,12 +97,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     if placement.per_device:
       def host_tap(pid, *arrays):
         device = where(pid)
-        runtime.queue_for(device).put(
+        engine.queue_for(device).put(
             functools.partial(invoke, arrays, device), nbytes)
         return ()
     else:
       def host_tap(*arrays):
-        runtime.queue_for(where).put(
+        engine.queue_for(where).put(
             functools.partial(invoke, arrays, where), nbytes)
         return ()
     return host_tap
@@ -104,6 +110,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   ji.emit_host_callback(ctx, make_host_fn, args, device_index=device_index,
                         has_side_effect=True, avals_out=())
   return list(args)  # the tap is an identity: its results are its operands
+
+
+def _keep_out(e: BaseException, what: str = "") -> None:
+  """A front end's call (``target.rules``, e.g. ``hostcb.pure_callback``)
+  fails its computation only, as JAX's callbacks do: its failure is not
+  kept for ``barrier_wait``."""
 
 
 def _call_runner(target):
@@ -115,8 +127,8 @@ def _call_runner(target):
   work is looked up here, once.
   """
   invoke = target.invoker()
-  drain = runtime.drain_device
-  record = engine.record_exception
+  drain = engine.drain_device
+  record = engine.record_exception if target.rules is None else _keep_out
 
   def run(arrays, device):
     drain(device)  # the taps that came before run first
@@ -145,9 +157,9 @@ def _native_call_runner(target):
   device_of = engine.device_of_ordinal
   invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
   check_results = target.check_results
-  python_queues = runtime.python_queues  # the same dict for the process
-  drain = runtime.drain_device
-  record = engine.record_exception
+  python_queues = engine.python_queues  # the same dict for the process
+  drain = engine.drain_device
+  record = engine.record_exception if target.rules is None else _keep_out
   what = f"the call to {target.func!r} failed"
 
   def run(arrays, ordinal):
@@ -227,6 +239,7 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
 
 
 def _call_lowering(ctx, *args, target, device_index, effectful):
+  engine.note_lowered()
   if _uses_buffers(ctx):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)

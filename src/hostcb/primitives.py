@@ -50,10 +50,17 @@ def _name(func: Callable) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=True)
 class TapTarget:
-  """A tap function with the pytree structure of its argument."""
+  """A tap function with the pytree structure of its argument.
+
+  ``eager``: for a front end that runs its function in the calling thread
+  when the tap is not staged (outside ``jit``), as ``jax.debug.callback``
+  does (:mod:`hostcb.debug`): called as ``eager(arrays, transforms)``
+  instead of compiling the tap.
+  """
   func: Callable
   treedef: Any
   with_device: bool
+  eager: Callable | None = None
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -87,12 +94,20 @@ class TapTarget:
 
 @dataclasses.dataclass(frozen=True, eq=True)
 class CallTarget:
-  """A host function of ``call``, with its argument and result structure."""
+  """A host function of ``call``, with its argument and result structure.
+
+  ``rules``: for a front end with JAX's rules instead of legacy's
+  (:mod:`hostcb.jax_callbacks`): ``rules.jvp()`` and ``rules.transpose()``
+  raise its errors, ``rules.batch(target, args, dims, device_index=...,
+  effectful=...)`` is its ``vmap`` rule, and a failure of its function
+  fails the computation only (it is not kept for ``barrier_wait``).
+  """
   func: Callable
   in_treedef: Any
   out_treedef: Any
   result_avals: tuple
   with_device: bool
+  rules: Any = None
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""
@@ -211,6 +226,15 @@ def _eager_args(args, device_index: int):
   return jax.device_put(args, jax.local_devices()[device_index])
 
 
+def _canonical_array(a) -> np.ndarray:
+  """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
+  ``int32``, a NumPy ``float64`` a ``float32`` without x64), as a JAX
+  array of it would have."""
+  a = np.asarray(a)
+  dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+  return a if dtype == a.dtype else a.astype(dtype)
+
+
 # --------------------------------------------------------------------- tap
 tap_p = ji.new_primitive("hostcb_tap")
 
@@ -223,6 +247,10 @@ def _tap_abstract_eval(*avals, target, transforms, device_index):
 
 @tap_p.def_impl
 def _tap_impl(*args, target, transforms, device_index):
+  if target.eager is not None:
+    target.eager(tuple(_canonical_array(a) for a in args),
+                 unpack_transforms(transforms))
+    return [jax.numpy.asarray(a) for a in args]
   if config.read(config.INLINE):
     device = _device_for(args, device_index)
     target.invoke(tuple(np.asarray(a) for a in args), device,
@@ -290,19 +318,26 @@ def _call_impl(*args, target, device_index, effectful):
                            effectful=effectful)
 
 
-def _call_jvp(primals, tangents, **params):
+def _call_jvp(primals, tangents, *, target, **params):
+  if target.rules is not None:
+    target.rules.jvp()
   raise NotImplementedError(
       "JVP rule is implemented only for id_tap, not for call. "
       "Use jax.custom_jvp or jax.custom_vjp around hostcb.call.")
 
 
-def _call_transpose(cts, *args, **params):
+def _call_transpose(cts, *args, target, **params):
+  if target.rules is not None:
+    target.rules.transpose()
   raise NotImplementedError(
       "differentiation rules are implemented only for id_tap, not for call. "
       "Use jax.custom_vjp around hostcb.call.")
 
 
 def _call_batch(args, dims, *, target, device_index, effectful):
+  if target.rules is not None:
+    return target.rules.batch(target, args, dims, device_index=device_index,
+                              effectful=effectful)
   if effectful:
     raise NotImplementedError(
         "batching rules are implemented only for id_tap, not for call. "

@@ -29,6 +29,18 @@ template <typename Fn> void ForEachQueue(Fn fn);
 // held by threads that do not exist in the child.
 void ResetAfterFork();
 
+// Asks the Python side, once per queue, to start the consumer of `q`
+// (module.cc: takes the GIL and calls the starter that Python set with
+// set_consumer_starter).  Called by a producer before its first record, so
+// that no consumer thread exists until a device really taps.  Never with the
+// queue's mutex held.
+void RequestConsumerSlow(Queue* q);
+inline void RequestConsumer(Queue* q) {
+  if (!q->consumer_requested.load(std::memory_order_acquire)) {
+    RequestConsumerSlow(q);
+  }
+}
+
 // Which XLA dtypes the consumer can turn into NumPy arrays (set from
 // Python); the handlers refuse the others with an error.
 extern std::atomic<bool> g_dtype_supported[kMaxDtype];

@@ -15,7 +15,8 @@
 // SPMD code, if a caller wants it, travels as an ordinary operand (e.g. the
 // partition id), which the tap function then receives.
 //
-// Nothing here touches Python or the GIL.
+// Nothing here touches Python or the GIL, except through RequestConsumer
+// (module.cc), once per device.
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -67,6 +68,7 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
                       "hostcb: device ordinal " + std::to_string(device) +
                           " is out of the engine's range");
   }
+  RequestConsumer(q);
   // Pass 1: sizes.
   uint64_t num = 0, total_rank = 0, data_bytes = 0;
   for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {

@@ -72,6 +72,10 @@ PyObject* Py_set_dtypes(PyObject*, PyObject* mapping) {
 struct Copy { void* dst; const void* src; uint64_t n; };
 struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
 
+// Fault injection (tests): the next this many array allocations of
+// run_batch fail as if out of memory (_fail_next_allocations).
+long g_failing_allocations = 0;
+
 // The tuple of fresh arrays of a tap record; appends the byte copies to do
 // to `copies`.  A record whose payload could not be allocated has no
 // operands and target_id -1 (see Enqueue): its tuple is empty.
@@ -79,6 +83,10 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
   auto* dims = reinterpret_cast<const int64_t*>(r.data +
                                                 r.num_operands * sizeof(OperandDesc));
+  if (g_failing_allocations > 0) {
+    --g_failing_allocations;
+    return PyErr_NoMemory();
+  }
   PyObject* arrays = PyTuple_New(r.num_operands);
   if (!arrays) return nullptr;
   for (uint16_t i = 0; i < r.num_operands; ++i) {
@@ -114,7 +122,8 @@ void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
 
 // Runs the tap function of one built record (see run_batch).
 void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
-  PyObject* entry = TableEntry(functions, b.target_id);  // borrowed
+  PyObject* entry = b.arrays == nullptr  // a lost tap
+                        ? nullptr : TableEntry(functions, b.target_id);
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
@@ -194,19 +203,22 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   std::vector<Built> built;
   built.reserve(records.size());
   for (const Record& r : records) {
-    PyObject* arrays = nullptr;
-    if (r.kind != kMarker) {
-      arrays = BuildArrays(r, &copies);
-      if (arrays == nullptr) break;
+    if (r.kind == kMarker) {
+      built.push_back(Built{r.kind, r.target_id, nullptr});
+      continue;
+    }
+    const size_t copies_before = copies.size();
+    PyObject* arrays = BuildArrays(r, &copies);
+    if (arrays == nullptr) {
+      // Out of memory for this tap's arrays: the tap is lost, and reported
+      // (target -1, see RunTap) at its place in the batch; the markers and
+      // the other taps of the batch go on, and so does the consumer.
+      PyErr_Clear();
+      copies.resize(copies_before);
+      built.push_back(Built{r.kind, -1, nullptr});
+      continue;
     }
     built.push_back(Built{r.kind, r.target_id, arrays});
-  }
-  if (built.size() < records.size()) {
-    // Cannot hand the batch out (out of memory): its taps are lost, which
-    // the engine reports at the next barrier.
-    for (Built& b : built) Py_XDECREF(b.arrays);
-    q->Release(records.size());
-    return nullptr;
   }
   uint64_t total = 0;
   for (const Copy& c : copies) total += c.n;
@@ -336,6 +348,25 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+PyObject* g_consumer_starter = nullptr;  // starter(device_ordinal)
+
+PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
+  if (!PyCallable_Check(starter)) {
+    PyErr_SetString(PyExc_TypeError, "set_consumer_starter takes a callable");
+    return nullptr;
+  }
+  Py_INCREF(starter);
+  Py_XSETREF(g_consumer_starter, starter);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return nullptr;
+  g_failing_allocations = n;
+  Py_RETURN_NONE;
+}
+
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
   ResetAfterFork();
   Py_RETURN_NONE;
@@ -394,6 +425,13 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"set_consumer_starter", Py_set_consumer_starter, METH_O,
+     "set_consumer_starter(starter): a device's first producer calls "
+     "starter(device_ordinal) once, on its device thread with the GIL "
+     "taken, before it queues its record."},
+    {"_fail_next_allocations", Py_fail_next_allocations, METH_O,
+     "_fail_next_allocations(n): fault injection for tests; run_batch fails "
+     "to allocate the arrays of the next n taps, as if out of memory."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue (for os.register_at_fork)."},
     {nullptr, nullptr, 0, nullptr}};
@@ -403,6 +441,29 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_engine",
                        kMethods};
 
 }  // namespace
+
+void RequestConsumerSlow(Queue* q) {
+  if (q->consumer_requested.exchange(true, std::memory_order_acq_rel)) return;
+  // The device thread holds no Python state; the thread that dispatched the
+  // computation waits for it with the GIL released (as for hostcb_call).
+  // Not while the interpreter shuts down: a daemon thread's computation
+  // then has no consumer to start.
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) return;
+#else
+  if (_Py_IsFinalizing()) return;
+#endif
+  PyGILState_STATE gil = PyGILState_Ensure();
+  if (PyObject* starter = g_consumer_starter) {
+    Py_INCREF(starter);
+    PyObject* r = PyObject_CallFunction(starter, "i", q->device());
+    if (r == nullptr) PyErr_WriteUnraisable(starter);
+    Py_XDECREF(r);
+    Py_DECREF(starter);
+  }
+  PyGILState_Release(gil);
+}
+
 }  // namespace hostcb
 
 PyMODINIT_FUNC PyInit__engine(void) {

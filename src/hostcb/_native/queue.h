@@ -141,6 +141,10 @@ class Queue {
 
   int32_t device() const { return device_; }
 
+  // Set by the first producer that asks for a consumer (RequestConsumer in
+  // engine.h): consumers start at a device's first record, not before.
+  std::atomic<bool> consumer_requested{false};
+
   // ----------------------------------------------------------- producers
   struct Reservation {
     uint64_t seq;     // of its record in the FIFO

@@ -11,7 +11,8 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
 * :mod:`.lowering`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
-* :mod:`.buffers`: the buffer custom call of ``buffer_callback``.
+* :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
+* :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches.
 
 Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
 ``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
@@ -36,7 +37,7 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       forget_dispatched_computations)
 from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           drain_this_thread, fast_dispatch,
-                                          fast_dispatch_used,
+                                          fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
 from hostcb.jax_internals.lowering import (Placement, emit_custom_call,
@@ -48,3 +49,7 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           xla_computation_from_proto)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
+from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
+                                                  patch_effects_barrier)
+from hostcb.jax_internals.jax_callbacks import (is_jax_value,
+                                                jax_callback_functions)

@@ -3,16 +3,17 @@
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
 checked against jax 0.8.0 and 0.10.2.
 
-By default hostcb's effect is an ordered JAX effect (:mod:`.core`): every
-tapping executable takes and returns a runtime token, which orders its taps
-after those of the computations dispatched before it and lets
-``barrier_wait`` wait for the computations of every thread.  The price is
-JAX's Python dispatch path: ``jax.jit`` runs an executable through its C++
-fast path only when the executable has no JAX effect at all
-(``pjit._get_fastpath_data``), so a tapped function pays about 15x the
-dispatch time of the same function without the tap.
+hostcb's effect is an ordered JAX effect (:mod:`.core`): a tapping
+executable that takes and returns a runtime token orders its taps after
+those of the computations dispatched before it and lets ``barrier_wait``
+wait for the computations of every thread.  The price is JAX's Python
+dispatch path: ``jax.jit`` runs an executable through its C++ fast path
+only when the executable has no JAX effect at all
+(``pjit._get_fastpath_data``), so such a function pays about 15x the
+dispatch time of the same function without the tap.  That is the
+strict-barrier mode (``hostcb_strict_barrier``).
 
-In fast-dispatch mode (:func:`set_fast_dispatch`), for an executable that
+In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an executable that
 runs on one device, the effect stays on every jaxpr, so that everything that depends on it is unchanged (taps are never
 dropped by dead-code elimination, nested ``jit``/``scan``/``cond``/
 ``while`` and ``checkpoint`` keep them, the token threads through control
@@ -42,11 +43,12 @@ reach each device's queue in dispatch order, and a computation that the
 thread dispatches after them (:func:`drain_this_thread`) finishes only after
 they have queued all their taps.  Computations of *different* threads are
 not ordered by the CPU client, and without a token nothing records them:
-in this mode ``barrier_wait`` waits for the computations of the calling
-thread (as ``jax.effects_barrier`` does for JAX's own effects), for every
-multi-device one, and for those of other threads that finished, not for a
-one-device computation that another thread dispatched and that is still
-running.  A computation that a tap function dispatches keeps its token
+in this mode ``barrier_wait`` (``hostcb.engine.barrier``) waits for the
+computations of the calling thread (as ``jax.effects_barrier`` does for
+JAX's own effects), for every multi-device one, for those of any thread
+whose results are alive (``jax.live_arrays``) and for those that finished;
+not for a one-device computation that another thread dispatched, that is
+still running and whose results were all dropped.  A computation that a tap function dispatches keeps its token
 (see ``_in_tap_function``).
 """
 from __future__ import annotations
@@ -65,7 +67,9 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.versions import require
 
-_fast = [False]
+# Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
+# it off); executables lowered before any change are in this mode.
+_fast = [True]
 _used = [False]  # an executable was lowered in fast-dispatch mode
 
 # True in hostcb's consumer threads, where tap functions run.  A computation
@@ -243,12 +247,12 @@ def drain_this_thread() -> None:
   them."""
   import jax  # noqa: PLC0415  (public API)
   noop = _noop()
-  outs = [noop(jax.device_put(np.int32(0), d)) for d in _local_devices()]
+  outs = [noop(jax.device_put(np.int32(0), d)) for d in local_devices()]
   for out in outs:
     out.block_until_ready()
 
 
-def _local_devices() -> list:
+def local_devices() -> list:
   """The local devices of the default platform and, beside an accelerator,
   the CPU's: a program may tap on both."""
   import jax  # noqa: PLC0415  (public API)

@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 import hostcb
-from hostcb import engine, runtime
+from hostcb import engine
 from _helpers import Recorder, run_python
 
 
@@ -58,7 +58,7 @@ def _queue_state():
   if engine.available():
     c = engine.counters(device.id)
     return c["space_waiters"], c["bytes_held"]
-  q = runtime.queue_for(device)
+  q = engine.queue_for(device)
   return q._waiters, q._bytes
 
 

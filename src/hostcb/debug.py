@@ -1,0 +1,419 @@
+"""``jax.debug.print`` and ``jax.debug.callback`` on hostcb's engine.
+
+:func:`print` and :func:`callback` take what JAX 0.10.2's ``jax.debug.print``
+and ``jax.debug.callback`` take, and print and call what they do: a
+``callback(*args, **kwargs)`` with the array arguments on the host and the
+other arguments (strings, objects) as they were given; under ``jax.vmap``
+once per batch element, in JAX's order; under ``jvp``/``grad`` with the
+primal values, once; again when ``jax.checkpoint`` recomputes.
+
+They are thin front ends over hostcb's tap primitive: the device hands the
+operands to hostcb's engine and goes on (it does not wait for the
+callback), and a consumer thread per device calls the function, in program
+order with every other hostcb callback of that device.
+``jax.effects_barrier()`` (and :func:`hostcb.barrier_wait`) waits for them.
+Outside ``jit`` (nothing staged) the function runs at once in the calling
+thread, after the callbacks dispatched before it, as JAX's does.
+
+Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``:
+the callback receives NumPy arrays rather than ``jax.Array`` s; the device
+never waits for it; an exception it raises does not fail the computation
+but is logged and raised by the next barrier; ``ordered=True`` is accepted
+in code over several devices.
+"""
+from __future__ import annotations
+
+import string
+import sys
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from hostcb import jax_callbacks as _jc
+from hostcb import jax_internals as ji
+from hostcb.jax_internals import jax_callbacks as _ji_callbacks
+from hostcb.primitives import TapTarget, tap_p
+from hostcb.printing import caller_print_options, numpy_print_options
+
+__all__ = ["print", "callback"]
+
+_JAX_CALLBACK = _jc.jax_function("debug_callback")
+_JAX_PRINT = _jc.jax_function("debug_print")
+
+
+# --------------------------------------------------------- arguments
+def _split(args: tuple, kwargs: dict):
+  """``(in_tree, operands, static)`` of a debug callback's arguments: the
+  leaves JAX stages (arrays, numbers) are operands; the others (strings,
+  objects) stay on the host, as ``((leaf index, value), ...)``."""
+  leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+  operands, static = [], []
+  for i, leaf in enumerate(leaves):
+    if ji.is_jax_value(leaf):
+      operands.append(leaf)
+    else:
+      static.append((i, leaf))
+  return in_tree, operands, tuple(static)
+
+
+def _is_key(x) -> bool:
+  return jax.dtypes.issubdtype(getattr(x, "dtype", None),
+                               jax.dtypes.prng_key)
+
+
+def _element(array: np.ndarray, dim: int, i: int) -> np.ndarray:
+  return array[(slice(None),) * dim + (i,)]
+
+
+def _elements(leaves: tuple, levels: list) -> list:
+  """The operands of each batch element, in the order in which JAX's
+  ``vmap`` of a debug callback calls it.
+
+  ``levels`` holds one tuple of batch dims per ``vmap``, innermost first;
+  the outermost level's axes are in ``leaves`` as they are, each inner
+  level's in the slices of the levels outside it.  JAX unrolls the
+  innermost ``vmap`` first, so the innermost index varies slowest.
+  """
+  if not levels:
+    return [leaves]
+  *inner, outer = levels
+  size = next(a.shape[d] for a, d in zip(leaves, outer) if d is not None)
+  per_outer = [
+      _elements(tuple(a if d is None else _element(a, d, o)
+                      for a, d in zip(leaves, outer)), inner)
+      for o in range(size)]
+  return [per_outer[o][k] for k in range(len(per_outer[0]))
+          for o in range(size)]
+
+
+class _DebugCall:
+  """The tap function of one ``debug.callback``/``debug.print`` site.
+
+  Called by the engine as ``f(arg, transforms)``; rebuilds the callback's
+  arguments (the host-side ones put back in place), once per batch element
+  under ``vmap``, and calls it.
+  """
+
+  def __init__(self, func: Callable, in_tree: Any, static: tuple,
+               n_operands: int, key_impls: tuple, as_jax_arrays: bool):
+    self.func = func
+    self.in_tree = in_tree
+    self.static = static
+    self.n = n_operands
+    self.key_impls = key_impls if any(k is not None for k in key_impls) \
+        else None
+    self.as_jax_arrays = as_jax_arrays
+    # Positional operands only: call without rebuilding the tree.
+    self.positional = (not static and in_tree == jax.tree_util.tree_structure(
+        ((0,) * n_operands, {})))
+
+  def __repr__(self) -> str:
+    return f"jax.debug.callback({self.func!r})"
+
+  def __call__(self, arg, transforms=()) -> None:
+    """Runs the staged callback (the engine's call): a PRNG key operand
+    arrives as its key data, as JAX's staged callback receives it."""
+    self.run(arg, transforms, False)
+
+  def run(self, arg, transforms, wrap_keys: bool) -> None:
+    """Calls the function once, or once per batch element under ``vmap``;
+    ``wrap_keys``: PRNG key operands as key arrays (JAX's eager call) rather
+    than their key data (JAX's staged call).  A failure is logged where
+    JAX logs it, and raised."""
+    leaves = (arg,) if self.n == 1 else arg
+    try:
+      if transforms:
+        levels = [params["batch_dims"] for name, params in transforms
+                  if name == "batch"]
+        if levels:
+          for element in _elements(tuple(leaves), levels):
+            self.call(element, wrap_keys)
+          return
+      self.call(leaves, wrap_keys)
+    except BaseException:
+      _jc.debug_logger.exception("jax.debug.callback failed")
+      raise
+
+  def call(self, leaves, wrap_keys: bool = False) -> None:
+    """Calls the function with one set of operands."""
+    if wrap_keys and self.key_impls is not None:
+      leaves = [a if impl is None else jax.random.wrap_key_data(a, impl=impl)
+                for a, impl in zip(leaves, self.key_impls)]
+    if self.as_jax_arrays:
+      cpu = jax.local_devices(backend="cpu")[0]
+      leaves = jax.device_put(list(leaves), cpu)
+    if self.positional:
+      self.func(*leaves)
+      return
+    flat = list(leaves)
+    for i, value in self.static:
+      flat.insert(i, value)
+    args, kwargs = self.in_tree.unflatten(flat)
+    self.func(*args, **kwargs)
+
+
+# Under checkpoint, rematerialized as JAX rematerializes its debug callbacks.
+_ji_callbacks.rematerialize_as_jax_debug(
+    tap_p, lambda params: isinstance(params["target"].func, _DebugCall))
+
+
+class _Eagerly:
+  """Runs a debug callback that is not staged (outside ``jit``) at once, in
+  the calling thread, after hostcb's callbacks dispatched before it, as
+  JAX runs its own: its exception reaches the caller."""
+
+  def __init__(self, call: _DebugCall):
+    self.call = call
+
+  def __call__(self, arrays: tuple, transforms: tuple) -> None:
+    _jc.wait_for_earlier_callbacks()
+    call = self.call
+    call.run(arrays[0] if call.n == 1 else tuple(arrays), transforms, True)
+
+
+def _tap(func: Callable, args: tuple, kwargs: dict,
+         as_jax_arrays: bool = False) -> None:
+  in_tree, operands, static = _split(args, kwargs)
+  key_impls = []
+  for i, x in enumerate(operands):
+    if _is_key(x):
+      key_impls.append(jax.random.key_impl(x))
+      operands[i] = jax.random.key_data(x)
+    else:
+      key_impls.append(None)
+  call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
+                    as_jax_arrays)
+  target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
+                     eager=_Eagerly(call))
+  tap_p.bind(*operands, target=target, transforms=(), device_index=0)
+
+
+def _to_jax(jax_fn: Callable, first, args: tuple, kwargs: dict,
+            options: dict) -> None:
+  """Hands a call to JAX's own function, with its options."""
+  if any(k in kwargs for k in options):
+    # Only the two-call form can pass the callback keywords of these names.
+    jax_fn(**options)(first, *args, **kwargs)
+  else:
+    jax_fn(first, *args, **options, **kwargs)
+
+
+# ------------------------------------------------------------ callback
+def _callback(func, args: tuple, kwargs: dict, ordered: bool,
+              partitioned: bool) -> None:
+  if not callable(func):
+    raise TypeError("first argument to jax.debug.callback must be callable, "
+                    f"but got an object of type {type(func)}")
+  if partitioned or _jc.is_jax_own(func):
+    _to_jax(_JAX_CALLBACK, func, args, kwargs,
+            {"ordered": ordered, "partitioned": partitioned})
+    return
+  _tap(func, args, kwargs)
+
+
+def callback(callback: Callable[..., None] | None = None, *args: Any,
+             ordered: bool = False, partitioned: bool = False,
+             **kwargs: Any) -> Callable[..., None] | None:
+  """``jax.debug.callback`` on hostcb's engine: calls ``callback(*args,
+  **kwargs)`` on the host from JAX code, for its side effects.
+
+  Array and number arguments come from the device, as NumPy arrays (JAX
+  passes ``jax.Array`` s); any other argument (a string, an object) is
+  passed as it was given.  Under ``jax.vmap`` the callback is called once
+  per batch element; under ``jvp``/``grad`` once, with the primal values;
+  under ``jax.checkpoint`` again when the forward pass is recomputed.  The
+  device does not wait for it: hostcb's consumer thread calls it, in
+  program order with the other callbacks of its device;
+  ``jax.effects_barrier()`` waits until it has run.  An exception it
+  raises is logged and raised by the next ``jax.effects_barrier()`` or
+  :func:`hostcb.barrier_wait`, as :class:`hostcb.CallbackException` (the
+  computation goes on).  Outside ``jit`` it runs at once, in the calling
+  thread, and its exception reaches the caller.
+
+  Two forms, as JAX's: ``callback(f, *args, ordered=..., **kwargs)``, and
+  ``callback(ordered=...)`` returning a function that takes ``(f, *args,
+  **kwargs)`` (every keyword of that second call goes to ``f``).
+
+  Args:
+    callback: the host function (its return value is ignored).
+    *args: its positional arguments.
+    ordered: accepted for JAX's sake; hostcb keeps every callback in
+      program order, and allows ``ordered=True`` on several devices.
+    partitioned: ``True`` hands the call to JAX's own implementation (a
+      sharded ``jit`` then calls it once per shard, without gathering).
+    **kwargs: its keyword arguments.
+
+  Returns:
+    None, or in the two-call form the function to call.
+  """
+  if callback is not None:
+    _callback(callback, args, kwargs, ordered, partitioned)
+    return None
+  if args or kwargs:
+    raise TypeError("debug_callback received unexpected arguments in the "
+                    f"two-call form: {args=} {kwargs=}")
+
+  def debug_callback(callback: Callable[..., None], *args: Any,
+                     **kwargs: Any) -> None:
+    _callback(callback, args, kwargs, ordered, partitioned)
+
+  return debug_callback
+
+
+callback._hostcb_replaces = _JAX_CALLBACK
+
+
+# --------------------------------------------------------------- print
+class _FormatCheck(string.Formatter):
+  """Formats nothing, only checks that the format string uses every
+  argument and names no missing one (JAX's checks, with its messages)."""
+
+  def format_field(self, value, format_spec):
+    return ""
+
+  def check_unused_args(self, used_args, args, kwargs):
+    unused = [a for i, a in enumerate(args) if i not in used_args]
+    if unused:
+      raise ValueError(
+          f"Unused positional arguments to `jax.debug.print`: {unused}")
+    unused_names = [k for k in kwargs if k not in used_args]
+    if unused_names:
+      raise ValueError(
+          f"Unused keyword arguments to `jax.debug.print`: {unused_names}. "
+          "You may be passing an f-string (i.e, `f\"{x}\"`) into "
+          "`jax.debug.print` and instead should pass in a regular string.")
+
+
+_format_check = _FormatCheck()
+
+
+def _first_field_is_placeholder(fmt: str) -> bool:
+  """JAX formats the arguments into ``fmt`` when its first parsed piece is
+  a replacement field, and otherwise prints ``fmt`` followed by them."""
+  if not fmt:
+    return False
+  _, field, _, _ = next(iter(string.Formatter().parse(fmt)))
+  return field is not None
+
+
+def _shows_jax_arrays(fmt: str) -> bool:
+  """Whether a format shows more of its arguments than their values (a
+  ``!r``/``!a`` conversion, an attribute or an item): those print what a
+  ``jax.Array`` prints, so they get one."""
+  try:
+    for _, field, _, conversion in string.Formatter().parse(fmt):
+      if field is None:
+        continue
+      if conversion in ("r", "a") or "." in field or "[" in field:
+        return True
+  except ValueError:
+    return True
+  return False
+
+
+def _contains_arrays(args: tuple, kwargs: dict) -> bool:
+  """Whether an argument is a container (a pytree node) with an array or
+  number in it: a container prints the ``repr`` of its arrays, which is
+  ``Array(...)`` for the ``jax.Array`` s that JAX's print gets."""
+  for a in (*args, *kwargs.values()):
+    leaves = jax.tree_util.tree_leaves(a)
+    if (leaves and not (len(leaves) == 1 and leaves[0] is a)
+        and any(ji.is_jax_value(x) for x in leaves)):
+      return True
+  return False
+
+
+class _Format:
+  """The callback of one ``debug.print``: formats and writes one line to
+  ``sys.stdout`` (looked up when it prints), with the NumPy print options
+  of the thread that called ``print``."""
+
+  def __init__(self, fmt: str, placeholders: bool, options):
+    self.fmt = fmt
+    self.placeholders = placeholders
+    self.options = options
+
+  def __repr__(self) -> str:
+    return f"jax.debug.print({self.fmt!r})"
+
+  def __call__(self, *args, **kwargs) -> None:
+    if self.placeholders:
+      with numpy_print_options(self.options):
+        text = self.fmt.format(*args, **kwargs)
+    else:
+      text = " ".join((self.fmt, *(str(a) for a in args)))
+    sys.stdout.write(text + "\n")
+
+
+def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
+           skip_format_check: bool, use_logging: bool) -> None:
+  if partitioned or use_logging:
+    options = {"ordered": ordered, "partitioned": partitioned,
+               "skip_format_check": skip_format_check}
+    if use_logging:
+      options["_use_logging"] = True
+    _to_jax(_JAX_PRINT, fmt, args, kwargs, options)
+    return
+  if not skip_format_check:
+    _format_check.format(fmt, *args, **kwargs)
+  placeholders = _first_field_is_placeholder(fmt)
+  printer = _Format(fmt, placeholders, caller_print_options())
+  _tap(printer, args, kwargs,
+       as_jax_arrays=((placeholders and _shows_jax_arrays(fmt))
+                      or _contains_arrays(args, kwargs)))
+
+
+def print(fmt: str | None = None, *args, ordered: bool = False,  # noqa: A001
+          partitioned: bool = False, skip_format_check: bool = False,
+          _use_logging: bool = False, **kwargs) -> Callable[..., None] | None:
+  """``jax.debug.print`` on hostcb's engine: prints values from JAX code.
+
+  Prints ``fmt.format(*args, **kwargs)`` on one line of ``sys.stdout``,
+  with the array arguments as NumPy prints them, under the NumPy print
+  options of the thread that called ``print`` (pass the values as
+  arguments: an f-string would print the tracers).  A format whose first
+  piece is not a replacement field prints ``fmt`` and the arguments
+  separated by spaces (with ``skip_format_check``; otherwise unused
+  arguments are an error).  The text is exactly JAX's; ``{x!r}`` shows
+  ``Array(...)`` as JAX's does.
+
+  When, how often and in which order it prints is as for :func:`callback`:
+  once per batch element under ``vmap``, the device does not wait,
+  ``jax.effects_barrier()`` waits for it, outside ``jit`` it prints at
+  once.
+
+  Two forms, as JAX's: ``print(fmt, *args, ordered=..., **kwargs)`` and
+  ``print(ordered=...)`` returning a function of ``(fmt, *args,
+  **kwargs)``.
+
+  Args:
+    fmt: a ``str.format`` format string.
+    *args: values for its positional fields.
+    ordered: accepted for JAX's sake (hostcb keeps every print in order).
+    partitioned: ``True`` hands the print to JAX's own implementation (a
+      sharded ``jit`` then prints each shard).
+    skip_format_check: do not check that ``fmt`` uses every argument.
+    _use_logging: log instead of printing (``jax.debug.log``): handed to
+      JAX's own implementation.
+    **kwargs: values for its named fields.
+
+  Returns:
+    None, or in the two-call form the function to call.
+  """
+  if fmt is not None:
+    _print(fmt, args, kwargs, ordered, partitioned, skip_format_check,
+           _use_logging)
+    return None
+  if args or kwargs:
+    raise TypeError("debug_print received unexpected arguments in the "
+                    f"two-call form: {args=} {kwargs=}")
+
+  def debug_print(fmt: str, *args, **kwargs) -> None:
+    _print(fmt, args, kwargs, ordered, partitioned, skip_format_check,
+           _use_logging)
+
+  return debug_print
+
+
+print._hostcb_replaces = _JAX_PRINT

@@ -1,0 +1,151 @@
+"""hostcb's host engine: everything that happens on the host side of taps
+and calls, in one package.
+
+* :mod:`.native`: the back end of CPU taps and calls (C++ rings, XLA FFI
+  handlers, one consumer thread per device, started at the device's first
+  tap);
+* :mod:`.pyqueue`: the back end of what the rings cannot serve (GPUs and
+  other platforms, an unbuilt extension, dtypes the rings cannot carry),
+  through XLA's Python callbacks;
+* :mod:`.registry`: the tap and call functions, by target id;
+* :mod:`.consumers`: which thread is a consumer (of either back end);
+* :mod:`.errors`: exceptions of tap and call functions, for the barrier;
+* :mod:`.barrier`: ``barrier_wait`` over both back ends;
+* :mod:`.lifecycle`: fork and interpreter exit.
+
+This module is what the rest of hostcb uses: the lowering asks which back
+end serves a callback and registers its functions; the public API re-exports
+the barrier.  It subscribes to the options of :mod:`hostcb.config` that
+concern it (the queue bound; the strict barrier, which turns fast dispatch
+off).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable
+
+from hostcb import config
+from hostcb import jax_internals as ji
+from hostcb.engine import lifecycle, native, pyqueue, registry
+from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
+                                   wait_for_taps)
+from hostcb.engine.consumers import this_thread
+from hostcb.engine.errors import (CallbackException, record_exception,
+                                  take_last_exception)
+from hostcb.engine.lifecycle import note_lowered
+from hostcb.engine.native import (call_one_target_name, call_target_name,
+                                  counters, device_of_ordinal,
+                                  fail_next_allocations, has_consumers,
+                                  loaded, noop_target_name, supports,
+                                  unavailable_reason, wait_for_device)
+from hostcb.engine.native import tap_target_name as ffi_target_name
+from hostcb.engine.pyqueue import queue_for
+from hostcb.engine.pyqueue import queues as python_queues
+from hostcb.engine.sync import Arrivals
+
+__all__ = [
+    "available", "unavailable_reason", "loaded", "EngineFallbackWarning",
+    "warn_if_unavailable", "ffi_target_name", "call_target_name",
+    "call_one_target_name", "noop_target_name", "target_id",
+    "call_target_id", "supports", "device_of_ordinal", "counters",
+    "has_consumers", "current_consumer", "wait_for_device", "drain_device",
+    "queue_for", "python_queues", "record_exception", "take_last_exception",
+    "CallbackException", "barrier_wait", "stop_outfeed_receiver",
+    "wait_for_taps", "note_lowered", "Arrivals", "fail_next_allocations",
+]
+
+
+def _capacity() -> int:
+  return int(config.read(config.MAX_QUEUE_BYTE_SIZE))
+
+
+def available() -> bool:
+  """True if the native engine is built, loadable, and XLA accepts its
+  handlers (registering them on first use).  When False,
+  :func:`unavailable_reason` says why and CPU taps use XLA's Python
+  callbacks."""
+  return native.available(_capacity())
+
+
+def target_id(key: Any, make: Callable[[], Any]) -> int:
+  """The native target id of the tap entry that ``make()`` builds, one per
+  ``key`` (see :mod:`.registry`); registers the handlers on first use."""
+  native.register_targets(_capacity())
+  return registry.tap_id(key, make)
+
+
+def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
+                   ) -> int:
+  """The native target id of a call, one per ``key`` (see
+  :func:`.registry.call_id`)."""
+  native.register_targets(_capacity())
+  return registry.call_id(key, make)
+
+
+def current_consumer() -> int | None:
+  """The device ordinal whose native consumer is this thread, or None."""
+  return this_thread.ordinal
+
+
+def drain_device(device: Any, engine_records: bool = True) -> None:
+  """Waits until the taps queued so far for ``device`` have run (both back
+  ends, or only the Python-callback one if not ``engine_records``), unless
+  called by a consumer of that device or while it runs a tap function that
+  dispatched a computation: a ``call`` made by a tap function runs as part
+  of that function."""
+  if python_queues:
+    pyqueue.drain(device)
+  # The native engine serves CPU devices; its ordinal of a device is its id.
+  if engine_records and getattr(device, "platform", None) == "cpu":
+    wait_for_device(device.id)
+
+
+# -------------------------------------------------- the fallback warning
+class EngineFallbackWarning(RuntimeWarning):
+  """hostcb runs without its native engine (slower taps and calls)."""
+
+
+_warned = [False]
+
+
+def warn_if_unavailable() -> None:
+  """Warns once per process, when a CPU tap or call is lowered without the
+  native engine, naming why and the fix.  Silent where the user turned the
+  engine off (``HOSTCB_DISABLE_NATIVE``) or asked for silence
+  (``HOSTCB_NO_ENGINE_WARNING=1``, or a ``warnings`` filter on
+  :class:`EngineFallbackWarning`)."""
+  if _warned[0]:
+    return
+  _warned[0] = True
+  if (native.disabled_by_user()
+      or os.environ.get("HOSTCB_NO_ENGINE_WARNING", "").strip()
+      not in ("", "0")):
+    return
+  warnings.warn(
+      f"hostcb: the native engine is not available: {unavailable_reason()}. "
+      "Taps and calls on CPU use XLA's Python callbacks instead, several "
+      "times slower per tap and call. Set HOSTCB_NO_ENGINE_WARNING=1 to "
+      "silence this warning.", EngineFallbackWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------- wiring
+def _dispatch_started() -> None:
+  """A thread is about to run a computation that taps or calls (see
+  :func:`.native.dispatch_started`)."""
+  native.dispatch_started()
+  pyqueue.dispatch_started()
+
+
+def _set_max_queue_bytes(n: int) -> None:
+  pyqueue.set_max_bytes(n)
+  native.set_capacity(n)
+
+
+def _set_strict_barrier(strict: bool) -> None:
+  ji.set_fast_dispatch(not strict)
+
+
+ji.set_dispatch_hook(_dispatch_started)
+config.subscribe(config.MAX_QUEUE_BYTE_SIZE, _set_max_queue_bytes)
+config.subscribe(config.STRICT_BARRIER, _set_strict_barrier)

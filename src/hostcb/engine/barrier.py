@@ -1,0 +1,121 @@
+"""``barrier_wait``: every tap of the computations started so far has run.
+
+A barrier has two steps.  First it waits until the tapping computations
+dispatched before it have finished, so that every tap they make is queued:
+
+* computations that exchange a runtime token with JAX (every one in the
+  strict-barrier mode; multi-device ones, and those that tap functions
+  dispatch, in the default mode): :mod:`hostcb.jax_internals` keeps each
+  thread's latest token, and the barrier waits for all of them;
+* one-device computations of the default (fast-dispatch) mode carry no
+  token: the barrier waits for those of the calling thread (a tiny
+  computation after them on every device, which the device runs after
+  them) and for every computation, of any thread, whose results are still
+  alive (``jax.live_arrays()``).  What it cannot see is a one-device
+  computation of *another* thread that is still running and whose results
+  were all dropped; ``hostcb_strict_barrier`` covers that too.
+
+Then it puts a marker behind the taps in every queue of both back ends
+(:mod:`.native`, :mod:`.pyqueue`) and waits for the consumers to reach
+them.  It waits for what was queued before it, not for an empty queue, so
+it returns while other threads keep tapping.
+"""
+from __future__ import annotations
+
+import logging
+
+from hostcb import jax_internals as ji
+from hostcb.engine import errors, native, pyqueue
+from hostcb.engine.consumers import is_consumer
+from hostcb.engine.sync import Arrivals
+
+__all__ = ["barrier_wait", "stop_outfeed_receiver", "wait_for_taps"]
+
+logger = logging.getLogger("hostcb")
+
+
+def _wait_for_live_arrays() -> None:
+  """Waits for the computations of every live array of the local
+  platforms (tapping computations of other threads whose results are
+  alive, in the fast-dispatch mode)."""
+  import jax  # noqa: PLC0415  (public API)
+  platforms = {d.platform for d in ji.local_devices()}
+  for platform in platforms:
+    for a in jax.live_arrays(platform):
+      try:
+        a.block_until_ready()
+      except Exception:  # noqa: BLE001  (deleted meanwhile, or it failed:
+        pass           # its error reaches its own caller)
+
+
+def wait_for_taps(timeout: float | None = None) -> bool:
+  """Waits until every tap of the computations dispatched so far has run
+  (module docstring); False if ``timeout`` seconds passed first."""
+  if is_consumer():
+    raise RuntimeError(
+        "barrier_wait() was called from a tap function; it would wait for "
+        "that function itself. Call it from the thread that runs the "
+        "computation.")
+  ji.wait_for_dispatched_computations()
+  if ji.fast_dispatch_used():
+    ji.drain_this_thread()
+    _wait_for_live_arrays()
+  waits = [a for a in (native.put_markers(Arrivals),
+                       pyqueue.put_markers(Arrivals)) if a is not None]
+  try:
+    return all([a.wait(timeout) for a in waits])
+  finally:
+    for a in waits:
+      native.forget_markers(a)
+
+
+def barrier_wait(logging_name: str | None = None, *,
+                 all_processes: bool = False) -> None:
+  """Blocks until every tap of the computations started so far has run.
+
+  Waits for the tapping computations dispatched before the call to
+  finish, then for every tap function they queued to return; taps queued
+  later (other threads keep tapping) are not waited for.  If a tap
+  function raised since the previous barrier, raises
+  :class:`CallbackException` with the last such exception (the
+  computations themselves went on).  Safe to call from several threads at
+  once; not from a tap function, which it would wait for.
+
+  Which computations: every computation that the calling thread
+  dispatched, every multi-device one (``pmap``, sharded ``jit``,
+  ``shard_map``), and every one, of any thread, whose results are still
+  alive.  A one-device computation that another thread dispatched, that
+  is still running and whose results were all dropped is covered only
+  with ``hostcb.config.update("hostcb_strict_barrier", True)`` (legacy's
+  cross-thread barrier; slower dispatch).
+
+  Args:
+    logging_name: a name to show in the log messages of this barrier.
+    all_processes: in a multi-process JAX program
+      (``jax.distributed.initialize``), also wait until every process has
+      reached its own ``barrier_wait(all_processes=True)``.
+  """
+  name = logging_name or ""
+  logger.debug("hostcb: barrier_wait(%s) starts", name)
+  wait_for_taps()
+  if all_processes:
+    from hostcb import distributed  # noqa: PLC0415  (JAX's multi-process)
+    distributed.wait_for_all_processes(name)
+  logger.debug("hostcb: barrier_wait(%s) done", name)
+  last = errors.take_last_exception()
+  if last is not None:
+    exc, text = last
+    raise errors.CallbackException(
+        "There were exceptions during callback processing. "
+        f"Last one was:\n{text}") from exc
+
+
+def stop_outfeed_receiver() -> None:
+  """Processes every pending tap (a barrier that does not raise).
+
+  Legacy stopped its receiver threads here and started them again on the
+  next tap.  hostcb's consumer threads sleep while there is nothing to do,
+  so they are left running.  Exceptions of tap functions stay recorded for
+  the next :func:`barrier_wait`.
+  """
+  wait_for_taps()

@@ -1,0 +1,67 @@
+"""The engine at ``fork`` and at interpreter exit.
+
+Fork: the child gets a fresh engine: no queues, no consumers, no recorded
+exception, nothing of the parent's to wait for (the parent's threads do
+not exist in it); it keeps the registry and XLA's registration.
+
+Exit: legacy ran its barrier at exit once taps had been lowered, so a
+script that ends right after dispatching tapping computations still sees
+every tap.  hostcb does the same in every mode: once a tap or call was
+lowered in this process, the exit handler waits for the dispatched
+computations and then for their taps (:func:`.barrier.wait_for_taps`,
+bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+
+from hostcb import jax_internals as ji
+from hostcb.engine import barrier, errors, native, pyqueue, registry
+
+__all__ = ["note_lowered", "EXIT_TIMEOUT_SECONDS"]
+
+logger = logging.getLogger("hostcb")
+
+EXIT_TIMEOUT_SECONDS = 60.0
+
+_owner_pid = os.getpid()
+_lowered = [False]  # a tap or call was lowered in this process
+
+
+def note_lowered() -> None:
+  """A tap or call was lowered: the exit handler will wait for taps."""
+  _lowered[0] = True
+
+
+def _after_fork_in_child() -> None:
+  global _owner_pid
+  _owner_pid = os.getpid()
+  _lowered[0] = False  # the parent's computations are not the child's
+  errors.after_fork_in_child()
+  registry.after_fork_in_child()
+  native.after_fork_in_child()
+  pyqueue.after_fork_in_child()
+  ji.forget_dispatched_computations()
+
+
+def _at_exit() -> None:
+  """Lets the dispatched computations and their taps finish (the taps
+  bounded by EXIT_TIMEOUT_SECONDS; never hangs on a stuck tap function)."""
+  if os.getpid() != _owner_pid or not _lowered[0]:
+    return
+  try:
+    if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
+      logger.error("hostcb: at exit, taps still pending after %s s",
+                   EXIT_TIMEOUT_SECONDS)
+  except Exception:  # noqa: BLE001  (the interpreter is going away)
+    pass
+  last = errors.take_last_exception()
+  if last is not None:
+    logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

@@ -1,0 +1,446 @@
+"""The native back end: C++ rings on CPU, one consumer thread per device.
+
+A tap lowered here is one XLA custom call, ``hostcb_tap``
+(:data:`tap_target_name`), whose ``target_id`` attribute indexes
+:data:`hostcb.engine.registry.tap_functions`.  Its C++ handler
+(``src/hostcb/_native/handlers.cc``) copies the operands' bytes, with a
+small header, into the ring of the device it runs on, without the GIL, and
+returns.  The compiled executable holds no Python callback.
+
+A ``call`` is ``hostcb_call`` (:data:`call_target_name`,
+``src/hostcb/_native/call.cc``), or ``hostcb_call_one``
+(:data:`call_one_target_name`) when its result is one array: its handler
+runs on the device thread, waits for the taps queued before the call on its
+device, takes the GIL, copies the operands into fresh read-only NumPy
+arrays and calls ``registry.call_runners[target_id](arrays, ordinal)``;
+it copies the returned arrays into the call's results (``hostcb_call_one``
+checks an exact NumPy array of the result in C++ and passes anything else
+to the call's ``check``).  An exception fails the computation with
+:func:`_call_failure_text`.
+
+Consumers start when their device queues its first record, not when a
+function is lowered: the first producer of a device takes the GIL once and
+calls :func:`_start_consumer` (``set_consumer_starter``).  A consumer takes
+the records out in batches (the GIL held once per batch, released while
+waiting), builds one NumPy array per operand (the one copy: the arrays
+belong to Python and may be kept) and calls the tap functions in the order
+the device queued them, from C++ (``run_batch`` in ``module.cc``).
+Barrier markers, a tap function's exception and the end of a tap function
+that dispatched computations come back through three hooks.
+
+Guarantees (see ``queue.h`` for the native invariants):
+
+* Nothing is dropped: a device whose queue is full waits (the bound is in
+  bytes, ``jax_host_callback_max_queue_byte_size``, per device, counting
+  each record's operands and its 56-byte descriptor; a record larger than
+  the queue goes through alone).  Memory held: within 2x the bound.
+  A tap whose arrays cannot be allocated on the host (out of memory) is
+  reported as lost by the next barrier; the consumer goes on.
+* Per device, records come out in the order their handlers queued them,
+  which within one device program is program order; a call runs after
+  every record queued before it on its device.
+* A tap made by a tap function never deadlocks on a full queue (its
+  consumer's own taps never wait, and while a tap function's dispatched
+  computation runs, its queue's producers and calls do not wait either).
+
+Device identification: the handlers read the FFI execution context's
+device ordinal, which XLA's CPU client sets to the JAX device id;
+:func:`device_of_ordinal` maps it to a ``jax.Device``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import traceback
+from typing import Any, Iterable
+
+import numpy as np
+
+from hostcb.engine import errors, registry
+from hostcb.engine.consumers import this_thread
+from hostcb.engine.sync import Arrivals
+
+tap_target_name = "hostcb_tap"
+call_target_name = "hostcb_call"
+call_one_target_name = "hostcb_call_one"
+noop_target_name = "hostcb_noop"
+
+# Records handed out per batch, at most: the queue's lock is held briefly
+# by the consumer, so the device seldom waits for it (256 instead of 4096
+# took id_tap's device time per scan step from 0.86 to 0.53 us).
+_MAX_BATCH = 256
+# After its last batch a consumer polls for this long (timed waits that
+# producers need not signal) before sleeping until a producer wakes it.
+_POLL_SECONDS = 0.05
+
+_FIX_BUILD = ("install a C++ compiler (e.g. g++) and reinstall hostcb: "
+              "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
+
+# ------------------------------------------------------------------ loading
+_native: Any = None
+_reason: str | None = None
+_disabled_by_user = False
+
+
+def _build_failure() -> str | None:
+  try:
+    from hostcb._native import build_failure  # noqa: PLC0415
+  except ImportError:
+    return None
+  return build_failure()
+
+
+def _load() -> None:
+  global _native, _reason, _disabled_by_user
+  if os.environ.get("HOSTCB_DISABLE_NATIVE", "").strip() not in ("", "0"):
+    _reason = "disabled by HOSTCB_DISABLE_NATIVE"
+    _disabled_by_user = True
+    return
+  try:
+    from hostcb._native import _engine  # noqa: PLC0415
+  except ImportError as e:
+    failure = _build_failure()
+    if failure:
+      _reason = (f"it was not built when hostcb was installed ({failure}); "
+                 f"to build it, {_FIX_BUILD}")
+    else:
+      first = str(e).splitlines()[0] if str(e) else type(e).__name__
+      _reason = (f"the extension hostcb._native._engine cannot be loaded "
+                 f"({first}); {_FIX_BUILD}")
+    return
+  _native = _engine
+
+
+_load()
+
+
+def loaded() -> bool:
+  """True if the extension is imported (without asking XLA anything)."""
+  return _native is not None
+
+
+def disabled_by_user() -> bool:
+  """True if HOSTCB_DISABLE_NATIVE turned the engine off."""
+  return _disabled_by_user
+
+
+def unavailable_reason() -> str | None:
+  """One line saying why the engine is not available, or None."""
+  return _reason
+
+
+def _disable(reason: str) -> None:
+  global _native, _reason
+  _native, _reason = None, reason
+
+
+def _require() -> Any:
+  if _native is None:
+    raise RuntimeError(f"hostcb native tap engine: {_reason}")
+  return _native
+
+
+# ------------------------------------------------------- XLA FFI targets
+# XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes taps may
+# carry, by NumPy/ml_dtypes name.  Sub-byte types are refused by the
+# handlers.
+_DTYPE_CODES = {
+    "bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
+    "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
+    "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18,
+    "float8_e5m2": 19, "float8_e4m3fn": 20, "float8_e4m3b11fnuz": 23,
+    "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
+    "float8_e3m4": 29, "float8_e8m0fnu": 33,
+}
+
+_registered = False
+_register_lock = threading.Lock()
+
+
+def _dtype_table() -> dict[int, np.dtype]:
+  try:
+    import ml_dtypes  # noqa: PLC0415  (a dependency of jax)
+  except ImportError:
+    ml_dtypes = None
+  table = {}
+  for name, code in _DTYPE_CODES.items():
+    if name == "bool":
+      table[code] = np.dtype(np.bool_)
+    elif hasattr(np, name):
+      table[code] = np.dtype(name)
+    elif ml_dtypes is not None and hasattr(ml_dtypes, name):
+      table[code] = np.dtype(getattr(ml_dtypes, name))
+  return table
+
+
+def register_targets(capacity: int) -> None:
+  """Registers the FFI targets with XLA (CPU), once per process; raises
+  if XLA refuses them (e.g. a handler built for another jaxlib)."""
+  global _registered
+  if _registered:
+    return
+  native = _require()
+  with _register_lock:
+    if _registered:
+      return
+    import jax  # noqa: PLC0415
+    # With the CPU client running, XLA checks each handler now (a handler
+    # built for another jaxlib raises here) instead of failing the
+    # client's start later.
+    jax.local_devices(backend="cpu")
+    native.set_dtypes(_dtype_table())
+    native.set_call_server(registry.call_runners, _check_call,
+                           _call_failure_text)
+    native.set_consumer_hooks(_marker_arrived, _tap_failed,
+                              dispatch_finished)
+    native.set_consumer_starter(_start_consumer)
+    for name, capsule in native.handlers().items():
+      jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    native.set_capacity(int(capacity))
+    _registered = True
+
+
+def available(capacity: int) -> bool:
+  """True if the engine is built, loadable, and XLA accepts its handlers
+  (registering them on first use, with queues of ``capacity`` bytes)."""
+  if _native is None:
+    return False
+  if not _registered:
+    try:
+      register_targets(capacity)
+    except Exception as e:  # noqa: BLE001  (e.g. built for another jaxlib)
+      _disable(f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
+               "reinstall hostcb to build it for the installed jaxlib: "
+               "pip install --force-reinstall --no-deps --no-cache-dir "
+               "hostcb")
+      return False
+  return True
+
+
+_supported_dtypes: frozenset = frozenset()
+
+
+def supports(dtypes: Iterable[Any]) -> bool:
+  """Whether the engine can carry operands of all these dtypes."""
+  global _supported_dtypes
+  if not _supported_dtypes:
+    _supported_dtypes = frozenset(_dtype_table().values())
+  try:
+    return all(np.dtype(d) in _supported_dtypes for d in dtypes)
+  except TypeError:  # not a NumPy dtype (e.g. an extended JAX dtype)
+    return False
+
+
+def _check_call(tid: int, result: Any) -> tuple:
+  """The flat, checked results of call ``tid`` from what its host function
+  returned, for ``hostcb_call_one`` when that was not already an exact
+  array of the result (on the device thread, GIL held)."""
+  return registry.call_checks[tid](result)
+
+
+def _call_failure_text(e: BaseException) -> str:
+  """The text with which a failed call fails its computation.
+
+  It begins as XLA's own Python callbacks word it ("CpuCallback error
+  calling callback: " and the traceback), which user code may match.
+  """
+  return "CpuCallback error calling callback: " + "".join(
+      traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+
+
+# ------------------------------------------------------------ consumers
+_lock = threading.Lock()  # consumers and markers
+_consumers: dict[int, "_Consumer"] = {}
+_marker_ids = itertools.count(1)
+_markers: dict[int, Arrivals] = {}
+_devices_by_ordinal: dict[int, Any] | None = None
+
+
+def device_of_ordinal(ordinal: int) -> Any:
+  """The local CPU ``jax.Device`` whose FFI device ordinal is ``ordinal``
+  (XLA's CPU client gives its handlers the device id)."""
+  global _devices_by_ordinal
+  if _devices_by_ordinal is None:
+    import jax  # noqa: PLC0415
+    _devices_by_ordinal = {d.id: d for d in jax.local_devices(backend="cpu")}
+  return _devices_by_ordinal.get(ordinal, ordinal)
+
+
+class _Consumer:
+  """The thread that runs the tap functions of one device."""
+
+  def __init__(self, ordinal: int):
+    self.ordinal = ordinal
+    self.device = device_of_ordinal(ordinal)
+    self.thread = threading.Thread(target=self._run, daemon=True,
+                                   name=f"hostcb-engine-{ordinal}")
+
+  def _run(self) -> None:
+    from hostcb import jax_internals as ji  # noqa: PLC0415
+    this_thread.ordinal = self.ordinal
+    with ji.running_tap_functions():
+      while True:
+        try:
+          self._consume()
+        except Exception as e:  # noqa: BLE001  (the consumer never dies)
+          errors.record_exception(
+              e, f"the consumer of device {self.ordinal} failed")
+
+  def _consume(self) -> None:
+    run_batch = _native.run_batch
+    functions = registry.tap_functions
+    device, ordinal = self.device, self.ordinal
+    while True:
+      # Each batch in order, the GIL held throughout (less the
+      # interpreter's switches), calling the tap functions and the hooks.
+      run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
+                _POLL_SECONDS)
+
+
+def _marker_arrived(marker: int) -> None:
+  """A consumer reached barrier marker ``marker``."""
+  arrivals = _markers.get(marker)
+  if arrivals is not None:
+    arrivals.arrive()
+
+
+def _tap_failed(tid: int, e: BaseException | None) -> None:
+  """Tap function ``tid`` raised ``e`` (None: there is none; -1 is a tap
+  whose operands could not be allocated on the host, by the device or by
+  the consumer): reported by the next barrier."""
+  if tid == -1:
+    e = MemoryError("hostcb: a tap was lost: its operands could not be "
+                    "allocated on the host")
+  elif e is None:
+    e = KeyError(f"hostcb: no tap function has target id {tid}")
+  elif e.__traceback__ is None:
+    # Raised by the call itself (a tap function that takes other
+    # arguments), before any frame of it ran: give it the frame of its
+    # caller, the consumer, so that the report shows a traceback as
+    # legacy's did.
+    try:
+      raise e
+    except BaseException as raised:  # noqa: BLE001
+      e = raised
+  errors.record_exception(e)
+
+
+def _start_consumer(ordinal: int) -> None:
+  """The first record of device ``ordinal`` is being queued (called by the
+  device thread, GIL taken)."""
+  ensure_started([ordinal])
+
+
+def ensure_started(ordinals: Iterable[int]) -> None:
+  """Starts the consumer of each of these device ordinals that has none."""
+  started = []
+  with _lock:
+    for o in ordinals:
+      if o not in _consumers:
+        c = _consumers[o] = _Consumer(o)
+        started.append(c)
+  for c in started:
+    c.thread.start()
+
+
+def dispatch_started() -> None:
+  """This thread is about to run a computation that taps or calls: if it
+  is a native consumer (a tap function runs jitted code), then until that
+  tap function returns (:func:`dispatch_finished`), the producers of its
+  queue do not wait for space, nor calls for the taps before them."""
+  t = this_thread
+  if t.ordinal is not None and not t.dispatching:
+    t.dispatching = True
+    _native.set_consumer_dispatching(t.ordinal, True)
+
+
+def dispatch_finished() -> None:
+  """The tap function that dispatched computations has returned."""
+  t = this_thread
+  if t.dispatching and t.ordinal is not None:
+    t.dispatching = False
+    _native.set_consumer_dispatching(t.ordinal, False)
+
+
+def has_consumers() -> bool:
+  """Whether a consumer was started in this process (a device tapped)."""
+  return bool(_consumers)
+
+
+def put_markers(arrivals_for) -> Arrivals | None:
+  """Puts a marker behind every record queued so far on each device with
+  a consumer; returns the arrivals to wait for (None: no consumer).
+
+  ``arrivals_for(n)`` makes the Arrivals for ``n`` markers.
+  """
+  ordinals = list(_consumers)
+  if not ordinals:
+    return None
+  mine = this_thread.ordinal
+  if mine is not None and mine in ordinals:
+    raise RuntimeError(
+        "hostcb: a barrier (barrier_wait) was called from a tap or call "
+        f"function running on the consumer of device {mine}; it would wait "
+        "for that function itself")
+  with _lock:
+    mid = next(_marker_ids)
+    arrivals = _markers[mid] = arrivals_for(len(ordinals))
+  for o in ordinals:
+    _native.put_marker(o, mid)
+  return arrivals
+
+
+def forget_markers(arrivals: Arrivals) -> None:
+  """Drops the marker whose arrivals were waited for."""
+  with _lock:
+    for mid, a in list(_markers.items()):
+      if a is arrivals:
+        del _markers[mid]
+
+
+def set_capacity(nbytes: int) -> None:
+  """Sets the byte bound of every device's queue (applied to a non-empty
+  queue when it next empties)."""
+  if _native is not None:
+    _native.set_capacity(max(int(nbytes), 4096))
+
+
+def counters(ordinal: int) -> dict[str, int]:
+  """records_in, records_out, bytes_held, records_held, capacity and
+  space_waiters of the queue of a device ordinal (for tests)."""
+  return _require().counters(ordinal)
+
+
+def fail_next_allocations(n: int) -> None:
+  """Fault injection (tests): the consumer fails to allocate the arrays of
+  the next ``n`` taps, as if out of memory."""
+  _require()._fail_next_allocations(int(n))
+
+
+def wait_for_device(ordinal: int) -> None:
+  """Returns once every record queued so far on device ``ordinal`` has
+  been processed; at once when called by that device's consumer, while
+  that consumer runs a tap function that dispatched a computation (the
+  call belongs to that function), or when nothing went through the engine
+  on that device."""
+  c = _consumers.get(ordinal)
+  if c is None or c.thread is threading.current_thread():
+    return
+  _native.wait_for_earlier_records(ordinal)
+
+
+def after_fork_in_child() -> None:
+  """A fresh back end in a forked child: the parent's threads do not exist
+  here, and its queues may be locked by them; forget both.  The child
+  keeps XLA's registration of the targets, the dtype table and the
+  capacity (plain memory)."""
+  global _lock, _register_lock
+  _lock = threading.Lock()
+  _register_lock = threading.Lock()
+  _consumers.clear()
+  _markers.clear()
+  this_thread.ordinal = None
+  this_thread.dispatching = False
+  if _native is not None:
+    _native.after_fork_in_child()

@@ -1,0 +1,83 @@
+"""What the native engine's handlers and consumers call, by target id.
+
+A native tap or call carries an integer ``target_id`` attribute; the
+engine reads three tables indexed by it directly (no Python int is built
+per tap or call to look one up).  Ids come from one sequence and one key
+table shared by taps and calls, so each table has None where the other
+kind has its ids.  Entries live as long as the process: a compiled
+executable may run again at any time.
+
+* taps: id -> entry.  An entry ``(func, second)`` is called as
+  ``func(arrays[0], second)`` (a tap function of one array that takes no
+  device: no Python frame of ours per tap), any other entry as
+  ``entry(arrays, device)``;
+* calls: id -> ``run(arrays, device_ordinal)`` and id -> ``check(result)``
+  (see :func:`call_id`).
+
+Standard library only: the tables are plain lists.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable
+
+__all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
+           "call_id"]
+
+tap_functions: list[Any] = [None]
+call_runners: list[Callable[[tuple, int], Any] | None] = [None]
+call_checks: list[Callable[[Any], tuple] | None] = [None]
+_ids: dict[Any, int] = {}  # key -> target id
+_next_id = itertools.count(1)
+_lock = threading.Lock()
+
+
+def _assign_id(key: Any, install: Callable[[int], None]) -> int:
+  """The target id of ``key``; a new one is passed to ``install`` first."""
+  tid = _ids.get(key)
+  if tid is None:
+    with _lock:
+      tid = _ids.get(key)
+      if tid is None:
+        tid = next(_next_id)
+        install(tid)
+        _ids[key] = tid
+  return tid
+
+
+def _put(table: list, tid: int, value: Any) -> None:
+  """``table[tid] = value``, the table grown with None as needed."""
+  if len(table) <= tid:
+    table.extend([None] * (tid + 1 - len(table)))
+  table[tid] = value
+
+
+def tap_id(key: Any, make: Callable[[], Any]) -> int:
+  """The target id of the tap entry that ``make()`` builds, one per
+  ``key`` (a tap function with its tree structure and transforms), so that
+  recompiling a function does not grow the registry."""
+  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()))
+
+
+def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
+  """The target id of a call, one per ``key``.
+
+  ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
+  calls the host function and returns its flat, checked results (or, for a
+  call lowered to ``hostcb_call_one``, the host function's result as it
+  is); ``check(result)`` turns such a result into the flat, checked
+  results or raises.
+  """
+  def install(tid: int) -> None:
+    run, check = make()
+    _put(call_checks, tid, check)
+    _put(call_runners, tid, run)
+
+  return _assign_id(key, install)
+
+
+def after_fork_in_child() -> None:
+  """The child keeps the tables (its executables use the same ids)."""
+  global _lock
+  _lock = threading.Lock()

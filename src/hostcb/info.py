@@ -1,0 +1,117 @@
+"""``hostcb info``: what a bug report about hostcb needs, one fact a line.
+
+Versions (hostcb, JAX, jaxlib, NumPy, Python), the platform, JAX's backend
+and devices, whether the native tap engine is in use (and if not, why), and
+hostcb's dispatch mode and queue bound.  Each line is ``key: value``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+# The two dispatch modes, by the value of the option hostcb_strict_barrier.
+_DISPATCH = {
+    True: "strict barrier (runtime tokens; legacy's cross-thread barrier)",
+    False: "fast dispatch (default)",
+}
+
+
+def _jaxlib_version() -> str:
+  """jaxlib's version, as jaxlib itself states it."""
+  try:
+    from jaxlib import version  # noqa: PLC0415
+    return version.__version__
+  except Exception as e:  # noqa: BLE001  (a broken jaxlib is worth a line)
+    return f"unknown ({type(e).__name__}: {e})"
+
+
+def _backend_lines() -> list[tuple[str, str]]:
+  """JAX's default backend and its devices; the error if JAX has none."""
+  import jax  # noqa: PLC0415
+  try:
+    backend = jax.default_backend()
+    devices = jax.devices()
+  except Exception as e:  # noqa: BLE001  (e.g. JAX_PLATFORMS names a
+    # platform this machine lacks: the rest of the report still helps)
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return [("backend", f"unavailable ({first})")]
+  return [("backend", backend),
+          ("devices", ", ".join(str(d) for d in devices))]
+
+
+def _engine_lines() -> list[tuple[str, str]]:
+  """Whether the native engine is in use; if not, why, and why the install
+  did not build it when it recorded that."""
+  from hostcb import engine  # noqa: PLC0415
+  from hostcb._native import build_failure  # noqa: PLC0415
+  if engine.available():
+    return [("native engine", "yes")]
+  lines = [("native engine", "no"),
+           ("native engine unavailable", str(engine.unavailable_reason()))]
+  failure = build_failure()
+  if failure is not None:
+    lines.append(("native engine build failure", failure))
+  return lines
+
+
+def _strict_barrier() -> bool:
+  """The value of hostcb_strict_barrier; before that option existed, the
+  opposite of hostcb_fast_dispatch."""
+  from hostcb import config  # noqa: PLC0415
+  try:
+    return bool(config.read("hostcb_strict_barrier"))
+  except KeyError:
+    return not config.read("hostcb_fast_dispatch")
+
+
+def _settings_lines() -> list[tuple[str, str]]:
+  """The dispatch mode and the queue bound."""
+  from hostcb import config  # noqa: PLC0415
+  queue = config.read("jax_host_callback_max_queue_byte_size")
+  return [("dispatch", _DISPATCH[_strict_barrier()]),
+          ("queue bound", f"{queue} bytes per device")]
+
+
+def report() -> str:
+  """The report, ``key: value`` lines ending with a newline."""
+  import jax  # noqa: PLC0415
+  import numpy  # noqa: PLC0415
+
+  import hostcb  # noqa: PLC0415
+  lines = [
+      ("hostcb", hostcb.__version__),
+      ("hostcb location", os.path.dirname(os.path.abspath(hostcb.__file__))),
+      ("jax", jax.__version__),
+      ("jaxlib", _jaxlib_version()),
+      ("numpy", numpy.__version__),
+      ("python", f"{platform.python_version()} "
+                 f"({platform.python_implementation()}, {sys.executable})"),
+      ("platform", platform.platform()),
+      *_backend_lines(),
+      *_engine_lines(),
+      *_settings_lines(),
+  ]
+  return "".join(f"{key}: {value}\n" for key, value in lines)
+
+
+def _main(args: argparse.Namespace) -> int:
+  del args
+  sys.stdout.write(report())
+  return 0
+
+
+def add_parser(subparsers) -> None:
+  """Adds ``hostcb info`` to the command line."""
+  p = subparsers.add_parser(
+      "info", help="versions and settings to paste into a bug report",
+      description="Prints hostcb's, JAX's, jaxlib's, NumPy's and Python's "
+      "versions, the platform, JAX's backend and devices, whether the native "
+      "tap engine is in use (and if not, why), the dispatch mode and the "
+      "queue bound: what a bug report needs.")
+  p.set_defaults(func=_main)
+
+
+if __name__ == "__main__":
+  sys.exit(_main(argparse.Namespace()))

@@ -1,0 +1,429 @@
+"""JAX's ``io_callback`` and ``pure_callback`` on hostcb's engine, and the
+switch that routes JAX's own callback functions through hostcb.
+
+:func:`io_callback` and :func:`pure_callback` take what
+``jax.experimental.io_callback`` and ``jax.pure_callback`` take (JAX 0.10.2's
+signatures) and behave as they do, as thin front ends over hostcb's
+``call`` primitive: ``io_callback`` is an effectful call, kept in program
+order with every other hostcb callback; ``pure_callback`` a call without
+effect, which JAX may drop when its result is unused.  Their ``vmap``,
+``jvp`` and transpose rules, their checks of the callback's result and
+their error messages are JAX's (see ``docs/jax_callbacks.md`` for the few
+differences and why).
+
+:func:`hostcb.install` with ``jax_callbacks=True`` (:mod:`hostcb.import_hook`)
+puts hostcb's four functions (these two and :mod:`hostcb.debug`'s ``print``
+and ``callback``) in place of JAX's.  Importing this module (``import
+hostcb`` does) also makes ``jax.effects_barrier()`` wait for hostcb's
+callbacks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import sys
+import threading
+import types
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from hostcb import jax_internals as ji
+from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+# The engine's barrier and consumer test: imported here only (the one place
+# to change if the engine renames them).
+from hostcb.engine import barrier_wait as _barrier_wait
+from hostcb.engine import wait_for_taps as _wait_for_taps
+from hostcb.engine.consumers import is_consumer as _is_consumer
+from hostcb.primitives import CallTarget, call_p
+
+__all__ = ["io_callback", "pure_callback"]
+
+# JAX's own functions, as JAX defined them (the originals, also once
+# install() has rebound the names).
+_JAX = ji.jax_callback_functions()
+
+# Where JAX logs a failed callback; hostcb logs the same failures there.
+_callback_logger = logging.getLogger("jax._src.callback")
+debug_logger = logging.getLogger("jax._src.debugging")
+
+
+# ------------------------------------------------------------- helpers
+def jax_function(name: str) -> Callable:
+  """JAX's own ``debug_callback``, ``debug_print``, ``io_callback`` or
+  ``pure_callback`` (what hostcb hands work back to)."""
+  return _JAX[name]
+
+
+def is_jax_own(callback: Any) -> bool:
+  """Whether ``callback`` is defined inside JAX (``jax._src``): Pallas's
+  interpreter, ``jax.debug.breakpoint``.  Those keep JAX's implementation:
+  they may rely on receiving ``jax.Array`` arguments or on the device
+  waiting for them."""
+  while isinstance(callback, functools.partial):
+    callback = callback.func
+  module = getattr(callback, "__module__", None)
+  return isinstance(module, str) and module.startswith("jax._src.")
+
+
+def wait_for_earlier_callbacks() -> None:
+  """Waits until hostcb's callbacks of the computations dispatched so far
+  have run, unless called by one of those callbacks (a consumer thread),
+  which cannot wait for itself: the eager (unstaged) debug callbacks of
+  :mod:`hostcb.debug` run after them, in program order."""
+  if not _is_consumer():
+    _wait_for_taps()
+
+
+def _safe_hash(values: tuple, fallback: object) -> int:
+  try:
+    return hash(values)
+  except TypeError:  # an unhashable callable: equal to itself only
+    return id(fallback)
+
+
+def flat_treedef(n: int):
+  """The pytree structure of ``n`` flat operands as the engine hands them
+  to a target: the array itself for one, else a tuple."""
+  return jax.tree_util.tree_structure(0 if n == 1 else (0,) * n)
+
+
+# ------------------------------------------------- the host function
+class HostCall:
+  """The host side of :func:`io_callback` / :func:`pure_callback`: calls the
+  callback with the arguments rebuilt from the flat operands, and checks
+  its result as JAX does (same errors, same words).
+
+  Value-equal for the same callback, argument structure and result, so
+  that an eager call of the same callback reuses its compiled computation,
+  as JAX's own does.
+  """
+  __slots__ = ("callback", "in_tree", "n_in", "result_avals", "name",
+               "_positional", "_expected", "_hash")
+
+  def __init__(self, callback: Callable, in_tree: Any, n_in: int,
+               result_avals: tuple, name: str):
+    self.callback = callback
+    self.in_tree = in_tree
+    self.n_in = n_in
+    self.result_avals = result_avals
+    self.name = name  # "jax.io_callback" or "jax.pure_callback"
+    # Positional array arguments only: call without rebuilding the tree.
+    self._positional = in_tree == jax.tree_util.tree_structure(
+        ((0,) * n_in, {}))
+    self._expected = [(a.shape, np.dtype(a.dtype)) for a in result_avals]
+    self._hash = _safe_hash((callback, in_tree, result_avals, name), self)
+
+  def __hash__(self) -> int:
+    return self._hash
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is HostCall and self._hash == other._hash
+            and (self is other or (
+                self.callback == other.callback
+                and self.in_tree == other.in_tree
+                and self.result_avals == other.result_avals
+                and self.name == other.name)))
+
+  def __repr__(self) -> str:
+    return f"{self.name}({self.callback!r})"
+
+  def __call__(self, arg):
+    leaves = (arg,) if self.n_in == 1 else arg
+    try:
+      if self._positional:
+        result = self.callback(*leaves)
+      else:
+        args, kwargs = self.in_tree.unflatten(leaves)
+        result = self.callback(*args, **kwargs)
+      results = [np.asarray(r) for r in jax.tree_util.tree_leaves(result)]
+    except BaseException:
+      _callback_logger.exception("%s failed", self.name)
+      raise
+    return self.check(results)
+
+  def check(self, results: list):
+    """The results as arrays of the expected shapes and dtypes (converted
+    to JAX's canonical dtype, as JAX does), or JAX's ``RuntimeError``."""
+    expected = self._expected
+    if len(results) != len(expected):
+      raise RuntimeError(
+          "Mismatched number of outputs from callback. "
+          f"Expected: {len(expected)}, Actual: {len(results)}")
+    for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
+      if r.dtype != dtype:
+        canonical = jax.dtypes.canonicalize_dtype(r.dtype)
+        if canonical != r.dtype:
+          r = results[i] = r.astype(canonical)
+      if r.shape != shape:
+        raise RuntimeError(
+            f"Incorrect output shape for return value #{i}: "
+            f"Expected: {shape}, Actual: {r.shape}")
+      if r.dtype != dtype:
+        raise RuntimeError(
+            f"Incorrect output dtype for return value #{i}: "
+            f"Expected: {dtype}, Actual: {r.dtype}")
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def call_target(callback: Callable, in_tree: Any, n_in: int,
+                result_avals: tuple, name: str, rules: Any) -> CallTarget:
+  """The :class:`~hostcb.primitives.CallTarget` of one callback."""
+  return CallTarget(HostCall(callback, in_tree, n_in, result_avals, name),
+                    flat_treedef(n_in), flat_treedef(len(result_avals)),
+                    result_avals, False, rules)
+
+
+def _check_shape_dtype(leaf) -> None:
+  dtype = np.dtype(leaf.dtype)
+  if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+    raise ValueError("result_shape_dtypes cannot specify 64-bit types when "
+                     "`jax_enable_x64` is disabled")
+
+
+def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
+  jax.tree_util.tree_map(_check_shape_dtype, result_shape_dtypes)
+  leaves, tree = jax.tree_util.tree_flatten(result_shape_dtypes)
+  return tuple(ji.ShapedArray(r.shape, r.dtype) for r in leaves), tree
+
+
+# ------------------------------------------------------- vmap rules
+def _moved(args, dims) -> list:
+  return [a if d is None else jax.numpy.moveaxis(a, d, 0)
+          for a, d in zip(args, dims)]
+
+
+def _axis_size(args, dims) -> int:
+  size, = {a.shape[d] for a, d in zip(args, dims) if d is not None}
+  return size
+
+
+def _sequential(target, args, dims, *, device_index, effectful,
+                unroll=False):
+  """One call per batch element, in a scan over the batch (as JAX's
+  ``sequential`` vmap_method and its unordered ``io_callback`` do)."""
+  dims = [None if d is ji.not_mapped else d for d in dims]
+  moved = _moved(args, dims)
+  batched = [a for a, d in zip(moved, dims) if d is not None]
+
+  def step(carry, xs):
+    xs = iter(xs)
+    full = [a if d is None else next(xs) for a, d in zip(moved, dims)]
+    return carry, call_p.bind(*full, target=target,
+                              device_index=device_index, effectful=effectful)
+
+  _, outs = jax.lax.scan(step, (), batched, unroll=unroll)
+  return list(outs), [0] * len(outs)
+
+
+_VMAP_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
+                 "broadcast_all", "legacy_vectorized", None]
+
+
+@dataclasses.dataclass(frozen=True)
+class PureRules:
+  """``pure_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+  vmap_method: str | None
+
+  def jvp(self):
+    raise ValueError(
+        "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to "
+        "use callbacks while taking gradients.")
+
+  def transpose(self):
+    raise ValueError(
+        "Pure callbacks do not support transpose. Please use "
+        "`jax.custom_vjp` to use callbacks while taking gradients.")
+
+  def batch(self, target, args, dims, *, device_index, effectful):
+    method = self.vmap_method
+    if method in ("sequential", "sequential_unrolled"):
+      return _sequential(target, args, dims, device_index=device_index,
+                         effectful=effectful,
+                         unroll=method == "sequential_unrolled")
+    if method not in ("expand_dims", "broadcast_all", "legacy_vectorized"):
+      raise NotImplementedError(
+          "vmap is only supported for the pure_callback primitive when "
+          "vmap_method is one of 'sequential', 'sequential_unrolled', "
+          "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. "
+          f"Got vmap_method={method!r}.")
+    dims = [None if d is ji.not_mapped else d for d in dims]
+    size = _axis_size(args, dims)
+    moved = _moved(args, dims)
+    if method != "legacy_vectorized":
+      # Unbatched operands get a leading axis: of size 1, or the batch's.
+      lead = size if method == "broadcast_all" else 1
+      moved = [jax.lax.broadcast(a, (lead,)) if d is None else a
+               for a, d in zip(moved, dims)]
+    func = target.func
+    avals = tuple(ji.ShapedArray((size, *a.shape), a.dtype)
+                  for a in target.result_avals)
+    batched = call_target(func.callback, func.in_tree, func.n_in, avals,
+                          func.name, self)
+    outs = call_p.bind(*moved, target=batched, device_index=device_index,
+                       effectful=effectful)
+    return list(outs), [0] * len(outs)
+
+
+@dataclasses.dataclass(frozen=True)
+class IoRules:
+  """``io_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+  ordered: bool
+
+  def jvp(self):
+    raise ValueError("IO callbacks do not support JVP.")
+
+  def transpose(self):
+    raise ValueError("IO callbacks do not support transpose.")
+
+  def batch(self, target, args, dims, *, device_index, effectful):
+    if self.ordered:
+      raise ValueError("Cannot `vmap` ordered IO callback.")
+    return _sequential(target, args, dims, device_index=device_index,
+                       effectful=effectful)
+
+
+# ------------------------------------------------------ the functions
+def _is_key(x) -> bool:
+  dtype = getattr(x, "dtype", None)
+  return (dtype is not None and not isinstance(dtype, np.dtype)
+          and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
+  """Binds the call of ``pure_callback``/``io_callback`` (``name``).
+
+  A PRNG key operand goes as its key data, which is what JAX's callback
+  receives (under ``jit`` and outside it).  An operand that is not a JAX
+  value fails with JAX's error, which names ``name``.
+  """
+  for i, x in enumerate(flat):
+    if _is_key(x):
+      flat[i] = jax.random.key_data(x)
+  try:
+    return call_p.bind(*flat, target=target, device_index=0,
+                       effectful=effectful)
+  except TypeError as e:
+    own = f"Error interpreting argument to {call_p.name} as a JAX value."
+    message = str(e)
+    if message.startswith(own):
+      raise TypeError(message.replace(call_p.name, name)) from e.__cause__
+    raise
+
+
+def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
+                  *args: Any, sharding=None, vmap_method: str | None = None,
+                  **kwargs: Any):
+  """``jax.pure_callback`` on hostcb's engine: calls a side-effect-free
+  host function from JAX code and returns its result.
+
+  ``callback(*args, **kwargs)`` runs on the host and must return a pytree
+  of arrays with as many leaves as ``result_shape_dtypes`` (a pytree of
+  objects with ``shape`` and ``dtype``, e.g. ``jax.ShapeDtypeStruct``),
+  each of the described shape and dtype (64-bit values are narrowed as
+  JAX narrows them); the result has ``result_shape_dtypes``'s structure.
+  Because the function is taken to be pure, JAX may drop the call when
+  its result is unused, and may call it several times.
+
+  Under ``jax.vmap`` ``vmap_method`` says how: ``"sequential"`` (one call
+  per batch element, in a loop), ``"sequential_unrolled"`` (the same,
+  unrolled), ``"expand_dims"`` (one call with the batch as a leading axis;
+  unbatched arguments get a leading axis of size 1), ``"broadcast_all"``
+  (the same, unbatched arguments broadcast to the batch size),
+  ``"legacy_vectorized"`` (one call, unbatched arguments as they are);
+  ``None``, the default, makes ``vmap`` raise ``NotImplementedError``.
+  It cannot be differentiated (wrap it in ``jax.custom_jvp`` or
+  ``jax.custom_vjp``).
+
+  Differences from JAX's (``docs/jax_callbacks.md``): the callback receives
+  NumPy arrays rather than ``jax.Array`` s; with ``sharding=`` given, or a
+  callback defined inside JAX, the call is JAX's own.
+
+  Args:
+    callback: the host function.
+    result_shape_dtypes: the shapes and dtypes of its result (see above).
+    *args: arguments of the callback, pytrees of arrays or numbers.
+    sharding: a ``SingleDeviceSharding`` naming the device that calls the
+      host, in code over several devices (handed to JAX's implementation).
+    vmap_method: the ``vmap`` behaviour, see above.
+    **kwargs: keyword arguments of the callback, pytrees of arrays.
+
+  Returns:
+    The callback's result, as JAX arrays of ``result_shape_dtypes``.
+  """
+  if vmap_method not in _VMAP_METHODS:
+    raise ValueError(
+        f"vmap_method must be on of the allowed methods {_VMAP_METHODS}, "
+        f"but got: {vmap_method}")
+  if sharding is not None or is_jax_own(callback):
+    return _JAX["pure_callback"](callback, result_shape_dtypes, *args,
+                                 sharding=sharding, vmap_method=vmap_method,
+                                 **kwargs)
+  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+  avals, out_tree = _result_avals(result_shape_dtypes)
+  target = call_target(callback, in_tree, len(flat), avals,
+                       "jax.pure_callback", PureRules(vmap_method))
+  return out_tree.unflatten(_bind(flat, target, False, "pure_callback"))
+
+
+pure_callback._hostcb_replaces = _JAX["pure_callback"]
+
+
+def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
+                *args: Any, sharding=None, ordered: bool = False,
+                **kwargs: Any):
+  """``jax.experimental.io_callback`` on hostcb's engine: calls a host
+  function with side effects from JAX code and returns its result.
+
+  ``callback(*args, **kwargs)`` runs on the host every time the program
+  reaches it (it is never dropped) and must return a pytree of arrays
+  with as many leaves as ``result_shape_dtypes`` (a pytree of objects with
+  ``shape`` and ``dtype``; ``None`` for no result), each of the described
+  shape and dtype.  Under ``jax.vmap`` it is called once per batch
+  element, unless ``ordered``, which ``vmap`` refuses.  It cannot be
+  differentiated.
+
+  hostcb runs every ``io_callback`` in program order with the other
+  callbacks of its device, ``ordered`` or not.  Differences from JAX's
+  (``docs/jax_callbacks.md``): the callback receives NumPy arrays rather
+  than ``jax.Array`` s; with ``sharding=`` given, or a callback defined
+  inside JAX, the call is JAX's own.
+
+  Args:
+    callback: the host function.
+    result_shape_dtypes: the shapes and dtypes of its result.
+    *args: arguments of the callback, pytrees of arrays or numbers.
+    sharding: a ``SingleDeviceSharding`` naming the device that calls the
+      host (handed to JAX's implementation).
+    ordered: whether the call must stay in order with the other ordered
+      callbacks (hostcb keeps every callback in order; ``vmap`` refuses an
+      ordered one, as JAX's does).
+    **kwargs: keyword arguments of the callback, pytrees of arrays.
+
+  Returns:
+    The callback's result, as JAX arrays of ``result_shape_dtypes``.
+  """
+  if sharding is not None or is_jax_own(callback):
+    return _JAX["io_callback"](callback, result_shape_dtypes, *args,
+                               sharding=sharding, ordered=ordered, **kwargs)
+  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+  avals, out_tree = _result_avals(result_shape_dtypes)
+  target = call_target(callback, in_tree, len(flat), avals,
+                       "jax.io_callback", IoRules(bool(ordered)))
+  return out_tree.unflatten(_bind(flat, target, True, "io_callback"))
+
+
+io_callback._hostcb_replaces = _JAX["io_callback"]
+
+
+# ------------------------------------------------ jax.effects_barrier
+def _wait_in_effects_barrier() -> None:
+  # From a callback (a consumer thread) there is nothing of hostcb's that
+  # could be waited for: it would wait for itself.
+  if not _is_consumer():
+    _barrier_wait()
+
+
+ji.patch_effects_barrier(_wait_in_effects_barrier)

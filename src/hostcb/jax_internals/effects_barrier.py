@@ -1,0 +1,63 @@
+"""``jax.effects_barrier()`` that also waits for hostcb's taps and calls.
+
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
+Checked against jax 0.8.0 and 0.10.2, where ``jax.effects_barrier`` is
+``jax._src.api.effects_barrier``: a function that waits for the runtime
+tokens of the computations that the calling thread dispatched (JAX's own
+ordered callbacks).  hostcb's callbacks run on its own consumer threads,
+which that function knows nothing about.
+
+:func:`patch_effects_barrier` rebinds the public name ``jax.effects_barrier``
+to a function that first does what JAX's does, then calls the waiter it is
+given (hostcb's barrier).  Only the public name: JAX's own callers of its
+barrier (``jax.clear_backends``) keep JAX's function, so that a failed tap
+cannot interrupt them.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+from jax._src import api as _api
+
+__all__ = ["patch_effects_barrier", "jax_effects_barrier"]
+
+
+def jax_effects_barrier() -> Callable[[], None]:
+  """JAX's own ``effects_barrier``, also once the public name is patched."""
+  original = getattr(_api, "effects_barrier", None)
+  if original is None:
+    raise RuntimeError(
+        f"hostcb: jax {jax.__version__} has no jax._src.api.effects_barrier, "
+        "which hostcb wraps so that jax.effects_barrier() also waits for "
+        "hostcb's callbacks (hostcb is checked against jax 0.8.0 to 0.10.2)")
+  return original
+
+
+def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
+  """Makes ``jax.effects_barrier()`` call ``also_wait()`` after JAX's own
+  wait (once per process; a second call changes nothing)."""
+  original = jax_effects_barrier()
+  current = getattr(jax, "effects_barrier", None)
+  if getattr(current, "_hostcb_waiter", None) is not None:
+    return  # already patched
+  if current is not original:
+    raise RuntimeError(
+        f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
+        "jax._src.api.effects_barrier, which hostcb expects to wrap "
+        "(checked against jax 0.8.0 to 0.10.2)")
+
+  @functools.wraps(original)
+  def effects_barrier():
+    original()
+    also_wait()
+
+  effects_barrier._hostcb_waiter = also_wait
+  effects_barrier.__doc__ = (
+      "Waits until the computations dispatched so far have completed their "
+      "side effects: JAX's own ordered callbacks, and (hostcb) every tap and "
+      "call of hostcb's, such as hostcb.debug.print; raises "
+      "hostcb.CallbackException if one of hostcb's callbacks failed since "
+      "the previous barrier.")
+  jax.effects_barrier = effects_barrier

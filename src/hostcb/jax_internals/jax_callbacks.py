@@ -1,0 +1,85 @@
+"""JAX's own callback functions, for hostcb's front ends that replace them.
+
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
+Checked against jax 0.8.0 and 0.10.2:
+
+* the functions that ``jax.debug.callback``, ``jax.debug.print``,
+  ``jax.experimental.io_callback`` and ``jax.pure_callback`` are, in the
+  modules that define them (``jax._src.debugging``, ``jax._src.callback``),
+  so that hostcb can hand work back to them and find every name bound to
+  them (:mod:`hostcb.jax_callbacks`);
+* ``core.shaped_abstractify``, which decides which arguments of
+  ``jax.debug.callback`` and ``jax.debug.print`` JAX passes to the device
+  (arrays and numbers) and which it keeps on the host as they are (strings,
+  other objects);
+* the partial-evaluation rule registry (``checkpoint``), where the taps of
+  ``hostcb.debug`` get the rule JAX gives its debug callbacks
+  (:func:`rematerialize_as_jax_debug`).
+"""
+from __future__ import annotations
+
+import jax
+from jax._src import callback as _callback
+from jax._src import core as _core
+from jax._src import debugging as _debugging
+from jax._src.interpreters import partial_eval as _pe
+
+__all__ = ["jax_callback_functions", "is_jax_value",
+           "rematerialize_as_jax_debug"]
+
+_DEFINED_IN = {
+    "debug_callback": (_debugging, "debug_callback"),
+    "debug_print": (_debugging, "debug_print"),
+    "io_callback": (_callback, "io_callback"),
+    "pure_callback": (_callback, "pure_callback"),
+}
+
+
+def jax_callback_functions() -> dict:
+  """``{"debug_callback": f, "debug_print": f, "io_callback": f,
+  "pure_callback": f}``: JAX's own functions, from the modules that define
+  them (unwrapped if hostcb already replaced them there)."""
+  functions = {}
+  for key, (module, name) in _DEFINED_IN.items():
+    f = getattr(module, name, None)
+    if f is None:
+      raise RuntimeError(
+          f"hostcb: jax {jax.__version__} has no {module.__name__}.{name}, "
+          "which hostcb's replacement of JAX's callbacks needs (checked "
+          "against jax 0.8.0 to 0.10.2)")
+    functions[key] = getattr(f, "_hostcb_replaces", f)
+  return functions
+
+
+def is_jax_value(x) -> bool:
+  """Whether JAX stages ``x`` as an operand of a debug callback (an array
+  or a number), rather than keeping it on the host as it is."""
+  try:
+    _core.shaped_abstractify(x)
+    return True
+  except (AssertionError, TypeError):
+    return False
+
+
+def rematerialize_as_jax_debug(prim, is_debug) -> None:
+  """Under ``checkpoint``, the equations of ``prim`` (an identity with a
+  side effect, see :func:`hostcb.jax_internals.rematerialize_on_backward_pass`,
+  whose rule they keep otherwise) for which ``is_debug(params)`` run again
+  when JAX's debug callbacks do.
+
+  The one case where JAX's rule differs: the policy saves the operands and
+  they are all available in the backward pass anyway; JAX's debug callback
+  then runs in both passes (the legacy tap, in the forward pass only).
+  """
+  previous = _pe.partial_eval_jaxpr_custom_rules[prim]
+
+  def rule(saveable, unks_in, inst_in, eqn):
+    if (is_debug(eqn.params) and not any(unks_in) and all(inst_in)
+        and saveable(prim, *[v.aval for v in eqn.invars], **eqn.params)):
+      n_out = len(eqn.outvars)
+      again = eqn.replace(
+          outvars=[_core.DropVar(v.aval) for v in eqn.outvars])
+      return eqn, again, [False] * n_out, [False] * n_out, []
+    return previous(saveable, unks_in, inst_in, eqn)
+
+  _pe.partial_eval_jaxpr_custom_rules[prim] = rule

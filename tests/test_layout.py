@@ -1,0 +1,131 @@
+"""The package's layout rules: no import cycles among hostcb's modules, and
+``jax._src`` used only inside ``hostcb.jax_internals``.
+
+Imports are read from the source (module level and inside functions
+alike), so a cycle hidden in a function-level import counts too.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+_SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+  mods = {}
+  for path in sorted(_SRC.rglob("*.py")):
+    parts = list(path.relative_to(_SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+      parts = parts[:-1]
+    mods[".".join(parts)] = path
+  return mods
+
+
+def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+  """The modules of ``known`` that module ``name`` imports."""
+  package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      found.update(a.name for a in node.names if a.name in known)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        up = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+      for a in node.names:
+        full = f"{base}.{a.name}"
+        if full in known:
+          found.add(full)  # a submodule
+        elif base in known:
+          found.add(base)  # a name defined in the module
+  found.discard(name)
+  return found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  state: dict[str, int] = {}
+  stack: list[str] = []
+
+  def visit(n):
+    state[n] = 1
+    stack.append(n)
+    for m in sorted(graph[n]):
+      if state.get(m) == 1:
+        return stack[stack.index(m):] + [m]
+      if m not in state:
+        found = visit(m)
+        if found:
+          return found
+    stack.pop()
+    state[n] = 2
+    return None
+
+  for n in sorted(graph):
+    if n not in state:
+      found = visit(n)
+      if found:
+        return found
+  return None
+
+
+def test_hostcb_has_no_import_cycles():
+  mods = _modules()
+  graph = {n: _imports(n, p, set(mods)) for n, p in mods.items()}
+  assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_cycle():
+  assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+  assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _private_jax_uses(path: pathlib.Path) -> list[str]:
+  """``import jax._src...``, ``from jax._src... import``,
+  ``importlib.import_module("jax._src...")`` and ``jax._src`` attribute
+  chains in a module's code (docstrings, comments and logger names such as
+  ``logging.getLogger("jax._src.callback")`` are not uses)."""
+  uses = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      uses += [a.name for a in node.names if a.name.startswith("jax._src")]
+    elif isinstance(node, ast.ImportFrom):
+      if (node.module or "").startswith("jax._src") or (
+          node.module == "jax" and any(a.name == "_src" for a in node.names)):
+        uses.append(f"from {node.module} import ...")
+    elif isinstance(node, ast.Attribute) and node.attr == "_src":
+      if isinstance(node.value, ast.Name) and node.value.id == "jax":
+        uses.append("jax._src")
+    elif (isinstance(node, ast.Call) and node.args
+          and isinstance(node.args[0], ast.Constant)
+          and isinstance(node.args[0].value, str)
+          and node.args[0].value.startswith("jax._src")
+          and getattr(node.func, "attr", getattr(node.func, "id", ""))
+          in ("import_module", "__import__")):
+      uses.append(node.args[0].value)
+  return uses
+
+
+def test_the_private_use_finder_finds_each_kind_of_use(tmp_path):
+  f = tmp_path / "m.py"
+  f.write_text('"""jax._src in a docstring"""\n'
+               "import jax._src.core\n"
+               "from jax._src import dispatch\n"
+               "import jax\n"
+               "x = jax._src.api\n"
+               "import importlib\n"
+               "importlib.import_module('jax._src.pjit')\n"
+               "import logging\n"
+               "logging.getLogger('jax._src.callback')\n")
+  assert sorted(_private_jax_uses(f)) == sorted([
+      "jax._src.core", "from jax._src import ...", "jax._src",
+      "jax._src.pjit"])
+
+
+@pytest.mark.parametrize("name", sorted(
+    n for n in _modules() if not n.startswith("hostcb.jax_internals")))
+def test_only_jax_internals_imports_jax_private_modules(name):
+  assert _private_jax_uses(_modules()[name]) == [], name
