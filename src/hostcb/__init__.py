@@ -20,7 +20,7 @@ from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
