@@ -3,8 +3,9 @@
 # environment has only pyproject.toml's build requirements).  Builds ONE
 # wheel with `pip wheel .`, installs that same wheel in fresh virtual
 # environments under the oldest and the newest supported JAX, installs the
-# repository with a plain `pip install <repo>` too, and in each one runs a
-# jitted id_tap that must go through the native tap engine.
+# repository with a plain `pip install <repo>`, an sdist with pip and the
+# repository with `uv pip install`, and in each one runs a jitted id_tap
+# that must go through the native tap engine.
 #   bash scripts/check_wheel.sh
 # Environments live under .venv-wheel/ (made anew on each run; pip's cache
 # keeps the downloads).  Exits non-zero if any check fails.
@@ -136,6 +137,41 @@ if "$WORK/$name/bin/pip" install -q "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" \
   check "$name"
 else
   fail "$name" "pip install failed"
+fi
+
+# The sdist (python -m build --sdist), installed by pip into a fresh
+# environment, and the repository installed by uv: tools from PyPI in their
+# own environment.
+new_venv tools
+if "$WORK/tools/bin/pip" install -q build uv; then
+  rm -rf "$WORK/sdist"
+  if "$WORK/tools/bin/python" -m build -q --sdist -o "$WORK/sdist" "$REPO" \
+      >/dev/null; then
+    SDISTS=("$WORK/sdist"/hostcb-*.tar.gz)
+    name=sdist-jax-$JAX_NEWEST
+    echo "== $name: pip install jax==$JAX_NEWEST $(basename "${SDISTS[0]}")"
+    new_venv "$name"
+    if "$WORK/$name/bin/pip" install -q "jax==$JAX_NEWEST" \
+        "jaxlib==$JAX_NEWEST" "${SDISTS[0]}"; then
+      check "$name"
+    else
+      fail "$name" "pip install of the sdist failed"
+    fi
+  else
+    fail sdist "python -m build --sdist failed"
+  fi
+  name=uv-jax-$JAX_NEWEST
+  echo "== $name: uv pip install jax==$JAX_NEWEST <repo>"
+  rm -rf "${WORK:?}/$name"
+  if "$WORK/tools/bin/uv" venv -q -p "$PYTHON" "$WORK/$name" \
+      && VIRTUAL_ENV="$WORK/$name" "$WORK/tools/bin/uv" pip install -q \
+          "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" "$REPO"; then
+    check "$name"
+  else
+    fail "$name" "uv pip install failed"
+  fi
+else
+  fail tools "pip install build uv failed"
 fi
 
 echo "== summary"
