@@ -15,11 +15,16 @@ order with every other hostcb callback of that device.
 Outside ``jit`` (nothing staged) the function runs at once in the calling
 thread, after the callbacks dispatched before it, as JAX's does.
 
-Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``:
-the callback receives NumPy arrays rather than ``jax.Array`` s; the device
-never waits for it; an exception it raises does not fail the computation
-but is logged and raised by the next barrier; ``ordered=True`` is accepted
-in code over several devices.
+A PRNG key argument reaches the callback as JAX hands it over: as a key
+outside ``jit``, as its key data (``uint32``) from staged code.  A failing
+callback is logged where JAX logs it (``jax._src.debugging``).
+
+Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
+(and checked by the scenarios of ``tests/jax_diff``): the callback receives
+NumPy arrays rather than ``jax.Array`` s; the device never waits for it; an
+exception it raises under ``jit`` does not fail the computation but is
+logged and raised by the next barrier; ``ordered=True`` is accepted in code
+over several devices.
 """
 from __future__ import annotations
 
@@ -79,6 +84,8 @@ def _elements(leaves: tuple, levels: list) -> list:
     return [leaves]
   *inner, outer = levels
   size = next(a.shape[d] for a, d in zip(leaves, outer) if d is not None)
+  if size == 0:  # an empty batch: no element, no call
+    return []
   per_outer = [
       _elements(tuple(a if d is None else _element(a, d, o)
                       for a, d in zip(leaves, outer)), inner)
@@ -166,10 +173,24 @@ class _Eagerly:
   def __init__(self, call: _DebugCall):
     self.call = call
 
-  def __call__(self, arrays: tuple, transforms: tuple) -> None:
+  def __call__(self, args: tuple, transforms: tuple) -> None:
     _jc.wait_for_earlier_callbacks()
     call = self.call
-    call.run(arrays[0] if call.n == 1 else tuple(arrays), transforms, True)
+    if call.as_jax_arrays:
+      # As JAX puts them on the CPU: a Python number stays weakly typed.
+      cpu = jax.local_devices(backend="cpu")[0]
+      arrays = tuple(jax.device_put(a, cpu) for a in args)
+    else:
+      arrays = tuple(_canonical_array(a) for a in args)
+    call.run(arrays[0] if call.n == 1 else arrays, transforms, True)
+
+
+def _canonical_array(a) -> np.ndarray:
+  """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
+  ``int32``, a NumPy ``float64`` a ``float32`` without x64)."""
+  a = np.asarray(a)
+  dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+  return a if dtype == a.dtype else a.astype(dtype)
 
 
 def _tap(func: Callable, args: tuple, kwargs: dict,

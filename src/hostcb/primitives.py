@@ -54,8 +54,9 @@ class TapTarget:
 
   ``eager``: for a front end that runs its function in the calling thread
   when the tap is not staged (outside ``jit``), as ``jax.debug.callback``
-  does (:mod:`hostcb.debug`): called as ``eager(arrays, transforms)``
-  instead of compiling the tap.
+  does (:mod:`hostcb.debug`): called as ``eager(operands, transforms)``
+  instead of compiling the tap, with the operands as they were bound
+  (``jax.Array`` s, NumPy arrays, Python numbers).
   """
   func: Callable
   treedef: Any
@@ -226,15 +227,6 @@ def _eager_args(args, device_index: int):
   return jax.device_put(args, jax.local_devices()[device_index])
 
 
-def _canonical_array(a) -> np.ndarray:
-  """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
-  ``int32``, a NumPy ``float64`` a ``float32`` without x64), as a JAX
-  array of it would have."""
-  a = np.asarray(a)
-  dtype = jax.dtypes.canonicalize_dtype(a.dtype)
-  return a if dtype == a.dtype else a.astype(dtype)
-
-
 # --------------------------------------------------------------------- tap
 tap_p = ji.new_primitive("hostcb_tap")
 
@@ -247,9 +239,8 @@ def _tap_abstract_eval(*avals, target, transforms, device_index):
 
 @tap_p.def_impl
 def _tap_impl(*args, target, transforms, device_index):
-  if target.eager is not None:
-    target.eager(tuple(_canonical_array(a) for a in args),
-                 unpack_transforms(transforms))
+  if target.eager is not None:  # the operands as given (Python numbers too)
+    target.eager(args, unpack_transforms(transforms))
     return [jax.numpy.asarray(a) for a in args]
   if config.read(config.INLINE):
     device = _device_for(args, device_index)

@@ -1,0 +1,268 @@
+"""JAX's own callbacks against hostcb's, side by side in one run.
+
+For each of ``jax.debug.callback``, ``jax.debug.print``,
+``jax.experimental.io_callback`` (unordered and ordered) and
+``jax.pure_callback``, JAX's function and hostcb's (``hostcb.debug.callback``,
+``hostcb.debug.print``, ``hostcb.io_callback``, ``hostcb.pure_callback``),
+every variant in the same process:
+
+1. per step of a jitted ``lax.scan`` over f32[4], end to end (until
+   ``jax.effects_barrier()`` returns, which waits for JAX's callbacks and
+   hostcb's): the untapped scan's time subtracted, the variants timed in
+   interleaved rounds (one run of each per round, the median over rounds),
+   so that a slow phase of a shared machine weighs on every variant alike.
+   The empty scan and an empty XLA FFI custom call (the physical limit of
+   a call from the device to the host) are measured beside them;
+2. one dispatch of a small jitted function with one callback of each kind
+   against the same function without it (also in interleaved rounds; the
+   final ``jax.effects_barrier()`` of each round is included).
+
+Prints go to a sink that counts lines (``sys.stdout`` redirected for JAX's
+and hostcb's alike); every callback is counted and the tables say whether
+every call was delivered (the script fails if one was not).
+
+    python benchmarks/bench_jax_callbacks.py [--steps 20000] [--repeats 5]
+        [--calls 2000] [--rounds 5] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.experimental
+import jax.numpy as jnp
+
+import hostcb
+from hostcb import engine
+from hostcb import import_hook
+
+if import_hook.jax_callbacks_installed():
+  # Under `hostcb run --jax-callbacks` JAX's names are hostcb's: there would
+  # be nothing to compare with.
+  sys.exit("bench_jax_callbacks: run it without hostcb.install("
+           "jax_callbacks=True)")
+
+# (kind, JAX's function, hostcb's function)
+FUNCTIONS = [
+    ("debug.callback", jax.debug.callback, hostcb.debug.callback),
+    ("debug.print", jax.debug.print, hostcb.debug.print),
+    ("io_callback", jax.experimental.io_callback, hostcb.io_callback),
+    ("io_callback(ordered=True)", jax.experimental.io_callback,
+     hostcb.io_callback),
+    ("pure_callback", jax.pure_callback, hostcb.pure_callback),
+]
+
+
+class Counter:
+  """Counts callback calls (the host functions of every variant)."""
+
+  def __init__(self):
+    self.n = 0
+
+  def plain(self, *args) -> None:
+    self.n += 1
+
+  def same(self, x):
+    self.n += 1
+    return x
+
+
+class Sink:
+  """Where ``print`` writes while the benchmark runs: counts lines."""
+
+  def __init__(self):
+    self.lines = 0
+
+  def write(self, s: str) -> int:
+    self.lines += s.count("\n")
+    return len(s)
+
+  def flush(self) -> None:
+    pass
+
+
+def _call(kind: str, fn, counter: Counter, shape):
+  """``step(x) -> y``: one callback of ``kind`` through ``fn`` whose
+  result (or ``x`` itself, for the debug functions) is ``y``."""
+  if kind == "debug.callback":
+    return lambda x: (fn(counter.plain, x), x)[1]
+  if kind == "debug.print":
+    return lambda x: (fn("{}", x), x)[1]
+  ordered = kind == "io_callback(ordered=True)"
+  if kind.startswith("io_callback"):
+    return lambda x: fn(counter.same, shape, x, ordered=ordered)
+  return lambda x: fn(counter.same, shape, x)  # pure_callback, result used
+
+
+def _scan(step, steps: int):
+  @jax.jit
+  def run(x):
+    def body(c, _):
+      return step(c) + 1.0, None
+    return jax.lax.scan(body, x, None, length=steps)[0]
+  return run
+
+
+def _interleaved(variants, once, rounds: int) -> list[float]:
+  """The median over ``rounds`` rounds of ``once(i)`` for every variant
+  (one call each per round, after one call each to compile)."""
+  times: list[list[float]] = [[] for _ in variants]
+  for i in range(len(variants)):
+    once(i)  # compiles
+  for _ in range(rounds):
+    for i in range(len(variants)):
+      times[i].append(once(i))
+  return [statistics.median(t) for t in times]
+
+
+def per_step(steps: int, repeats: int, sink: Sink):
+  """(empty scan µs per step, limit µs per step or None, rows): rows of
+  (kind, JAX µs, hostcb µs, all delivered), per scan step beyond the
+  empty scan's."""
+  counter = Counter()
+  f32 = jax.ShapeDtypeStruct((4,), jnp.float32)
+  x = jnp.zeros((4,), jnp.float32)
+  # (name, step, counted)
+  variants = [("empty scan", lambda c: c, False)]
+  has_limit = engine.available() and jax.devices()[0].platform == "cpu"
+  if has_limit:
+    noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
+    variants.append(("limit", lambda c: (noop(c), c)[1], False))
+  for kind, jax_fn, our_fn in FUNCTIONS:
+    variants.append((("jax", kind), _call(kind, jax_fn, counter, f32), True))
+    variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32),
+                     True))
+  runs = [_scan(step, steps) for _, step, _ in variants]
+  delivered = [0] * len(variants)
+
+  def once(i: int) -> float:
+    counter.n = 0
+    lines = sink.lines
+    t0 = time.perf_counter()
+    jax.block_until_ready(runs[i](x))
+    jax.effects_barrier()
+    elapsed = time.perf_counter() - t0
+    delivered[i] += counter.n + sink.lines - lines
+    return elapsed
+
+  medians = _interleaved(variants, once, repeats)
+  base = medians[0]
+  us = [max(m - base, 0.0) / steps * 1e6 for m in medians]
+  ok = [d == steps * (repeats + 1) if counted else True
+        for d, (_, _, counted) in zip(delivered, variants)]
+  by = {name: (u, o) for (name, _, _), u, o in zip(variants, us, ok)}
+  rows = []
+  for kind, _, _ in FUNCTIONS:
+    (j, jok), (h, hok) = by[("jax", kind)], by[("hostcb", kind)]
+    rows.append((kind, j, h, jok and hok))
+  limit = by["limit"][0] if has_limit else None
+  return base / steps * 1e6, limit, rows
+
+
+def dispatch(calls: int, rounds: int, sink: Sink):
+  """(no-callback µs, rows): rows of (kind, JAX µs, hostcb µs, all
+  delivered), per dispatch of a small jitted function with one callback,
+  the median of ``rounds`` interleaved rounds of ``calls`` dispatches."""
+  counter = Counter()
+  f32 = jax.ShapeDtypeStruct((), jnp.float32)
+  x = jnp.float32(1)
+  variants = [("none", jax.jit(lambda v: v + 1), False)]
+  for kind, jax_fn, our_fn in FUNCTIONS:
+    for who, fn in (("jax", jax_fn), ("hostcb", our_fn)):
+      step = _call(kind, fn, counter, f32)
+      variants.append(((who, kind), jax.jit(lambda v, s=step: s(v) + 1), True))
+  delivered = [0] * len(variants)
+
+  def once(i: int) -> float:
+    f = variants[i][1]
+    counter.n = 0
+    lines = sink.lines
+    t0 = time.perf_counter()
+    for _ in range(calls):
+      out = f(x)
+    out.block_until_ready()
+    jax.effects_barrier()
+    elapsed = time.perf_counter() - t0
+    delivered[i] += counter.n + sink.lines - lines
+    return elapsed
+
+  for i in range(len(variants)):  # warm up past the first dispatches
+    once(i)
+  medians = _interleaved(variants, once, rounds)
+  us = [m / calls * 1e6 for m in medians]
+  ok = [d == calls * (rounds + 2) if counted else True
+        for d, (_, _, counted) in zip(delivered, variants)]
+  by = {name: (u, o) for (name, _, _), u, o in zip(variants, us, ok)}
+  rows = []
+  for kind, _, _ in FUNCTIONS:
+    (j, jok), (h, hok) = by[("jax", kind)], by[("hostcb", kind)]
+    rows.append((kind, j, h, jok and hok))
+  return by["none"][0], rows
+
+
+def _ratio(a: float, b: float) -> str:
+  return f"{a / b:.0f}×" if b > 0 else "∞"
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=20000)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--calls", type=int, default=2000)
+  parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--quick", action="store_true",
+                      help="a short run (2,000 steps, 3 repeats, 300 calls, "
+                           "3 rounds): checks that everything works; "
+                           "the figures are rougher")
+  args = parser.parse_args()
+  if args.quick:
+    args.steps, args.repeats, args.calls, args.rounds = 2000, 3, 300, 3
+  print(f"jax {jax.__version__}, hostcb {hostcb.__version__}, "
+        f"{jax.devices()[0].platform}, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+        f"cores; native engine: "
+        f"{'yes' if engine.available() else engine.unavailable_reason()}")
+
+  sink = Sink()
+  t0 = time.perf_counter()
+  with contextlib.redirect_stdout(sink):
+    empty, limit, rows = per_step(args.steps, args.repeats, sink)
+    none, drows = dispatch(args.calls, args.rounds, sink)
+  elapsed = time.perf_counter() - t0
+
+  print(f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
+        "end to end, beyond the empty scan; median of "
+        f"{args.repeats} interleaved rounds\n")
+  print("| per scan step | JAX's, µs | hostcb's, µs | JAX / hostcb "
+        "| all delivered |")
+  print("|---|---:|---:|---:|:---:|")
+  for kind, j, h, ok in rows:
+    print(f"| {kind} | {j:.2f} | {h:.2f} | {_ratio(j, h)} | "
+          f"{'yes' if ok else 'NO'} |")
+  if limit is not None:
+    print(f"| empty XLA FFI custom call (the limit) | | {limit:.2f} | | |")
+  print(f"| the empty scan itself | {empty:.3f} | | | |")
+
+  print(f"\none dispatch of a small jitted function (f32[] + 1) with one "
+        f"callback, median of {args.rounds} interleaved rounds of "
+        f"{args.calls} dispatches\n")
+  print("| per dispatch | JAX's, µs | vs none | hostcb's, µs | vs none "
+        "| all delivered |")
+  print("|---|---:|---:|---:|---:|:---:|")
+  print(f"| no callback | {none:.1f} | 1.00× | {none:.1f} | 1.00× | |")
+  for kind, j, h, ok in drows:
+    print(f"| {kind} | {j:.1f} | {j / none:.2f}× | {h:.1f} | "
+          f"{h / none:.2f}× | {'yes' if ok else 'NO'} |")
+  print(f"\n({elapsed:.0f} s)")
+  if not all(ok for *_, ok in rows + drows):
+    sys.exit("bench_jax_callbacks: a callback was not delivered")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,907 @@
+"""JAX's own callbacks on hostcb: the switch that routes them
+(``install_jax_callbacks``/``uninstall_jax_callbacks``),
+``jax.effects_barrier``, values, threads, order, and several devices.
+
+What each of ``hostcb.debug.print``/``callback``, ``hostcb.io_callback`` and
+``hostcb.pure_callback`` does scenario by scenario, against JAX's own, is the
+differential harness's (tests/jax_diff/).  The switch is tested in this
+process with ``install_jax_callbacks``, which leaves the legacy names alone;
+``hostcb.install(jax_callbacks=True)``/``hostcb.uninstall()`` as a whole run in
+fresh interpreters (tests/test_import_hook.py), since other test modules of
+this process rely on the legacy names that ``uninstall`` removes.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+import sys
+import threading
+import types
+
+import jax
+import jax.experimental
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import hostcb
+from hostcb import import_hook
+
+DEADLINE = 120.0  # seconds: every wait of these tests ends by then
+
+
+def _jax_own(module: str, name: str):
+  """JAX's function ``name`` of ``module`` (looked up by name), also if the
+  module holds hostcb's in its place now (which names what it replaces)."""
+  f = getattr(sys.modules[module], name)
+  return getattr(f, "_hostcb_replaces", f)
+
+
+# JAX's own four functions, from the modules that define them.  Kept in a
+# dict: a module attribute holding one of them would itself be rebound by
+# the switch.
+_JAX = {
+    "debug_callback": _jax_own("jax._src.debugging", "debug_callback"),
+    "debug_print": _jax_own("jax._src.debugging", "debug_print"),
+    "io_callback": _jax_own("jax._src.callback", "io_callback"),
+    "pure_callback": _jax_own("jax._src.callback", "pure_callback"),
+}
+_HOSTCB = {
+    "debug_callback": hostcb.debug.callback,
+    "debug_print": hostcb.debug.print,
+    "io_callback": hostcb.io_callback,
+    "pure_callback": hostcb.pure_callback,
+}
+# Where the switch must put hostcb's functions: (module name, attribute).
+_PUBLIC_AND_DEFINITIONS = {
+    ("jax.debug", "callback"): "debug_callback",
+    ("jax.debug", "print"): "debug_print",
+    ("jax.experimental", "io_callback"): "io_callback",
+    ("jax", "pure_callback"): "pure_callback",
+    ("jax._src.debugging", "debug_callback"): "debug_callback",
+    ("jax._src.debugging", "debug_print"): "debug_print",
+    ("jax._src.callback", "io_callback"): "io_callback",
+    ("jax._src.callback", "pure_callback"): "pure_callback",
+}
+
+F32 = jax.ShapeDtypeStruct((), jnp.float32)
+I32 = jax.ShapeDtypeStruct((), jnp.int32)
+
+
+def test_jax_functions_are_jax_own_and_not_installed():
+  for key, f in _JAX.items():
+    assert f is not _HOSTCB[key]
+    assert f.__module__.startswith("jax._src."), (key, f.__module__)
+  assert not import_hook.jax_callbacks_installed()
+
+
+def _holders(functions) -> dict:
+  """``{(module name, attribute): key}`` of every attribute of every loaded
+  module (hostcb's excepted) that is one of ``functions`` (a dict key ->
+  function)."""
+  by_id = {id(f): key for key, f in functions.items()}
+  found = {}
+  for name, module in list(sys.modules.items()):
+    if not isinstance(module, types.ModuleType) or (
+        name.split(".")[0] == "hostcb"):
+      continue
+    try:
+      items = list(vars(module).items())
+    except Exception:  # noqa: BLE001  (an odd module)
+      continue
+    for attr, value in items:
+      key = by_id.get(id(value))
+      if key is not None and functions[key] is value:
+        found[(name, attr)] = key
+  return found
+
+
+def _value(module_name: str, attr: str):
+  return getattr(sys.modules[module_name], attr)
+
+
+@pytest.fixture
+def installed():
+  """JAX's callbacks routed through hostcb for the test, then put back."""
+  count = import_hook.install_jax_callbacks()
+  try:
+    yield count
+  finally:
+    import_hook.uninstall_jax_callbacks()
+    assert not import_hook.jax_callbacks_installed()
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+  """Imports a module (a file on ``sys.path``) that bound JAX's four
+  callbacks with ``from ... import``; removed from ``sys.modules`` after."""
+  made = []
+
+  def make(name: str):
+    (tmp_path / f"{name}.py").write_text(
+        "from jax import pure_callback\n"
+        "from jax.debug import callback as debug_callback\n"
+        "from jax.debug import print as debug_print\n"
+        "from jax.experimental import io_callback\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made.append(name)
+    return importlib.import_module(name)
+
+  yield make
+  for name in made:
+    sys.modules.pop(name, None)
+
+
+# ------------------------------------------------------- install/uninstall
+def test_install_rebinds_every_public_name_and_definition(installed):
+  for (module_name, attr), key in _PUBLIC_AND_DEFINITIONS.items():
+    assert _value(module_name, attr) is _HOSTCB[key], (module_name, attr)
+  assert jax.debug.print is hostcb.debug.print
+  assert jax.debug.callback is hostcb.debug.callback
+  assert jax.experimental.io_callback is hostcb.io_callback
+  assert jax.pure_callback is hostcb.pure_callback
+  assert import_hook.jax_callbacks_installed()
+
+
+def test_install_leaves_no_loaded_module_holding_jax_functions():
+  before, ours_before = _holders(_JAX), _holders(_HOSTCB)
+  assert set(_PUBLIC_AND_DEFINITIONS) <= set(before)
+  count = import_hook.install_jax_callbacks()
+  try:
+    assert _holders(_JAX) == {}
+    assert _holders(_HOSTCB) == {**before, **ours_before}
+    assert count == len(before)
+  finally:
+    import_hook.uninstall_jax_callbacks()
+
+
+def test_uninstall_restores_exactly():
+  jax_before, ours_before = _holders(_JAX), _holders(_HOSTCB)
+  count = import_hook.install_jax_callbacks()
+  restored = import_hook.uninstall_jax_callbacks()
+  assert restored == count > 0
+  assert _holders(_JAX) == jax_before
+  assert _holders(_HOSTCB) == ours_before
+  for (module_name, attr), key in _PUBLIC_AND_DEFINITIONS.items():
+    assert _value(module_name, attr) is _JAX[key], (module_name, attr)
+  assert not import_hook.jax_callbacks_installed()
+  assert import_hook.uninstall_jax_callbacks() == 0
+
+
+def test_install_twice_is_harmless():
+  jax_before, ours_before = _holders(_JAX), _holders(_HOSTCB)
+  first = import_hook.install_jax_callbacks()
+  try:
+    assert import_hook.install_jax_callbacks() == 0
+    assert _holders(_JAX) == {}
+    assert _holders(_HOSTCB) == {**jax_before, **ours_before}
+    assert jax.debug.print is hostcb.debug.print
+  finally:
+    assert import_hook.uninstall_jax_callbacks() == first
+  assert _holders(_JAX) == jax_before
+  assert _holders(_HOSTCB) == ours_before
+  assert import_hook.uninstall_jax_callbacks() == 0
+
+
+def test_module_that_imported_the_names_before_install_is_rebound(
+    user_module):
+  lib = user_module("hostcb_test_lib_before_install")
+  names = {"debug_callback": "debug_callback", "debug_print": "debug_print",
+           "io_callback": "io_callback", "pure_callback": "pure_callback"}
+  for attr, key in names.items():
+    assert getattr(lib, attr) is _JAX[key]
+  import_hook.install_jax_callbacks()
+  try:
+    for attr, key in names.items():
+      assert getattr(lib, attr) is _HOSTCB[key], attr
+  finally:
+    import_hook.uninstall_jax_callbacks()
+  for attr, key in names.items():
+    assert getattr(lib, attr) is _JAX[key], attr
+
+
+def test_module_imported_while_installed_binds_hostcb(installed, user_module):
+  lib = user_module("hostcb_test_lib_while_installed")
+  assert lib.debug_print is hostcb.debug.print
+  assert lib.debug_callback is hostcb.debug.callback
+  assert lib.io_callback is hostcb.io_callback
+  assert lib.pure_callback is hostcb.pure_callback
+
+
+def test_module_imported_while_installed_keeps_hostcb_after_uninstall(
+    user_module):
+  # Documented: uninstall puts back what install rebound; a module that
+  # took hostcb's functions from JAX's modules meanwhile keeps them.
+  import_hook.install_jax_callbacks()
+  try:
+    lib = user_module("hostcb_test_lib_keeps")
+  finally:
+    import_hook.uninstall_jax_callbacks()
+  assert jax.experimental.io_callback is _JAX["io_callback"]
+  assert lib.io_callback is hostcb.io_callback
+
+
+def test_install_again_rebinds_modules_loaded_since(installed):
+  late = types.ModuleType("hostcb_test_late_module")
+  late.io = _JAX["io_callback"]
+  late.dprint = _JAX["debug_print"]
+  sys.modules[late.__name__] = late
+  try:
+    assert import_hook.install_jax_callbacks() == 2
+    assert late.io is hostcb.io_callback
+    assert late.dprint is hostcb.debug.print
+    import_hook.uninstall_jax_callbacks()
+    assert late.io is _JAX["io_callback"]
+    assert late.dprint is _JAX["debug_print"]
+    assert jax.debug.print is _JAX["debug_print"]
+  finally:
+    del sys.modules[late.__name__]
+
+
+def test_uninstall_leaves_a_name_rebound_since_alone(installed):
+  def mine(*args, **kwargs):
+    return None
+
+  jax.debug.print = mine
+  try:
+    import_hook.uninstall_jax_callbacks()
+    assert jax.debug.print is mine
+    assert jax.debug.callback is _JAX["debug_callback"]
+    assert jax.experimental.io_callback is _JAX["io_callback"]
+  finally:
+    jax.debug.print = _JAX["debug_print"]
+
+
+def test_installed_names_stage_hostcb_primitives(installed):
+  def f(x):
+    jax.debug.print("x={}", x)
+    jax.debug.callback(lambda a: None, x)
+    y = jax.experimental.io_callback(lambda a: a, F32, x)
+    return jax.pure_callback(lambda a: a, F32, y)
+
+  jaxpr = str(jax.make_jaxpr(f)(1.))
+  assert jaxpr.count("hostcb_tap[") == 2
+  assert jaxpr.count("hostcb_call[") == 2
+  for jax_primitive in ("debug_callback[", "io_callback[", "pure_callback["):
+    assert jax_primitive not in jaxpr
+
+
+def test_jax_names_stage_jax_primitives_when_not_installed():
+  def f(x):
+    jax.debug.callback(lambda a: None, x)
+    return jax.pure_callback(lambda a: a, F32, x)
+
+  jaxpr = str(jax.make_jaxpr(f)(1.))
+  assert "hostcb_" not in jaxpr
+  assert "debug_callback[" in jaxpr and "pure_callback[" in jaxpr
+
+
+def test_installed_names_run_the_callbacks(installed, capsys):
+  seen = []
+
+  @jax.jit
+  def f(x):
+    jax.debug.print("x={x}", x=x)
+    jax.debug.callback(lambda a: seen.append(("callback", a)), x)
+    y = jax.experimental.io_callback(
+        lambda a: (seen.append(("io", a)), a * 2)[1], F32, x)
+    return jax.pure_callback(lambda a: a + 1, F32, y)
+
+  assert float(f(3.)) == 7.
+  jax.effects_barrier()
+  assert capsys.readouterr().out == "x=3.0\n"
+  assert [(k, type(a), float(a)) for k, a in seen] == [
+      ("callback", np.ndarray, 3.), ("io", np.ndarray, 3.)]
+
+
+def test_function_traced_before_install_keeps_jax_callback():
+  # A function keeps the callback it was traced with: JAX's hands the
+  # callback jax.Array's, hostcb's NumPy arrays.
+  got = {"before": [], "during": []}
+
+  def traced(label):
+    return jax.jit(lambda x: (jax.debug.callback(
+        lambda a: got[label].append(isinstance(a, np.ndarray)), x), x + 1)[1])
+
+  before = traced("before")
+  assert float(before(1.)) == 2.
+  import_hook.install_jax_callbacks()
+  try:
+    assert float(before(2.)) == 3.
+    during = traced("during")
+    assert float(during(3.)) == 4.
+    jax.effects_barrier()
+  finally:
+    import_hook.uninstall_jax_callbacks()
+  assert float(before(4.)) == 5.
+  assert float(during(5.)) == 6.
+  jax.effects_barrier()
+  assert got == {"before": [False, False, False], "during": [True, True]}
+
+
+# --------------------------------------------------- jax.effects_barrier
+def test_effects_barrier_is_jax_own_followed_by_hostcb():
+  assert jax.effects_barrier.__wrapped__ is (
+      sys.modules["jax._src.api"].effects_barrier)
+  assert jax.effects_barrier is not jax.effects_barrier.__wrapped__
+
+
+def test_effects_barrier_waits_for_debug_callbacks_of_a_long_scan():
+  seen = []
+
+  @jax.jit
+  def f(x):
+    def body(c, i):
+      hostcb.debug.callback(lambda a: seen.append(int(a)), i)
+      return c + 1, None
+    return lax.scan(body, x, jnp.arange(2000))[0]
+
+  assert int(f(0)) == 2000
+  jax.effects_barrier()
+  assert seen == list(range(2000))
+
+
+def test_effects_barrier_waits_for_debug_print(capsys):
+  jax.jit(lambda x: hostcb.debug.print("{} and {y}", x, y=x * 2))(
+      jnp.arange(3))
+  jax.effects_barrier()
+  assert capsys.readouterr().out == "[0 1 2] and [0 2 4]\n"
+
+
+def test_effects_barrier_waits_for_id_tap_and_call():
+  taps, calls = [], []
+
+  def host(a):
+    calls.append(int(a))
+    return a + 100
+
+  @jax.jit
+  def f(x):
+    def body(c, i):
+      hostcb.id_tap(lambda a, t: taps.append(int(a)), i)
+      return c + hostcb.call(host, i, result_shape=I32), None
+    return lax.scan(body, x, jnp.arange(500))[0]
+
+  assert int(f(0)) == sum(range(500)) + 500 * 100
+  jax.effects_barrier()
+  assert taps == list(range(500)) and calls == list(range(500))
+
+
+def test_effects_barrier_blocks_until_a_running_callback_returns():
+  release, returned = threading.Event(), threading.Event()
+  seen = []
+
+  def held(a):
+    release.wait(DEADLINE)
+    seen.append(float(a))
+
+  out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.)
+  # The device does not wait for the callback: the result is there while
+  # the callback is still held.
+  assert float(out) == 6.
+
+  def barrier():
+    jax.effects_barrier()
+    returned.set()
+
+  waiter = threading.Thread(target=barrier)
+  waiter.start()
+  try:
+    assert not returned.wait(0.5)  # still held: the barrier waits
+    assert seen == []
+  finally:
+    release.set()
+  waiter.join(DEADLINE)
+  assert not waiter.is_alive()
+  assert returned.is_set() and seen == [3.]
+
+
+def test_effects_barrier_raises_a_failed_debug_callback_once():
+  def fails(a):
+    raise ValueError(f"tapped {float(a)}")
+
+  out = jax.jit(lambda x: (hostcb.debug.callback(fails, x), x + 1)[1])(1.)
+  assert float(out) == 2.  # the computation goes on
+  with pytest.raises(hostcb.CallbackException,
+                     match="ValueError: tapped 1.0") as info:
+    jax.effects_barrier()
+  assert isinstance(info.value.__cause__, ValueError)
+  assert str(info.value.__cause__) == "tapped 1.0"
+  jax.effects_barrier()  # reported once
+
+
+def test_effects_barrier_and_barrier_wait_report_a_failure_once_between_them():
+  def fails(a):
+    raise ValueError("once")
+
+  jax.jit(lambda x: hostcb.debug.callback(fails, x))(1.)
+  with pytest.raises(hostcb.CallbackException, match="ValueError: once"):
+    hostcb.barrier_wait()
+  jax.effects_barrier()
+
+
+def test_effects_barrier_raises_a_failed_debug_print():
+  class Unprintable:
+    def __format__(self, spec):
+      raise RuntimeError("cannot format")
+
+  # A host-side argument (not an array) that fails to format.
+  jax.jit(lambda x: hostcb.debug.print("{} {}", x, Unprintable()))(1.)
+  with pytest.raises(hostcb.CallbackException,
+                     match="RuntimeError: cannot format"):
+    jax.effects_barrier()
+
+
+def _raise(a):
+  raise ValueError("boom")
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_failed_io_callback_fails_its_computation_as_jax(ordered):
+  failures = []
+  for io_callback in (_JAX["io_callback"], hostcb.io_callback):
+    f = jax.jit(lambda x: io_callback(_raise, F32, x, ordered=ordered))
+    with pytest.raises(Exception, match="ValueError: boom") as info:
+      jax.block_until_ready(f(1.))
+    failures.append(type(info.value))
+    jax.effects_barrier()  # nothing left to report, as JAX
+    ok = jax.jit(lambda x: io_callback(lambda a: a + 1, F32, x,
+                                       ordered=ordered))
+    assert float(ok(1.)) == 2.  # and the next computation runs
+  assert failures[0] is failures[1]
+
+
+def test_failed_pure_callback_fails_its_computation_as_jax():
+  failures = []
+  for pure_callback in (_JAX["pure_callback"], hostcb.pure_callback):
+    f = jax.jit(lambda x: pure_callback(_raise, F32, x))
+    with pytest.raises(Exception, match="ValueError: boom") as info:
+      jax.block_until_ready(f(1.))
+    failures.append(type(info.value))
+    jax.effects_barrier()
+  assert failures[0] is failures[1]
+
+
+def test_wrong_result_shape_fails_the_computation_with_jax_words():
+  for io_callback in (_JAX["io_callback"], hostcb.io_callback):
+    f = jax.jit(lambda x: io_callback(
+        lambda a: np.zeros(3, np.float32), F32, x))
+    with pytest.raises(Exception, match=(
+        r"RuntimeError: Incorrect output shape for return value #0: "
+        r"Expected: \(\), Actual: \(3,\)")):
+      jax.block_until_ready(f(1.))
+
+
+def test_eager_debug_callback_failure_reaches_the_caller_as_jax():
+  for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
+    with pytest.raises(ValueError, match="^boom$"):
+      debug_callback(_raise, jnp.float32(1.))
+    jax.effects_barrier()  # raised once, where it happened
+
+
+def test_effects_barrier_inside_a_callback_returns():
+  done = []
+
+  def calls_barrier(a):
+    jax.effects_barrier()
+    done.append(float(a))
+
+  jax.jit(lambda x: hostcb.debug.callback(calls_barrier, x))(1.)
+  finisher = threading.Thread(target=jax.effects_barrier)
+  finisher.start()
+  finisher.join(DEADLINE)
+  assert not finisher.is_alive()
+  assert done == [1.]
+
+
+def test_effects_barrier_still_waits_for_jax_own_ordered_callbacks():
+  seen = []
+  f = jax.jit(lambda x: (_JAX["debug_callback"](
+      lambda a: seen.append(float(a)), x, ordered=True), x)[1])
+  f(1.)
+  f(2.)
+  jax.effects_barrier()
+  assert seen == [1., 2.]
+
+
+# ----------------------------------------------------------------- values
+def _model(x, w, debug=None):
+  """A small model; with ``debug`` (a ``(callback, print)`` pair), debug
+  callbacks and prints of its intermediates.
+
+  Its arithmetic is exact in float32 for the small integer-valued inputs
+  of the tests (no rounding), so its results must be bit for bit the same
+  with and without callbacks.  (With transcendental functions they need
+  not be: a callback, JAX's own too, changes how XLA fuses the code around
+  it, and fused and unfused ``sin`` may differ in the last bit.)
+  """
+  h = x @ w
+  if debug:
+    debug[0](lambda *a: None, h, x)
+    debug[1]("h={h} w={}", w, h=h)
+
+  def body(c, i):
+    c = jnp.maximum(c, -3.) * 2. - i * c + 1.
+    if debug:
+      debug[0](lambda *a: None, c, i, ordered=True)
+      debug[1]("c={}", c)
+    return c, c
+
+  c, cs = lax.scan(body, h, jnp.arange(6.))
+  return (c * c).sum() + cs.sum()
+
+
+def test_debug_callback_and_print_never_change_a_value():
+  x = jax.random.randint(jax.random.key(0), (3, 5), -3, 4).astype(jnp.float32)
+  w = jax.random.randint(jax.random.key(1), (5, 4), -3, 4).astype(jnp.float32)
+  transforms = {
+      "jit": jax.jit,
+      "grad": lambda f: jax.jit(jax.grad(f, argnums=(0, 1))),
+      "vmap": lambda f: jax.jit(jax.vmap(f, in_axes=(0, None))),
+      "checkpoint": lambda f: jax.jit(jax.value_and_grad(jax.checkpoint(f))),
+      "eager": lambda f: f,
+  }
+  prints = {}
+  for debug in ((_JAX["debug_callback"], _JAX["debug_print"]),
+                (hostcb.debug.callback, hostcb.debug.print)):
+    for name, transform in transforms.items():
+      sink = io.StringIO()
+      with contextlib.redirect_stdout(sink):
+        want = transform(_model)(x, w)
+        got = transform(functools.partial(_model, debug=debug))(x, w)
+        jax.effects_barrier()
+      jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
+      assert (jax.tree_util.tree_structure(got) ==
+              jax.tree_util.tree_structure(want))
+      text = sink.getvalue()
+      prints.setdefault(name, []).append(
+          (text.count("h=["), text.count("c=[")))
+  # As many prints as JAX's: jit 1 + 6 scan steps; vmap 3 times that.
+  assert {k: v[0] for k, v in prints.items()} == {
+      k: v[1] for k, v in prints.items()}
+  assert prints["jit"] == [(1, 6), (1, 6)]
+  assert prints["vmap"] == [(3, 18), (3, 18)]
+
+
+def test_callback_receives_exactly_the_values_computed():
+  seen = []
+
+  @jax.jit
+  def f(x):
+    def body(c, _):
+      c = jnp.cos(c) * 3.1 + c
+      hostcb.debug.callback(lambda a: seen.append(a), c)
+      return c, c
+    return lax.scan(body, x, None, length=50)[1]
+
+  x = jax.random.normal(jax.random.key(2), (4,))
+  cs = np.asarray(f(x))
+  jax.effects_barrier()
+  assert len(seen) == 50
+  for i, a in enumerate(seen):
+    assert a.dtype == np.float32 and a.shape == (4,)
+    np.testing.assert_array_equal(a, cs[i])
+
+
+def test_io_and_pure_callback_results_are_the_callback_results():
+  x = jax.random.normal(jax.random.key(3), (5,))
+
+  def host(a):
+    return np.exp(a) / 7
+
+  for name in ("io_callback", "pure_callback"):
+    for fn in (_JAX[name], _HOSTCB[name]):
+      out = jax.jit(lambda a: fn(host, jax.ShapeDtypeStruct((5,),
+                                                            jnp.float32), a))(x)
+      np.testing.assert_array_equal(out, host(np.asarray(x)))
+
+
+# ---------------------------------------------------------------- threads
+def test_callbacks_from_several_threads_all_arrive():
+  n_threads, n_calls = 4, 40
+  lock = threading.Lock()
+  seen = {"debug": [], "io": [], "pure": [], "print": []}
+
+  def record(kind):
+    def host(t, i):
+      with lock:
+        seen[kind].append((int(t), int(i)))
+      return np.int32(i)
+    return host
+
+  @jax.jit
+  def f(t, i):
+    hostcb.debug.callback(record("debug"), t, i)
+    hostcb.debug.print("{} {}", t, i)
+    a = hostcb.io_callback(record("io"), I32, t, i, ordered=True)
+    b = hostcb.pure_callback(record("pure"), I32, t, i)
+    return a + b
+
+  sink = io.StringIO()
+  outs: dict[int, list] = {}
+  errors = []
+
+  def work(t):
+    try:
+      outs[t] = [f(np.int32(t), np.int32(i)) for i in range(n_calls)]
+      jax.block_until_ready(outs[t])
+    except BaseException as e:  # noqa: BLE001  (reported below)
+      errors.append(e)
+
+  with contextlib.redirect_stdout(sink):
+    threads = [threading.Thread(target=work, args=(t,))
+               for t in range(n_threads)]
+    for th in threads:
+      th.start()
+    for th in threads:
+      th.join(DEADLINE)
+    assert not any(th.is_alive() for th in threads)
+    jax.effects_barrier()
+  assert errors == []
+  every = sorted((t, i) for t in range(n_threads) for i in range(n_calls))
+  for kind in ("debug", "io", "pure"):
+    assert sorted(seen[kind]) == every, kind
+  for t in range(n_threads):
+    # ordered io_callbacks: each thread's in the order it dispatched them
+    assert [i for u, i in seen["io"] if u == t] == list(range(n_calls))
+    assert [int(o) for o in outs[t]] == [2 * i for i in range(n_calls)]
+  assert sorted(sink.getvalue().splitlines()) == sorted(
+      f"{t} {i}" for t, i in every)
+
+
+def test_callbacks_may_be_dispatched_from_a_callback_thread():
+  # A callback that runs jitted code with callbacks of its own.
+  inner = []
+  g = jax.jit(lambda x: hostcb.io_callback(
+      lambda a: (inner.append(float(a)), a)[1], F32, x * 2))
+
+  def outer(a):
+    jax.block_until_ready(g(a))
+
+  jax.jit(lambda x: hostcb.debug.callback(outer, x))(1.5)
+  jax.effects_barrier()
+  assert inner == [3.]
+
+
+def test_callbacks_of_code_a_callback_dispatched_run_by_the_next_barrier():
+  # Documented (docs/jax_callbacks.md): a barrier that waited for a
+  # callback may return before the callbacks of the code that callback
+  # dispatched (JAX's would have run them inside it); the next one waits
+  # for them.
+  inner = []
+  g = jax.jit(lambda x: hostcb.debug.callback(
+      lambda a: inner.append(float(a)), x * 2))
+  f = jax.jit(lambda x: hostcb.debug.callback(lambda a: g(a), x))
+  for i in range(5):
+    f(float(i))
+  jax.effects_barrier()
+  jax.effects_barrier()
+  assert sorted(inner) == [0., 2., 4., 6., 8.]
+
+
+# ------------------------------------------------------------------ order
+def test_ordered_io_callback_keeps_order_across_many_dispatches():
+  seen = []
+  f = jax.jit(lambda i: hostcb.io_callback(
+      lambda a: (seen.append(int(a)), a)[1], I32, i, ordered=True))
+  outs = [f(np.int32(i)) for i in range(500)]  # not waited for in between
+  jax.effects_barrier()
+  assert seen == list(range(500))
+  assert [int(o) for o in outs] == list(range(500))
+
+
+def test_ordered_io_callback_keeps_order_in_a_long_scan():
+  seen = []
+
+  @jax.jit
+  def f():
+    def body(c, i):
+      return c + hostcb.io_callback(lambda a: (seen.append(int(a)), a)[1],
+                                    I32, i, ordered=True), None
+    return lax.scan(body, jnp.int32(0), jnp.arange(5000))[0]
+
+  assert int(f()) == sum(range(5000))
+  assert seen == list(range(5000))
+
+
+def test_ordered_io_callbacks_in_while_loop_and_cond_keep_order():
+  seen = []
+
+  def record(tag):
+    return lambda a: (seen.append((tag, int(a))), a)[1]
+
+  def body(carry):
+    i, acc = carry
+    acc = acc + lax.cond(
+        i % 3 == 0,
+        lambda: hostcb.io_callback(record("a"), I32, i, ordered=True),
+        lambda: hostcb.io_callback(record("b"), I32, i, ordered=True))
+    return i + 1, acc
+
+  out = jax.jit(lambda: lax.while_loop(lambda c: c[0] < 300, body,
+                                       (jnp.int32(0), jnp.int32(0))))()
+  assert int(out[1]) == sum(range(300))
+  assert seen == [("a" if i % 3 == 0 else "b", i) for i in range(300)]
+
+
+def test_ordered_callbacks_of_every_kind_interleave_in_program_order():
+  seen = []
+
+  @jax.jit
+  def f():
+    def body(c, i):
+      hostcb.debug.callback(lambda a: seen.append(("debug", int(a))), i,
+                            ordered=True)
+      r = hostcb.io_callback(lambda a: (seen.append(("io", int(a))), a)[1],
+                             I32, i, ordered=True)
+      hostcb.debug.callback(lambda a: seen.append(("after", int(a))), r,
+                            ordered=True)
+      return c + r, None
+    return lax.scan(body, jnp.int32(0), jnp.arange(300))[0]
+
+  f()
+  jax.effects_barrier()
+  assert seen == [(k, i) for i in range(300)
+                  for k in ("debug", "io", "after")]
+
+
+def test_unordered_io_callback_runs_every_time():
+  seen = []
+  f = jax.jit(lambda i: hostcb.io_callback(
+      lambda a: (seen.append(int(a)), a)[1], I32, i))
+  for i in range(200):
+    f(np.int32(i))
+  jax.effects_barrier()
+  assert sorted(seen) == list(range(200))
+
+
+# ------------------------------------------------------- several devices
+N = jax.device_count()
+
+
+def _sharded(x):
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+  return jax.device_put(
+      x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+
+
+@pytest.mark.multidevice
+def test_there_are_several_devices():
+  assert N >= 2
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("ordered", [False, True])
+def test_pmap_debug_callback_once_per_device_as_jax(ordered):
+  results = []
+  for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
+    seen = []
+    lock = threading.Lock()
+
+    def host(a, seen=seen):
+      with lock:
+        seen.append(float(a))
+
+    if ordered and debug_callback is _JAX["debug_callback"]:
+      # A documented difference: JAX refuses ordered debug callbacks on
+      # several devices; hostcb keeps each device's in order.
+      with pytest.raises(ValueError, match="ordered effects are not "
+                         "supported for more than 1 device"):
+        jax.pmap(lambda x: debug_callback(host, x, ordered=True))(
+            jnp.arange(float(N)))
+      continue
+    out = jax.pmap(lambda x: (debug_callback(host, x, ordered=ordered),
+                              x * 2)[1])(jnp.arange(float(N)))
+    jax.effects_barrier()
+    np.testing.assert_array_equal(out, np.arange(N) * 2.)
+    results.append(sorted(seen))
+  assert all(r == [float(i) for i in range(N)] for r in results)
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("ordered", [False, True])
+def test_pmap_io_callback_on_every_device_as_jax(ordered):
+  for io_callback in (_JAX["io_callback"], hostcb.io_callback):
+    seen = []
+    lock = threading.Lock()
+
+    def host(a, seen=seen):
+      with lock:
+        seen.append(float(a))
+      return a * 10
+
+    out = jax.pmap(lambda x: io_callback(host, F32, x, ordered=ordered))(
+        jnp.arange(float(N)))
+    jax.effects_barrier()
+    np.testing.assert_array_equal(out, np.arange(N) * 10.)
+    assert sorted(seen) == [float(i) for i in range(N)]
+
+
+@pytest.mark.multidevice
+def test_pmap_debug_callbacks_of_each_device_all_arrive_in_order():
+  seen = []
+  lock = threading.Lock()
+
+  def host(a):
+    with lock:
+      seen.append(int(a))
+
+  def f(x):
+    def body(c, _):
+      hostcb.debug.callback(host, c)
+      return c + 1, None
+    return lax.scan(body, x, None, length=300)[0]
+
+  jax.pmap(f)(jnp.arange(N) * 1000)
+  jax.effects_barrier()
+  assert len(seen) == 300 * N
+  for d in range(N):
+    assert [a for a in seen if a // 1000 == d] == [
+        1000 * d + k for k in range(300)]
+
+
+@pytest.mark.multidevice
+def test_sharded_jit_debug_callback_sees_the_whole_array_once_as_jax():
+  x = _sharded(jnp.arange(2. * N))
+  for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
+    seen = []
+    out = jax.jit(lambda a: (debug_callback(
+        lambda v: seen.append(np.asarray(v).tolist()), a), a * 2)[1])(x)
+    jax.effects_barrier()
+    assert seen == [[float(i) for i in range(2 * N)]]
+    np.testing.assert_array_equal(out, np.arange(2. * N) * 2)
+    assert out.sharding == x.sharding
+
+
+@pytest.mark.multidevice
+def test_sharded_jit_io_and_pure_callback_results_as_jax():
+  x = _sharded(jnp.arange(2. * N))
+  shape = jax.ShapeDtypeStruct((2 * N,), jnp.float32)
+  for name in ("io_callback", "pure_callback"):
+    for fn in (_JAX[name], _HOSTCB[name]):
+      seen = []
+
+      def host(v, seen=seen):
+        seen.append(v.tolist())
+        return v * 3
+
+      out = jax.jit(lambda a: fn(host, shape, a) + 1)(x)
+      np.testing.assert_array_equal(out, np.arange(2. * N) * 3 + 1)
+      assert seen == [[float(i) for i in range(2 * N)]], (name, fn)
+
+
+@pytest.mark.multidevice
+def test_ordered_io_callbacks_of_threads_on_different_devices():
+  devices = jax.devices()
+  seen = {d: [] for d in range(N)}
+
+  @jax.jit
+  def f(d, i):
+    return hostcb.io_callback(
+        lambda a, b: (seen[int(a)].append(int(b)), b)[1], I32, d, i,
+        ordered=True)
+
+  errors = []
+
+  def work(d):
+    try:
+      outs = [f(jax.device_put(np.int32(d), devices[d]),
+                jax.device_put(np.int32(i), devices[d]))
+              for i in range(50)]
+      assert [int(o) for o in outs] == list(range(50))
+      assert all(o.devices() == {devices[d]} for o in outs)
+    except BaseException as e:  # noqa: BLE001  (reported below)
+      errors.append(e)
+
+  threads = [threading.Thread(target=work, args=(d,)) for d in range(N)]
+  for th in threads:
+    th.start()
+  for th in threads:
+    th.join(DEADLINE)
+  assert not any(th.is_alive() for th in threads)
+  jax.effects_barrier()
+  assert errors == []
+  assert seen == {d: list(range(50)) for d in range(N)}

@@ -1,0 +1,93 @@
+"""Differential tests: hostcb's JAX callbacks behave as JAX's own.
+
+The oracle is JAX itself, in this environment (0.10.2): the scenarios of
+``tests/jax_diff/`` (one small program each) run in one interpreter per
+implementation, with ``HOSTCB_TEST_DEVICES`` CPU devices:
+
+* ``jax``: ``jax.debug.print``, ``jax.debug.callback``,
+  ``jax.experimental.io_callback``, ``jax.pure_callback`` as JAX has them;
+* ``hostcb``: ``hostcb.debug.print``, ``hostcb.debug.callback``,
+  ``hostcb.io_callback``, ``hostcb.pure_callback``;
+* ``installed``: JAX's names after ``hostcb.install(jax_callbacks=True)``.
+
+Each test compares one scenario: what it printed, what each callback
+received and how often, what it returned, raised and logged.  hostcb's
+output (both ways of getting it) must be JAX's exactly, or, for a
+documented difference (``ours=`` in the scenario for a deliberate one,
+``gap=`` for a known one still to fix, each with its reason), the output
+the scenario states, which must still differ from JAX's.  See
+``jax_diff/registry.py``.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from jax_diff import harness, registry  # noqa: E402
+
+for _m in registry.MODULES:
+  importlib.import_module(f"jax_diff.{_m}")
+
+IMPLS = ["jax", "hostcb", "installed"]
+NAMES = list(registry.SCENARIOS)
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict:
+  """``{impl: {scenario name: output}}`` for the three implementations."""
+  return dict(zip(IMPLS, harness.run_suites(IMPLS)))
+
+
+def _diff(want: str, got: str, label: str) -> str:
+  return "\n".join(difflib.unified_diff(want.splitlines(), got.splitlines(),
+                                        "expected", label, lineterm=""))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hostcb_matches_jax(outputs, name):
+  """hostcb (called directly, and installed in place of JAX's functions)
+  prints, calls back, returns and raises what JAX does in this scenario,
+  or what the scenario documents."""
+  sc = registry.SCENARIOS[name]
+  theirs = outputs["jax"].get(name)
+  assert theirs is not None, f"JAX's runner did not run {name}"
+  assert not theirs.startswith(("CRASHED", "HUNG")), theirs
+  if sc.differs is not None:
+    want = sc.expect
+    assert registry.view(theirs, sc.unordered) != registry.view(
+        want, sc.unordered), (
+            "JAX now does what the scenario documents as hostcb's "
+            f"difference; the difference is gone: {sc.differs}")
+  else:
+    want = theirs
+  for impl in IMPLS[1:]:
+    ours = outputs[impl].get(name)
+    assert ours is not None, f"the {impl} runner did not run {name}"
+    assert (registry.view(ours, sc.unordered)
+            == registry.view(want, sc.unordered)), (
+                f"{impl} differs from "
+                + ("the documented output" if sc.differs else "JAX") + ":\n"
+                + _diff(want, ours, impl)
+                + (f"\n(documented: {sc.differs})\nJAX's own output:\n"
+                   f"{theirs}" if sc.differs else ""))
+
+
+def test_every_scenario_module_is_registered():
+  """Every ``s_*.py`` of ``jax_diff`` is one the runner imports."""
+  here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_diff")
+  files = sorted(f[:-3] for f in os.listdir(here)
+                 if f.startswith("s_") and f.endswith(".py"))
+  assert files == sorted(registry.MODULES)
+
+
+def test_documented_differences_state_their_reason():
+  """A scenario whose output is hostcb's own says why, in the scenario."""
+  for sc in registry.SCENARIOS.values():
+    if sc.differs is not None:
+      assert sc.expect is not None and len(sc.differs.split()) >= 10, sc.name
