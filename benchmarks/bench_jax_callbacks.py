@@ -39,6 +39,7 @@ import jax.experimental
 import jax.numpy as jnp
 
 import hostcb
+from bench_tap import scan_of  # benchmarks/ is on sys.path
 from hostcb import engine
 from hostcb import import_hook
 
@@ -100,15 +101,6 @@ def _call(kind: str, fn, counter: Counter, shape):
   return lambda x: fn(counter.same, shape, x)  # pure_callback, result used
 
 
-def _scan(step, steps: int):
-  @jax.jit
-  def run(x):
-    def body(c, _):
-      return step(c) + 1.0, None
-    return jax.lax.scan(body, x, None, length=steps)[0]
-  return run
-
-
 def _interleaved(variants, once, rounds: int) -> list[float]:
   """The median over ``rounds`` rounds of ``once(i)`` for every variant
   (one call each per round, after one call each to compile)."""
@@ -138,7 +130,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
     variants.append((("jax", kind), _call(kind, jax_fn, counter, f32), True))
     variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32),
                      True))
-  runs = [_scan(step, steps) for _, step, _ in variants]
+  runs = [scan_of(step, steps) for _, step, _ in variants]
   delivered = [0] * len(variants)
 
   def once(i: int) -> float:

@@ -13,7 +13,6 @@ released, and every tap must arrive.
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
 
@@ -21,11 +20,7 @@ import jax
 import jax.numpy as jnp
 
 import hostcb
-
-
-def _rss() -> int:
-  with open("/proc/self/statm") as f:
-    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+from bench_tap import rss  # benchmarks/ is on sys.path
 
 
 def main() -> None:
@@ -52,12 +47,12 @@ def main() -> None:
     return jax.lax.scan(body, x, None, length=opts.steps)[0]
 
   run.lower(jnp.float32(0)).compile()
-  base = _rss()
+  base = rss()
   worker = threading.Thread(
       target=lambda: jax.block_until_ready(run(jnp.float32(0))))
   worker.start()
   time.sleep(opts.hold)  # the device fills the queue, then waits for space
-  grown = _rss() - base
+  grown = rss() - base
   release.set()
   worker.join(600)
   hostcb.barrier_wait()

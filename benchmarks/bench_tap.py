@@ -41,12 +41,14 @@ from hostcb import engine
 LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
 
 
-def _rss() -> int:
+def rss() -> int:
+  """The resident memory of this process, in bytes."""
   with open("/proc/self/statm") as f:
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _scan(step, steps: int):
+def scan_of(step, steps: int):
+  """A jitted ``lax.scan`` of ``steps`` steps of ``step`` (and + 1.0)."""
   @jax.jit
   def run(x):
     def body(c, _):
@@ -108,7 +110,7 @@ def per_step(steps: int, repeats: int):
        lambda c: io_callback(ret, f32, c, ordered=True), jax.effects_barrier,
        True),
   ]
-  runs = [_scan(step, steps) for _, step, _, _ in variants]
+  runs = [scan_of(step, steps) for _, step, _, _ in variants]
   times: list[list[float]] = [[] for _ in variants]
   counts = [0] * len(variants)
 
@@ -199,13 +201,13 @@ def many_taps(n: int):
   run(jnp.float32(0)).block_until_ready()
   hostcb.barrier_wait()
   seen[:] = [0, 0.0]
-  before = _rss()
+  before = rss()
   t0 = time.perf_counter()
   run(jnp.float32(0)).block_until_ready()
   hostcb.barrier_wait()
   elapsed = time.perf_counter() - t0
   ok = seen[0] == n and seen[1] == n * (n - 1) / 2
-  return elapsed / n * 1e6, ok, (_rss() - before) / 1e6
+  return elapsed / n * 1e6, ok, (rss() - before) / 1e6
 
 
 def overlap(slow_ms: float, steps: int = 200):

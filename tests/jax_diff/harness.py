@@ -9,16 +9,18 @@ new interpreter goes on after it.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 SRC = os.path.join(os.path.dirname(TESTS), "src")
+if TESTS not in sys.path:  # run as a script: python tests/jax_diff/harness.py
+  sys.path.insert(0, TESTS)
+
+import _diff_runs  # noqa: E402
 
 #: Seconds one interpreter may spend on one scenario before it counts as hung.
 SCENARIO_TIMEOUT = 60
@@ -56,69 +58,15 @@ def _start(impl: str, out: str, start_after: str | None,
                             stderr=err)
 
 
-def _read(out: str):
-  records, started = {}, None
-  if not os.path.exists(out):
-    return records, started
-  with open(out) as f:
-    for line in f:
-      if not line.endswith("\n"):  # being written
-        break
-      rec = json.loads(line)
-      if "start" in rec:
-        started = rec["start"]
-      else:
-        records[rec["name"]] = rec["output"]
-        started = None
-  return records, started
-
-
 def run_suites(impls: list[str], only: str | None = None) -> list[dict]:
   """Runs the scenarios under each implementation, concurrently; returns
   one ``{name: output}`` per implementation.  A scenario whose interpreter
   died reads ``CRASHED (...)``, one that hung ``HUNG``."""
   tmp = tempfile.mkdtemp(prefix="hostcb-jax-diff-")
   outs = [os.path.join(tmp, f"{impl}.jsonl") for impl in impls]
-  procs = [_start(impl, out, None, only) for impl, out in zip(impls, outs)]
-  results: list[dict] = [{} for _ in impls]
-  progress = [(None, time.monotonic()) for _ in impls]
-  deadline = time.monotonic() + SUITE_TIMEOUT
-  while any(p is not None for p in procs):
-    if time.monotonic() > deadline:
-      for p in procs:
-        if p is not None:
-          p.kill()
-          p.wait()
-      raise TimeoutError(f"the runners took over {SUITE_TIMEOUT}s: {outs}")
-    time.sleep(0.05)  # polling the runners' files, not synchronization
-    for i, p in enumerate(procs):
-      if p is None:
-        continue
-      records, started = _read(outs[i])
-      if started != progress[i][0]:
-        progress[i] = (started, time.monotonic())
-      rc = p.poll()
-      hung = (started is not None
-              and time.monotonic() - progress[i][1] > SCENARIO_TIMEOUT)
-      if rc is None and not hung:
-        continue
-      if hung:
-        p.kill()
-        p.wait()
-      with open(outs[i] + ".stderr") as f:
-        err = f.read()
-      results[i].update(records)
-      if started is None and rc == 0:
-        procs[i] = None
-        continue
-      if started is None:  # died outside any scenario
-        raise RuntimeError(f"runner {impls[i]} failed (rc={rc}):\n{err}")
-      results[i][started] = ("HUNG" if hung else
-                             f"CRASHED (rc={rc})\n" + err[-2000:])
-      os.remove(outs[i])
-      procs[i] = _start(impls[i], outs[i], started, only)
-      progress[i] = (None, time.monotonic())
-  return results
+  return _diff_runs.supervise(
+      lambda i, start_after: _start(impls[i], outs[i], start_after, only),
+      outs, impls, SCENARIO_TIMEOUT, SUITE_TIMEOUT)
 
 
 def main(argv: list[str]) -> int:
@@ -126,7 +74,6 @@ def main(argv: list[str]) -> int:
   the comma-separated ``NAMES``) under ``IMPLS`` (default
   ``jax,hostcb``) and prints every scenario whose outputs differ."""
   import difflib
-  sys.path.insert(0, TESTS)
   from jax_diff import registry
   impls = (argv[0] if argv else "jax,hostcb").split(",")
   only = argv[1] if len(argv) > 1 else None

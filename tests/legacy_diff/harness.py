@@ -8,11 +8,11 @@ suite.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
-import time
+
+import _diff_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -71,21 +71,8 @@ def start(python: str, impl: str, cases: str | None, out: str,
                             stderr=err)
 
 
-def _read(out: str):
-  records, started = {}, None
-  if not os.path.exists(out):
-    return records, started
-  with open(out) as f:
-    for line in f:
-      if not line.endswith("\n"):  # being written
-        break
-      rec = json.loads(line)
-      if "start" in rec:
-        started = rec["start"]
-      else:
-        records[rec["name"]] = rec["output"]
-        started = None
-  return records, started
+#: Seconds the whole run may take (each wait has a deadline).
+SUITE_TIMEOUT = 900
 
 
 def run_suites(jobs: list[tuple[str, str]], cases: str | None) -> list[dict]:
@@ -97,37 +84,7 @@ def run_suites(jobs: list[tuple[str, str]], cases: str | None) -> list[dict]:
   tmp = tempfile.mkdtemp(prefix="hostcb-diff-")
   outs = [os.path.join(tmp, f"{i}-{impl}.jsonl")
           for i, (_, impl) in enumerate(jobs)]
-  procs = [start(py, impl, cases, out) for (py, impl), out in zip(jobs, outs)]
-  results: list[dict] = [{} for _ in jobs]
-  progress = [(None, time.monotonic()) for _ in jobs]
-  while any(p is not None for p in procs):
-    time.sleep(0.05)
-    for i, p in enumerate(procs):
-      if p is None:
-        continue
-      records, started = _read(outs[i])
-      if started != progress[i][0]:
-        progress[i] = (started, time.monotonic())
-      rc = p.poll()
-      hung = (started is not None
-              and time.monotonic() - progress[i][1] > SCENARIO_TIMEOUT)
-      if rc is None and not hung:
-        continue
-      if hung:
-        p.kill()
-        p.wait()
-      with open(outs[i] + ".stderr") as f:
-        err = f.read()
-      results[i].update(records)
-      if started is None and rc == 0:
-        procs[i] = None
-        continue
-      if started is None:  # died outside any scenario
-        raise RuntimeError(f"runner {jobs[i][1]} failed (rc={rc}):\n{err}")
-      results[i][started] = ("HUNG" if hung else
-                             f"CRASHED (rc={rc})\n" + err[-2000:])
-      os.remove(outs[i])
-      procs[i] = start(jobs[i][0], jobs[i][1], cases, outs[i],
-                       start_after=started)
-      progress[i] = (None, time.monotonic())
-  return results
+  return _diff_runs.supervise(
+      lambda i, start_after: start(jobs[i][0], jobs[i][1], cases, outs[i],
+                                   start_after=start_after),
+      outs, [impl for _, impl in jobs], SCENARIO_TIMEOUT, SUITE_TIMEOUT)

@@ -30,29 +30,26 @@ from hostcb import jax_internals as ji
 from hostcb.engine import lifecycle, native, pyqueue, registry
 from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
                                    wait_for_taps)
-from hostcb.engine.consumers import this_thread
-from hostcb.engine.errors import (CallbackException, record_exception,
-                                  take_last_exception)
+from hostcb.engine.errors import CallbackException, record_exception
 from hostcb.engine.lifecycle import note_lowered
 from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   counters, device_of_ordinal,
-                                  fail_next_allocations, has_consumers,
-                                  loaded, noop_target_name, supports,
+                                  fail_next_allocations, noop_target_name,
+                                  supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
-from hostcb.engine.sync import Arrivals
 
 __all__ = [
-    "available", "unavailable_reason", "loaded", "EngineFallbackWarning",
+    "available", "unavailable_reason", "EngineFallbackWarning",
     "warn_if_unavailable", "ffi_target_name", "call_target_name",
     "call_one_target_name", "noop_target_name", "target_id",
     "call_target_id", "supports", "device_of_ordinal", "counters",
-    "has_consumers", "current_consumer", "wait_for_device", "drain_device",
-    "queue_for", "python_queues", "record_exception", "take_last_exception",
+    "wait_for_device", "drain_device",
+    "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
-    "wait_for_taps", "note_lowered", "Arrivals", "fail_next_allocations",
+    "wait_for_taps", "note_lowered", "fail_next_allocations",
 ]
 
 
@@ -81,11 +78,6 @@ def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
   :func:`.registry.call_id`)."""
   native.register_targets(_capacity())
   return registry.call_id(key, make)
-
-
-def current_consumer() -> int | None:
-  """The device ordinal whose native consumer is this thread, or None."""
-  return this_thread.ordinal
 
 
 def drain_device(device: Any, engine_records: bool = True) -> None:

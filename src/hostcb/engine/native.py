@@ -115,11 +115,6 @@ def _load() -> None:
 _load()
 
 
-def loaded() -> bool:
-  """True if the extension is imported (without asking XLA anything)."""
-  return _native is not None
-
-
 def disabled_by_user() -> bool:
   """True if HOSTCB_DISABLE_NATIVE turned the engine off."""
   return _disabled_by_user
@@ -361,11 +356,6 @@ def dispatch_finished() -> None:
   if t.dispatching and t.ordinal is not None:
     t.dispatching = False
     _native.set_consumer_dispatching(t.ordinal, False)
-
-
-def has_consumers() -> bool:
-  """Whether a consumer was started in this process (a device tapped)."""
-  return bool(_consumers)
 
 
 def put_markers(arrivals_for) -> Arrivals | None:
