@@ -269,9 +269,11 @@ class build_ext_optional(build_ext):
 engine = Extension(
     "hostcb._native._engine",
     sources=[os.path.join(NATIVE, f)
-             for f in ("handlers.cc", "call.cc", "module.cc")],
+             for f in ("handlers.cc", "call.cc", "module.cc", "cuda.cc",
+                       "cuda_fake.cc", "cuda_py.cc")],
     depends=[os.path.join(NATIVE, f)
-             for f in ("queue.h", "engine.h", "pyarrays.h")],
+             for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h",
+                       "cuda_fake.h")],
     language="c++",
     # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
     # that NumPy 2's headers build an extension that also runs on NumPy
@@ -280,6 +282,9 @@ engine = Extension(
     define_macros=[("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")],
     extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
                         "-Wno-missing-field-initializers"],
+    # The GPU back end loads the CUDA driver at run time (cuda_api.h):
+    # nothing of CUDA is needed to build.
+    libraries=["dl"],
     optional=True,
 )
 

@@ -53,7 +53,19 @@ def test_info_prints_the_facts_in_order_without_the_engine():
               "native engine unavailable"]
   if _native.build_failure() is not None:
     expected.append("native engine build failure")
-  assert list(out) == [*expected, "dispatch", "queue bound"]
+  assert list(out) == [*expected, "GPU engine", "dispatch", "queue bound"]
+
+
+def test_info_says_the_gpu_engine_is_off_by_default():
+  assert _info()["GPU engine"] == (
+      "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")
+
+
+def test_info_says_why_the_gpu_engine_cannot_be_used_when_it_is_on():
+  gpu_engine = _info(HOSTCB_GPU_ENGINE="1")["GPU engine"]
+  if gpu_engine != "on":  # on a machine with an NVIDIA driver it is "on"
+    assert gpu_engine.startswith(
+        "on, but unavailable: the CUDA driver libcuda.so.1 cannot be loaded")
 
 
 def test_info_names_the_versions_that_run():

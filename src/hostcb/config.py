@@ -1,4 +1,4 @@
-"""hostcb's options: legacy's two knobs, and the strict barrier.
+"""hostcb's options: legacy's two knobs, the strict barrier and the GPU engine.
 
 Each option is read from its environment variable when hostcb is imported
 and can be changed later from Python, in any of these equivalent ways::
@@ -32,6 +32,14 @@ and can be changed later from Python, in any of these equivalent ways::
     waits for, at legacy's dispatch cost.  Changing it clears JAX's
     compilation caches.
 
+``hostcb_gpu_engine`` (environment: ``HOSTCB_GPU_ENGINE``)
+    hostcb's own.  ``True`` lowers taps and calls on NVIDIA GPUs to the
+    engine's CUDA back end (an asynchronous copy into pinned host memory
+    and a host function on the stream: the stream never waits for Python)
+    instead of XLA's Python callbacks for GPUs.  Default ``False`` until it
+    has passed the GPU checks (``scripts/check_gpu.sh``) on a real GPU.
+    Changing it clears JAX's compilation caches.
+
 ``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
     The opt-in name of hostcb 0.2, kept working: it is the opposite of
     ``hostcb_strict_barrier`` (reading it gives ``not strict``; setting it
@@ -47,12 +55,13 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
-           "STRICT_BARRIER", "FAST_DISPATCH"]
+           "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE"]
 
 INLINE = "jax_host_callback_inline"
 MAX_QUEUE_BYTE_SIZE = "jax_host_callback_max_queue_byte_size"
 STRICT_BARRIER = "hostcb_strict_barrier"
 FAST_DISPATCH = "hostcb_fast_dispatch"  # hostcb 0.2's name: not STRICT_BARRIER
+GPU_ENGINE = "hostcb_gpu_engine"
 
 _MIN_QUEUE_BYTES = int(16e6)
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
@@ -86,7 +95,7 @@ def _int_from_env(var: str, default: int) -> int:
 
 
 def _check(name: str, value: Any) -> Any:
-  if name in (INLINE, STRICT_BARRIER, FAST_DISPATCH):
+  if name in (INLINE, STRICT_BARRIER, FAST_DISPATCH, GPU_ENGINE):
     if not isinstance(value, (bool, int)):
       raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
@@ -100,7 +109,8 @@ def _check(name: str, value: Any) -> Any:
                        f"{_MIN_QUEUE_BYTES} bytes; got {value}")
     return value
   raise KeyError(f"unknown hostcb option {name!r}; expected one of "
-                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}")
+                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
+                 f"{GPU_ENGINE!r}")
 
 
 def _strict_from_env() -> bool:
@@ -115,6 +125,7 @@ _values: dict[str, Any] = {
         MAX_QUEUE_BYTE_SIZE,
         _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
     STRICT_BARRIER: _strict_from_env(),
+    GPU_ENGINE: _bool_from_env("HOSTCB_GPU_ENGINE", False),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

@@ -56,6 +56,22 @@ def _engine_lines() -> list[tuple[str, str]]:
   return lines
 
 
+def _gpu_engine_lines() -> list[tuple[str, str]]:
+  """Whether taps and calls on NVIDIA GPUs use the engine's GPU back end
+  (an option, off by default, in the hostcb versions that have it)."""
+  from hostcb import config  # noqa: PLC0415
+  try:
+    on = bool(config.read("hostcb_gpu_engine"))
+  except KeyError:
+    return []
+  if not on:
+    return [("GPU engine", "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")]
+  from hostcb.engine import gpu  # noqa: PLC0415
+  if gpu.available(int(config.read("jax_host_callback_max_queue_byte_size"))):
+    return [("GPU engine", "on")]
+  return [("GPU engine", f"on, but unavailable: {gpu.unavailable_reason()}")]
+
+
 def _strict_barrier() -> bool:
   """The value of hostcb_strict_barrier; before that option existed, the
   opposite of hostcb_fast_dispatch."""
@@ -91,6 +107,7 @@ def report() -> str:
       ("platform", platform.platform()),
       *_backend_lines(),
       *_engine_lines(),
+      *_gpu_engine_lines(),
       *_settings_lines(),
   ]
   return "".join(f"{key}: {value}\n" for key, value in lines)

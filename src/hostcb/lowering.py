@@ -3,13 +3,17 @@
 Taps on CPU lower to the native engine's custom call ``hostcb_tap``
 (:mod:`hostcb.engine`): its C++ handler copies the operands into the ring
 buffer of the device that runs it, without Python, and the device goes on;
-the device's consumer thread calls the tap function.  Elsewhere (GPU, other
-platforms, no native engine, a dtype it cannot carry) a tap lowers to XLA's
+the device's consumer thread calls the tap function.  On NVIDIA GPUs, with
+the engine's GPU back end on (``hostcb_gpu_engine``), the same custom call
+is registered for CUDA and fills the GPU's ring from its stream
+(:mod:`hostcb.engine.gpu`).  Elsewhere (GPUs without it, other platforms,
+no native engine, a dtype it cannot carry) a tap lowers to XLA's
 Python-callback custom call, whose host function queues the work for the
 device's consumer thread in :mod:`hostcb.engine.pyqueue`.
 
-A ``call`` on CPU lowers to the engine's custom call ``hostcb_call``, whose
-C++ handler runs the host function on the device thread (with large
+A ``call`` on CPU (and on GPUs with the GPU back end) lowers to the
+engine's custom call ``hostcb_call``, whose C++ handler runs the host
+function on the device thread (with large
 operands or results, ``BUFFER_CALL_MIN_BYTES``, to the buffer-callback
 custom call, whose host function sees the device buffers and copies the
 results once into the outputs); elsewhere, or where the engine cannot
@@ -48,14 +52,12 @@ _TAP_OVERHEAD_BYTES = 64
 
 
 def _native(ctx) -> bool:
-  """Whether this callback lowers to the native engine.  Also notes, for
-  the exit handler, that this process lowered a tap or call, and warns
-  once if a CPU callback cannot use the engine because it is missing."""
+  """Whether this callback lowers to the native engine (CPU, and NVIDIA
+  GPUs with the GPU back end on).  Also notes, for the exit handler, that
+  this process lowered a tap or call; the engine warns once if a callback
+  that should use it cannot."""
   engine.note_lowered()
-  if ji.lowering_platform(ctx) != "cpu":
-    return False
-  if not engine.available():
-    engine.warn_if_unavailable()
+  if not engine.serves(ji.lowering_platform(ctx)):
     return False
   # Not in a jit over several devices, where the tap runs on one of them:
   # XLA's SPMD partitioner (Shardy) keeps that placement only for its own

@@ -278,22 +278,33 @@ PyGILState_STATE AcquireGil() {
 template <bool kOneArray>
 ffi::Error CallImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
                     ffi::RemainingRets rets) {
+  RawArgs ra(args);
+  RawRets rr(rets);
+  return CallOnHost(kOneArray, device, target_id, ra.raw(), ra.first(),
+                    rr.raw(), rr.first());
+}
+
+}  // namespace
+
+ffi::Error CallOnHost(bool one_array, int32_t device, int64_t target_id,
+                      const XLA_FFI_Args* args, size_t first_arg,
+                      const XLA_FFI_Rets* rets, size_t first_ret) {
   if (PythonIsFinalizing()) {
     return ffi::Error(ffi::ErrorCode::kCancelled,
                       "hostcb: a call ran while Python was shutting down");
   }
   Queue* q = FindQueue(device);
   if (q != nullptr && q != tl_consumer_queue) q->WaitForEarlierRecords();
-  RawArgs ra(args);
-  RawRets rr(rets);
   PyGILState_STATE gil = AcquireGil();
-  ffi::Error e = RunCall<kOneArray>(device, target_id, ra.raw(), ra.first(),
-                                    rr.raw(), rr.first());
+  ffi::Error e =
+      one_array ? RunCall<true>(device, target_id, args, first_arg, rets,
+                                first_ret)
+                : RunCall<false>(device, target_id, args, first_arg, rets,
+                                 first_ret);
   PyGILState_Release(gil);
   return e;
 }
 
-}  // namespace
 }  // namespace hostcb
 
 namespace hostcb {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "queue.h"
 #include "xla/ffi/api/c_api.h"
@@ -15,6 +16,11 @@ namespace hostcb {
 constexpr int32_t kMaxDevices = 4096;
 // XLA_FFI_DataType codes are small integers; see c_api.h.
 constexpr int kMaxDtype = 64;
+
+// The queues of GPUs: kGpuKeyBase + the GPU's local ordinal (cuda.cc), out
+// of the range of CPU device ordinals.
+constexpr int32_t kGpuKeyBase = 1 << 30;
+constexpr int32_t kMaxGpuOrdinal = 1 << 16;
 
 // The queue of a device ordinal, created on first use with the current
 // default capacity; nullptr if the ordinal is out of range.
@@ -75,6 +81,75 @@ inline uint64_t BufferBytes(const XLA_FFI_Buffer* b) {
   return n;
 }
 
+// The payload of a tap (queue.h's layout) for its array operands.
+struct TapLayout {
+  uint16_t num;       // array operands (tokens are skipped)
+  uint64_t header;    // bytes of the descriptors and dims, padded
+  uint64_t payload;   // header and operand bytes
+};
+// Measures the array operands args[first:], refusing what the consumer
+// cannot turn into NumPy arrays (handlers.cc).
+xla::ffi::Error MeasureTap(const XLA_FFI_Args* args, size_t first,
+                           TapLayout* layout);
+// The error of a device ordinal without a queue.
+xla::ffi::Error OutOfRange(int32_t device);
+// Commits reservation r, whose payload could not be allocated, as a lost
+// tap (`lock` from Reserve still held) and returns the handler's error.
+xla::ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload);
+
+// Runs call target_id's Python runner on this thread (call.cc): waits for
+// the records queued before it on `device`'s queue, takes the GIL, passes
+// fresh arrays of args[first_arg:] and copies the results into
+// rets[first_ret:].  Every buffer's data must be host memory.
+xla::ffi::Error CallOnHost(bool one_array, int32_t device, int64_t target_id,
+                           const XLA_FFI_Args* args, size_t first_arg,
+                           const XLA_FFI_Rets* rets, size_t first_ret);
+
+// Writes the payload of args[first:] at `data`: the descriptors and dims
+// here, and each operand's bytes through copy(dst, src, nbytes) (a memcpy
+// on CPU, an asynchronous device-to-host copy on a GPU); stops at the first
+// copy that returns false and returns false.
+template <typename Copy>
+bool WritePayload(uint8_t* data, const XLA_FFI_Args* args, size_t first,
+                  uint64_t header, Copy copy) {
+  size_t num = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype != XLA_FFI_DataType_TOKEN) ++num;
+  }
+  auto* descs = reinterpret_cast<OperandDesc*>(data);
+  auto* dims = reinterpret_cast<int64_t*>(data + num * sizeof(OperandDesc));
+  uint64_t offset = header;
+  size_t k = 0;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    const uint64_t nbytes = BufferBytes(b);
+    descs[k] = OperandDesc{static_cast<int32_t>(b->dtype),
+                           static_cast<int32_t>(b->rank), offset, nbytes};
+    std::memcpy(dims, b->dims, b->rank * sizeof(int64_t));
+    dims += b->rank;
+    if (nbytes && !copy(data + offset, b->data, nbytes)) return false;
+    offset += AlignUp(nbytes);
+    ++k;
+  }
+  return true;
+}
+
+// The GPU back end (cuda.cc), with the driver that cuda_api.h loads.
+// The queue of GPU `ordinal` (local), created on first use.
+Queue* GpuQueue(int32_t ordinal);
+// What the CUDA hostcb_tap handler does, on `stream`.
+xla::ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
+                            const XLA_FFI_Args* args, size_t first);
+// What the CUDA hostcb_call(_one) handlers do, on `stream`.
+xla::ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
+                             int64_t target_id, const XLA_FFI_Args* args,
+                             size_t first_arg, const XLA_FFI_Rets* rets,
+                             size_t first_ret);
+// Bytes of GPU `ordinal`'s ring that are pinned.
+uint64_t GpuPinnedBytes(int32_t ordinal);
+
 template <typename Fn> void ForEachQueue(Fn fn) {
   for (int32_t i = 0; i < kMaxDevices; ++i) {
     if (Queue* q = g_queues[i].load(std::memory_order_acquire)) fn(q);
@@ -88,4 +163,7 @@ XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);     // call.cc
 XLA_FFI_Error* HostcbCallOne(XLA_FFI_CallFrame* call_frame);  // call.cc
 XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* HostcbTapCuda(XLA_FFI_CallFrame* call_frame);      // cuda.cc
+XLA_FFI_Error* HostcbCallCuda(XLA_FFI_CallFrame* call_frame);     // cuda.cc
+XLA_FFI_Error* HostcbCallOneCuda(XLA_FFI_CallFrame* call_frame);  // cuda.cc
 }

@@ -59,17 +59,10 @@ ffi::Error Unsupported(int dtype) {
                     "dtype " + std::to_string(dtype) + " to Python");
 }
 
-// Queues one tap record of the array operands (tokens skipped).
-ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
-                   size_t first) {
-  Queue* q = GetQueue(device);
-  if (q == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kOutOfRange,
-                      "hostcb: device ordinal " + std::to_string(device) +
-                          " is out of the engine's range");
-  }
-  RequestConsumer(q);
-  // Pass 1: sizes.
+}  // namespace
+
+ffi::Error MeasureTap(const XLA_FFI_Args* args, size_t first,
+                      TapLayout* layout) {
   uint64_t num = 0, total_rank = 0, data_bytes = 0;
   for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
     if (args->types[i] != XLA_FFI_ArgType_BUFFER) {
@@ -88,43 +81,55 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   if (num > 0xFFFF) {
     return ffi::Error::InvalidArgument("hostcb: too many operands");
   }
-  const uint64_t header = PayloadHeaderBytes(num, total_rank);
-  const uint64_t payload = header + data_bytes;
+  layout->num = static_cast<uint16_t>(num);
+  layout->header = PayloadHeaderBytes(num, total_rank);
+  layout->payload = layout->header + data_bytes;
+  return ffi::Error::Success();
+}
+
+ffi::Error OutOfRange(int32_t device) {
+  return ffi::Error(ffi::ErrorCode::kOutOfRange,
+                    "hostcb: device ordinal " + std::to_string(device) +
+                        " is out of the engine's range");
+}
+
+ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload) {
+  // Out of memory for an external payload: the record goes through empty
+  // so that the queue does not stall.  It comes out as a tap of target -1
+  // with no operands, which the engine reports at the next barrier.  The
+  // caller holds mu_ (its lock from Reserve).
+  q->MarkLostLocked(r);
+  q->CommitLocked(r, true);
+  return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                    "hostcb: cannot allocate " + std::to_string(payload) +
+                        " bytes for a tap");
+}
+
+namespace {
+
+// Queues one tap record of the array operands (tokens skipped).
+ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
+                   size_t first) {
+  Queue* q = GetQueue(device);
+  if (q == nullptr) return OutOfRange(device);
+  RequestConsumer(q);
+  TapLayout layout;
+  ffi::Error e = MeasureTap(args, first, &layout);
+  if (e.failure()) return e;
 
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r =
-      q->Reserve(lock, kTap, target_id, static_cast<uint16_t>(num), payload,
+      q->Reserve(lock, kTap, target_id, layout.num, layout.payload,
                  /*never_wait=*/tl_consumer_queue == q);
-  if (r.data == nullptr) {
-    // Out of memory for an external payload: the record goes through
-    // empty (the consumer reports it) so that the queue does not stall.
-    // It comes out as a tap of target -1 with no operands, which the
-    // engine reports at the next barrier.
-    q->MarkLostLocked(r);
-    q->CommitLocked(r, true);
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                      "hostcb: cannot allocate " + std::to_string(payload) +
-                          " bytes for a tap");
-  }
-  const bool copy_unlocked = payload > kCopyUnderLock;
+  if (r.data == nullptr) return LostTap(q, r, layout.payload);
+  const bool copy_unlocked = layout.payload > kCopyUnderLock;
   if (copy_unlocked) lock.unlock();
-  // Pass 2: descriptors, dims, bytes.  The reserved bytes are ours alone.
-  auto* descs = reinterpret_cast<OperandDesc*>(r.data);
-  auto* dims = reinterpret_cast<int64_t*>(r.data + num * sizeof(OperandDesc));
-  uint64_t offset = header;
-  size_t k = 0;
-  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
-    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
-    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
-    const uint64_t nbytes = BufferBytes(b);
-    descs[k] = OperandDesc{static_cast<int32_t>(b->dtype),
-                           static_cast<int32_t>(b->rank), offset, nbytes};
-    std::memcpy(dims, b->dims, b->rank * sizeof(int64_t));
-    dims += b->rank;
-    if (nbytes) std::memcpy(r.data + offset, b->data, nbytes);
-    offset += AlignUp(nbytes);
-    ++k;
-  }
+  // The reserved bytes are ours alone.
+  WritePayload(r.data, args, first, layout.header,
+               [](uint8_t* dst, const void* src, uint64_t n) {
+                 std::memcpy(dst, src, n);
+                 return true;
+               });
   if (copy_unlocked) lock.lock();
   q->CommitLocked(r, /*urgent=*/false);
   return ffi::Error::Success();
@@ -186,7 +191,8 @@ Queue* GetQueue(int32_t device) {
     Queue* q = g_queues[s].load(std::memory_order_acquire);
     if (q != nullptr && q->device() == device) return q;
     if (q == nullptr) {
-      q = new Queue(device, g_default_capacity.load());
+      q = new Queue(device, g_default_capacity.load(),
+                    static_cast<int32_t>(s));
       g_queues[s].store(q, std::memory_order_release);
       return q;
     }

@@ -24,6 +24,9 @@ extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
 extern PyObject* g_call_formatter;
 
+// cuda_py.cc: adds the GPU back end's functions to the module.
+int AddCudaFunctions(PyObject* module);
+
 namespace {
 
 // Copies of this many bytes or more in one batch run without the GIL.
@@ -471,5 +474,9 @@ PyMODINIT_FUNC PyInit__engine(void) {
   PyObject* m = PyModule_Create(&hostcb::kModule);
   if (!m) return nullptr;
   PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices);
+  if (hostcb::AddCudaFunctions(m) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
   return m;
 }

@@ -2,8 +2,9 @@
 //
 // This header has no Python and no XLA dependency: the CPU FFI handlers
 // (handlers.cc) are its producers, the CPython module (module.cc) its
-// consumer, and a future CUDA handler (a host function on the stream that
-// copies from pinned memory) can produce into it the same way.
+// consumer.  The CUDA handlers (cuda.cc) produce into it too: they reserve
+// a record on the host, have the stream copy the operands into it and
+// commit it from a host function that the stream runs after the copy.
 //
 // A record is what one tap handed to the host: a descriptor (kind,
 // target id, device ordinal, operand count, where its payload lives) kept in
@@ -27,7 +28,15 @@
 //    order, so its records come out in program order.
 //  * A producer may copy a large payload with mu_ released: the bytes in
 //    [ring_pos, ring_pos + ring_bytes) belong to that record alone until the
-//    consumer releases it.  It then sets `ready` under mu_ (commit).
+//    consumer releases it.  It then sets `ready` under mu_ (commit).  A
+//    GPU producer has its stream write them (an asynchronous copy) and
+//    commits from a host function that the stream runs after that copy
+//    (Commit(seq)); the record is found again by its sequence number, which
+//    stays valid while the record is queued.
+//  * No CUDA call is ever made with mu_ held, except by the ring hooks'
+//    BeforeUnmap, which runs only when the queue is empty: then every host
+//    function that commits into this queue has already committed (its
+//    record was released), so nothing the driver may wait for needs mu_.
 //  * There is one consumer per queue at a time (consumer_active_).  It takes
 //    the longest prefix of records_ whose records are ready (never skipping
 //    an unready record: that keeps the order), reads their payloads with
@@ -56,6 +65,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hostcb {
@@ -131,15 +141,43 @@ class RecordFifo {
   uint64_t head_ = 0, tail_ = 0;  // sequence numbers
 };
 
+class Queue;
+
+// What a back end whose device writes into the ring (CUDA: pinned pages)
+// must hear of the ring's memory.
+struct RingHooks {
+  // The ring [ring, ring + bytes) is about to be unmapped (mu_ held, the
+  // queue empty).
+  virtual void BeforeUnmap(Queue* q, uint8_t* ring, uint64_t bytes) = 0;
+  virtual ~RingHooks() = default;
+};
+
 class Queue {
  public:
-  explicit Queue(int32_t device, uint64_t capacity)
-      : device_(device), capacity_(capacity), next_capacity_(capacity) {}
+  explicit Queue(int32_t device, uint64_t capacity, int32_t slot = 0)
+      : device_(device), slot_(slot), capacity_(capacity),
+        next_capacity_(capacity) {}
   ~Queue() { Unmap(); }
   Queue(const Queue&) = delete;
   Queue& operator=(const Queue&) = delete;
 
   int32_t device() const { return device_; }
+  // Its index in the engine's table of queues (g_queues).
+  int32_t slot() const { return slot_; }
+
+  // Set once, before the first record, by a back end that needs them.
+  void SetRingHooks(RingHooks* hooks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hooks_ = hooks;
+  }
+
+  // The ring's mapping [base, base + bytes), or nullptr before the first
+  // ring reservation; `lock` must hold mu_.  It stays mapped while any
+  // record is queued.
+  std::pair<uint8_t*, uint64_t> RingLocked(
+      const std::unique_lock<std::mutex>&) const {
+    return {ring_, mapped_};
+  }
 
   // Set by the first producer that asks for a consumer (RequestConsumer in
   // engine.h): consumers start at a device's first record, not before.
@@ -221,7 +259,19 @@ class Queue {
   // wake a polling consumer at once; taps wake only a sleeping one, so a
   // busy device does not pay a wake-up per tap.
   void CommitLocked(Reservation r, bool urgent) {
-    records_.at(r.seq).ready = true;
+    CommitSeqLocked(r.seq, urgent);
+  }
+
+  // Commit of the record with sequence number `seq`, taking mu_ (the host
+  // function of a CUDA stream; it makes no CUDA call).
+  void Commit(uint64_t seq, bool urgent) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CommitSeqLocked(seq, urgent);
+  }
+
+ private:
+  void CommitSeqLocked(uint64_t seq, bool urgent) {
+    records_.at(seq).ready = true;
     const uint64_t held = HeldLocked();
     if (consumer_state_ == kSleeping ||
         (consumer_state_ == kPolling && (urgent || held > capacity_ / 2))) {
@@ -229,6 +279,7 @@ class Queue {
     }
   }
 
+ public:
   // ----------------------------------------------------------- consumer
   // Copies out the longest ready prefix of the FIFO (at most max_records
   // records and, past the first, max_bytes payload bytes).  Waits up to
@@ -392,12 +443,15 @@ class Queue {
   }
 
   void Unmap() {
+    if (ring_ && hooks_) hooks_->BeforeUnmap(this, ring_, mapped_);
     if (ring_) munmap(ring_, mapped_);
     ring_ = nullptr;
     mapped_ = 0;
   }
 
   const int32_t device_;
+  const int32_t slot_;
+  RingHooks* hooks_ = nullptr;
   std::mutex mu_;
   std::condition_variable space_cv_;     // producers waiting for space
   std::condition_variable consumer_cv_;  // the consumer waiting for records

@@ -4,9 +4,11 @@ and calls, in one package.
 * :mod:`.native`: the back end of CPU taps and calls (C++ rings, XLA FFI
   handlers, one consumer thread per device, started at the device's first
   tap);
-* :mod:`.pyqueue`: the back end of what the rings cannot serve (GPUs and
-  other platforms, an unbuilt extension, dtypes the rings cannot carry),
-  through XLA's Python callbacks;
+* :mod:`.gpu`: the CUDA back end, filling the same rings from the GPU's
+  stream (off by default until checked on a GPU: ``hostcb_gpu_engine``);
+* :mod:`.pyqueue`: the back end of what the rings cannot serve (GPUs
+  without the GPU back end, other platforms, an unbuilt extension, dtypes
+  the rings cannot carry), through XLA's Python callbacks;
 * :mod:`.registry`: the tap and call functions, by target id;
 * :mod:`.consumers`: which thread is a consumer (of either back end);
 * :mod:`.errors`: exceptions of tap and call functions, for the barrier;
@@ -27,7 +29,7 @@ from typing import Any, Callable
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb.engine import lifecycle, native, pyqueue, registry
+from hostcb.engine import gpu, lifecycle, native, pyqueue, registry
 from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
                                    wait_for_taps)
 from hostcb.engine.errors import CallbackException, record_exception
@@ -42,7 +44,7 @@ from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 
 __all__ = [
-    "available", "unavailable_reason", "EngineFallbackWarning",
+    "available", "serves", "unavailable_reason", "EngineFallbackWarning",
     "warn_if_unavailable", "ffi_target_name", "call_target_name",
     "call_one_target_name", "noop_target_name", "target_id",
     "call_target_id", "supports", "device_of_ordinal", "counters",
@@ -63,6 +65,23 @@ def available() -> bool:
   :func:`unavailable_reason` says why and CPU taps use XLA's Python
   callbacks."""
   return native.available(_capacity())
+
+
+def serves(platform: str) -> bool:
+  """Whether taps and calls lowered for ``platform`` (``cpu``, ``cuda``...)
+  go to the engine's rings.  Warns once when they cannot although they
+  should (CPU without the native engine; GPUs with ``hostcb_gpu_engine``
+  on and no usable driver)."""
+  if platform == "cpu":
+    if available():
+      return True
+    warn_if_unavailable()
+    return False
+  if platform == "cuda" and gpu.enabled():
+    if gpu.available(_capacity()):
+      return True
+    gpu.warn_unavailable()
+  return False
 
 
 def target_id(key: Any, make: Callable[[], Any]) -> int:
@@ -88,9 +107,10 @@ def drain_device(device: Any, engine_records: bool = True) -> None:
   of that function."""
   if python_queues:
     pyqueue.drain(device)
-  # The native engine serves CPU devices; its ordinal of a device is its id.
-  if engine_records and getattr(device, "platform", None) == "cpu":
-    wait_for_device(device.id)
+  if engine_records:
+    key = native.key_of_device(device)
+    if key is not None:
+      wait_for_device(key)
 
 
 # -------------------------------------------------- the fallback warning

@@ -136,6 +136,12 @@ def _require() -> Any:
   return _native
 
 
+def module() -> Any:
+  """The extension module ``hostcb._native._engine`` (raises if it is not
+  available)."""
+  return _require()
+
+
 # ------------------------------------------------------- XLA FFI targets
 # XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes taps may
 # carry, by NumPy/ml_dtypes name.  Sub-byte types are refused by the
@@ -252,14 +258,38 @@ _markers: dict[int, Arrivals] = {}
 _devices_by_ordinal: dict[int, Any] | None = None
 
 
+# Keys of GPU queues start here (kGpuKeyBase in engine.h; see .gpu).
+_GPU_KEY_BASE = 1 << 30
+
+
 def device_of_ordinal(ordinal: int) -> Any:
-  """The local CPU ``jax.Device`` whose FFI device ordinal is ``ordinal``
-  (XLA's CPU client gives its handlers the device id)."""
+  """The local ``jax.Device`` of an engine queue key: a CPU device's FFI
+  device ordinal (XLA's CPU client gives its handlers the device id), or
+  ``GPU_KEY_BASE`` plus a GPU's local hardware id (:mod:`.gpu`)."""
   global _devices_by_ordinal
-  if _devices_by_ordinal is None:
+  if _devices_by_ordinal is None or (ordinal >= _GPU_KEY_BASE
+                                     and ordinal not in _devices_by_ordinal):
     import jax  # noqa: PLC0415
-    _devices_by_ordinal = {d.id: d for d in jax.local_devices(backend="cpu")}
+    table = {d.id: d for d in jax.local_devices(backend="cpu")}
+    try:
+      gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:  # no GPU backend
+      gpus = []
+    for d in gpus:
+      table[_GPU_KEY_BASE + d.local_hardware_id] = d
+    _devices_by_ordinal = table
   return _devices_by_ordinal.get(ordinal, ordinal)
+
+
+def key_of_device(device: Any) -> int | None:
+  """The engine queue key of a local ``jax.Device`` (None for platforms
+  the engine does not serve)."""
+  platform = getattr(device, "platform", None)
+  if platform == "cpu":
+    return device.id
+  if platform == "gpu" and getattr(device, "local_hardware_id", None) is not None:
+    return _GPU_KEY_BASE + device.local_hardware_id
+  return None
 
 
 class _Consumer:

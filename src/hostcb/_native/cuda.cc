@@ -1,0 +1,553 @@
+// hostcb native engine: the GPU (CUDA) back end of taps and calls.
+//
+// hostcb_tap (platform CUDA)
+//   attrs: target_id (int64).  Operands: an optional token, then arrays in
+//   GPU memory.  On the thread that runs the custom call, it reserves the
+//   record in the queue of its GPU (the same queue.h ring as on CPU: the
+//   bound, the order and the consumer are the engine's), and puts on the
+//   handler's stream, after whatever the device computes before the tap:
+//     1. one asynchronous device-to-host copy per operand, into the ring,
+//     2. a host function (PublishRecord) that only marks the record ready
+//        and wakes the consumer: no CUDA call, no Python, no allocation.
+//   Then it returns: the stream never waits for Python.  When the ring is
+//   full the thread waits (on the host) for the consumer, which frees space
+//   as the stream publishes records: nothing is dropped, and no stream work
+//   depends on that wait.
+//
+//   The ring is ordinary anonymous memory; the pages a GPU copies into are
+//   pinned (cuMemHostRegister) in chunks of kPinChunk bytes as the ring
+//   first reaches them, so a ring costs only the memory its taps used.  A
+//   payload larger than the whole ring (its own allocation) or a chunk the
+//   driver refuses to pin is copied all the same, pageable (the driver then
+//   returns once the copy is done).
+//
+// hostcb_call / hostcb_call_one (platform CUDA)
+//   Copies the operands into pinned staging memory on the stream, waits for
+//   the stream (so also for every tap before it: their records are
+//   published), runs the call's Python function on this thread exactly as
+//   on CPU (CallOnHost: after the device's earlier taps; errors fail the
+//   computation with the same text), copies the results back on the stream
+//   and returns the staging memory to its pool from a host function.
+//
+// Neither handler declares the command-buffer trait, so XLA never captures
+// them in a CUDA graph: each execution runs them, on the host, in order.
+//
+// Queues: a GPU's records go to the queue of key kGpuKeyBase + its local
+// ordinal (the FFI DeviceOrdinal, JAX's local_hardware_id), never sharing
+// a queue with a CPU device.
+//
+// The host function finds its record by (slot, seq) packed in its user
+// data: slot indexes g_queues (12 bits, kMaxDevices), seq is the record's
+// sequence number in that queue's FIFO, valid while the record is queued
+// (it is: only the consumer pops it, after it is ready).
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_api.h"
+#include "engine.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace hostcb {
+namespace cuda {
+namespace {
+
+Api g_real;
+std::atomic<const Api*> g_api{nullptr};
+std::mutex g_load_mu;
+std::string g_load_error;  // guarded by g_load_mu
+bool g_load_tried = false;
+
+template <typename T>
+bool Sym(void* lib, const char* name, T* out, std::string* missing) {
+  void* p = dlsym(lib, name);
+  if (p == nullptr) {
+    if (!missing->empty()) *missing += ", ";
+    *missing += name;
+    return false;
+  }
+  *out = reinterpret_cast<T>(p);
+  return true;
+}
+
+}  // namespace
+
+const Api* Current() { return g_api.load(std::memory_order_acquire); }
+
+std::string LoadCuda() {
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  if (Current() != nullptr) return "";
+  if (g_load_tried) return g_load_error;
+  g_load_tried = true;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    g_load_error = std::string("the CUDA driver libcuda.so.1 cannot be loaded") +
+                   (why ? std::string(" (") + why + ")" : std::string());
+    return g_load_error;
+  }
+  std::string missing;
+  Api a{};
+  Sym(lib, "cuMemcpyDtoHAsync_v2", &a.MemcpyDtoHAsync, &missing);
+  Sym(lib, "cuMemcpyHtoDAsync_v2", &a.MemcpyHtoDAsync, &missing);
+  Sym(lib, "cuLaunchHostFunc", &a.LaunchHostFunc, &missing);
+  Sym(lib, "cuStreamSynchronize", &a.StreamSynchronize, &missing);
+  Sym(lib, "cuStreamGetCtx", &a.StreamGetCtx, &missing);
+  Sym(lib, "cuCtxSetCurrent", &a.CtxSetCurrent, &missing);
+  Sym(lib, "cuMemHostRegister_v2", &a.MemHostRegister, &missing);
+  Sym(lib, "cuMemHostUnregister", &a.MemHostUnregister, &missing);
+  Sym(lib, "cuMemHostAlloc", &a.MemHostAlloc, &missing);
+  Sym(lib, "cuMemFreeHost", &a.MemFreeHost, &missing);
+  Sym(lib, "cuGetErrorName", &a.GetErrorName, &missing);
+  if (!missing.empty()) {
+    g_load_error = "the CUDA driver libcuda.so.1 lacks " + missing +
+                   " (a driver older than CUDA 10?)";
+    return g_load_error;  // the library stays loaded: JAX uses it anyway
+  }
+  g_real = a;
+  g_api.store(&g_real, std::memory_order_release);
+  return "";
+}
+
+std::string ErrorName(CUresult r) {
+  const Api* api = Current();
+  const char* name = nullptr;
+  if (api != nullptr && api->GetErrorName(r, &name) == kSuccess && name) {
+    return name;
+  }
+  return "CUDA error " + std::to_string(r);
+}
+
+// Defined by cuda_fake.cc.
+const Api* FakeApi();
+
+void UseFakeCuda() {
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  g_api.store(FakeApi(), std::memory_order_release);
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::CUresult;
+using cuda::CUstream;
+
+ffi::Error CudaFailure(const char* what, CUresult r) {
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    std::string("hostcb: ") + what + " failed: " +
+                        cuda::ErrorName(r));
+}
+
+// Runs `op` (a driver call); if the thread has no current context, makes
+// the stream's context current and runs it again.  XLA's threads normally
+// have it: this costs nothing then.
+template <typename Op>
+CUresult WithContext(const cuda::Api* api, CUstream stream, Op op) {
+  CUresult r = op();
+  if (r == cuda::kErrorInvalidContext && stream != nullptr) {
+    cuda::CUcontext ctx = nullptr;
+    if (api->StreamGetCtx(stream, &ctx) == cuda::kSuccess &&
+        api->CtxSetCurrent(ctx) == cuda::kSuccess) {
+      r = op();
+    }
+  }
+  return r;
+}
+
+// ------------------------------------------------------------- pinning
+// Pins the pages of a GPU queue's ring as the ring first reaches them.
+constexpr uint64_t kPinChunk = 2 << 20;
+
+class RingPinner : public RingHooks {
+ public:
+  // Pins the chunks of [p, p + n) within the ring [base, base + size);
+  // best effort (a chunk the driver refuses stays pageable).  Called
+  // without the queue's mutex, by a producer that holds a record there (so
+  // the ring stays mapped).
+  void Ensure(const cuda::Api* api, CUstream stream, uint8_t* base,
+              uint64_t size, uint8_t* p, uint64_t n) {
+    if (n == 0) return;
+    const uint64_t first = static_cast<uint64_t>(p - base) / kPinChunk;
+    const uint64_t last = (static_cast<uint64_t>(p - base) + n - 1) / kPinChunk;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (base_ != base) {  // a new ring (its first use, or after a remap)
+      base_ = base;
+      state_.assign((size + kPinChunk - 1) / kPinChunk, kUnpinned);
+    }
+    for (uint64_t c = first; c <= last && c < state_.size(); ++c) {
+      if (state_[c] != kUnpinned) continue;
+      const uint64_t off = c * kPinChunk;
+      const uint64_t len = std::min(kPinChunk, size - off);
+      CUresult r = WithContext(api, stream, [&] {
+        return api->MemHostRegister(base + off, len,
+                                    cuda::kMemHostRegisterPortable);
+      });
+      state_[c] = (r == cuda::kSuccess ||
+                   r == cuda::kErrorHostMemoryAlreadyRegistered)
+                      ? kPinned : kRefused;
+      if (state_[c] == kPinned) pinned_bytes_ += len;
+    }
+  }
+
+  void BeforeUnmap(Queue*, uint8_t* ring, uint64_t) override {
+    // The queue is empty and its mutex held (queue.h: no host function of
+    // this queue is pending, so the driver waits for nothing that needs it).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ring != base_) return;
+    const cuda::Api* api = cuda::Current();
+    for (uint64_t c = 0; c < state_.size(); ++c) {
+      if (state_[c] == kPinned && api != nullptr) {
+        api->MemHostUnregister(base_ + c * kPinChunk);
+      }
+    }
+    state_.clear();
+    base_ = nullptr;
+    pinned_bytes_ = 0;
+  }
+
+  uint64_t pinned_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_bytes_;
+  }
+
+ private:
+  enum : uint8_t { kUnpinned, kPinned, kRefused };
+  std::mutex mu_;
+  uint8_t* base_ = nullptr;
+  std::vector<uint8_t> state_;
+  uint64_t pinned_bytes_ = 0;
+};
+
+std::atomic<RingPinner*> g_pinners[kMaxDevices];
+std::mutex g_pinners_mu;
+
+RingPinner* PinnerOf(Queue* q) {
+  RingPinner* p = g_pinners[q->slot()].load(std::memory_order_acquire);
+  if (p != nullptr) return p;
+  std::lock_guard<std::mutex> lock(g_pinners_mu);
+  p = g_pinners[q->slot()].load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = new RingPinner();  // lives as long as the queue (the process)
+    q->SetRingHooks(p);
+    g_pinners[q->slot()].store(p, std::memory_order_release);
+  }
+  return p;
+}
+
+// ---------------------------------------------------------- publishing
+void* PackRecord(const Queue* q, uint64_t seq) {
+  return reinterpret_cast<void*>(
+      static_cast<uintptr_t>((seq << 12) | static_cast<uint64_t>(q->slot())));
+}
+
+// The host function of a tap: its copies are done; the record is ready.
+void PublishRecord(void* user_data) {
+  const auto packed = reinterpret_cast<uintptr_t>(user_data);
+  Queue* q = g_queues[packed & (kMaxDevices - 1)].load(std::memory_order_acquire);
+  if (q != nullptr) q->Commit(static_cast<uint64_t>(packed) >> 12, false);
+}
+
+static_assert(kMaxDevices == 1 << 12, "PackRecord keeps the slot in 12 bits");
+
+}  // namespace
+
+Queue* GpuQueue(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxGpuOrdinal) return nullptr;
+  return GetQueue(kGpuKeyBase + ordinal);
+}
+
+ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
+                       const XLA_FFI_Args* args, size_t first) {
+  const cuda::Api* api = cuda::Current();
+  if (api == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "hostcb: the CUDA driver is not loaded");
+  }
+  Queue* q = GpuQueue(ordinal);
+  if (q == nullptr) return OutOfRange(ordinal);
+  RingPinner* pinner = PinnerOf(q);
+  RequestConsumer(q);
+  TapLayout layout;
+  ffi::Error e = MeasureTap(args, first, &layout);
+  if (e.failure()) return e;
+
+  std::unique_lock<std::mutex> lock;
+  Queue::Reservation r =
+      q->Reserve(lock, kTap, target_id, layout.num, layout.payload,
+                 /*never_wait=*/tl_consumer_queue == q);
+  if (r.data == nullptr) return LostTap(q, r, layout.payload);
+  auto [base, size] = q->RingLocked(lock);
+  lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
+  if (base != nullptr && r.data >= base && r.data < base + size) {
+    pinner->Ensure(api, static_cast<CUstream>(stream), base, size, r.data,
+                   layout.payload);
+  }
+  CUresult failed = cuda::kSuccess;
+  const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
+  WritePayload(r.data, args, first, layout.header,
+               [&](uint8_t* dst, const void* src, uint64_t n) {
+                 failed = WithContext(api, stream, [&] {
+                   return api->MemcpyDtoHAsync(
+                       dst, reinterpret_cast<cuda::CUdeviceptr>(src), n,
+                       stream);
+                 });
+                 return failed == cuda::kSuccess;
+               });
+  if (failed == cuda::kSuccess) {
+    what = "launching the tap's host function (cuLaunchHostFunc)";
+    failed = WithContext(api, stream, [&] {
+      return api->LaunchHostFunc(stream, &PublishRecord,
+                                 PackRecord(q, r.seq));
+    });
+    if (failed == cuda::kSuccess) return ffi::Error::Success();
+  }
+  // The record cannot be published by the stream: once the copies already
+  // on it are done, it goes through as a lost tap (the queue never stalls,
+  // and the next barrier reports it), and the computation fails.
+  api->StreamSynchronize(stream);
+  lock.lock();
+  q->MarkLostLocked(r);
+  q->CommitLocked(r, true);
+  return CudaFailure(what, failed);
+}
+
+namespace {
+
+// ---------------------------------------------------------- call staging
+// Pinned host buffers for calls' operands and results, reused: taken by a
+// call, given back by a host function once the stream has copied the
+// results out of it.
+struct Staging {
+  uint8_t* data;
+  uint64_t size;
+};
+
+class StagingPool {
+ public:
+  // A buffer of at least n bytes (nullptr data with the error in *r).
+  Staging* Take(const cuda::Api* api, CUstream stream, uint64_t n,
+                CUresult* r) {
+    *r = cuda::kSuccess;
+    std::vector<Staging*> surplus;
+    Staging* found = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i]->size >= n) {
+          found = free_[i];
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+      // Too many idle small ones: free the smallest (outside the lock, and
+      // never from a host function).
+      if (found == nullptr && free_.size() >= kKept) {
+        surplus.push_back(free_.front());
+        free_.erase(free_.begin());
+      }
+    }
+    for (Staging* s : surplus) {
+      api->MemFreeHost(s->data);
+      delete s;
+    }
+    if (found != nullptr) return found;
+    uint64_t size = kMinSize;
+    while (size < n) size *= 2;
+    void* p = nullptr;
+    *r = WithContext(api, stream, [&] {
+      return api->MemHostAlloc(&p, size, cuda::kMemHostAllocPortable);
+    });
+    if (*r != cuda::kSuccess) return nullptr;
+    return new Staging{static_cast<uint8_t*>(p), size};
+  }
+
+  void Give(Staging* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Kept sorted by size, smallest first.
+    auto it = free_.begin();
+    while (it != free_.end() && (*it)->size < s->size) ++it;
+    free_.insert(it, s);
+  }
+
+ private:
+  static constexpr uint64_t kMinSize = 64 << 10;
+  static constexpr size_t kKept = 8;
+  std::mutex mu_;
+  std::vector<Staging*> free_;
+};
+
+StagingPool g_staging;
+
+void GiveBackStaging(void* user_data) {
+  g_staging.Give(static_cast<Staging*>(user_data));
+}
+
+}  // namespace
+
+ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
+                        int64_t target_id, const XLA_FFI_Args* args,
+                        size_t first_arg, const XLA_FFI_Rets* rets,
+                        size_t first_ret) {
+  const cuda::Api* api = cuda::Current();
+  if (api == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "hostcb: the CUDA driver is not loaded");
+  }
+  if (ordinal < 0 || ordinal >= kMaxGpuOrdinal) return OutOfRange(ordinal);
+  const int32_t key = kGpuKeyBase + ordinal;
+  // Host copies of the buffers' descriptions, pointing into the staging.
+  const size_t n_args = static_cast<size_t>(args->size) - first_arg;
+  const size_t n_rets = static_cast<size_t>(rets->size) - first_ret;
+  std::vector<XLA_FFI_Buffer> bufs(n_args + n_rets);
+  std::vector<void*> ptrs(n_args + n_rets);
+  std::vector<XLA_FFI_ArgType> arg_types(n_args, XLA_FFI_ArgType_BUFFER);
+  std::vector<XLA_FFI_RetType> ret_types(n_rets, XLA_FFI_RetType_BUFFER);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n_args + n_rets; ++i) {
+    const bool is_arg = i < n_args;
+    const bool is_buffer =
+        is_arg ? args->types[first_arg + i] == XLA_FFI_ArgType_BUFFER
+               : rets->types[first_ret + i - n_args] == XLA_FFI_RetType_BUFFER;
+    if (!is_buffer) {
+      return ffi::Error::InvalidArgument(
+          "hostcb: a call's operands and results must be buffers");
+    }
+    const auto* b = static_cast<const XLA_FFI_Buffer*>(
+        is_arg ? args->args[first_arg + i] : rets->rets[first_ret + i - n_args]);
+    bufs[i] = *b;
+    ptrs[i] = &bufs[i];
+    if (b->dtype != XLA_FFI_DataType_TOKEN) total += AlignUp(BufferBytes(b));
+  }
+  CUresult r;
+  Staging* staging = g_staging.Take(api, stream, total, &r);
+  if (staging == nullptr) {
+    return CudaFailure("allocating pinned memory (cuMemHostAlloc)", r);
+  }
+  uint64_t offset = 0;
+  r = cuda::kSuccess;
+  for (size_t i = 0; i < n_args + n_rets; ++i) {
+    XLA_FFI_Buffer& b = bufs[i];
+    if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
+    void* device_data = b.data;
+    b.data = staging->data + offset;
+    const uint64_t nbytes = BufferBytes(&b);
+    offset += AlignUp(nbytes);
+    if (i < n_args && nbytes && r == cuda::kSuccess) {
+      r = WithContext(api, stream, [&] {
+        return api->MemcpyDtoHAsync(
+            b.data, reinterpret_cast<cuda::CUdeviceptr>(device_data), nbytes,
+            stream);
+      });
+    }
+  }
+  if (r != cuda::kSuccess) {
+    api->StreamSynchronize(stream);
+    g_staging.Give(staging);
+    return CudaFailure("copying a call's operands (cuMemcpyDtoHAsync)", r);
+  }
+  // The operands are here, and every tap before the call is published.
+  r = WithContext(api, stream, [&] { return api->StreamSynchronize(stream); });
+  if (r != cuda::kSuccess) {
+    g_staging.Give(staging);
+    return CudaFailure("waiting for the stream (cuStreamSynchronize)", r);
+  }
+  XLA_FFI_Args host_args{};
+  host_args.struct_size = sizeof(XLA_FFI_Args);
+  host_args.size = static_cast<int64_t>(n_args);
+  host_args.types = arg_types.data();
+  host_args.args = ptrs.data();
+  XLA_FFI_Rets host_rets{};
+  host_rets.struct_size = sizeof(XLA_FFI_Rets);
+  host_rets.size = static_cast<int64_t>(n_rets);
+  host_rets.types = ret_types.data();
+  host_rets.rets = ptrs.data() + n_args;
+  ffi::Error e = CallOnHost(one_array, key, target_id, &host_args, 0,
+                            &host_rets, 0);
+  if (e.failure()) {
+    g_staging.Give(staging);  // nothing of it is on the stream
+    return e;
+  }
+  for (size_t k = 0; k < n_rets; ++k) {
+    const XLA_FFI_Buffer& b = bufs[n_args + k];
+    if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
+    const auto* out =
+        static_cast<const XLA_FFI_Buffer*>(rets->rets[first_ret + k]);
+    if (const uint64_t nbytes = BufferBytes(&b)) {
+      r = WithContext(api, stream, [&] {
+        return api->MemcpyHtoDAsync(
+            reinterpret_cast<cuda::CUdeviceptr>(out->data), b.data, nbytes,
+            stream);
+      });
+      if (r != cuda::kSuccess) break;
+    }
+  }
+  if (r == cuda::kSuccess) {
+    r = WithContext(api, stream, [&] {
+      return api->LaunchHostFunc(stream, &GiveBackStaging, staging);
+    });
+    if (r == cuda::kSuccess) return ffi::Error::Success();
+  }
+  api->StreamSynchronize(stream);
+  g_staging.Give(staging);
+  return CudaFailure("copying a call's results (cuMemcpyHtoDAsync)", r);
+}
+
+uint64_t GpuPinnedBytes(int32_t ordinal) {
+  Queue* q = ordinal >= 0 && ordinal < kMaxGpuOrdinal
+                 ? FindQueue(kGpuKeyBase + ordinal) : nullptr;
+  if (q == nullptr) return 0;
+  RingPinner* p = g_pinners[q->slot()].load(std::memory_order_acquire);
+  return p == nullptr ? 0 : p->pinned_bytes();
+}
+
+namespace {
+
+ffi::Error TapCudaImpl(void* stream, int32_t ordinal, int64_t target_id,
+                       ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  RawRets rr(rets);
+  for (size_t i = rr.first(); i < static_cast<size_t>(rr.raw()->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(rr.raw()->rets[i]);
+    if (b->dtype != XLA_FFI_DataType_TOKEN) {
+      return ffi::Error::InvalidArgument(
+          "hostcb_tap: its only result may be the XLA token");
+    }
+  }
+  RawArgs ra(args);
+  return TapOnStream(stream, ordinal, target_id, ra.raw(), ra.first());
+}
+
+template <bool kOneArray>
+ffi::Error CallCudaImpl(void* stream, int32_t ordinal, int64_t target_id,
+                        ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  RawArgs ra(args);
+  RawRets rr(rets);
+  return CallOnStream(kOneArray, stream, ordinal, target_id, ra.raw(),
+                      ra.first(), rr.raw(), rr.first());
+}
+
+auto CudaBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<void*>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Attr<int64_t>("target_id")
+      .RemainingArgs()
+      .RemainingRets();
+}
+
+}  // namespace
+}  // namespace hostcb
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbTapCuda, hostcb::TapCudaImpl,
+                              hostcb::CudaBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCallCuda, hostcb::CallCudaImpl<false>,
+                              hostcb::CudaBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbCallOneCuda, hostcb::CallCudaImpl<true>,
+                              hostcb::CudaBinding());

@@ -1,0 +1,300 @@
+// hostcb native engine: the Python functions of the GPU back end (cuda.cc)
+// and of its simulated driver (cuda_fake.cc), added to hostcb._native._engine
+// by PyInit__engine (module.cc).
+//
+// The underscore functions drive the simulated driver: the tests of the
+// GPU back end's host side call the handlers' bodies (TapOnStream,
+// CallOnStream) with NumPy arrays standing for GPU buffers, on simulated
+// streams.
+#include <string>
+#include <vector>
+
+#include "cuda_api.h"
+#include "cuda_fake.h"
+#include "pyarrays.h"
+
+namespace ffi = xla::ffi;
+
+namespace hostcb {
+namespace {
+
+PyObject* Capsule(void* fn) { return PyCapsule_New(fn, nullptr, nullptr); }
+
+PyObject* Py_cuda_handlers(PyObject*, PyObject*) {
+  return Py_BuildValue(
+      "{s:N,s:N,s:N}",
+      "hostcb_tap", Capsule(reinterpret_cast<void*>(&HostcbTapCuda)),
+      "hostcb_call", Capsule(reinterpret_cast<void*>(&HostcbCallCuda)),
+      "hostcb_call_one", Capsule(reinterpret_cast<void*>(&HostcbCallOneCuda)));
+}
+
+PyObject* Py_load_cuda(PyObject*, PyObject*) {
+  std::string error;
+  Py_BEGIN_ALLOW_THREADS
+  error = cuda::LoadCuda();
+  Py_END_ALLOW_THREADS
+  if (error.empty()) Py_RETURN_NONE;
+  return PyUnicode_FromString(error.c_str());
+}
+
+PyObject* Py_gpu_pinned_bytes(PyObject*, PyObject* arg) {
+  const long ordinal = PyLong_AsLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  return PyLong_FromUnsignedLongLong(
+      GpuPinnedBytes(static_cast<int32_t>(ordinal)));
+}
+
+// ------------------------------------------------------ simulated driver
+PyObject* Py_use_fake_cuda(PyObject*, PyObject*) {
+  cuda::UseFakeCuda();
+  Py_RETURN_NONE;
+}
+
+void* StreamArg(PyObject* handle) {
+  void* s = PyLong_AsVoidPtr(handle);
+  if (s == nullptr && !PyErr_Occurred()) {
+    PyErr_SetString(PyExc_ValueError, "hostcb: not a simulated stream");
+  }
+  return s;
+}
+
+PyObject* Py_fake_stream(PyObject*, PyObject*) {
+  return PyLong_FromVoidPtr(cuda::NewFakeStream());
+}
+
+PyObject* Py_fake_pause(PyObject*, PyObject* args) {
+  PyObject* handle;
+  int paused;
+  if (!PyArg_ParseTuple(args, "Op", &handle, &paused)) return nullptr;
+  void* s = StreamArg(handle);
+  if (s == nullptr) return nullptr;
+  cuda::PauseFakeStream(s, paused != 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_fake_pending(PyObject*, PyObject* handle) {
+  void* s = StreamArg(handle);
+  if (s == nullptr) return nullptr;
+  return PyLong_FromSize_t(cuda::FakeStreamPending(s));
+}
+
+PyObject* Py_fake_sync(PyObject*, PyObject* handle) {
+  void* s = StreamArg(handle);
+  if (s == nullptr) return nullptr;
+  const cuda::Api* api = cuda::Current();
+  cuda::CUresult r = 0;
+  Py_BEGIN_ALLOW_THREADS
+  r = api->StreamSynchronize(s);
+  Py_END_ALLOW_THREADS
+  if (r != 0) {
+    PyErr_SetString(PyExc_TimeoutError, cuda::ErrorName(r).c_str());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_fake_counters(PyObject*, PyObject*) {
+  const cuda::FakeCounters c = cuda::GetFakeCounters();
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "copies",
+      (unsigned long long)c.copies, "host_functions",
+      (unsigned long long)c.host_functions, "synchronizations",
+      (unsigned long long)c.synchronizations, "registrations",
+      (unsigned long long)c.registrations, "registered_bytes",
+      (unsigned long long)c.registered_bytes, "unregistrations",
+      (unsigned long long)c.unregistrations, "pinned_allocations",
+      (unsigned long long)c.pinned_allocations);
+}
+
+PyObject* Py_fake_fail(PyObject*, PyObject* args) {
+  const char* op;
+  int count, code;
+  if (!PyArg_ParseTuple(args, "sii", &op, &count, &code)) return nullptr;
+  const std::string name = op;
+  cuda::FakeOp which;
+  if (name == "copy") which = cuda::FakeOp::kCopy;
+  else if (name == "host_function") which = cuda::FakeOp::kHostFunc;
+  else if (name == "register") which = cuda::FakeOp::kRegister;
+  else if (name == "alloc") which = cuda::FakeOp::kAlloc;
+  else {
+    PyErr_Format(PyExc_ValueError,
+                 "hostcb: expected one of 'copy', 'host_function', "
+                 "'register', 'alloc'; got %R", PyTuple_GET_ITEM(args, 0));
+    return nullptr;
+  }
+  cuda::FailFake(which, count, code);
+  Py_RETURN_NONE;
+}
+
+// The XLA dtype code of a NumPy array's dtype, or -1.
+int DtypeCode(PyArrayObject* a) {
+  for (int code = 0; code < kMaxDtype; ++code) {
+    if (g_descr[code] != nullptr &&
+        PyArray_EquivTypes(PyArray_DESCR(a), g_descr[code])) {
+      return code;
+    }
+  }
+  return -1;
+}
+
+// FFI buffers over C-contiguous NumPy arrays ("GPU memory" for the
+// simulated driver).  Keeps what the buffers point into.
+struct Buffers {
+  std::vector<XLA_FFI_Buffer> bufs;
+  std::vector<std::vector<int64_t>> dims;
+  std::vector<void*> ptrs;
+
+  bool Add(PyObject* item, bool writable) {
+    if (!PyArray_Check(item) ||
+        !PyArray_ISCARRAY_RO(reinterpret_cast<PyArrayObject*>(item)) ||
+        (writable && !PyArray_ISWRITEABLE(reinterpret_cast<PyArrayObject*>(item)))) {
+      PyErr_SetString(PyExc_TypeError,
+                      "hostcb: expected C-contiguous NumPy arrays");
+      return false;
+    }
+    auto* a = reinterpret_cast<PyArrayObject*>(item);
+    const int code = DtypeCode(a);
+    if (code < 0) {
+      PyErr_SetString(PyExc_TypeError, "hostcb: a dtype the engine lacks");
+      return false;
+    }
+    std::vector<int64_t> d(PyArray_NDIM(a));
+    for (int k = 0; k < PyArray_NDIM(a); ++k) d[k] = PyArray_DIM(a, k);
+    dims.push_back(std::move(d));
+    XLA_FFI_Buffer b{};
+    b.struct_size = sizeof(XLA_FFI_Buffer);
+    b.dtype = static_cast<XLA_FFI_DataType>(code);
+    b.data = PyArray_DATA(a);
+    b.rank = PyArray_NDIM(a);
+    bufs.push_back(b);
+    return true;
+  }
+
+  void** Pointers() {
+    ptrs.clear();
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      bufs[i].dims = dims[i].data();
+      ptrs.push_back(&bufs[i]);
+    }
+    return ptrs.data();
+  }
+};
+
+bool AddAll(Buffers* b, PyObject* seq, bool writable) {
+  PyObject* fast = PySequence_Fast(seq, "hostcb: expected a sequence of arrays");
+  if (fast == nullptr) return false;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    ok = b->Add(PySequence_Fast_GET_ITEM(fast, i), writable);
+  }
+  Py_DECREF(fast);
+  return ok;
+}
+
+PyObject* Raise(const ffi::Error& e) {
+  PyErr_SetString(PyExc_RuntimeError, e.message().c_str());
+  return nullptr;
+}
+
+// _cuda_test_tap(stream, ordinal, target_id, arrays): the CUDA hostcb_tap
+// handler's body, run on a simulated stream (GIL released).
+PyObject* Py_cuda_test_tap(PyObject*, PyObject* args) {
+  PyObject *handle, *arrays;
+  int ordinal;
+  long long tid;
+  if (!PyArg_ParseTuple(args, "OiLO", &handle, &ordinal, &tid, &arrays)) {
+    return nullptr;
+  }
+  void* s = StreamArg(handle);
+  if (s == nullptr) return nullptr;
+  Buffers in;
+  if (!AddAll(&in, arrays, false)) return nullptr;
+  std::vector<XLA_FFI_ArgType> types(in.bufs.size(), XLA_FFI_ArgType_BUFFER);
+  XLA_FFI_Args a{};
+  a.struct_size = sizeof(XLA_FFI_Args);
+  a.size = static_cast<int64_t>(in.bufs.size());
+  a.types = types.data();
+  a.args = in.Pointers();
+  ffi::Error e = ffi::Error::Success();
+  Py_BEGIN_ALLOW_THREADS
+  e = TapOnStream(s, ordinal, tid, &a, 0);
+  Py_END_ALLOW_THREADS
+  if (e.failure()) return Raise(e);
+  Py_RETURN_NONE;
+}
+
+// _cuda_test_call(stream, ordinal, target_id, arrays, outs, one_array):
+// the CUDA hostcb_call(_one) handler's body on a simulated stream; writes
+// the results into the arrays `outs` once the stream has run.
+PyObject* Py_cuda_test_call(PyObject*, PyObject* args) {
+  PyObject *handle, *arrays, *outs;
+  int ordinal, one;
+  long long tid;
+  if (!PyArg_ParseTuple(args, "OiLOOp", &handle, &ordinal, &tid, &arrays,
+                        &outs, &one)) {
+    return nullptr;
+  }
+  void* s = StreamArg(handle);
+  if (s == nullptr) return nullptr;
+  Buffers in, out;
+  if (!AddAll(&in, arrays, false) || !AddAll(&out, outs, true)) return nullptr;
+  std::vector<XLA_FFI_ArgType> at(in.bufs.size(), XLA_FFI_ArgType_BUFFER);
+  std::vector<XLA_FFI_RetType> rt(out.bufs.size(), XLA_FFI_RetType_BUFFER);
+  XLA_FFI_Args a{};
+  a.struct_size = sizeof(XLA_FFI_Args);
+  a.size = static_cast<int64_t>(in.bufs.size());
+  a.types = at.data();
+  a.args = in.Pointers();
+  XLA_FFI_Rets r{};
+  r.struct_size = sizeof(XLA_FFI_Rets);
+  r.size = static_cast<int64_t>(out.bufs.size());
+  r.types = rt.data();
+  r.rets = out.Pointers();
+  ffi::Error e = ffi::Error::Success();
+  Py_BEGIN_ALLOW_THREADS
+  e = CallOnStream(one != 0, s, ordinal, tid, &a, 0, &r, 0);
+  Py_END_ALLOW_THREADS
+  if (e.failure()) return Raise(e);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kCudaMethods[] = {
+    {"cuda_handlers", Py_cuda_handlers, METH_NOARGS,
+     "{name: PyCapsule} of the CUDA handlers, for register_ffi_target with "
+     "platform 'CUDA'."},
+    {"load_cuda", Py_load_cuda, METH_NOARGS,
+     "load_cuda() -> None, or why the CUDA driver cannot be used."},
+    {"gpu_pinned_bytes", Py_gpu_pinned_bytes, METH_O,
+     "gpu_pinned_bytes(ordinal): bytes of that GPU's ring that are pinned."},
+    {"_use_fake_cuda", Py_use_fake_cuda, METH_NOARGS,
+     "Tests: the GPU back end uses the simulated driver from now on."},
+    {"_fake_stream", Py_fake_stream, METH_NOARGS,
+     "Tests: a new simulated stream (an int handle)."},
+    {"_fake_pause", Py_fake_pause, METH_VARARGS,
+     "Tests: _fake_pause(stream, paused) holds back or lets run its work."},
+    {"_fake_pending", Py_fake_pending, METH_O,
+     "Tests: operations of the stream not yet finished."},
+    {"_fake_sync", Py_fake_sync, METH_O,
+     "Tests: waits (at most 60 s, then TimeoutError) until the stream has "
+     "run everything enqueued on it."},
+    {"_fake_counters", Py_fake_counters, METH_NOARGS,
+     "Tests: what the simulated driver was asked to do."},
+    {"_fake_fail", Py_fake_fail, METH_VARARGS,
+     "Tests: _fake_fail(op, count, code): the next `count` operations of "
+     "kind op ('copy', 'host_function', 'register', 'alloc') fail with "
+     "CUDA error `code`."},
+    {"_cuda_test_tap", Py_cuda_test_tap, METH_VARARGS,
+     "Tests: _cuda_test_tap(stream, ordinal, target_id, arrays)."},
+    {"_cuda_test_call", Py_cuda_test_call, METH_VARARGS,
+     "Tests: _cuda_test_call(stream, ordinal, target_id, arrays, outs, "
+     "one_array)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
+int AddCudaFunctions(PyObject* module) {
+  if (PyModule_AddFunctions(module, kCudaMethods) < 0) return -1;
+  return PyModule_AddIntConstant(module, "GPU_KEY_BASE", kGpuKeyBase);
+}
+
+}  // namespace hostcb
