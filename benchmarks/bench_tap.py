@@ -19,12 +19,18 @@ Every callback is counted; the tables say whether all arrived.  Legacy JAX
 0.4.30's figures, measured on this machine class with its own process, are
 printed as reference (legacy cannot run in the same interpreter).
 
+On a GPU, hostcb's rows come twice: with the engine's GPU back end
+(``hostcb_gpu_engine``: asynchronous copies into pinned memory and a host
+function on the stream) and with XLA's Python callbacks for GPUs, each
+compiled under its own setting and timed in the same interleaved rounds.
+
     python benchmarks/bench_tap.py [--steps 20000] [--repeats 5]
         [--taps 1000000] [--slow-ms 1]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -39,6 +45,32 @@ from hostcb import engine
 
 # Legacy jax 0.4.30 host_callback, this machine class (issue 9).
 LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
+
+ON_GPU = jax.devices()[0].platform == "gpu"
+# The settings of hostcb_gpu_engine that the rows compare: on a GPU both,
+# labelled; elsewhere the option changes nothing.
+GPU_ENGINE_MODES = ((" [GPU engine]", True), (" [Python callbacks]", False)) \
+    if ON_GPU else (("", None),)
+
+
+def gpu_engine_available() -> bool:
+  """Whether the engine's GPU back end can run here (whatever the option)."""
+  return engine.gpu.available(
+      hostcb.config.read(hostcb.config.MAX_QUEUE_BYTE_SIZE))
+
+
+@contextlib.contextmanager
+def gpu_engine(on: bool | None):
+  """Compiles under ``hostcb_gpu_engine = on`` (None: leaves it)."""
+  if on is None:
+    yield
+    return
+  before = hostcb.config.read(hostcb.config.GPU_ENGINE)
+  hostcb.config.update(hostcb.config.GPU_ENGINE, on)
+  try:
+    yield
+  finally:
+    hostcb.config.update(hostcb.config.GPU_ENGINE, before)
 
 
 def rss() -> int:
@@ -91,26 +123,33 @@ def per_step(steps: int, repeats: int):
   f32 = jax.ShapeDtypeStruct((4,), jnp.float32)
   x = jnp.zeros((4,), jnp.float32)
   nothing = lambda: None  # noqa: E731
-  # (name, step, finish, counted)
-  variants = [("untapped scan", lambda c: c, nothing, False)]
-  if engine.available() and jax.devices()[0].platform == "cpu":
+  # (name, step, finish, counted, hostcb_gpu_engine)
+  variants = [("untapped scan", lambda c: c, nothing, False, None)]
+  if engine.available() and (not ON_GPU or gpu_engine_available()):
     noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
     variants.append(("empty XLA FFI custom call (the limit)",
-                     lambda c: (noop(c), c)[1], nothing, False))
+                     lambda c: (noop(c), c)[1], nothing, False, None))
+  for label, mode in GPU_ENGINE_MODES:
+    variants += [
+        ("hostcb.id_tap, end to end" + label,
+         lambda c: hostcb.id_tap(tap, c), hostcb.barrier_wait, True, mode),
+        ("hostcb.id_tap, device time" + label,
+         lambda c: hostcb.id_tap(tap, c), nothing, True, mode),
+        ("hostcb.call" + label,
+         lambda c: hostcb.call(ret, c, result_shape=f32),
+         hostcb.barrier_wait, True, mode),
+    ]
   variants += [
-      ("hostcb.id_tap, end to end", lambda c: hostcb.id_tap(tap, c),
-       hostcb.barrier_wait, True),
-      ("hostcb.id_tap, device time", lambda c: hostcb.id_tap(tap, c),
-       nothing, True),
-      ("hostcb.call", lambda c: hostcb.call(ret, c, result_shape=f32),
-       hostcb.barrier_wait, True),
       ("jax.debug.callback", lambda c: (jax.debug.callback(plain, c), c)[1],
-       jax.effects_barrier, True),
+       jax.effects_barrier, True, None),
       ("io_callback(ordered=True)",
        lambda c: io_callback(ret, f32, c, ordered=True), jax.effects_barrier,
-       True),
+       True, None),
   ]
-  runs = [scan_of(step, steps) for _, step, _, _ in variants]
+  runs = []
+  for _, step, _, _, mode in variants:
+    with gpu_engine(mode):  # each compiled under its own setting
+      runs.append(scan_of(step, steps).lower(x).compile())
   times: list[list[float]] = [[] for _ in variants]
   counts = [0] * len(variants)
 
@@ -132,7 +171,7 @@ def per_step(steps: int, repeats: int):
       times[i].append(once(i))
   base = statistics.median(times[0])
   rows = []
-  for i, (name, _, _, counted) in enumerate(variants[1:], start=1):
+  for i, (name, _, _, counted, _) in enumerate(variants[1:], start=1):
     per_step_us = max(statistics.median(times[i]) - base, 0.0) / steps * 1e6
     delivered = counts[i] == steps * (repeats + 1) if counted else True
     rows.append((name, per_step_us, delivered))
@@ -149,18 +188,23 @@ def dispatch(calls: int, rounds: int = 5):
 
   strict = hostcb.config.STRICT_BARRIER
   default = hostcb.config.read(strict)
-  variants = [
-      ("no callback", lambda x: x + 1, default, 0),
-      ("hostcb.id_tap (default: fast dispatch)",
-       lambda x: hostcb.id_tap(ignore, x) + 1, False, 1),
-      ("hostcb.id_tap, hostcb_strict_barrier",
-       lambda x: hostcb.id_tap(ignore, x) + 1, True, 1),
-      ("jax.debug.callback",
-       lambda x: (jax.debug.callback(ignore, x), x + 1)[1], default, 1),
-  ]
+  gpu_default = hostcb.config.read(hostcb.config.GPU_ENGINE)
+  variants = [("no callback", lambda x: x + 1, default, 0, None)]
+  for label, mode in GPU_ENGINE_MODES:
+    variants += [
+        ("hostcb.id_tap (default: fast dispatch)" + label,
+         lambda x: hostcb.id_tap(ignore, x) + 1, False, 1, mode),
+        ("hostcb.id_tap, hostcb_strict_barrier" + label,
+         lambda x: hostcb.id_tap(ignore, x) + 1, True, 1, mode),
+    ]
+  variants.append(("jax.debug.callback",
+                   lambda x: (jax.debug.callback(ignore, x), x + 1)[1],
+                   default, 1, None))
   rows = []
-  for name, fn, strict_mode, taps in variants:
+  for name, fn, strict_mode, taps, mode in variants:
     hostcb.config.update(strict, strict_mode)
+    if mode is not None:
+      hostcb.config.update(hostcb.config.GPU_ENGINE, mode)
     count[0] = 0
     f = jax.jit(fn)
     x = jnp.float32(1)
@@ -180,11 +224,13 @@ def dispatch(calls: int, rounds: int = 5):
     ok = count[0] == taps * (100 + rounds * calls)
     rows.append((name, statistics.median(times) / calls * 1e6, ok))
   hostcb.config.update(strict, default)
+  hostcb.config.update(hostcb.config.GPU_ENGINE, gpu_default)
   return rows
 
 
-def many_taps(n: int):
-  """(µs per tap, all delivered with their values, RSS growth in MB)."""
+def many_taps(n: int, mode: bool | None = None):
+  """(µs per tap, all delivered with their values, RSS growth in MB), with
+  ``hostcb_gpu_engine = mode`` (None: as it is)."""
   seen = [0, 0.0]
 
   def tap(x, transforms):
@@ -198,6 +244,8 @@ def many_taps(n: int):
       return c, None
     return jax.lax.scan(body, x, jnp.arange(n, dtype=jnp.int32))[0]
 
+  with gpu_engine(mode):
+    run = run.lower(jnp.float32(0)).compile()
   run(jnp.float32(0)).block_until_ready()
   hostcb.barrier_wait()
   seen[:] = [0, 0.0]
@@ -210,8 +258,9 @@ def many_taps(n: int):
   return elapsed / n * 1e6, ok, (rss() - before) / 1e6
 
 
-def overlap(slow_ms: float, steps: int = 200):
-  """(host s, device s, together s): a slow tap beside device work."""
+def overlap(slow_ms: float, steps: int = 200, mode: bool | None = None):
+  """(host s, device s, together s): a slow tap beside device work, with
+  ``hostcb_gpu_engine = mode`` (None: as it is)."""
   def slow(x, transforms):
     time.sleep(slow_ms / 1e3)
 
@@ -234,8 +283,11 @@ def overlap(slow_ms: float, steps: int = 200):
     return run
 
   c = jnp.ones((300, 300), jnp.float32)
-  device = _median_time(run_with(False), c, 3)
-  together = _median_time(run_with(True), c, 3, hostcb.barrier_wait)
+  with gpu_engine(mode):
+    untapped = run_with(False).lower(c).compile()
+    tapped = run_with(True).lower(c).compile()
+  device = _median_time(untapped, c, 3)
+  together = _median_time(tapped, c, 3, hostcb.barrier_wait)
   host = steps * slow_ms / 1e3
   return host, device, together
 
@@ -251,6 +303,9 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
         f"cores; native engine: "
         f"{'yes' if engine.available() else engine.unavailable_reason()}")
+  if ON_GPU:
+    print("GPU engine: " + ("available" if gpu_engine_available() else
+                            f"NOT available: {engine.gpu.unavailable_reason()}"))
   rows = per_step(args.steps, args.repeats)
   by = {name: v for name, v, _ in rows}
   dbg, io = by["jax.debug.callback"], by["io_callback(ordered=True)"]
@@ -277,17 +332,21 @@ def main() -> None:
   print(f"| legacy JAX 0.4.30 id_tap (reference) | {LEGACY['dispatch']:.0f} "
         "| | |")
 
-  us, ok, grown = many_taps(args.taps)
-  print(f"\n{args.taps:,} taps of f32[64] end to end: {us:.2f} µs per tap; "
-        f"all delivered with their values: {'yes' if ok else 'NO'}; "
-        f"memory grew by {grown:.0f} MB (queue bound "
-        f"{hostcb.config.read('jax_host_callback_max_queue_byte_size') / 1e6:.0f}"
-        " MB per device)")
+  for label, mode in GPU_ENGINE_MODES:
+    us, ok, grown = many_taps(args.taps, mode)
+    print(f"\n{args.taps:,} taps of f32[64] end to end{label}: {us:.2f} µs "
+          f"per tap; all delivered with their values: "
+          f"{'yes' if ok else 'NO'}; memory grew by {grown:.0f} MB (queue "
+          f"bound "
+          f"{hostcb.config.read('jax_host_callback_max_queue_byte_size') / 1e6:.0f}"
+          " MB per device)")
 
-  host, device, together = overlap(args.slow_ms)
-  print(f"\nslow tap ({args.slow_ms} ms each) beside device work: host "
-        f"{host:.2f} s, device {device:.2f} s, together {together:.2f} s = "
-        f"{together / max(host, device):.2f}× max(host, device)")
+  for label, mode in GPU_ENGINE_MODES:
+    host, device, together = overlap(args.slow_ms, mode=mode)
+    print(f"\nslow tap ({args.slow_ms} ms each) beside device work{label}: "
+          f"host {host:.2f} s, device {device:.2f} s, together "
+          f"{together:.2f} s = {together / max(host, device):.2f}× "
+          "max(host, device)")
 
 
 if __name__ == "__main__":

@@ -2,17 +2,20 @@
 # The GPU checks, on a machine with an NVIDIA GPU whose Python already has
 # JAX with its CUDA plugin (no network needed): installs hostcb into that
 # Python, then
-#   1. tests/test_gpu.py on the GPU (JAX_PLATFORMS=cuda,cpu),
-#   2. the tap benchmark on the GPU (fewer steps: GPU callbacks cost more),
-#   3. the whole suite on that machine's CPU, with its JAX version.
+#   tests:  tests/test_gpu.py on the GPU (JAX_PLATFORMS=cuda,cpu), with
+#           XLA's Python callbacks for GPUs (the default),
+#   engine: the same with the engine's GPU back end (HOSTCB_GPU_ENGINE=1),
+#   bench:  the tap benchmark on the GPU (fewer steps: GPU callbacks cost
+#           more), both ways in one run,
+#   suite:  the whole suite on that machine's CPU, with its JAX version.
 # Logs go to $OUT (default /tmp/hostcb-gpu); each part has its own time
 # limit, and a summary is printed last.
 #
-#     bash scripts/check_gpu.sh [parts: tests bench suite]
+#     bash scripts/check_gpu.sh [parts: tests engine bench suite]
 set -uo pipefail
 OUT=${OUT:-/tmp/hostcb-gpu}
 PY=${PYTHON:-python3}
-PARTS=${*:-tests bench suite}
+PARTS=${*:-tests engine bench suite}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 summary=()
@@ -26,6 +29,8 @@ from hostcb import engine
 print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "numpy",
       numpy.__version__, "devices", jax.devices(), "cpu", jax.devices("cpu"))
 print("native engine:", engine.available() or engine.unavailable_reason())
+from hostcb.engine import gpu
+print("GPU engine:", gpu.available(2**28) or gpu.unavailable_reason())
 EOF
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
   | tee -a "$OUT/versions.log"
@@ -36,6 +41,10 @@ for part in $PARTS; do
       JAX_PLATFORMS=cuda,cpu timeout 240 $PY -m pytest -q -p no:cacheprovider \
           tests/test_gpu.py >"$OUT/gpu_tests.log" 2>&1
       summary+=("gpu tests: rc $? $(tail -1 "$OUT/gpu_tests.log")") ;;
+    engine)
+      HOSTCB_GPU_ENGINE=1 JAX_PLATFORMS=cuda,cpu timeout 240 $PY -m pytest -q \
+          -p no:cacheprovider tests/test_gpu.py >"$OUT/gpu_engine_tests.log" 2>&1
+      summary+=("gpu engine tests: rc $? $(tail -1 "$OUT/gpu_engine_tests.log")") ;;
     bench)
       JAX_PLATFORMS=cuda,cpu timeout 240 $PY benchmarks/bench_tap.py \
           --steps 2000 --taps 100000 >"$OUT/gpu_bench.log" 2>&1
@@ -48,7 +57,7 @@ for part in $PARTS; do
   esac
 done
 
-for f in "$OUT"/gpu_tests.log "$OUT"/cpu_suite.log; do
+for f in "$OUT"/gpu_tests.log "$OUT"/gpu_engine_tests.log "$OUT"/cpu_suite.log; do
   [ -f "$f" ] && { echo "== $f"; grep -E "^(FAILED|ERROR)|Error" "$f" | head -40; }
 done
 [ -f "$OUT/gpu_bench.log" ] && cat "$OUT/gpu_bench.log"

@@ -30,9 +30,23 @@ from hostcb import config, engine
 from hostcb.engine import gpu, native, registry
 from _helpers import run_python
 
-pytestmark = pytest.mark.skipif(
-    not engine.available(),
-    reason=f"the native engine is not built here: {engine.unavailable_reason()}")
+def _jax_sees_a_gpu() -> bool:
+  try:
+    return bool(jax.devices("gpu"))
+  except RuntimeError:
+    return False
+
+
+pytestmark = [
+    pytest.mark.skipif(
+        not engine.available(),
+        reason=f"the native engine is not built here: "
+               f"{engine.unavailable_reason()}"),
+    pytest.mark.skipif(
+        _jax_sees_a_gpu(),
+        reason="JAX uses a real GPU in this process, whose driver the "
+               "simulated one would replace: run with JAX_PLATFORMS=cpu"),
+]
 
 _ids = iter(range(10**9))
 

@@ -6,14 +6,19 @@ suite's default is ``cpu``)::
     JAX_PLATFORMS=cuda,cpu python -m pytest tests/test_gpu.py
 
 On a GPU the taps and calls lower to XLA's Python-callback custom call for
-GPUs (the native engine is CPU-only); these tests check that every
-guarantee of the CPU suite holds there too: values, printed output, program
-order, transforms, exceptions and the barrier.
+GPUs by default, and to the engine's GPU back end with
+``HOSTCB_GPU_ENGINE=1`` (``scripts/check_gpu.sh`` runs this file both ways);
+these tests check that every guarantee of the CPU suite holds there too:
+values, printed output, program order, transforms, exceptions and the
+barrier.  The tests marked for the GPU back end check what only it does
+(its custom call, pinned ring, bound, overlap).
 """
 from __future__ import annotations
 
 import io
 import re
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +27,9 @@ import pytest
 from jax import lax
 
 import hostcb
+from hostcb import config
+from hostcb.engine import gpu as gpu_engine
+from hostcb.engine import native
 from _helpers import Recorder
 
 
@@ -359,3 +367,103 @@ def test_buffer_callback_writes_output_with_cupy(gpu):
   f = hostcb.buffer_callback(cb, jax.ShapeDtypeStruct((5,), jnp.float32))
   out = jax.jit(f)(on(gpu, jnp.arange(5, dtype=jnp.float32)))
   np.testing.assert_array_equal(out, np.arange(5) * 3 + 1)
+
+
+# ------------------------------------------------- the engine's GPU back end
+GPU_ENGINE = pytest.mark.skipif(
+    not config.read(config.GPU_ENGINE),
+    reason="the GPU back end is off: HOSTCB_GPU_ENGINE=1 is not set")
+
+
+def _custom_call_targets(text):
+  return set(re.findall(r"stablehlo\.custom_call @(\w+)", text))
+
+
+@GPU_ENGINE
+def test_gpu_engine_taps_and_calls_lower_to_its_handlers(gpu):
+  def f(x):
+    hostcb.id_tap(lambda *a: None, x)
+    return hostcb.call(lambda a: a, x, result_shape=x)
+
+  text = jax.jit(f).lower(on(gpu, jnp.float32(1))).as_text()
+  assert _custom_call_targets(text) == {"hostcb_tap", "hostcb_call_one"}
+
+
+@GPU_ENGINE
+def test_gpu_engine_delivers_every_tap_in_order_through_pinned_memory(gpu):
+  seen = []
+
+  def tap(x, transforms):
+    seen.append(int(x[0]))
+
+  def body(c, i):
+    hostcb.id_tap(tap, jnp.full((64,), i, jnp.int32))
+    return c + 1, None
+
+  out = jax.jit(lambda c: lax.scan(body, c, jnp.arange(10000))[0])(
+      on(gpu, jnp.int32(0)))
+  hostcb.barrier_wait()
+  assert int(out) == 10000
+  assert seen == list(range(10000))
+  assert gpu_engine.pinned_bytes(gpu.local_hardware_id) >= 2 << 20
+
+
+@GPU_ENGINE
+def test_gpu_engine_bounds_the_queue_while_the_tap_function_is_blocked(gpu):
+  release = threading.Event()
+  seen = []
+
+  def tap(x, transforms):
+    release.wait(60)
+    seen.append(int(x[0]))
+
+  def body(c, i):
+    hostcb.id_tap(tap, jnp.full((1024,), i, jnp.int32))  # 4 KB each
+    return c, None
+
+  key = gpu_engine.key_of(gpu.local_hardware_id)
+  f = jax.jit(lambda c: lax.scan(body, c, jnp.arange(200))[0])
+  f(on(gpu, jnp.int32(0)))  # creates the queue and compiles
+  release.set()
+  hostcb.barrier_wait()
+  release.clear()
+  seen.clear()
+  native.set_capacity(64 << 10)
+  try:
+    out = f(on(gpu, jnp.int32(0)))  # 800 KB of taps through a 64 KB queue
+    deadline = time.monotonic() + 60
+    while native.counters(key)["space_waiters"] == 0:
+      assert time.monotonic() < deadline, "no producer waited for space"
+      time.sleep(0.001)
+    assert native.counters(key)["bytes_held"] <= 64 << 10
+    release.set()
+    out.block_until_ready()
+    hostcb.barrier_wait()
+  finally:
+    release.set()
+    native.set_capacity(config.read(config.MAX_QUEUE_BYTE_SIZE))
+  assert seen == list(range(200))
+
+
+@GPU_ENGINE
+def test_gpu_engine_scan_finishes_while_its_tap_functions_are_blocked(gpu):
+  release = threading.Event()
+  seen = []
+
+  def tap(x, transforms):
+    release.wait(60)
+    seen.append(float(x))
+
+  f = jax.jit(lambda c: lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, c) + 1, None), c, None,
+      length=50)[0])
+  x = on(gpu, jnp.float32(0))
+  try:
+    # The stream never waits for Python: the scan's result is ready while
+    # the first tap function is still blocked.
+    assert float(f(x).block_until_ready()) == 50
+    assert seen == []
+  finally:
+    release.set()
+  hostcb.barrier_wait()
+  assert seen == [float(i) for i in range(50)]

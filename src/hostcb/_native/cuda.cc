@@ -46,6 +46,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -498,6 +499,13 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
   api->StreamSynchronize(stream);
   g_staging.Give(staging);
   return CudaFailure("copying a call's results (cuMemcpyHtoDAsync)", r);
+}
+
+void ForgetGpuStateAfterFork() {
+  // The child has no CUDA context of its parent; the pinners (leaked) knew
+  // the parent's queues, which ResetAfterFork forgets too.
+  new (&g_pinners_mu) std::mutex();
+  for (auto& p : g_pinners) p.store(nullptr, std::memory_order_relaxed);
 }
 
 uint64_t GpuPinnedBytes(int32_t ordinal) {

@@ -22,8 +22,9 @@ PyObject* Capsule(void* fn) { return PyCapsule_New(fn, nullptr, nullptr); }
 
 PyObject* Py_cuda_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N}",
       "hostcb_tap", Capsule(reinterpret_cast<void*>(&HostcbTapCuda)),
+      "hostcb_noop", Capsule(reinterpret_cast<void*>(&HostcbNoop)),
       "hostcb_call", Capsule(reinterpret_cast<void*>(&HostcbCallCuda)),
       "hostcb_call_one", Capsule(reinterpret_cast<void*>(&HostcbCallOneCuda)));
 }
@@ -260,7 +261,8 @@ PyObject* Py_cuda_test_call(PyObject*, PyObject* args) {
 
 PyMethodDef kCudaMethods[] = {
     {"cuda_handlers", Py_cuda_handlers, METH_NOARGS,
-     "{name: PyCapsule} of the CUDA handlers, for register_ffi_target with "
+     "{name: PyCapsule} of the CUDA handlers (and the empty one), for "
+     "register_ffi_target with "
      "platform 'CUDA'."},
     {"load_cuda", Py_load_cuda, METH_NOARGS,
      "load_cuda() -> None, or why the CUDA driver cannot be used."},

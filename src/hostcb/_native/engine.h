@@ -147,6 +147,8 @@ xla::ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
                              int64_t target_id, const XLA_FFI_Args* args,
                              size_t first_arg, const XLA_FFI_Rets* rets,
                              size_t first_ret);
+// In a forked child (called by ResetAfterFork).
+void ForgetGpuStateAfterFork();
 // Bytes of GPU `ordinal`'s ring that are pinned.
 uint64_t GpuPinnedBytes(int32_t ordinal);
 

@@ -212,6 +212,7 @@ void ResetAfterFork() {
   new (&g_create_mu) std::mutex();
   for (auto& q : g_queues) q.store(nullptr, std::memory_order_relaxed);
   tl_consumer_queue = nullptr;
+  ForgetGpuStateAfterFork();
 }
 
 }  // namespace hostcb
