@@ -17,6 +17,10 @@ stream copies them later, as a GPU would copy a buffer that XLA keeps.
 from __future__ import annotations
 
 import ctypes
+import glob
+import os
+import shutil
+import subprocess
 import threading
 import time
 
@@ -136,6 +140,35 @@ def test_the_driver_is_loaded_at_run_time_or_the_reason_is_given():
   else:
     assert out.strip().startswith(
         "the CUDA driver libcuda.so.1 cannot be loaded (libcuda.so.1: ")
+
+
+def _cuda_header_dir() -> str | None:
+  """The include folder of a CUDA toolkit with cuda.h, if this machine has
+  one (CUDA_HOME, CUDA_PATH, /usr/local/cuda*)."""
+  roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+           "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+  for root in filter(None, roots):
+    if os.path.exists(os.path.join(root, "include", "cuda.h")):
+      return os.path.join(root, "include")
+  return None
+
+
+def test_the_hand_written_driver_api_has_the_drivers_abi():
+  # cuda_api.h declares the driver's functions without cuda.h; a compiler
+  # checks them against cuda.h wherever a CUDA toolkit is installed.
+  include = _cuda_header_dir()
+  compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+  if include is None or compiler is None:
+    pytest.skip("needs the CUDA toolkit's cuda.h (CUDA_HOME or "
+                "/usr/local/cuda*) and a C++ compiler")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  res = subprocess.run(
+      [compiler, "-std=c++17", "-fsyntax-only",
+       "-I", os.path.join(root, "src", "hostcb", "_native"),
+       "-isystem", include,
+       os.path.join(root, "tests", "native", "cuda_abi_check.cc")],
+      capture_output=True, text=True, timeout=120)
+  assert res.returncode == 0, res.stderr
 
 
 def test_gpu_queue_keys_do_not_meet_cpu_device_ids():

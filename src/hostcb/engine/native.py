@@ -188,8 +188,12 @@ def register_targets(capacity: int) -> None:
     import jax  # noqa: PLC0415
     # With the CPU client running, XLA checks each handler now (a handler
     # built for another jaxlib raises here) instead of failing the
-    # client's start later.
-    jax.local_devices(backend="cpu")
+    # client's start later.  (JAX_PLATFORMS may leave the CPU out: the
+    # handlers then serve the GPU back end alone.)
+    try:
+      jax.local_devices(backend="cpu")
+    except RuntimeError:
+      pass
     native.set_dtypes(_dtype_table())
     native.set_call_server(registry.call_runners, _check_call,
                            _call_failure_text)
