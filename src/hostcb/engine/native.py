@@ -44,8 +44,9 @@ Guarantees (see ``queue.h`` for the native invariants):
   computation runs, its queue's producers and calls do not wait either).
 
 Device identification: the handlers read the FFI execution context's
-device ordinal, which XLA's CPU client sets to the JAX device id;
-:func:`device_of_ordinal` maps it to a ``jax.Device``.
+device ordinal, which XLA's CPU client sets to the JAX device id (the GPU
+back end, :mod:`.gpu`, uses ``GPU_KEY_BASE`` plus the GPU's local
+ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 """
 from __future__ import annotations
 
