@@ -253,6 +253,37 @@ def test_the_ring_pins_its_pages_in_chunks_once(stream, fake):
   assert fake._fake_counters()["registrations"] == before
 
 
+def test_an_operand_across_two_pinned_chunks_is_copied_in_two_pieces(stream,
+                                                                    fake):
+  tid, seen = _recording_tap()
+  big = np.arange(3 << 18, dtype=np.float32)  # 3 MiB from the ring's start
+  before = fake._fake_counters()["copies"]
+  stream.tap(9, tid, [big])
+  assert fake._fake_counters()["copies"] - before == 2
+  assert engine.wait_for_taps(timeout=30)
+  np.testing.assert_array_equal(seen[0][0][0], big)
+  assert gpu.pinned_bytes(9) == 4 << 20
+
+
+def test_growing_the_queue_unpins_the_old_ring(stream, fake):
+  tid, seen = _recording_tap()
+  stream.tap(10, tid, [np.ones(4, np.float32)])
+  assert engine.wait_for_taps(timeout=30)
+  assert gpu.pinned_bytes(10) == 2 << 20
+  before = fake._fake_counters()["unregistrations"]
+  bound = config.read(config.MAX_QUEUE_BYTE_SIZE)
+  native.set_capacity(bound + (1 << 20))  # a larger ring: the old one goes
+  try:
+    assert gpu.pinned_bytes(10) == 0
+    assert fake._fake_counters()["unregistrations"] > before
+    stream.tap(10, tid, [np.full(4, 2, np.float32)])  # pins the new ring
+    assert engine.wait_for_taps(timeout=30)
+    assert gpu.pinned_bytes(10) == 2 << 20
+  finally:
+    native.set_capacity(bound)
+  np.testing.assert_array_equal(seen[1][0][0], [2., 2., 2., 2.])
+
+
 def test_a_full_ring_makes_the_producer_wait_and_drops_nothing(stream):
   tid, seen = _recording_tap()
   ordinal = 5

@@ -41,6 +41,8 @@ CHECK(LaunchHostFunc, cuLaunchHostFunc);
 CHECK(StreamSynchronize, cuStreamSynchronize);
 CHECK(StreamGetCtx, cuStreamGetCtx);
 CHECK(CtxSetCurrent, cuCtxSetCurrent);
+CHECK(CtxPushCurrent, cuCtxPushCurrent_v2);
+CHECK(CtxPopCurrent, cuCtxPopCurrent_v2);
 CHECK(MemHostRegister, cuMemHostRegister_v2);
 CHECK(MemHostUnregister, cuMemHostUnregister);
 CHECK(MemHostAlloc, cuMemHostAlloc);
@@ -56,6 +58,8 @@ constexpr bool Eq(const char* a, const char* b) {
 static_assert(Eq(STR(cuMemcpyDtoHAsync), "cuMemcpyDtoHAsync_v2"));
 static_assert(Eq(STR(cuMemcpyHtoDAsync), "cuMemcpyHtoDAsync_v2"));
 static_assert(Eq(STR(cuMemHostRegister), "cuMemHostRegister_v2"));
+static_assert(Eq(STR(cuCtxPushCurrent), "cuCtxPushCurrent_v2"));
+static_assert(Eq(STR(cuCtxPopCurrent), "cuCtxPopCurrent_v2"));
 
 static_assert(hostcb::cuda::kSuccess == CUDA_SUCCESS);
 static_assert(hostcb::cuda::kErrorInvalidContext == CUDA_ERROR_INVALID_CONTEXT);

@@ -16,10 +16,12 @@
 //
 //   The ring is ordinary anonymous memory; the pages a GPU copies into are
 //   pinned (cuMemHostRegister) in chunks of kPinChunk bytes as the ring
-//   first reaches them, so a ring costs only the memory its taps used.  A
-//   payload larger than the whole ring (its own allocation) or a chunk the
-//   driver refuses to pin is copied all the same, pageable (the driver then
-//   returns once the copy is done).
+//   first reaches them, so a ring costs only the memory its taps used; an
+//   operand that crosses chunks is copied in one piece per chunk (a copy
+//   over two registrations would be a pageable one).  A payload larger
+//   than the whole ring (its own allocation) or a chunk the driver refuses
+//   to pin is copied all the same, pageable (the driver then returns once
+//   the copy is done).  The ring's pages are not inherited by a fork.
 //
 // hostcb_call / hostcb_call_one (platform CUDA)
 //   Copies the operands into pinned staging memory on the stream, waits for
@@ -41,7 +43,9 @@
 // sequence number in that queue's FIFO, valid while the record is queued
 // (it is: only the consumer pops it, after it is ready).
 #include <dlfcn.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -102,6 +106,8 @@ std::string LoadCuda() {
   Sym(lib, "cuStreamSynchronize", &a.StreamSynchronize, &missing);
   Sym(lib, "cuStreamGetCtx", &a.StreamGetCtx, &missing);
   Sym(lib, "cuCtxSetCurrent", &a.CtxSetCurrent, &missing);
+  Sym(lib, "cuCtxPushCurrent_v2", &a.CtxPushCurrent, &missing);
+  Sym(lib, "cuCtxPopCurrent_v2", &a.CtxPopCurrent, &missing);
   Sym(lib, "cuMemHostRegister_v2", &a.MemHostRegister, &missing);
   Sym(lib, "cuMemHostUnregister", &a.MemHostUnregister, &missing);
   Sym(lib, "cuMemHostAlloc", &a.MemHostAlloc, &missing);
@@ -182,6 +188,8 @@ class RingPinner : public RingHooks {
     if (base_ != base) {  // a new ring (its first use, or after a remap)
       base_ = base;
       state_.assign((size + kPinChunk - 1) / kPinChunk, kUnpinned);
+      // A forked child must not share pages the device writes into.
+      madvise(base, size, MADV_DONTFORK);
     }
     for (uint64_t c = first; c <= last && c < state_.size(); ++c) {
       if (state_[c] != kUnpinned) continue;
@@ -191,27 +199,48 @@ class RingPinner : public RingHooks {
         return api->MemHostRegister(base + off, len,
                                     cuda::kMemHostRegisterPortable);
       });
-      state_[c] = (r == cuda::kSuccess ||
-                   r == cuda::kErrorHostMemoryAlreadyRegistered)
-                      ? kPinned : kRefused;
-      if (state_[c] == kPinned) pinned_bytes_ += len;
+      // Not "already registered" either: that range is someone else's.
+      state_[c] = r == cuda::kSuccess ? kPinned : kRefused;
+      if (state_[c] == kPinned) {
+        pinned_bytes_ += len;
+        if (ctx_ == nullptr) api->StreamGetCtx(stream, &ctx_);
+      }
     }
   }
 
-  void BeforeUnmap(Queue*, uint8_t* ring, uint64_t) override {
+  bool BeforeUnmap(Queue*, uint8_t* ring, uint64_t) override {
     // The queue is empty and its mutex held (queue.h: no host function of
     // this queue is pending, so the driver waits for nothing that needs it).
+    // This thread (the consumer's, or Python's) may have no current
+    // context: the one that pinned the pages is pushed for the unpinning.
     std::lock_guard<std::mutex> lock(mu_);
-    if (ring != base_) return;
+    if (ring != base_) return true;
     const cuda::Api* api = cuda::Current();
-    for (uint64_t c = 0; c < state_.size(); ++c) {
-      if (state_[c] == kPinned && api != nullptr) {
-        api->MemHostUnregister(base_ + c * kPinChunk);
+    bool all = true;
+    if (pinned_bytes_ > 0) {
+      cuda::CUcontext popped = nullptr;
+      const bool pushed =
+          ctx_ != nullptr && api->CtxPushCurrent(ctx_) == cuda::kSuccess;
+      for (uint64_t c = 0; c < state_.size(); ++c) {
+        if (state_[c] == kPinned &&
+            api->MemHostUnregister(base_ + c * kPinChunk) != cuda::kSuccess) {
+          all = false;
+        }
       }
+      if (pushed) api->CtxPopCurrent(&popped);
     }
     state_.clear();
     base_ = nullptr;
     pinned_bytes_ = 0;
+    // Pages still registered must stay mapped: the driver would otherwise
+    // keep them for a later mapping at the same address.
+    return all;
+  }
+
+  // Bytes from p to the end of its chunk (the longest piece of a copy that
+  // one registration covers).
+  static uint64_t ToChunkEnd(const uint8_t* base, const uint8_t* p) {
+    return kPinChunk - static_cast<uint64_t>(p - base) % kPinChunk;
   }
 
   uint64_t pinned_bytes() {
@@ -223,6 +252,7 @@ class RingPinner : public RingHooks {
   enum : uint8_t { kUnpinned, kPinned, kRefused };
   std::mutex mu_;
   uint8_t* base_ = nullptr;
+  cuda::CUcontext ctx_ = nullptr;  // the context the pages were pinned in
   std::vector<uint8_t> state_;
   uint64_t pinned_bytes_ = 0;
 };
@@ -287,19 +317,29 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   if (r.data == nullptr) return LostTap(q, r, layout.payload);
   auto [base, size] = q->RingLocked(lock);
   lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
-  if (base != nullptr && r.data >= base && r.data < base + size) {
+  if (base != nullptr && r.data >= base && r.data < base + size) {  // ring
     pinner->Ensure(api, static_cast<CUstream>(stream), base, size, r.data,
                    layout.payload);
   }
+  const bool in_ring = base != nullptr && r.data >= base && r.data < base + size;
   CUresult failed = cuda::kSuccess;
   const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
   WritePayload(r.data, args, first, layout.header,
                [&](uint8_t* dst, const void* src, uint64_t n) {
-                 failed = WithContext(api, stream, [&] {
-                   return api->MemcpyDtoHAsync(
-                       dst, reinterpret_cast<cuda::CUdeviceptr>(src), n,
-                       stream);
-                 });
+                 // In the ring, one copy per pinned chunk: a copy that
+                 // spans two registrations would be a pageable one.
+                 auto from = reinterpret_cast<cuda::CUdeviceptr>(src);
+                 while (n > 0 && failed == cuda::kSuccess) {
+                   const uint64_t piece =
+                       in_ring ? std::min(n, RingPinner::ToChunkEnd(base, dst))
+                               : n;
+                   failed = WithContext(api, stream, [&] {
+                     return api->MemcpyDtoHAsync(dst, from, piece, stream);
+                   });
+                   dst += piece;
+                   from += piece;
+                   n -= piece;
+                 }
                  return failed == cuda::kSuccess;
                });
   if (failed == cuda::kSuccess) {
@@ -356,7 +396,7 @@ class StagingPool {
       }
     }
     for (Staging* s : surplus) {
-      api->MemFreeHost(s->data);
+      WithContext(api, stream, [&] { return api->MemFreeHost(s->data); });
       delete s;
     }
     if (found != nullptr) return found;
@@ -385,7 +425,9 @@ class StagingPool {
   std::vector<Staging*> free_;
 };
 
-StagingPool g_staging;
+// Never destroyed: a host function may still give a buffer back while the
+// process exits.
+StagingPool& g_staging = *new StagingPool();
 
 void GiveBackStaging(void* user_data) {
   g_staging.Give(static_cast<Staging*>(user_data));

@@ -45,6 +45,8 @@ struct Api {
   CUresult (*StreamSynchronize)(CUstream stream);      // cuStreamSynchronize
   CUresult (*StreamGetCtx)(CUstream stream, CUcontext* ctx);  // cuStreamGetCtx
   CUresult (*CtxSetCurrent)(CUcontext ctx);            // cuCtxSetCurrent
+  CUresult (*CtxPushCurrent)(CUcontext ctx);           // cuCtxPushCurrent_v2
+  CUresult (*CtxPopCurrent)(CUcontext* ctx);           // cuCtxPopCurrent_v2
   CUresult (*MemHostRegister)(void* p, size_t bytes,
                               unsigned flags);         // cuMemHostRegister_v2
   CUresult (*MemHostUnregister)(void* p);              // cuMemHostUnregister

@@ -139,6 +139,11 @@ CUresult GetCtx(CUstream, CUcontext* ctx) {
 }
 
 CUresult SetCurrent(CUcontext) { return kSuccess; }
+CUresult Push(CUcontext) { return kSuccess; }
+CUresult Pop(CUcontext* ctx) {
+  *ctx = nullptr;
+  return kSuccess;
+}
 
 CUresult Register(void*, size_t n, unsigned) {
   if (Fails(FakeOp::kRegister)) return g_fail_code;
@@ -149,6 +154,7 @@ CUresult Register(void*, size_t n, unsigned) {
 }
 
 CUresult Unregister(void*) {
+  if (Fails(FakeOp::kUnregister)) return g_fail_code;
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_counters.unregistrations;
   return kSuccess;
@@ -178,7 +184,7 @@ CUresult Name(CUresult r, const char** name) {
   return kSuccess;
 }
 
-const Api kFake = {DtoH, HtoD, HostFunc, Sync, GetCtx, SetCurrent,
+const Api kFake = {DtoH, HtoD, HostFunc, Sync, GetCtx, SetCurrent, Push, Pop,
                    Register, Unregister, Alloc, Free, Name};
 
 }  // namespace

@@ -8,7 +8,7 @@
 namespace hostcb {
 namespace cuda {
 
-enum class FakeOp { kNone, kCopy, kHostFunc, kRegister, kAlloc };
+enum class FakeOp { kNone, kCopy, kHostFunc, kRegister, kUnregister, kAlloc };
 
 struct FakeCounters {
   uint64_t copies = 0;

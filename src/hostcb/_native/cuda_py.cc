@@ -116,11 +116,12 @@ PyObject* Py_fake_fail(PyObject*, PyObject* args) {
   if (name == "copy") which = cuda::FakeOp::kCopy;
   else if (name == "host_function") which = cuda::FakeOp::kHostFunc;
   else if (name == "register") which = cuda::FakeOp::kRegister;
+  else if (name == "unregister") which = cuda::FakeOp::kUnregister;
   else if (name == "alloc") which = cuda::FakeOp::kAlloc;
   else {
     PyErr_Format(PyExc_ValueError,
                  "hostcb: expected one of 'copy', 'host_function', "
-                 "'register', 'alloc'; got %R", PyTuple_GET_ITEM(args, 0));
+                 "'register', 'unregister', 'alloc'; got %R", PyTuple_GET_ITEM(args, 0));
     return nullptr;
   }
   cuda::FailFake(which, count, code);
@@ -283,7 +284,8 @@ PyMethodDef kCudaMethods[] = {
      "Tests: what the simulated driver was asked to do."},
     {"_fake_fail", Py_fake_fail, METH_VARARGS,
      "Tests: _fake_fail(op, count, code): the next `count` operations of "
-     "kind op ('copy', 'host_function', 'register', 'alloc') fail with "
+     "kind op ('copy', 'host_function', 'register', 'unregister', "
+     "'alloc') fail with "
      "CUDA error `code`."},
     {"_cuda_test_tap", Py_cuda_test_tap, METH_VARARGS,
      "Tests: _cuda_test_tap(stream, ordinal, target_id, arrays)."},

@@ -147,8 +147,9 @@ class Queue;
 // must hear of the ring's memory.
 struct RingHooks {
   // The ring [ring, ring + bytes) is about to be unmapped (mu_ held, the
-  // queue empty).
-  virtual void BeforeUnmap(Queue* q, uint8_t* ring, uint64_t bytes) = 0;
+  // queue empty).  False: it must not be (the device may still write
+  // there); the queue then leaves it mapped, for good.
+  virtual bool BeforeUnmap(Queue* q, uint8_t* ring, uint64_t bytes) = 0;
   virtual ~RingHooks() = default;
 };
 
@@ -443,8 +444,9 @@ class Queue {
   }
 
   void Unmap() {
-    if (ring_ && hooks_) hooks_->BeforeUnmap(this, ring_, mapped_);
-    if (ring_) munmap(ring_, mapped_);
+    if (ring_ && (!hooks_ || hooks_->BeforeUnmap(this, ring_, mapped_))) {
+      munmap(ring_, mapped_);
+    }
     ring_ = nullptr;
     mapped_ = 0;
   }

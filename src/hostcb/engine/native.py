@@ -275,13 +275,16 @@ def device_of_ordinal(ordinal: int) -> Any:
   if _devices_by_ordinal is None or (ordinal >= _GPU_KEY_BASE
                                      and ordinal not in _devices_by_ordinal):
     import jax  # noqa: PLC0415
-    table = {d.id: d for d in jax.local_devices(backend="cpu")}
-    try:
-      gpus = jax.local_devices(backend="gpu")
-    except RuntimeError:  # no GPU backend
-      gpus = []
-    for d in gpus:
-      table[_GPU_KEY_BASE + d.local_hardware_id] = d
+    table = {}
+    for backend in ("cpu", "gpu"):
+      try:
+        devices = jax.local_devices(backend=backend)
+      except RuntimeError:  # no such backend (JAX_PLATFORMS may omit cpu)
+        continue
+      for d in devices:
+        key = key_of_device(d)
+        if key is not None:
+          table[key] = d
     _devices_by_ordinal = table
   return _devices_by_ordinal.get(ordinal, ordinal)
 
@@ -292,7 +295,8 @@ def key_of_device(device: Any) -> int | None:
   platform = getattr(device, "platform", None)
   if platform == "cpu":
     return device.id
-  if platform == "gpu" and getattr(device, "local_hardware_id", None) is not None:
+  if (platform in ("gpu", "cuda")
+      and getattr(device, "local_hardware_id", None) is not None):
     return _GPU_KEY_BASE + device.local_hardware_id
   return None
 
