@@ -305,23 +305,19 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   Queue* q = GpuQueue(ordinal);
   if (q == nullptr) return OutOfRange(ordinal);
   RingPinner* pinner = PinnerOf(q);
-  RequestConsumer(q);
   TapLayout layout;
-  ffi::Error e = MeasureTap(args, first, &layout);
-  if (e.failure()) return e;
-
   std::unique_lock<std::mutex> lock;
-  Queue::Reservation r =
-      q->Reserve(lock, kTap, target_id, layout.num, layout.payload,
-                 /*never_wait=*/tl_consumer_queue == q);
-  if (r.data == nullptr) return LostTap(q, r, layout.payload);
+  Queue::Reservation r;
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r);
+  if (e.failure()) return e;
   auto [base, size] = q->RingLocked(lock);
   lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
-  if (base != nullptr && r.data >= base && r.data < base + size) {  // ring
+  // Not in the ring: an oversize record's own (pageable) allocation.
+  const bool in_ring = base != nullptr && r.data >= base && r.data < base + size;
+  if (in_ring) {
     pinner->Ensure(api, static_cast<CUstream>(stream), base, size, r.data,
                    layout.payload);
   }
-  const bool in_ring = base != nullptr && r.data >= base && r.data < base + size;
   CUresult failed = cuda::kSuccess;
   const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
   WritePayload(r.data, args, first, layout.header,
@@ -563,13 +559,8 @@ namespace {
 ffi::Error TapCudaImpl(void* stream, int32_t ordinal, int64_t target_id,
                        ffi::RemainingArgs args, ffi::RemainingRets rets) {
   RawRets rr(rets);
-  for (size_t i = rr.first(); i < static_cast<size_t>(rr.raw()->size); ++i) {
-    auto* b = static_cast<const XLA_FFI_Buffer*>(rr.raw()->rets[i]);
-    if (b->dtype != XLA_FFI_DataType_TOKEN) {
-      return ffi::Error::InvalidArgument(
-          "hostcb_tap: its only result may be the XLA token");
-    }
-  }
+  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
+  if (e.failure()) return e;
   RawArgs ra(args);
   return TapOnStream(stream, ordinal, target_id, ra.raw(), ra.first());
 }

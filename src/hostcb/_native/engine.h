@@ -93,6 +93,17 @@ xla::ffi::Error MeasureTap(const XLA_FFI_Args* args, size_t first,
                            TapLayout* layout);
 // The error of a device ordinal without a queue.
 xla::ffi::Error OutOfRange(int32_t device);
+// A tap's first steps on any platform: asks for q's consumer, measures
+// args[first:] into *layout and reserves its record in q (*r, `lock` then
+// holding q's mutex).  On failure nothing is reserved, or the record went
+// through as a lost tap (LostTap), and the handler returns the error.
+xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
+                           const XLA_FFI_Args* args, size_t first,
+                           TapLayout* layout,
+                           std::unique_lock<std::mutex>& lock,
+                           Queue::Reservation* r);
+// The error of hostcb_tap if a result other than the token is asked for.
+xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost
 // tap (`lock` from Reserve still held) and returns the handler's error.
 xla::ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload);

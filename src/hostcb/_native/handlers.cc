@@ -93,6 +93,30 @@ ffi::Error OutOfRange(int32_t device) {
                         " is out of the engine's range");
 }
 
+ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
+                      size_t first, TapLayout* layout,
+                      std::unique_lock<std::mutex>& lock,
+                      Queue::Reservation* r) {
+  RequestConsumer(q);
+  ffi::Error e = MeasureTap(args, first, layout);
+  if (e.failure()) return e;
+  *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
+                  /*never_wait=*/tl_consumer_queue == q);
+  if (r->data == nullptr) return LostTap(q, *r, layout->payload);
+  return ffi::Error::Success();
+}
+
+ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first) {
+  for (size_t i = first; i < static_cast<size_t>(rets->size); ++i) {
+    auto* b = static_cast<const XLA_FFI_Buffer*>(rets->rets[i]);
+    if (b->dtype != XLA_FFI_DataType_TOKEN) {
+      return ffi::Error::InvalidArgument(
+          "hostcb_tap: its only result may be the XLA token");
+    }
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload) {
   // Out of memory for an external payload: the record goes through empty
   // so that the queue does not stall.  It comes out as a tap of target -1
@@ -112,16 +136,11 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
                    size_t first) {
   Queue* q = GetQueue(device);
   if (q == nullptr) return OutOfRange(device);
-  RequestConsumer(q);
   TapLayout layout;
-  ffi::Error e = MeasureTap(args, first, &layout);
-  if (e.failure()) return e;
-
   std::unique_lock<std::mutex> lock;
-  Queue::Reservation r =
-      q->Reserve(lock, kTap, target_id, layout.num, layout.payload,
-                 /*never_wait=*/tl_consumer_queue == q);
-  if (r.data == nullptr) return LostTap(q, r, layout.payload);
+  Queue::Reservation r;
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r);
+  if (e.failure()) return e;
   const bool copy_unlocked = layout.payload > kCopyUnderLock;
   if (copy_unlocked) lock.unlock();
   // The reserved bytes are ours alone.
@@ -132,17 +151,6 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
                });
   if (copy_unlocked) lock.lock();
   q->CommitLocked(r, /*urgent=*/false);
-  return ffi::Error::Success();
-}
-
-ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first) {
-  for (size_t i = first; i < static_cast<size_t>(rets->size); ++i) {
-    auto* b = static_cast<const XLA_FFI_Buffer*>(rets->rets[i]);
-    if (b->dtype != XLA_FFI_DataType_TOKEN) {
-      return ffi::Error::InvalidArgument(
-          "hostcb_tap: its only result may be the XLA token");
-    }
-  }
   return ffi::Error::Success();
 }
 
