@@ -148,6 +148,37 @@ def test_tapped_jit_declares_its_effect_by_default(strict):
   assert not ji.declares_no_effect(jax.jit(_tapped), jnp.float32(1))
 
 
+def _with_io_callback(ordered: bool, seen: list):
+  def record(x):
+    seen.append(float(x))
+    return np.asarray(x) * 2
+  return jax.jit(lambda x: hostcb.io_callback(
+      record, jax.ShapeDtypeStruct((), jnp.float32), x, ordered=ordered) + 1)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_io_callback_with_jax_io_effect_declares_no_effect_in_fast_mode(
+    fast, ordered):
+  # hostcb's io_callback carries JAX's IOEffect/OrderedIOEffect too (so that
+  # JAX's transformations refuse it where they refuse JAX's); fast dispatch
+  # drops them from the executable with hostcb's effect.
+  seen = []
+  f = _with_io_callback(ordered, seen)
+  assert f(jnp.float32(3)) == 7.0
+  assert ji.declares_no_effect(f, jnp.float32(1))
+  hostcb.barrier_wait()
+  assert seen == [3.0]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_io_callback_declares_its_effects_in_strict_mode(strict, ordered):
+  seen = []
+  f = _with_io_callback(ordered, seen)
+  assert f(jnp.float32(3)) == 7.0
+  assert not ji.declares_no_effect(f, jnp.float32(1))
+  assert seen == [3.0]
+
+
 def test_main_function_creates_the_token_in_fast_mode(fast):
   text = jax.jit(_tapped).lower(jnp.float32(1)).as_text()
   main = next(line for line in text.splitlines() if "@main(" in line)

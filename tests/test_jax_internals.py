@@ -43,3 +43,25 @@ def test_import_succeeds_with_every_symbol_present():
   proc = run_python(_IMPORT)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "imported\n"
+
+
+def test_io_callback_fails_naming_the_jax_version_and_the_missing_effect():
+  # A JAX without the effect of its io_callback: hostcb imports, and its
+  # io_callback stops when it is traced, naming what is missing.
+  proc = run_python(
+      "from jax._src import callback\n"
+      "del callback._IOEffect\n"
+      "import jax, numpy as np, hostcb\n"
+      "f = jax.jit(lambda x: hostcb.io_callback(\n"
+      "    lambda x: x, jax.ShapeDtypeStruct((), np.float32), x))\n"
+      "try:\n"
+      "    f(np.float32(1))\n"
+      "except ImportError as e:\n"
+      "    print(type(e).__name__ + ': ' + str(e))\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      "jax._src.callback._IOEffect, which hostcb uses to give hostcb's "
+      "io_callback the effect of JAX's io_callback. hostcb was checked "
+      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+      f"hostcb release that supports jax {jax.__version__}.\n")

@@ -233,6 +233,7 @@ _VMAP_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
 class PureRules:
   """``pure_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
   vmap_method: str | None
+  effects = ()  # a pure call has none (effectful=False)
 
   def jvp(self):
     raise ValueError(
@@ -278,6 +279,13 @@ class PureRules:
 class IoRules:
   """``io_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
   ordered: bool
+
+  @property
+  def effects(self) -> tuple:
+    # JAX's own effect too: vmap of cond, vmap of a while loop with a
+    # batched predicate and partial evaluation of checkpoint refuse an
+    # io_callback by finding it, with JAX's errors.
+    return (ji.jax_io_effect(self.ordered),)
 
   def jvp(self):
     raise ValueError("IO callbacks do not support JVP.")

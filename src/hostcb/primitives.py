@@ -100,8 +100,11 @@ class CallTarget:
   ``rules``: for a front end with JAX's rules instead of legacy's
   (:mod:`hostcb.jax_callbacks`): ``rules.jvp()`` and ``rules.transpose()``
   raise its errors, ``rules.batch(target, args, dims, device_index=...,
-  effectful=...)`` is its ``vmap`` rule, and a failure of its function
-  fails the computation only (it is not kept for ``barrier_wait``).
+  effectful=...)`` is its ``vmap`` rule, ``rules.effects`` are JAX effects
+  that an effectful call carries beside hostcb's (``io_callback``: JAX's
+  own, so that JAX's transformations refuse it where they refuse JAX's),
+  and a failure of its function fails the computation only (it is not
+  kept for ``barrier_wait``).
   """
   func: Callable
   in_treedef: Any
@@ -295,7 +298,11 @@ call_p = ji.new_primitive("hostcb_call")
 @call_p.def_effectful_abstract_eval
 def _call_abstract_eval(*avals, target, device_index, effectful):
   del avals, device_index
-  effects = {ji.host_callback_effect} if effectful else ji.no_effects
+  if not effectful:
+    return target.result_avals, ji.no_effects
+  effects = {ji.host_callback_effect}
+  if target.rules is not None:
+    effects.update(target.rules.effects)
   return target.result_avals, effects
 
 

@@ -11,19 +11,6 @@ F32_3 = jax.ShapeDtypeStruct((3,), jnp.float32)
 F32 = jax.ShapeDtypeStruct((), jnp.float32)
 
 
-_IO_EFFECT_GAP = (
-    "not deliberate: JAX refuses an io_callback in vmap of cond, in vmap of "
-    "a while loop with a batched predicate and in partial evaluation of "
-    "checkpoint by finding its own IOEffect/OrderedIOEffect in the jaxpr; "
-    "hostcb's io_callback carries hostcb's effect instead, because JAX's "
-    "unordered effect would take every jitted function with an io_callback "
-    "off JAX's C++ dispatch fast path (pjit._get_fastpath_data) unless "
-    "hostcb's fast dispatch (jax_internals/dispatch.py) strips it too, and "
-    "its ordered one needs runtime tokens in the lowering; hostcb goes on "
-    "instead, calling the callback for every element, also where the "
-    "predicate is false")
-
-
 def _double(x, *rest, **kw):
   return np.asarray(x) * 2
 
@@ -430,9 +417,7 @@ def io_in_checkpoint(ctx, api):
   return jax.jit(f)(X3)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("io(float32[3]=[1.0, 2.0, 3.0])\n"
-                  "result: Array(float32[3]=[2.0, 4.0, 6.0], weak=False)\n"))
+@scenario
 def io_in_checkpoint_grad_unrelated(ctx, api):
   """grad through a checkpointed function whose io_callback uses only a
   non-differentiated argument."""
@@ -455,10 +440,7 @@ def io_in_custom_vjp_fwd(ctx, api):
   return jax.grad(lambda x: f(x).sum())(X3)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("io(float32[3]=[0.0, 1.0, 2.0])\n"
-                  "io(float32[3]=[3.0, 4.0, 5.0])\n"
-                  "result: Array(float32[2, 3]=[[0.0, 2.0, 4.0], [3.0, 4.0, 5.0]], weak=False)\n"))
+@scenario
 def io_in_cond_under_vmap_batched_predicate(ctx, api):
   """vmap of a cond with an io_callback, batched predicate."""
   f = lambda p, x: jax.lax.cond(
@@ -467,14 +449,7 @@ def io_in_cond_under_vmap_batched_predicate(ctx, api):
   return jax.vmap(f)(np.array([True, False]), X23)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("io(int32[]=0)\n"
-                  "io(int32[]=2)\n"
-                  "io(int32[]=1)\n"
-                  "io(int32[]=3)\n"
-                  "io(int32[]=2)\n"
-                  "io(int32[]=3)\n"
-                  "result: Array(int32[2]=[3, 3], weak=False)\n"))
+@scenario
 def io_in_while_under_vmap_batched_predicate(ctx, api):
   """vmap of a while loop with an io_callback, batched predicate."""
   body = lambda c: api.io_callback(ctx.recorder("io", lambda c: np.asarray(
@@ -491,8 +466,7 @@ def io_in_scan_under_vmap(ctx, api):
   return jax.vmap(lambda xs: jax.lax.scan(body, np.float32(0), xs)[0])(X23)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("raised ValueError: Cannot `vmap` ordered IO callback.\n"))
+@scenario
 def io_ordered_in_cond_under_vmap(ctx, api):
   """vmap of a cond with an ordered io_callback, batched predicate."""
   f = lambda p, x: jax.lax.cond(
@@ -502,9 +476,7 @@ def io_ordered_in_cond_under_vmap(ctx, api):
   return jax.vmap(f)(np.array([True, False]), X23)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("io(float32[3]=[1.0, 2.0, 3.0])\n"
-                  "result: Array(float32[3]=[2.0, 4.0, 6.0], weak=False)\n"))
+@scenario
 def io_ordered_in_checkpoint_grad_unrelated(ctx, api):
   """grad through a checkpointed function with an ordered io_callback of
   a non-differentiated argument."""
@@ -515,10 +487,7 @@ def io_ordered_in_checkpoint_grad_unrelated(ctx, api):
   return jax.grad(f)(X3, X3 + 1)
 
 
-@scenario(gap=_IO_EFFECT_GAP,
-          expect=("io(float32[3]=[0.0, 1.0, 2.0])\n"
-                  "io(float32[3]=[3.0, 4.0, 5.0])\n"
-                  "result: Array(float32[2, 3]=[[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]], weak=False)\n"))
+@scenario
 def io_in_cond_under_vmap_unbatched_predicate(ctx, api):
   """vmap of a cond with an io_callback, unbatched predicate: a cond of
   the batched branch (io per element)."""

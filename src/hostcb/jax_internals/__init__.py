@@ -52,4 +52,5 @@ from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.jax_callbacks import (is_jax_value,
-                                                jax_callback_functions)
+                                                jax_callback_functions,
+                                                jax_io_effect)

@@ -65,6 +65,7 @@ from jax._src.lib.mlir.dialects import hlo as _hlo
 
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
+from hostcb.jax_internals.jax_callbacks import is_jax_io_effect
 from hostcb.jax_internals.versions import require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
@@ -115,7 +116,7 @@ def fast_dispatch_used() -> bool:
 # _cached_lowering_to_hlo returns (module, keepalive, host_callbacks,
 # unordered_effects, ordered_effects, [nreps on jax 0.8,] tuple_args,
 # shape_poly_state).
-_MODULE, _ORDERED = 0, 4
+_MODULE, _UNORDERED, _ORDERED = 0, 3, 4
 
 
 def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
@@ -190,10 +191,14 @@ def _install() -> None:
     if not _fast[0] or _in_tap_function.value:
       return result
     ordered = list(result[_ORDERED])
-    mine = [i for i, e in enumerate(ordered)
-            if isinstance(e, HostCallbackEffect)]
-    if not mine:
+    if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
+    # hostcb's io_callback also carries JAX's io_callback effect
+    # (.jax_callbacks.jax_io_effect), which would keep the executable off
+    # the fast path as well; where hostcb's effect is there, the guarantees
+    # above hold for the whole executable, so JAX's go too.
+    mine = [i for i, e in enumerate(ordered)
+            if isinstance(e, HostCallbackEffect) or is_jax_io_effect(e)]
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
       if _devices(module) > 1:
@@ -206,6 +211,8 @@ def _install() -> None:
       del ordered[i]
     result = list(result)
     result[_ORDERED] = ordered
+    result[_UNORDERED] = [e for e in result[_UNORDERED]
+                          if not is_jax_io_effect(e)]
     return tuple(result)
 
   cached_lowering_to_hlo._hostcb = True

@@ -14,7 +14,10 @@ Checked against jax 0.8.0 and 0.10.2:
   other objects);
 * the partial-evaluation rule registry (``checkpoint``), where the taps of
   ``hostcb.debug`` get the rule JAX gives its debug callbacks
-  (:func:`rematerialize_as_jax_debug`).
+  (:func:`rematerialize_as_jax_debug`);
+* ``callback._IOEffect`` and ``callback._OrderedIOEffect``, the effects of
+  JAX's ``io_callback``, which hostcb's ``io_callback`` carries beside its
+  own (:func:`jax_io_effect`).
 """
 from __future__ import annotations
 
@@ -24,8 +27,10 @@ from jax._src import core as _core
 from jax._src import debugging as _debugging
 from jax._src.interpreters import partial_eval as _pe
 
+from hostcb.jax_internals.versions import require
+
 __all__ = ["jax_callback_functions", "is_jax_value",
-           "rematerialize_as_jax_debug"]
+           "rematerialize_as_jax_debug", "jax_io_effect", "is_jax_io_effect"]
 
 _DEFINED_IN = {
     "debug_callback": (_debugging, "debug_callback"),
@@ -83,3 +88,25 @@ def rematerialize_as_jax_debug(prim, is_debug) -> None:
     return previous(saveable, unks_in, inst_in, eqn)
 
   _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+
+
+def jax_io_effect(ordered: bool):
+  """The effect of JAX's own ``io_callback`` (``ordered`` or not).
+
+  hostcb's ``io_callback`` carries it beside hostcb's effect, which orders
+  it and keeps it alive.  JAX's transformations refuse an ``io_callback``
+  where they find this effect (``vmap`` of a ``cond``, of a ``while_loop``
+  with a batched predicate, partial evaluation of ``checkpoint``), with
+  their own errors; carrying it makes them refuse hostcb's in the same
+  places, with the same words.  Fast dispatch drops it from one-device
+  executables with hostcb's effect (:mod:`.dispatch`).
+  """
+  what = "to give hostcb's io_callback the effect of JAX's io_callback"
+  return require(_callback, "_OrderedIOEffect" if ordered else "_IOEffect",
+                 what, verb="uses")
+
+
+def is_jax_io_effect(effect) -> bool:
+  """Whether ``effect`` is one of JAX's ``io_callback`` effects."""
+  return effect is getattr(_callback, "_IOEffect", None) or (
+      effect is getattr(_callback, "_OrderedIOEffect", None))

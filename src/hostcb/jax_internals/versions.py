@@ -19,9 +19,10 @@ class MissingJaxInternal(ImportError):
   """The running JAX lacks a private symbol that hostcb patches."""
 
 
-def require(owner: Any, name: str, what: str) -> Any:
+def require(owner: Any, name: str, what: str, verb: str = "patches") -> Any:
   """``getattr(owner, name)``, or :class:`MissingJaxInternal` naming the
-  JAX version, the symbol and what hostcb needs it for."""
+  JAX version, the symbol and what hostcb needs it for (``verb``: what
+  hostcb does with it, "patches" or "uses")."""
   value = getattr(owner, name, None) if owner is not None else None
   if value is None:
     import jax  # noqa: PLC0415  (public API)
@@ -31,7 +32,7 @@ def require(owner: Any, name: str, what: str) -> Any:
       where = f"{owner.__module__}.{owner.__qualname__}"
     raise MissingJaxInternal(
         f"hostcb: jax {jax.__version__} has no {where}.{name}, which hostcb "
-        f"patches {what}. hostcb was checked against jax 0.8.0 to 0.12.0.1; "
+        f"{verb} {what}. hostcb was checked against jax 0.8.0 to 0.12.0.1; "
         "install a jax in that range or a hostcb release that supports "
         f"jax {jax.__version__}.")
   return value
