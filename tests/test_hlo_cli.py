@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from _helpers import hostcb_root
-from hostcb import cli, hlo_render
+from hostcb.tools import cli, hlo_render
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,8 @@ import pytest
 
 import hostcb
 from _helpers import hostcb_root
-from hostcb import _native, engine, info
+from hostcb import _native, engine
+from hostcb.tools import info
 
 STRICT = "strict barrier (runtime tokens; legacy's cross-thread barrier)"
 FAST = "fast dispatch (default)"

@@ -1,6 +1,6 @@
 """``python -m hostcb`` runs the ``hostcb`` command."""
 import sys
 
-from hostcb.cli import main
+from hostcb.tools.cli import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ def _build_parser() -> argparse.ArgumentParser:
       prog="hostcb",
       description="JAX host callbacks that work: tools for hostcb users.")
   sub = parser.add_subparsers(dest="command", required=True)
-  from hostcb import demo, hlo_render, info, legacy_runner
+  from hostcb.tools import demo, hlo_render, info, legacy_runner
   demo.add_parser(sub)
   legacy_runner.add_parser(sub)
   hlo_render.add_parser(sub)
