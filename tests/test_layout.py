@@ -78,6 +78,17 @@ def test_hostcb_has_no_import_cycles():
   assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
+def test_the_library_never_imports_the_tools():
+  # hostcb.tools (the `hostcb` command) sits on top of the library;
+  # `hostcb.__main__` is the command's entry point.
+  mods = _modules()
+  users = sorted(
+      n for n, p in mods.items()
+      if not n.startswith("hostcb.tools") and n != "hostcb.__main__"
+      and any(m.startswith("hostcb.tools") for m in _imports(n, p, set(mods))))
+  assert users == []
+
+
 def test_the_cycle_finder_finds_a_cycle():
   assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
   assert _cycle({"a": {"b"}, "b": set()}) is None
