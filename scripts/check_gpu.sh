@@ -2,20 +2,24 @@
 # The GPU checks, on a machine with an NVIDIA GPU whose Python already has
 # JAX with its CUDA plugin (no network needed): installs hostcb into that
 # Python, then
-#   tests:  tests/test_gpu.py on the GPU (JAX_PLATFORMS=cuda,cpu), with
-#           XLA's Python callbacks for GPUs (the default),
-#   engine: the same with the engine's GPU back end (HOSTCB_GPU_ENGINE=1),
+#   engine: tests/test_gpu.py on the GPU (JAX_PLATFORMS=cuda,cpu) with the
+#           engine's GPU back end (HOSTCB_GPU_ENGINE=1),
+#   tests:  the same with XLA's Python callbacks for GPUs (the default),
 #   bench:  the tap benchmark on the GPU (fewer steps: GPU callbacks cost
 #           more), both ways in one run,
-#   suite:  the whole suite on that machine's CPU, with its JAX version.
+#   suite:  the whole suite on that machine's CPU, with its JAX version
+#           (not run unless named: it needs no GPU).
 # Logs go to $OUT (default /tmp/hostcb-gpu); each part has its own time
-# limit, and a summary is printed last.
+# limit (the default parts fit in one 10-minute device command), pytest
+# names each test (-v) and dumps every thread's stack if one test runs
+# past 60 s, and a summary is printed last.
 #
-#     bash scripts/check_gpu.sh [parts: tests engine bench suite]
+#     bash scripts/check_gpu.sh [parts: engine tests bench suite]
 set -uo pipefail
 OUT=${OUT:-/tmp/hostcb-gpu}
 PY=${PYTHON:-python3}
-PARTS=${*:-tests engine bench suite}
+PARTS=${*:-engine tests bench}
+PYTEST="$PY -m pytest -v -p no:cacheprovider -o faulthandler_timeout=60"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 summary=()
@@ -38,15 +42,15 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
 for part in $PARTS; do
   case $part in
     tests)
-      JAX_PLATFORMS=cuda,cpu timeout 240 $PY -m pytest -q -p no:cacheprovider \
-          tests/test_gpu.py >"$OUT/gpu_tests.log" 2>&1
+      JAX_PLATFORMS=cuda,cpu timeout 170 $PYTEST tests/test_gpu.py \
+          >"$OUT/gpu_tests.log" 2>&1
       summary+=("gpu tests: rc $? $(tail -1 "$OUT/gpu_tests.log")") ;;
     engine)
-      HOSTCB_GPU_ENGINE=1 JAX_PLATFORMS=cuda,cpu timeout 240 $PY -m pytest -q \
-          -p no:cacheprovider tests/test_gpu.py >"$OUT/gpu_engine_tests.log" 2>&1
+      HOSTCB_GPU_ENGINE=1 JAX_PLATFORMS=cuda,cpu timeout 170 $PYTEST \
+          tests/test_gpu.py >"$OUT/gpu_engine_tests.log" 2>&1
       summary+=("gpu engine tests: rc $? $(tail -1 "$OUT/gpu_engine_tests.log")") ;;
     bench)
-      JAX_PLATFORMS=cuda,cpu timeout 240 $PY benchmarks/bench_tap.py \
+      JAX_PLATFORMS=cuda,cpu timeout 170 $PY benchmarks/bench_tap.py \
           --steps 2000 --taps 100000 >"$OUT/gpu_bench.log" 2>&1
       summary+=("gpu bench: rc $?") ;;
     suite)

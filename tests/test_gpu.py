@@ -429,19 +429,28 @@ def test_gpu_engine_bounds_the_queue_while_the_tap_function_is_blocked(gpu):
   release.clear()
   seen.clear()
   native.set_capacity(64 << 10)
+  x = on(gpu, jnp.int32(0))
+  outs = []
+  # Dispatched from another thread: XLA may run the handlers on the
+  # dispatching thread, which then waits for space until `release`.
+  worker = threading.Thread(target=lambda: outs.append(
+      f(x).block_until_ready()))  # 800 KB of taps through a 64 KB queue
+  worker.start()
   try:
-    out = f(on(gpu, jnp.int32(0)))  # 800 KB of taps through a 64 KB queue
     deadline = time.monotonic() + 60
     while native.counters(key)["space_waiters"] == 0:
       assert time.monotonic() < deadline, "no producer waited for space"
       time.sleep(0.001)
     assert native.counters(key)["bytes_held"] <= 64 << 10
     release.set()
-    out.block_until_ready()
+    worker.join(60)
+    assert not worker.is_alive(), "the computation did not finish"
     hostcb.barrier_wait()
   finally:
     release.set()
+    worker.join(60)
     native.set_capacity(config.read(config.MAX_QUEUE_BYTE_SIZE))
+  assert len(outs) == 1 and int(outs[0]) == 0
   assert seen == list(range(200))
 
 
