@@ -251,6 +251,7 @@ def test_the_ring_pins_its_pages_in_chunks_once(stream, fake):
   assert pinned == 2 << 20  # one chunk: the taps reuse the ring's start
   assert gpu.pinned_bytes(4) == pinned
   assert fake._fake_counters()["registrations"] == before
+  assert gpu.pin_refusal(4) is None
 
 
 def test_an_operand_across_two_pinned_chunks_is_copied_in_two_pieces(stream,
@@ -320,6 +321,7 @@ def test_a_refused_pin_still_delivers_the_tap(stream, fake):
   assert engine.wait_for_taps(timeout=30)
   np.testing.assert_array_equal(seen[0][0][0], [0, 1, 2])
   assert gpu.pinned_bytes(6) == 0
+  assert gpu.pin_refusal(6) == "CUDA_ERROR_OUT_OF_MEMORY"
 
 
 @pytest.mark.parametrize("op", ["copy", "host_function"])

@@ -405,7 +405,8 @@ def test_gpu_engine_delivers_every_tap_in_order_through_pinned_memory(gpu):
   hostcb.barrier_wait()
   assert int(out) == 10000
   assert seen == list(range(10000))
-  assert gpu_engine.pinned_bytes(gpu.local_hardware_id) >= 2 << 20
+  assert gpu_engine.pinned_bytes(gpu.local_hardware_id) >= 2 << 20, (
+      gpu_engine.pin_refusal(gpu.local_hardware_id))
 
 
 @GPU_ENGINE

@@ -201,6 +201,7 @@ class RingPinner : public RingHooks {
       });
       // Not "already registered" either: that range is someone else's.
       state_[c] = r == cuda::kSuccess ? kPinned : kRefused;
+      if (state_[c] == kRefused && refusal_ == cuda::kSuccess) refusal_ = r;
       if (state_[c] == kPinned) {
         pinned_bytes_ += len;
         if (ctx_ == nullptr) api->StreamGetCtx(stream, &ctx_);
@@ -248,6 +249,13 @@ class RingPinner : public RingHooks {
     return pinned_bytes_;
   }
 
+  // The driver's answer to the first chunk it refused to pin (its copies
+  // went through pageable memory), or kSuccess.
+  CUresult refusal() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refusal_;
+  }
+
  private:
   enum : uint8_t { kUnpinned, kPinned, kRefused };
   std::mutex mu_;
@@ -255,6 +263,7 @@ class RingPinner : public RingHooks {
   cuda::CUcontext ctx_ = nullptr;  // the context the pages were pinned in
   std::vector<uint8_t> state_;
   uint64_t pinned_bytes_ = 0;
+  CUresult refusal_ = cuda::kSuccess;
 };
 
 std::atomic<RingPinner*> g_pinners[kMaxDevices];
@@ -546,12 +555,24 @@ void ForgetGpuStateAfterFork() {
   for (auto& p : g_pinners) p.store(nullptr, std::memory_order_relaxed);
 }
 
-uint64_t GpuPinnedBytes(int32_t ordinal) {
+namespace {
+RingPinner* PinnerOf(int32_t ordinal) {
   Queue* q = ordinal >= 0 && ordinal < kMaxGpuOrdinal
                  ? FindQueue(kGpuKeyBase + ordinal) : nullptr;
-  if (q == nullptr) return 0;
-  RingPinner* p = g_pinners[q->slot()].load(std::memory_order_acquire);
+  return q == nullptr ? nullptr
+                      : g_pinners[q->slot()].load(std::memory_order_acquire);
+}
+}  // namespace
+
+uint64_t GpuPinnedBytes(int32_t ordinal) {
+  RingPinner* p = PinnerOf(ordinal);
   return p == nullptr ? 0 : p->pinned_bytes();
+}
+
+std::string GpuPinRefusal(int32_t ordinal) {
+  RingPinner* p = PinnerOf(ordinal);
+  const CUresult r = p == nullptr ? cuda::kSuccess : p->refusal();
+  return r == cuda::kSuccess ? std::string() : cuda::ErrorName(r);
 }
 
 namespace {

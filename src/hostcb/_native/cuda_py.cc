@@ -45,6 +45,14 @@ PyObject* Py_gpu_pinned_bytes(PyObject*, PyObject* arg) {
       GpuPinnedBytes(static_cast<int32_t>(ordinal)));
 }
 
+PyObject* Py_gpu_pin_refusal(PyObject*, PyObject* arg) {
+  const long ordinal = PyLong_AsLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  const std::string name = GpuPinRefusal(static_cast<int32_t>(ordinal));
+  if (name.empty()) Py_RETURN_NONE;
+  return PyUnicode_FromString(name.c_str());
+}
+
 // ------------------------------------------------------ simulated driver
 PyObject* Py_use_fake_cuda(PyObject*, PyObject*) {
   cuda::UseFakeCuda();
@@ -269,6 +277,9 @@ PyMethodDef kCudaMethods[] = {
      "load_cuda() -> None, or why the CUDA driver cannot be used."},
     {"gpu_pinned_bytes", Py_gpu_pinned_bytes, METH_O,
      "gpu_pinned_bytes(ordinal): bytes of that GPU's ring that are pinned."},
+    {"gpu_pin_refusal", Py_gpu_pin_refusal, METH_O,
+     "gpu_pin_refusal(ordinal): the CUDA error of the first chunk of that "
+     "GPU's ring that the driver refused to pin, or None."},
     {"_use_fake_cuda", Py_use_fake_cuda, METH_NOARGS,
      "Tests: the GPU back end uses the simulated driver from now on."},
     {"_fake_stream", Py_fake_stream, METH_NOARGS,

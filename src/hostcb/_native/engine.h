@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "queue.h"
 #include "xla/ffi/api/c_api.h"
@@ -162,6 +163,9 @@ xla::ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
 void ForgetGpuStateAfterFork();
 // Bytes of GPU `ordinal`'s ring that are pinned.
 uint64_t GpuPinnedBytes(int32_t ordinal);
+// The CUDA error name of the first pinning that the driver refused for that
+// GPU's ring, or "" (every chunk reached so far is pinned).
+std::string GpuPinRefusal(int32_t ordinal);
 
 template <typename Fn> void ForEachQueue(Fn fn) {
   for (int32_t i = 0; i < kMaxDevices; ++i) {

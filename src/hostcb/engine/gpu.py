@@ -110,6 +110,13 @@ def pinned_bytes(local_hardware_id: int) -> int:
   return native.module().gpu_pinned_bytes(int(local_hardware_id))
 
 
+def pin_refusal(local_hardware_id: int) -> str | None:
+  """Why the driver refused to pin part of that GPU's ring (the CUDA error
+  of the first refusal; the taps there were copied through pageable
+  memory, which is slower), or None."""
+  return native.module().gpu_pin_refusal(int(local_hardware_id))
+
+
 def _clear_caches(_value: Any, _first=[True]) -> None:  # noqa: B006
   """Option changes after the first: compiled code lowered either way."""
   if _first[0]:
