@@ -291,7 +291,11 @@ PyObject* Py_set_capacity(PyObject*, PyObject* arg) {
     PyErr_SetString(PyExc_ValueError, "hostcb: capacity must be >= 4096 bytes");
     return nullptr;
   }
+  // Without the GIL: a GPU ring unpinned here may make the driver wait for
+  // work on its streams, which may include XLA's Python callbacks.
+  Py_BEGIN_ALLOW_THREADS
   SetCapacityAll(n);
+  Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
 
