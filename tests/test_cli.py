@@ -153,3 +153,13 @@ def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):
   res = _hostcb("run", "--jax-callbacks", str(script))
   assert res.returncode == 0, res.stderr
   assert res.stdout == "True True True\n"
+
+
+def test_the_console_script_names_the_command_line_entry_point():
+  import importlib  # noqa: PLC0415
+  import tomllib  # noqa: PLC0415
+  from hostcb.tools import cli  # noqa: PLC0415
+  scripts = tomllib.loads((REPO / "pyproject.toml").read_text())[
+      "project"]["scripts"]
+  module, _, name = scripts["hostcb"].partition(":")
+  assert getattr(importlib.import_module(module), name) is cli.main
