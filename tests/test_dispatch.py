@@ -171,9 +171,12 @@ def test_io_callback_with_jax_io_effect_declares_no_effect_in_fast_mode(
 
 
 @pytest.mark.parametrize("ordered", [False, True])
-def test_io_callback_declares_its_effects_in_strict_mode(strict, ordered):
+def test_io_callback_carries_jax_io_effect_and_declares_it_in_strict_mode(
+    strict, ordered):
   seen = []
   f = _with_io_callback(ordered, seen)
+  effects = jax.make_jaxpr(f)(jnp.float32(1)).effects
+  assert effects == {ji.host_callback_effect, ji.jax_io_effect(ordered)}
   assert f(jnp.float32(3)) == 7.0
   assert not ji.declares_no_effect(f, jnp.float32(1))
   assert seen == [3.0]
