@@ -343,3 +343,65 @@ def test_switching_the_mode_recompiles_functions_already_compiled(
 class _Null:
   def write(self, s):
     pass
+
+
+# ------------------------------------------------------------- donation
+def _donating(tap: bool):
+  """``(x, y) -> (x + 1, y * 2)`` with ``x`` donated, and a tap of ``x``
+  when ``tap``: both results have ``x``'s size, so a donated buffer that
+  became the wrong result would go unnoticed in the values."""
+  def f(x, y):
+    if tap:
+      x = hostcb.id_tap(lambda a, t: None, x)
+    return x + 1, y * 2
+  return jax.jit(f, donate_argnums=0)
+
+
+def _donated_result(tap: bool) -> tuple[list, int | None, bool]:
+  """The results, which of them took the donated buffer, and whether the
+  donated input was deleted."""
+  x, y = jnp.arange(4.), jnp.arange(4.) + 10
+  pointer = x.unsafe_buffer_pointer()
+  outs = _donating(tap)(x, y)
+  hostcb.barrier_wait()
+  took = [i for i, o in enumerate(outs) if o.unsafe_buffer_pointer() == pointer]
+  return ([np.asarray(o).tolist() for o in outs], took[0] if took else None,
+          x.is_deleted())
+
+
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+def test_a_donated_buffer_becomes_the_result_it_becomes_without_a_tap(
+    mode, request):
+  request.getfixturevalue(mode)
+  without = _donated_result(tap=False)
+  assert without == ([[1., 2., 3., 4.], [20., 22., 24., 26.]], 0, True)
+  assert _donated_result(tap=True) == without
+
+
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+def test_donation_with_one_result_compiles_and_deletes_the_input(mode, request):
+  request.getfixturevalue(mode)
+  f = jax.jit(lambda x, y: hostcb.id_tap(lambda a, t: None, x) + y,
+              donate_argnums=0)
+  x = jnp.ones(4)
+  np.testing.assert_array_equal(f(x, jnp.ones(4)), [2., 2., 2., 2.])
+  assert x.is_deleted()
+
+
+def test_fast_mode_lowers_a_donated_argument_with_its_result_number(fast):
+  text = _donating(tap=True).lower(jnp.arange(4.), jnp.arange(4.)).as_text()
+  assert "tf.aliasing_output = 0 : i32" in text
+  assert "tf.aliasing_output = 1" not in text
+
+
+# ----------------------------------------------------------- context mesh
+@pytest.mark.multidevice
+def test_barrier_runs_under_a_context_mesh_without_this_device(fast):
+  devices = jax.devices()
+  mesh = jax.sharding.Mesh(np.array(devices[1:]), ("d",))
+  seen = []
+  f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(float(a)), x))
+  f(jnp.float32(3.))  # a one-device computation, on device 0
+  with jax.set_mesh(mesh):
+    hostcb.barrier_wait()
+  assert seen == [3.]

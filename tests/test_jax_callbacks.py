@@ -774,8 +774,7 @@ def test_there_are_several_devices():
 
 
 @pytest.mark.multidevice
-@pytest.mark.parametrize("ordered", [False, True])
-def test_pmap_debug_callback_once_per_device_as_jax(ordered):
+def test_pmap_debug_callback_once_per_device_as_jax():
   results = []
   for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
     seen = []
@@ -785,20 +784,33 @@ def test_pmap_debug_callback_once_per_device_as_jax(ordered):
       with lock:
         seen.append(float(a))
 
-    if ordered and debug_callback is _JAX["debug_callback"]:
-      # A documented difference: JAX refuses ordered debug callbacks on
-      # several devices; hostcb keeps each device's in order.
-      with pytest.raises(ValueError, match="ordered effects are not "
-                         "supported for more than 1 device"):
-        jax.pmap(lambda x: debug_callback(host, x, ordered=True))(
-            jnp.arange(float(N)))
-      continue
-    out = jax.pmap(lambda x: (debug_callback(host, x, ordered=ordered),
-                              x * 2)[1])(jnp.arange(float(N)))
+    out = jax.pmap(lambda x: (debug_callback(host, x), x * 2)[1])(
+        jnp.arange(float(N)))
     jax.effects_barrier()
     np.testing.assert_array_equal(out, np.arange(N) * 2.)
     results.append(sorted(seen))
-  assert all(r == [float(i) for i in range(N)] for r in results)
+  assert results == [[float(i) for i in range(N)]] * 2
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("front_end", ["callback", "print"])
+def test_pmap_refuses_an_ordered_debug_callback_as_jax(front_end):
+  messages = []
+  for api in (_JAX, _HOSTCB):
+    if front_end == "callback":
+      def body(x, api=api):
+        api["debug_callback"](lambda a: None, x, ordered=True)
+        return x
+    else:
+      def body(x, api=api):
+        api["debug_print"]("x={}", x, ordered=True)
+        return x
+    with pytest.raises(ValueError) as info:
+      jax.pmap(body)(jnp.arange(float(N)))
+    messages.append(str(info.value))
+  assert messages[0].startswith("The following ordered effects are not "
+                                "supported for more than 1 device")
+  assert messages[1] == messages[0]
 
 
 @pytest.mark.multidevice

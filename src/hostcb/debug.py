@@ -23,8 +23,8 @@ Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
 (and checked by the scenarios of ``tests/jax_diff``): the callback receives
 NumPy arrays rather than ``jax.Array`` s; the device never waits for it; an
 exception it raises under ``jit`` does not fail the computation but is
-logged and raised by the next barrier; ``ordered=True`` is accepted in code
-over several devices.
+logged and raised by the next barrier.  As JAX's, ``ordered=True`` is
+refused in a computation over several devices (JAX's error).
 """
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def _canonical_array(a) -> np.ndarray:
   return a if dtype == a.dtype else a.astype(dtype)
 
 
-def _tap(func: Callable, args: tuple, kwargs: dict,
+def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
          as_jax_arrays: bool = False) -> None:
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
@@ -205,8 +205,11 @@ def _tap(func: Callable, args: tuple, kwargs: dict,
       key_impls.append(None)
   call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
                     as_jax_arrays)
+  # An ordered callback carries JAX's ordered debug effect too: JAX
+  # refuses it in computations over several devices, as its own.
+  effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
-                     eager=_Eagerly(call))
+                     eager=_Eagerly(call), effects=effects)
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 
@@ -230,7 +233,7 @@ def _callback(func, args: tuple, kwargs: dict, ordered: bool,
     _to_jax(_JAX_CALLBACK, func, args, kwargs,
             {"ordered": ordered, "partitioned": partitioned})
     return
-  _tap(func, args, kwargs)
+  _tap(func, args, kwargs, ordered)
 
 
 def callback(callback: Callable[..., None] | None = None, *args: Any,
@@ -259,8 +262,9 @@ def callback(callback: Callable[..., None] | None = None, *args: Any,
   Args:
     callback: the host function (its return value is ignored).
     *args: its positional arguments.
-    ordered: accepted for JAX's sake; hostcb keeps every callback in
-      program order, and allows ``ordered=True`` on several devices.
+    ordered: hostcb keeps every callback in program order either way;
+      ``True`` is refused, as by JAX, in a computation over several
+      devices.
     partitioned: ``True`` hands the call to JAX's own implementation (a
       sharded ``jit`` then calls it once per shard, without gathering).
     **kwargs: its keyword arguments.
@@ -380,7 +384,7 @@ def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
     _format_check.format(fmt, *args, **kwargs)
   placeholders = _first_field_is_placeholder(fmt)
   printer = _Format(fmt, placeholders, caller_print_options())
-  _tap(printer, args, kwargs,
+  _tap(printer, args, kwargs, ordered,
        as_jax_arrays=((placeholders and _shows_jax_arrays(fmt))
                       or _contains_arrays(args, kwargs)))
 
@@ -411,7 +415,7 @@ def print(fmt: str | None = None, *args, ordered: bool = False,  # noqa: A001
   Args:
     fmt: a ``str.format`` format string.
     *args: values for its positional fields.
-    ordered: accepted for JAX's sake (hostcb keeps every print in order).
+    ordered: as for :func:`callback`.
     partitioned: ``True`` hands the print to JAX's own implementation (a
       sharded ``jit`` then prints each shard).
     skip_format_check: do not check that ``fmt`` uses every argument.

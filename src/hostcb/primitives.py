@@ -57,11 +57,17 @@ class TapTarget:
   does (:mod:`hostcb.debug`): called as ``eager(operands, transforms)``
   instead of compiling the tap, with the operands as they were bound
   (``jax.Array`` s, NumPy arrays, Python numbers).
+
+  ``effects``: JAX effects that the tap carries beside hostcb's, so that
+  JAX's transformations treat it as they treat the JAX function that the
+  front end replaces (:mod:`hostcb.debug`'s ordered callbacks carry JAX's
+  ordered debug effect, which JAX refuses on several devices).
   """
   func: Callable
   treedef: Any
   with_device: bool
   eager: Callable | None = None
+  effects: tuple = ()
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -236,8 +242,8 @@ tap_p = ji.new_primitive("hostcb_tap")
 
 @tap_p.def_effectful_abstract_eval
 def _tap_abstract_eval(*avals, target, transforms, device_index):
-  del target, transforms, device_index
-  return avals, {ji.host_callback_effect}
+  del transforms, device_index
+  return avals, {ji.host_callback_effect, *target.effects}
 
 
 @tap_p.def_impl

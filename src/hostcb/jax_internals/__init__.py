@@ -9,6 +9,7 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.lowering`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
@@ -53,4 +54,5 @@ from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.jax_callbacks import (is_jax_value,
                                                 jax_callback_functions,
-                                                jax_io_effect)
+                                                jax_io_effect,
+                                                jax_ordered_debug_effect)

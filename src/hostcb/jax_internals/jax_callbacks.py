@@ -17,7 +17,9 @@ Checked against jax 0.8.0 and 0.10.2:
   (:func:`rematerialize_as_jax_debug`);
 * ``callback._IOEffect`` and ``callback._OrderedIOEffect``, the effects of
   JAX's ``io_callback``, which hostcb's ``io_callback`` carries beside its
-  own (:func:`jax_io_effect`).
+  own (:func:`jax_io_effect`);
+* ``debugging.ordered_debug_effect``, which hostcb's ordered debug callbacks
+  carry beside its own (:func:`jax_ordered_debug_effect`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from jax._src.interpreters import partial_eval as _pe
 from hostcb.jax_internals.versions import require
 
 __all__ = ["jax_callback_functions", "is_jax_value",
-           "rematerialize_as_jax_debug", "jax_io_effect", "is_jax_io_effect"]
+           "rematerialize_as_jax_debug", "jax_io_effect",
+           "jax_ordered_debug_effect", "is_jax_callback_effect"]
 
 _DEFINED_IN = {
     "debug_callback": (_debugging, "debug_callback"),
@@ -106,7 +109,25 @@ def jax_io_effect(ordered: bool):
                  what, verb="uses")
 
 
-def is_jax_io_effect(effect) -> bool:
-  """Whether ``effect`` is one of JAX's ``io_callback`` effects."""
-  return effect is getattr(_callback, "_IOEffect", None) or (
-      effect is getattr(_callback, "_OrderedIOEffect", None))
+def jax_ordered_debug_effect():
+  """The effect of JAX's ``jax.debug.callback``/``jax.debug.print`` with
+  ``ordered=True``.
+
+  hostcb's ordered debug callbacks carry it beside hostcb's effect: JAX
+  refuses it in a computation over several devices (``pmap``, sharded
+  ``jit``, ``shard_map``: "The following ordered effects are not supported
+  for more than 1 device"), and so refuses hostcb's where it refuses its
+  own.  Fast dispatch drops it from one-device executables with hostcb's
+  effect (:mod:`.dispatch`).
+  """
+  return require(_debugging, "ordered_debug_effect",
+                 "to give hostcb's ordered debug callbacks the effect of "
+                 "JAX's", verb="uses")
+
+
+def is_jax_callback_effect(effect) -> bool:
+  """Whether ``effect`` is one that hostcb's front ends carry for JAX's
+  sake: JAX's ``io_callback`` effects or its ordered debug effect."""
+  return (effect is getattr(_callback, "_IOEffect", None)
+          or effect is getattr(_callback, "_OrderedIOEffect", None)
+          or effect is getattr(_debugging, "ordered_debug_effect", None))
