@@ -19,6 +19,7 @@ from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
 from hostcb.printing import print_tap
+from hostcb.engine import prints_staged
 from hostcb.engine import (CallbackException, barrier_wait,
                            stop_outfeed_receiver)
 
@@ -214,6 +215,7 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
     **kwargs: printed before ``arg``.
   """
   from hostcb.printing import caller_print_options
+  prints_staged()
   printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
                      caller_print_options())
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,

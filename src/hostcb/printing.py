@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import threading
 from typing import Any, ContextManager, Union
 
@@ -164,11 +165,15 @@ def print_tap(arg: Any, transforms, *, device=None, output_stream=None,
   lines = [format_header(kwargs)] if kwargs else []
   lines.append(format_value(arg, threshold))
   with _print_lock:
-    for line in lines:
-      if output_stream is not None:
+    if output_stream is not None:
+      for line in lines:
         output_stream.write(line + "\n")
-      else:
-        print(line, flush=True)
+    else:
+      # One write of whole lines: a print of another thread (the caller's
+      # ``print(result)``) never lands inside a line of a tap's.
+      stream = sys.stdout
+      stream.write("".join(line + "\n" for line in lines))
+      stream.flush()
 
 
 PrintOptions = Union[tuple, None]

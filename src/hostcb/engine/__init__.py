@@ -40,6 +40,7 @@ from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
+from hostcb.engine.print_order import prints_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 
@@ -52,6 +53,7 @@ __all__ = [
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
     "wait_for_taps", "note_lowered", "fail_next_allocations",
+    "prints_staged",
 ]
 
 

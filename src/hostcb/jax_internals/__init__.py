@@ -9,6 +9,7 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.lowering`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
@@ -18,6 +19,7 @@ per concern, so that a JAX upgrade is fixed here:
 Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
 ``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
 """
+from hostcb.jax_internals.array_reads import after_host_reads
 from hostcb.jax_internals.buffers import *  # noqa: F401,F403
 from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
                                          emit_buffer_callback, ffi_batching,

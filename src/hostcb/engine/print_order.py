@@ -1,0 +1,52 @@
+"""Prints before the results they come with.
+
+hostcb's prints (``id_print``, ``hostcb.debug.print`` and
+``hostcb.debug.callback``) run on the consumer threads, after the device
+queued them: the device never waits for them.  JAX's callbacks run while
+the computation runs, so a program that prints a result read on the host
+shows the computation's lines first.  hostcb keeps that order where a
+person sees it: once a print has been staged, each host read of a
+``jax.Array`` (``print(result)``, ``np.asarray``, ``.item()``,
+``block_until_ready()``; see :mod:`hostcb.jax_internals.array_reads`)
+waits, after the array is ready, until the consumers of the array's
+devices have run every tap queued before the read.  A loop that never
+reads its results on the host pays nothing; one that does waits only
+where the consumers are behind.
+
+Not in a tap function (a consumer thread), which would wait for itself.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hostcb import jax_internals as ji
+from hostcb.engine import native, pyqueue
+from hostcb.engine.consumers import is_consumer
+
+__all__ = ["prints_staged"]
+
+
+def prints_staged() -> None:
+  """A print was staged: from now on, host reads wait for the prints
+  queued before them (module docstring).  Cheap after the first call."""
+  if not _on:
+    _on.append(True)
+    ji.after_host_reads(_wait_for_earlier_taps)
+
+
+_on: list[bool] = []
+
+
+def _wait_for_earlier_taps(array: Any) -> None:
+  if is_consumer():
+    return
+  try:
+    devices = array.devices()
+  except Exception:  # noqa: BLE001  (deleted: no value was read; the read
+    return           # itself raised or will raise the reason)
+  for d in devices:  # another process's devices have no queue here
+    if pyqueue.queues:
+      pyqueue.drain(d)
+    key = native.key_of_device(d)
+    if key is not None:
+      native.wait_for_device(key)

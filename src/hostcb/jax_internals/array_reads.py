@@ -1,0 +1,86 @@
+"""A hook that runs when a ``jax.Array`` is read on the host.
+
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0 and 0.10.2.
+
+hostcb's prints (``id_print``, ``hostcb.debug.print``) run on consumer
+threads after the computation queued them, so without more a result could
+show on the host before the lines of the computation that produced it
+(``print(f(x))`` printing the result, then ``f``'s line, or the two on one
+line).  JAX's own callbacks run while the computation runs, so its prints
+always come first.  hostcb keeps that order at the one place where it is
+visible: when a result is read on the host.  :func:`after_host_reads`
+makes every read of a ``jax.Array``'s value, once the array is ready (its
+computation has queued all its taps), call a hook with the array before
+the value is returned:
+
+* ``ArrayImpl._value``, the property behind ``str``, ``repr``, ``float``,
+  ``int``, ``bool``, ``format``, ``.tolist()``, ``__array__`` and
+  ``jax.device_get``;
+* ``ArrayImpl.item`` (which reads through NumPy's buffer protocol);
+* ``ArrayImpl.block_until_ready`` (one array, and ``jax.block_until_ready``
+  of one array);
+* ``xla_client.batched_block_until_ready``, which ``jax.block_until_ready``
+  calls for several arrays.
+
+Nothing else changes: the device never waits, and a program that never
+reads its results on the host never calls the hook.  One read escapes it:
+``np.asarray(array)`` and ``np.array(array)`` of an array on the CPU read
+its memory through the buffer protocol, a slot of JAX's C++ array type
+that Python code cannot wrap.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from jax._src import array as _array
+from jax._src.lib import xla_client as _xc
+
+from hostcb.jax_internals.versions import require
+
+_WHAT = "to show hostcb's prints before the results they come with"
+_installed: list[Callable[[Any], None]] = []
+
+
+def after_host_reads(hook: Callable[[Any], None]) -> None:
+  """From now on, ``hook(array)`` runs after each host read of a ready
+  ``jax.Array`` (module docstring), in the reading thread.  Installed once;
+  later calls do nothing."""
+  if _installed:
+    return
+  impl = require(_array, "ArrayImpl", _WHAT)
+  value = require(impl, "_value", _WHAT)
+  block = require(impl, "block_until_ready", _WHAT)
+  item = require(impl, "item", _WHAT)
+  batched = require(_xc, "batched_block_until_ready", _WHAT)
+  if not isinstance(value, property):
+    raise TypeError(
+        "hostcb: jax's ArrayImpl._value is no longer a property, which "
+        f"hostcb patches {_WHAT}")
+  read_value = value.fget
+
+  def _value(self):
+    v = read_value(self)
+    hook(self)
+    return v
+
+  def block_until_ready(self):
+    out = block(self)
+    hook(self)
+    return out
+
+  def item_(self, *args):
+    self.block_until_ready()  # the hook, once the array is ready
+    return item(self, *args)
+
+  def batched_block_until_ready(arrays):
+    out = batched(arrays)
+    for a in arrays:
+      hook(a)
+    return out
+
+  impl._value = property(_value, doc=value.__doc__)
+  impl.block_until_ready = block_until_ready
+  impl.item = functools.wraps(item)(item_)
+  _xc.batched_block_until_ready = batched_block_until_ready
+  _installed.append(hook)

@@ -1,0 +1,86 @@
+"""Prints before the results they come with (``hostcb.engine.print_order``):
+a result read on the host never shows before the lines that the
+computation producing it printed through hostcb, as with JAX's own
+callbacks, which print while the computation runs."""
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hostcb
+from hostcb import engine
+
+DEADLINE = 60.0  # seconds: every wait of these tests ends by then
+STEPS = 20
+
+
+def test_printed_results_follow_the_debug_prints_of_their_computation(capsys):
+  f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+  for i in range(STEPS):
+    print(f(jnp.float32(i)))
+  assert capsys.readouterr().out == "".join(
+      f"x = {float(i)}\n{float(2 * i)}\n" for i in range(STEPS))
+
+
+def test_printed_results_follow_the_id_prints_of_their_computation(capsys):
+  f = jax.jit(lambda x: hostcb.id_print(x, what="x") * 2)
+  for i in range(STEPS):
+    print(f(jnp.float32(i)))
+  assert capsys.readouterr().out == "".join(
+      f"what: x\n{i}.\n{float(2 * i)}\n" for i in range(STEPS))
+
+
+@pytest.mark.parametrize("read", {
+    "item": lambda a: a.item(),
+    "float": float,
+    "tolist": lambda a: a.tolist(),
+    "str": str,
+    "block_until_ready": lambda a: a.block_until_ready(),
+    "jax.block_until_ready of several": lambda a: jax.block_until_ready(
+        (a, a + 1)),
+    "jax.device_get": jax.device_get,
+}.items(), ids=lambda r: r[0] if isinstance(r, tuple) else r)
+def test_a_host_read_returns_after_the_callbacks_of_its_computation(read):
+  seen = []
+  f = jax.jit(lambda x: (hostcb.debug.callback(seen.append, x), x + 1)[1])
+  for i in range(STEPS):
+    read[1](f(jnp.float32(i)))
+    assert len(seen) == i + 1, read[0]
+
+
+def test_a_tap_function_that_reads_an_array_does_not_wait_for_itself():
+  done = threading.Event()
+
+  def tap(x, transforms):
+    np.asarray(jnp.asarray(x) + 1)  # a host read on the consumer thread
+    done.set()
+
+  hostcb.debug.print("staged")  # host reads wait for prints from now on
+  jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(1.))
+  assert done.wait(DEADLINE)
+  assert engine.wait_for_taps(DEADLINE)
+
+
+def test_a_print_line_is_one_write(capsys):
+  writes = []
+
+  class Recorder:
+    def write(self, s):
+      writes.append(s)
+
+    def flush(self):
+      pass
+
+  import sys
+  real = sys.stdout
+  sys.stdout = Recorder()
+  try:
+    jax.jit(lambda x: hostcb.id_print(x, what="x"))(jnp.float32(2.))
+    hostcb.barrier_wait()
+  finally:
+    sys.stdout = real
+  assert writes == ["what: x\n2.\n"]
