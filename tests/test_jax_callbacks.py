@@ -917,3 +917,45 @@ def test_ordered_io_callbacks_of_threads_on_different_devices():
   jax.effects_barrier()
   assert errors == []
   assert seen == {d: list(range(50)) for d in range(N)}
+
+
+# ------------------------------------------- hostcb_callback_jax_arrays
+@pytest.fixture
+def jax_arrays():
+  before = hostcb.config.read("hostcb_callback_jax_arrays")
+  hostcb.config.update("hostcb_callback_jax_arrays", True)
+  try:
+    yield
+  finally:
+    hostcb.config.update("hostcb_callback_jax_arrays", before)
+
+
+def _argument_types(api) -> list[str]:
+  """The types of the arguments that each callback kind receives under
+  ``jit``, with JAX's functions or hostcb's (``api``)."""
+  seen = []
+
+  def host(a):
+    seen.append(type(a))
+    return np.asarray(a) + 1
+
+  shape = jax.ShapeDtypeStruct((), jnp.float32)
+
+  @jax.jit
+  def f(x):
+    api["debug_callback"](lambda a: seen.append(type(a)), x)
+    y = api["io_callback"](host, shape, x)
+    return api["pure_callback"](host, shape, y)
+
+  assert float(f(jnp.float32(1.))) == 3.
+  jax.effects_barrier()
+  return [t.__name__ for t in seen]
+
+
+def test_callbacks_receive_numpy_arrays_by_default():
+  assert _argument_types(_HOSTCB) == ["ndarray"] * 3
+
+
+def test_callbacks_receive_jax_arrays_as_jax_with_the_option(jax_arrays):
+  assert _argument_types(_HOSTCB) == _argument_types(_JAX)
+  assert _argument_types(_HOSTCB) == ["ArrayImpl"] * 3

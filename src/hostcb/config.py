@@ -40,6 +40,14 @@ and can be changed later from Python, in any of these equivalent ways::
     has passed the GPU checks (``scripts/check_gpu.sh``) on a real GPU.
     Changing it clears JAX's compilation caches.
 
+``hostcb_callback_jax_arrays`` (environment: ``HOSTCB_CALLBACK_JAX_ARRAYS``)
+    hostcb's own.  ``True`` hands the functions of hostcb's drop-ins for
+    JAX's callbacks (``hostcb.debug.callback``, ``hostcb.io_callback``,
+    ``hostcb.pure_callback``) ``jax.Array`` s on the CPU, as JAX 0.10's own
+    callbacks do, instead of NumPy arrays.  Default ``False``: the
+    conversion costs a ``jax.device_put`` per call (see the README's
+    benchmark table).  Read when a callback is staged.
+
 ``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
     The opt-in name of hostcb 0.2, kept working: it is the opposite of
     ``hostcb_strict_barrier`` (reading it gives ``not strict``; setting it
@@ -55,13 +63,14 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
-           "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE"]
+           "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE", "JAX_ARRAYS"]
 
 INLINE = "jax_host_callback_inline"
 MAX_QUEUE_BYTE_SIZE = "jax_host_callback_max_queue_byte_size"
 STRICT_BARRIER = "hostcb_strict_barrier"
 FAST_DISPATCH = "hostcb_fast_dispatch"  # hostcb 0.2's name: not STRICT_BARRIER
 GPU_ENGINE = "hostcb_gpu_engine"
+JAX_ARRAYS = "hostcb_callback_jax_arrays"
 
 _MIN_QUEUE_BYTES = int(16e6)
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
@@ -95,7 +104,7 @@ def _int_from_env(var: str, default: int) -> int:
 
 
 def _check(name: str, value: Any) -> Any:
-  if name in (INLINE, STRICT_BARRIER, FAST_DISPATCH, GPU_ENGINE):
+  if name in (INLINE, STRICT_BARRIER, FAST_DISPATCH, GPU_ENGINE, JAX_ARRAYS):
     if not isinstance(value, (bool, int)):
       raise TypeError(f"{name} must be a bool; got {value!r}")
     return bool(value)
@@ -110,7 +119,7 @@ def _check(name: str, value: Any) -> Any:
     return value
   raise KeyError(f"unknown hostcb option {name!r}; expected one of "
                  f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
-                 f"{GPU_ENGINE!r}")
+                 f"{GPU_ENGINE!r}, {JAX_ARRAYS!r}")
 
 
 def _strict_from_env() -> bool:
@@ -126,6 +135,7 @@ _values: dict[str, Any] = {
         _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
     STRICT_BARRIER: _strict_from_env(),
     GPU_ENGINE: _bool_from_env("HOSTCB_GPU_ENGINE", False),
+    JAX_ARRAYS: _bool_from_env("HOSTCB_CALLBACK_JAX_ARRAYS", False),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from hostcb import config
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
 from hostcb.engine import prints_staged
@@ -205,7 +206,7 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
     else:
       key_impls.append(None)
   call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
-                    as_jax_arrays)
+                    as_jax_arrays or config.read(config.JAX_ARRAYS))
   prints_staged()
   # An ordered callback carries JAX's ordered debug effect too: JAX
   # refuses it in computations over several devices, as its own.

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 # The engine's barrier and consumer test: imported here only (the one place
@@ -101,11 +102,13 @@ class HostCall:
   as JAX's own does.
   """
   __slots__ = ("callback", "in_tree", "n_in", "result_avals", "name",
-               "_positional", "_expected", "_one", "_hash")
+               "jax_arrays", "_positional", "_expected", "_one", "_hash")
 
   def __init__(self, callback: Callable, in_tree: Any, n_in: int,
-               result_avals: tuple, name: str):
+               result_avals: tuple, name: str, jax_arrays: bool = False):
     self.callback = callback
+    # ``jax.Array`` arguments on the CPU, as JAX's (hostcb_callback_jax_arrays)
+    self.jax_arrays = jax_arrays
     self.in_tree = in_tree
     self.n_in = n_in
     self.result_avals = result_avals
@@ -115,7 +118,8 @@ class HostCall:
         ((0,) * n_in, {}))
     self._expected = [(a.shape, np.dtype(a.dtype)) for a in result_avals]
     self._one = self._expected[0] if len(self._expected) == 1 else None
-    self._hash = _safe_hash((callback, in_tree, result_avals, name), self)
+    self._hash = _safe_hash((callback, in_tree, result_avals, name,
+                             jax_arrays), self)
 
   def __hash__(self) -> int:
     return self._hash
@@ -126,13 +130,16 @@ class HostCall:
                 self.callback == other.callback
                 and self.in_tree == other.in_tree
                 and self.result_avals == other.result_avals
-                and self.name == other.name)))
+                and self.name == other.name
+                and self.jax_arrays == other.jax_arrays)))
 
   def __repr__(self) -> str:
     return f"{self.name}({self.callback!r})"
 
   def __call__(self, arg):
     leaves = (arg,) if self.n_in == 1 else arg
+    if self.jax_arrays:
+      leaves = jax.device_put(list(leaves), jax.local_devices(backend="cpu")[0])
     try:
       if self._positional:
         result = self.callback(*leaves)
@@ -178,7 +185,8 @@ class HostCall:
 def call_target(callback: Callable, in_tree: Any, n_in: int,
                 result_avals: tuple, name: str, rules: Any) -> CallTarget:
   """The :class:`~hostcb.primitives.CallTarget` of one callback."""
-  return CallTarget(HostCall(callback, in_tree, n_in, result_avals, name),
+  return CallTarget(HostCall(callback, in_tree, n_in, result_avals, name,
+                             config.read(config.JAX_ARRAYS)),
                     flat_treedef(n_in), flat_treedef(len(result_avals)),
                     result_avals, False, rules)
 
