@@ -27,6 +27,10 @@ else:
      "jax._src.interpreters.pxla._cached_lowering_to_hlo",
      "to lower one-device tapping executables for jit's fast dispatch "
      "path"),
+    ("from jax._src import config\n"
+     "del config.device_context",
+     "jax._src.config.device_context",
+     "to run hostcb's barrier outside the caller's context mesh"),
 ])
 def test_import_fails_naming_the_jax_version_and_the_missing_symbol(
     delete, symbol, purpose):
@@ -34,7 +38,8 @@ def test_import_fails_naming_the_jax_version_and_the_missing_symbol(
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
       f"MissingJaxInternal: hostcb: jax {jax.__version__} has no {symbol}, "
-      f"which hostcb patches {purpose}. hostcb was checked against jax 0.8.0 "
+      f"which hostcb {'uses' if 'mesh' in purpose else 'patches'} {purpose}. "
+      "hostcb was checked against jax 0.8.0 "
       "to 0.12.0.1; install a jax in that range or a hostcb release that "
       f"supports jax {jax.__version__}.\n")
 
@@ -65,3 +70,33 @@ def test_io_callback_fails_naming_the_jax_version_and_the_missing_effect():
       "io_callback the effect of JAX's io_callback. hostcb was checked "
       "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
       f"hostcb release that supports jax {jax.__version__}.\n")
+
+
+def _xla_client_name() -> str:
+  from jax._src.lib import xla_client  # the module JAX calls it from
+  return xla_client.__name__
+
+
+_XLA_CLIENT = _xla_client_name()
+
+
+def test_a_staged_print_fails_naming_the_jax_version_and_the_missing_symbol():
+  # A JAX without the batched wait of jax.block_until_ready: hostcb
+  # imports, and the first print it stages stops, naming what is missing
+  # (hostcb would otherwise show results before the prints).
+  proc = run_python(
+      "from jax._src.lib import xla_client\n"
+      "del xla_client.batched_block_until_ready\n"
+      "import jax, numpy as np, hostcb\n"
+      "try:\n"
+      "    jax.jit(lambda x: hostcb.debug.print('{}', x))(np.float32(1))\n"
+      "except ImportError as e:\n"
+      "    print(type(e).__name__ + ': ' + str(e))\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      f"{_XLA_CLIENT}.batched_block_until_ready, which hostcb "
+      "patches to show hostcb's prints before the results they come with. "
+      "hostcb was checked against jax 0.8.0 to 0.12.0.1; install a jax in "
+      "that range or a hostcb release that supports jax "
+      f"{jax.__version__}.\n")
