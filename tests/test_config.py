@@ -21,6 +21,7 @@ def test_defaults():
   assert hostcb.config.read("jax_host_callback_inline") is False
   assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(256e6)
   assert hostcb.config.read("hostcb_strict_barrier") is False
+  assert hostcb.config.read("hostcb_callback_jax_arrays") is False
 
 
 def test_a_subscriber_gets_the_value_now_and_at_every_change():
@@ -123,3 +124,11 @@ print(t == [threading.current_thread()])
       "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "20000000"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split() == ["True", "20000000", "True"]
+
+
+def test_the_environment_sets_the_jax_arrays_option():
+  proc = run_python(
+      'import hostcb; print(hostcb.config.read("hostcb_callback_jax_arrays"))',
+      env_extra={"HOSTCB_CALLBACK_JAX_ARRAYS": "true"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "True\n"
