@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hostcb
+from _helpers import run_python
 from hostcb import engine
 
 DEADLINE = 60.0  # seconds: every wait of these tests ends by then
@@ -84,3 +85,36 @@ def test_a_print_line_is_one_write(capsys):
   finally:
     sys.stdout = real
   assert writes == ["what: x\n2.\n"]
+
+
+def test_a_host_read_does_not_wait_for_a_blocked_tap_function_after_the_prints():
+  # The print, then a tap function that blocks, in one computation: the
+  # read waits for the print, not for the blocked function after it (nor
+  # does the device: the computation's result is ready).
+  release = threading.Event()
+  f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: release.wait(DEADLINE),
+                                      hostcb.debug.print("x={}", x) or x))
+  try:
+    y = f(jnp.float32(1.))
+    assert float(y) == 1.
+    assert y.block_until_ready() is y
+    assert not release.is_set()
+  finally:
+    release.set()
+  assert engine.wait_for_taps(DEADLINE)
+
+
+_ORDER_SCRIPT = """
+import jax, jax.numpy as jnp, hostcb
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+for i in range(10):
+  print(f(jnp.float32(i)))
+"""
+
+
+def test_printed_results_follow_the_prints_on_the_python_callback_path():
+  proc = run_python(_ORDER_SCRIPT, env_extra={"HOSTCB_DISABLE_NATIVE": "1",
+                                              "HOSTCB_NO_ENGINE_WARNING": "1"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "".join(f"x = {float(i)}\n{float(2 * i)}\n"
+                                for i in range(10))

@@ -212,7 +212,7 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
-                     eager=_Eagerly(call), effects=effects)
+                     eager=_Eagerly(call), effects=effects, prints=True)
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 

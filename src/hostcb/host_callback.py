@@ -150,7 +150,8 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
   _check_device_index(device_index)
   flat, treedef, key_impls = _operands(arg, "id_tap")
   outs = tap_p.bind(*flat,
-                    target=TapTarget(tap_func, treedef, bool(tap_with_device)),
+                    target=TapTarget(tap_func, treedef, bool(tap_with_device),
+                                     prints=isinstance(tap_func, _Printer)),
                     transforms=(), device_index=device_index)
   if result is not None:
     return result

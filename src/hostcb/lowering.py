@@ -86,6 +86,8 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     tid = engine.target_id(
         ("tap", target, transforms),
         lambda: target.engine_entry(unpack_transforms(transforms)))
+    if target.prints:
+      engine.mark_print(tid)
     ji.emit_custom_call(ctx, engine.ffi_target_name, args,
                         device_index=device_index,
                         attributes={"target_id": np.int64(tid)})
@@ -93,6 +95,7 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   transforms = unpack_transforms(transforms)
   nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
   invoke = target.invoker(transforms)
+  prints = target.prints
 
   def make_host_fn(placement):
     where = _device_of(placement)
@@ -100,12 +103,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
       def host_tap(pid, *arrays):
         device = where(pid)
         engine.queue_for(device).put(
-            functools.partial(invoke, arrays, device), nbytes)
+            functools.partial(invoke, arrays, device), nbytes, prints)
         return ()
     else:
       def host_tap(*arrays):
         engine.queue_for(where).put(
-            functools.partial(invoke, arrays, where), nbytes)
+            functools.partial(invoke, arrays, where), nbytes, prints)
         return ()
     return host_tap
 

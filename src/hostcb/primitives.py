@@ -62,12 +62,17 @@ class TapTarget:
   JAX's transformations treat it as they treat the JAX function that the
   front end replaces (:mod:`hostcb.debug`'s ordered callbacks carry JAX's
   ordered debug effect, which JAX refuses on several devices).
+
+  ``prints``: the function prints (``id_print``, :mod:`hostcb.debug`):
+  a host read of a result waits for such taps queued before it
+  (:mod:`hostcb.engine.print_order`), not for the others.
   """
   func: Callable
   treedef: Any
   with_device: bool
   eager: Callable | None = None
   effects: tuple = ()
+  prints: bool = False
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""

@@ -52,6 +52,18 @@ inline void RequestConsumer(Queue* q) {
 // Python); the handlers refuse the others with an error.
 extern std::atomic<bool> g_dtype_supported[kMaxDtype];
 
+// The tap targets that print (id_print, hostcb.debug.print/callback), a
+// bit per target id below kMaxPrintTargets (set from Python when the
+// target is registered; a target beyond it is not waited for by host
+// reads).  Read by the tap handlers, without a lock.
+constexpr int64_t kMaxPrintTargets = int64_t{1} << 20;
+extern std::atomic<uint64_t> g_print_targets[kMaxPrintTargets / 64];
+inline bool IsPrintTarget(int64_t id) {
+  return id >= 0 && id < kMaxPrintTargets &&
+         (g_print_targets[id / 64].load(std::memory_order_relaxed) >>
+          (id % 64)) & 1;
+}
+
 // The queue whose consumer runs on this thread (set by run_batch).  A tap
 // produced on that thread (a tap function whose computation XLA runs inline)
 // never waits for space, since only this thread frees it.

@@ -30,6 +30,7 @@ namespace hostcb {
 
 std::atomic<Queue*> g_queues[kMaxDevices];
 std::atomic<bool> g_dtype_supported[kMaxDtype];
+std::atomic<uint64_t> g_print_targets[kMaxPrintTargets / 64];
 thread_local Queue* tl_consumer_queue = nullptr;
 
 namespace {
@@ -102,6 +103,7 @@ ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
   if (e.failure()) return e;
   *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
                   /*never_wait=*/tl_consumer_queue == q);
+  if (IsPrintTarget(target_id)) q->NotePrintLocked();
   if (r->data == nullptr) return LostTap(q, *r, layout->payload);
   return ffi::Error::Success();
 }

@@ -241,10 +241,12 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       } else {
         PyErr_WriteUnraisable(functions);
       }
+      q->NoteRan(1);
       continue;
     }
     RunTap(b, functions, device_obj);
     Py_CLEAR(b.arrays);
+    q->NoteRan(1);
     // A tap function that dispatched computations has returned.
     if (q->ConsumerDispatching()) CallHook(g_on_dispatch_finished, nullptr, 0);
   }
@@ -367,6 +369,31 @@ PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
   Py_RETURN_NONE;
 }
 
+PyObject* Py_wait_for_earlier_prints(PyObject*, PyObject* arg) {
+  long device = PyLong_AsLong(arg);
+  if (device == -1 && PyErr_Occurred()) return nullptr;
+  Queue* q = QueueArg(device);
+  if (!q) return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  q->WaitForEarlierPrints();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_mark_print_target(PyObject*, PyObject* arg) {
+  long long id = PyLong_AsLongLong(arg);
+  if (id == -1 && PyErr_Occurred()) return nullptr;
+  if (id < 0 || id >= kMaxPrintTargets) {
+    PyErr_Format(PyExc_ValueError,
+                 "hostcb: print target id %lld is outside [0, %lld)", id,
+                 static_cast<long long>(kMaxPrintTargets));
+    return nullptr;
+  }
+  g_print_targets[id / 64].fetch_or(uint64_t{1} << (id % 64),
+                                    std::memory_order_relaxed);
+  Py_RETURN_NONE;
+}
+
 PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
   long n = PyLong_AsLong(arg);
   if (n == -1 && PyErr_Occurred()) return nullptr;
@@ -418,6 +445,13 @@ PyMethodDef kMethods[] = {
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
      "capacity, space_waiters}."},
+    {"wait_for_earlier_prints", Py_wait_for_earlier_prints, METH_O,
+     "wait_for_earlier_prints(device): waits (GIL released) until the "
+     "device's consumer has run every record up to the latest print tap "
+     "queued before the call (see wait_for_earlier_records)."},
+    {"mark_print_target", Py_mark_print_target, METH_O,
+     "mark_print_target(target_id): taps of this target print; host reads "
+     "wait for them (wait_for_earlier_prints)."},
     {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_O,
      "wait_for_earlier_records(device): waits (GIL released) until the "
      "device's consumer has run every record queued before the call, or "
@@ -478,6 +512,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
   PyObject* m = PyModule_Create(&hostcb::kModule);
   if (!m) return nullptr;
   PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices);
+  PyModule_AddIntConstant(m, "MAX_PRINT_TARGETS", hostcb::kMaxPrintTargets);
   if (hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;

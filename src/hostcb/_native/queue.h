@@ -296,7 +296,12 @@ class Queue {
     if (consumer_active_) return Take::kBusy;
     // The consumer has processed every record it took before.
     processed_ = records_out_;
-    if (processed_waiters_) processed_cv_.notify_all();
+    if (ran_.load(std::memory_order_relaxed) < processed_) {
+      ran_.store(processed_, std::memory_order_seq_cst);
+    }
+    if (processed_waiters_ || print_waiters_.load()) {
+      processed_cv_.notify_all();
+    }
     const auto start = Clock::now();
     const auto poll_end = start + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(poll_s));
@@ -374,7 +379,9 @@ class Queue {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_dispatching_ = dispatching;
     if (dispatching && space_waiters_) space_cv_.notify_all();
-    if (dispatching && processed_waiters_) processed_cv_.notify_all();
+    if (dispatching && (processed_waiters_ || print_waiters_.load())) {
+      processed_cv_.notify_all();
+    }
   }
 
   // Whether the consumer thread runs a tap function that dispatched a
@@ -399,6 +406,41 @@ class Queue {
       return processed_ >= target || consumer_dispatching_;
     });
     --processed_waiters_;
+  }
+
+  // Records that a print tap was just reserved (`lock` holds mu_): a host
+  // read of a result waits for the prints queued before it
+  // (WaitForEarlierPrints), not for the other taps.
+  void NotePrintLocked() { last_print_in_ = records_in_; }
+
+  // Like WaitForEarlierRecords, for the records up to the latest print tap
+  // queued before this call only, counted per record as the consumer runs
+  // them (NoteRan): a slow or blocked tap function queued after that print,
+  // in the same batch or later, is not waited for.
+  void WaitForEarlierPrints() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = last_print_in_;
+    auto done = [&] {
+      return processed_ >= target ||
+             ran_.load(std::memory_order_seq_cst) >= target ||
+             consumer_dispatching_;
+    };
+    if (done()) return;
+    WakeConsumerLocked();  // it may be polling with taps not yet seen
+    print_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    processed_cv_.wait(lock, done);
+    print_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  // The consumer has run the functions of `n` more records of the batch it
+  // took (mu_ not held): wakes the host reads that wait for a print among
+  // them.  Per record, where `processed_` moves per batch only.
+  void NoteRan(uint64_t n) {
+    ran_.fetch_add(n, std::memory_order_seq_cst);
+    if (print_waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      processed_cv_.notify_all();
+    }
   }
 
   struct Counters {
@@ -472,6 +514,11 @@ class Queue {
   bool consumer_active_ = false;
   std::atomic<bool> consumer_dispatching_{false};
   uint64_t records_in_ = 0, records_out_ = 0;
+  uint64_t last_print_in_ = 0;  // records_in_ after the latest print tap
+  // Records whose functions have run, counted per record by the consumer
+  // (NoteRan); host reads waiting for a print among them (print_waiters_).
+  std::atomic<uint64_t> ran_{0};
+  std::atomic<int> print_waiters_{0};
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
   uint64_t processed_ = 0;

@@ -36,7 +36,8 @@ from hostcb.engine.errors import CallbackException, record_exception
 from hostcb.engine.lifecycle import note_lowered
 from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   counters, device_of_ordinal,
-                                  fail_next_allocations, noop_target_name,
+                                  fail_next_allocations, mark_print,
+                                  noop_target_name,
                                   supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
@@ -53,7 +54,7 @@ __all__ = [
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
     "wait_for_taps", "note_lowered", "fail_next_allocations",
-    "prints_staged",
+    "prints_staged", "mark_print",
 ]
 
 

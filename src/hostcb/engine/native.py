@@ -459,6 +459,23 @@ def wait_for_device(ordinal: int) -> None:
   _native.wait_for_earlier_records(ordinal)
 
 
+def wait_for_prints(ordinal: int) -> None:
+  """Like :func:`wait_for_device`, for the records up to the latest print
+  tap queued so far on device ``ordinal`` only (see :func:`mark_print`)."""
+  c = _consumers.get(ordinal)
+  if c is None or c.thread is threading.current_thread():
+    return
+  _native.wait_for_earlier_prints(ordinal)
+
+
+def mark_print(tid: int) -> None:
+  """Taps of target ``tid`` print: :func:`wait_for_prints` waits for them.
+  A target id beyond the engine's table is not marked (a program with a
+  million tap sites); its prints are then not waited for by host reads."""
+  if tid < _native.MAX_PRINT_TARGETS:
+    _native.mark_print_target(tid)
+
+
 def after_fork_in_child() -> None:
   """A fresh back end in a forked child: the parent's threads do not exist
   here, and its queues may be locked by them; forget both.  The child

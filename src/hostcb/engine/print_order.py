@@ -9,9 +9,11 @@ person sees it: once a print has been staged, each host read of a
 ``jax.Array`` (``print(result)``, ``np.asarray``, ``.item()``,
 ``block_until_ready()``; see :mod:`hostcb.jax_internals.array_reads`)
 waits, after the array is ready, until the consumers of the array's
-devices have run every tap queued before the read.  A loop that never
-reads its results on the host pays nothing; one that does waits only
-where the consumers are behind.
+devices have run every print tap queued before the read (and so the taps
+queued before that print, which run first).  A tap function queued after
+the latest print, however slow or blocked, is not waited for; nor does the
+device ever wait.  A loop that never reads its results on the host pays
+nothing; one that does waits only where a print is still pending.
 
 Not in a tap function (a consumer thread), which would wait for itself.
 """
@@ -31,13 +33,13 @@ def prints_staged() -> None:
   queued before them (module docstring).  Cheap after the first call."""
   if not _on:
     _on.append(True)
-    ji.after_host_reads(_wait_for_earlier_taps)
+    ji.after_host_reads(_wait_for_earlier_prints)
 
 
 _on: list[bool] = []
 
 
-def _wait_for_earlier_taps(array: Any) -> None:
+def _wait_for_earlier_prints(array: Any) -> None:
   if is_consumer():
     return
   try:
@@ -46,7 +48,9 @@ def _wait_for_earlier_taps(array: Any) -> None:
     return           # itself raised or will raise the reason)
   for d in devices:  # another process's devices have no queue here
     if pyqueue.queues:
-      pyqueue.drain(d)
+      q = pyqueue.queues.get(d)
+      if q is not None:
+        q.wait_for_prints()
     key = native.key_of_device(d)
     if key is not None:
-      native.wait_for_device(key)
+      native.wait_for_prints(key)

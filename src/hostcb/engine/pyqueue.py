@@ -52,6 +52,10 @@ class DeviceQueue:
     self._unfinished = 0        # items queued and not yet run to the end
     self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
+    self._queued = 0            # items ever queued (markers too)
+    self._done = 0              # items ever run to the end
+    self._last_print = 0        # _queued just after the latest print tap
+    self._print_waiters = 0     # host reads waiting for prints
     self.dispatching = False    # the consumer's tap function dispatched
     self._thread = threading.Thread(target=self._consume, daemon=True,
                                     name=f"hostcb-consumer-{name}")
@@ -67,8 +71,10 @@ class DeviceQueue:
     function)."""
     return not (self.dispatching or self.is_consumer())
 
-  def put(self, run: Callable[[], Any], nbytes: int) -> None:
-    """Queues ``run()``; waits while the queue holds too many bytes.
+  def put(self, run: Callable[[], Any], nbytes: int,
+          prints: bool = False) -> None:
+    """Queues ``run()`` (a print tap if ``prints``); waits while the queue
+    holds too many bytes.
 
     A tap made by this queue's own consumer never waits (only that thread
     frees space), nor does any tap while the consumer runs a tap function
@@ -89,6 +95,9 @@ class DeviceQueue:
       self._items.append((run, nbytes))
       self._bytes += nbytes
       self._unfinished += 1
+      self._queued += 1
+      if prints:
+        self._last_print = self._queued
       if self._consumer_asleep:
         cond.notify_all()
 
@@ -107,8 +116,26 @@ class DeviceQueue:
         return False
       self._items.append((arrive, 0))
       self._unfinished += 1
+      self._queued += 1
       self._cond.notify_all()
       return True
+
+  def wait_for_prints(self) -> None:
+    """Waits until the consumer has run every item up to the latest print
+    tap queued so far; at once where a ``call`` would not wait
+    (:meth:`calls_wait`)."""
+    if not self.calls_wait():
+      return
+    with self._cond:
+      target = self._last_print
+      if self._done >= target:
+        return
+      self._print_waiters += 1
+      try:
+        while self._done < target and not self.dispatching:
+          self._cond.wait()
+      finally:
+        self._print_waiters -= 1
 
   def _consume(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
@@ -150,7 +177,8 @@ class DeviceQueue:
       with cond:
         self._bytes -= pending
         self._unfinished -= len(batch)
-        if self._waiters:
+        self._done += len(batch)
+        if self._waiters or self._print_waiters:
           cond.notify_all()
 
 
