@@ -405,3 +405,31 @@ def test_barrier_runs_under_a_context_mesh_without_this_device(fast):
   with jax.set_mesh(mesh):
     hostcb.barrier_wait()
   assert seen == [3.]
+
+
+# ---------------------------------------------------------------- AOT
+def test_a_compiled_function_keeps_its_token_on_every_call_in_strict_mode(
+    strict):
+  seen = []
+  compiled = jax.jit(
+      lambda x: hostcb.id_tap(lambda a, t: seen.append(float(a)), x) + 1
+  ).lower(jnp.float32(0.)).compile()
+  outs = [float(compiled(jnp.float32(i))) for i in range(3)]
+  hostcb.barrier_wait()
+  assert outs == [1., 2., 3.]
+  assert seen == [0., 1., 2.]
+
+
+@pytest.mark.multidevice
+def test_a_compiled_multi_device_function_keeps_its_token_in_fast_mode(fast):
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("d",))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  seen = []
+  x = jax.device_put(jnp.arange(4.), sharding)
+  compiled = jax.jit(
+      lambda x: hostcb.id_tap(lambda a, t: seen.append(a.tolist()), x) * 2
+  ).lower(x).compile()
+  outs = [compiled(x + i).tolist() for i in range(3)]
+  hostcb.barrier_wait()
+  assert outs == [[2. * (v + i) for v in range(4)] for i in range(3)]
+  assert seen == [[float(v + i) for v in range(4)] for i in range(3)]

@@ -257,6 +257,37 @@ def _install() -> None:
 _install()
 
 
+def _install_aot_guard() -> None:
+  """``jit(f).lower(...).compile()`` of a function that keeps hostcb's
+  ordered effect (strict mode, several devices) must not be called through
+  JAX's C++ path for compiled functions: that path hands the executable
+  no runtime token (it leaves out only unordered effects and XLA's Python
+  callbacks, and hostcb's taps are neither), so every call after the first
+  failed ("Execution supplied 2 arguments but compiled program expected
+  3").  Such a compiled function keeps JAX's Python call path, which
+  passes the token.  Checked on jax 0.8.0 and 0.10.2
+  (``MeshExecutable.create_cpp_call``)."""
+  executable = require(_pxla, "MeshExecutable",
+                       "to keep the runtime token of compiled functions")
+  original = require(executable, "create_cpp_call",
+                     "to keep the runtime token of compiled functions")
+  if getattr(original, "_hostcb", False):
+    return
+
+  def create_cpp_call(self, params):
+    call = getattr(self, "unsafe_call", None)
+    if any(isinstance(e, HostCallbackEffect)
+           for e in getattr(call, "ordered_effects", ())):
+      return None  # JAX's Python path, which passes the token
+    return original(self, params)
+
+  create_cpp_call._hostcb = True
+  executable.create_cpp_call = create_cpp_call
+
+
+_install_aot_guard()
+
+
 def _wait_in_fast_mode(token: Any) -> None:
   """After a multi-device computation that keeps its token: in fast mode,
   or in a process that has executables without tokens, wait until it
