@@ -646,3 +646,55 @@ def test_the_fallback_warning_is_silenced_by_an_explicit_choice(env):
   proc = run_python(_NO_EXTENSION, env_extra=env)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "0\n"
+
+
+# ------------------------------------------------ a consumer that fails
+class _Stop(BaseException):
+  """Ends a consumer's loop in the test (it catches Exception only)."""
+
+
+def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
+    monkeypatch, caplog):
+  # Fault injection: every batch of the consumer fails.  It must not spin:
+  # it waits longer after each close failure, up to the bound.
+  from hostcb.engine import errors, native
+  delays = []
+
+  def sleep(seconds):
+    delays.append(seconds)
+    if len(delays) == 10:
+      raise _Stop
+
+  def consume():
+    raise OSError("injected consumer failure")
+
+  monkeypatch.setattr(native, "_sleep", sleep)
+  consumer = native._Consumer.__new__(native._Consumer)
+  consumer.ordinal = 9999
+  consumer._consume = consume
+  ended = []
+
+  def run():
+    try:
+      consumer._run()
+    except _Stop:
+      ended.append(True)
+
+  thread = threading.Thread(target=run)
+  with caplog.at_level("ERROR", logger="hostcb"):
+    thread.start()
+    thread.join(timeout=60)
+  assert ended == [True]
+  errors.take_last_exception()
+  assert delays == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0]
+  failures = [r for r in caplog.records
+              if "the consumer of device 9999 failed" in r.getMessage()]
+  assert len(failures) == 10
+  assert "OSError: injected consumer failure" in failures[0].getMessage()
+
+
+def test_a_consumer_failure_long_after_the_last_waits_the_first_delay():
+  from hostcb.engine import native
+  assert native.retry_delay(2.0, 11.0) == 0.01
+  assert native.retry_delay(0.5, 1.0) == 1.0
+  assert native.retry_delay(0.0, None) == 0.01

@@ -54,6 +54,8 @@ import os
 import threading
 from typing import Any, Callable
 
+from _hostcb_env import env_flag
+
 __all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
            "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE"]
 
@@ -64,23 +66,8 @@ FAST_DISPATCH = "hostcb_fast_dispatch"  # hostcb 0.2's name: not STRICT_BARRIER
 GPU_ENGINE = "hostcb_gpu_engine"
 
 _MIN_QUEUE_BYTES = int(16e6)
-_TRUE = {"1", "true", "t", "yes", "y", "on"}
-_FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
 _lock = threading.Lock()
-
-
-def _bool_from_env(var: str, default: bool) -> bool:
-  raw = os.environ.get(var)
-  if raw is None:
-    return default
-  value = raw.strip().lower()
-  if value in _TRUE:
-    return True
-  if value in _FALSE:
-    return False
-  raise ValueError(f"environment variable {var} must be a boolean such as "
-                   f"'1', 'true', '0' or 'false'; got {raw!r}")
 
 
 def _int_from_env(var: str, default: int) -> int:
@@ -115,17 +102,17 @@ def _check(name: str, value: Any) -> Any:
 
 def _strict_from_env() -> bool:
   if "HOSTCB_STRICT_BARRIER" in os.environ:
-    return _bool_from_env("HOSTCB_STRICT_BARRIER", False)
-  return not _bool_from_env("HOSTCB_FAST_DISPATCH", True)
+    return env_flag("HOSTCB_STRICT_BARRIER", False)
+  return not env_flag("HOSTCB_FAST_DISPATCH", True)
 
 
 _values: dict[str, Any] = {
-    INLINE: _bool_from_env("JAX_HOST_CALLBACK_INLINE", False),
+    INLINE: env_flag("JAX_HOST_CALLBACK_INLINE", False),
     MAX_QUEUE_BYTE_SIZE: _check(
         MAX_QUEUE_BYTE_SIZE,
         _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
     STRICT_BARRIER: _strict_from_env(),
-    GPU_ENGINE: _bool_from_env("HOSTCB_GPU_ENGINE", False),
+    GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

@@ -23,9 +23,10 @@ off).
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable
+
+from _hostcb_env import env_flag
 
 from hostcb import config
 from hostcb import jax_internals as ji
@@ -130,9 +131,7 @@ def warn_if_unavailable() -> None:
   if _warned[0]:
     return
   _warned[0] = True
-  if (native.disabled_by_user()
-      or os.environ.get("HOSTCB_NO_ENGINE_WARNING", "").strip()
-      not in ("", "0")):
+  if native.disabled_by_user() or env_flag("HOSTCB_NO_ENGINE_WARNING"):
     return
   warnings.warn(
       f"hostcb: the native engine is not available: {unavailable_reason()}. "

@@ -51,12 +51,13 @@ ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
+import time
 import traceback
 from typing import Any, Iterable
 
 import numpy as np
+from _hostcb_env import env_flag
 
 from hostcb.engine import errors, registry
 from hostcb.engine.consumers import this_thread
@@ -94,7 +95,7 @@ def _build_failure() -> str | None:
 
 def _load() -> None:
   global _native, _reason, _disabled_by_user
-  if os.environ.get("HOSTCB_DISABLE_NATIVE", "").strip() not in ("", "0"):
+  if env_flag("HOSTCB_DISABLE_NATIVE"):
     _reason = "disabled by HOSTCB_DISABLE_NATIVE"
     _disabled_by_user = True
     return
@@ -301,6 +302,23 @@ def key_of_device(device: Any) -> int | None:
   return None
 
 
+# A failed consumer tries again after _RETRY_FIRST_SECONDS, doubling up to
+# _RETRY_MAX_SECONDS while failures follow each other within
+# _RETRY_RESET_SECONDS; a later failure starts again from the first delay.
+_RETRY_FIRST_SECONDS = 0.01
+_RETRY_MAX_SECONDS = 2.0
+_RETRY_RESET_SECONDS = 10.0
+_sleep = time.sleep  # (tests replace it)
+
+
+def retry_delay(previous: float, since_last_failure: float | None) -> float:
+  """How long a consumer waits after a failure, given its previous delay
+  and the seconds since its previous failure (None: the first one)."""
+  if since_last_failure is None or since_last_failure > _RETRY_RESET_SECONDS:
+    return _RETRY_FIRST_SECONDS
+  return min(max(2 * previous, _RETRY_FIRST_SECONDS), _RETRY_MAX_SECONDS)
+
+
 class _Consumer:
   """The thread that runs the tap functions of one device."""
 
@@ -313,6 +331,7 @@ class _Consumer:
   def _run(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
     this_thread.ordinal = self.ordinal
+    delay, failed_at = 0.0, None
     with ji.running_tap_functions():
       while True:
         try:
@@ -320,6 +339,14 @@ class _Consumer:
         except Exception as e:  # noqa: BLE001  (the consumer never dies)
           errors.record_exception(
               e, f"the consumer of device {self.ordinal} failed")
+          # Logged and kept for the barrier; then the consumer waits before
+          # it tries again, longer after each failure that follows closely
+          # on the last, so that a persistent failure is no hot loop.
+          now = time.monotonic()
+          delay = retry_delay(delay, None if failed_at is None
+                              else now - failed_at)
+          failed_at = now
+          _sleep(delay)
 
   def _consume(self) -> None:
     run_batch = _native.run_batch
