@@ -80,7 +80,7 @@ def _load_madvise() -> Callable[[int, int], int] | None:
     return None
   try:
     fn = ctypes.CDLL(None, use_errno=True).madvise
-  except (OSError, AttributeError):
+  except (OSError, AttributeError):  # no madvise in this libc: not advised
     return None
   fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
   fn.restype = ctypes.c_int

@@ -80,7 +80,7 @@ def _array_like(x) -> bool:
   typed literals that JAX 0.8 passes for constants)."""
   try:
     return hasattr(x, "shape") and np.dtype(x.dtype) != object
-  except TypeError:
+  except TypeError:  # a dtype NumPy does not know: not an array to JAX
     return False
 
 

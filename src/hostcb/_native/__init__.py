@@ -26,6 +26,6 @@ def build_failure() -> str | None:
   try:
     with open(path, encoding="utf-8", errors="replace") as f:
       line = f.readline().strip()
-  except OSError:
+  except OSError:  # no file: the install recorded no failure
     return None
   return line or None

@@ -194,7 +194,7 @@ def register_targets(capacity: int) -> None:
     # handlers then serve the GPU back end alone.)
     try:
       jax.local_devices(backend="cpu")
-    except RuntimeError:
+    except RuntimeError:  # no CPU backend: nothing to check it against
       pass
     native.set_dtypes(_dtype_table())
     native.set_call_server(registry.call_runners, _check_call,

@@ -134,7 +134,7 @@ def wait_for_dispatched_computations() -> None:
   for ident, token in list(_latest_tokens.items()):
     try:
       token.block_until_ready()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  (its caller got the error already)
       pass
     if _latest_tokens.get(ident) is token:
       _latest_tokens.pop(ident, None)
