@@ -20,6 +20,7 @@ from jax import lax
 
 import hostcb
 from hostcb import engine
+from hostcb.engine import native
 from _helpers import Recorder, run_python
 
 NATIVE = pytest.mark.skipif(
@@ -57,6 +58,7 @@ def test_without_the_native_engine_taps_use_python_callbacks():
   code = """
 import jax, hostcb
 from hostcb import engine
+from hostcb.engine import native
 seen = []
 f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
 print(engine.available(), engine.unavailable_reason())
@@ -593,7 +595,7 @@ def test_a_tap_whose_arrays_cannot_be_allocated_is_reported_and_the_rest_run():
   f(10).block_until_ready()
   hostcb.barrier_wait()
   rec.calls.clear()
-  engine.fail_next_allocations(1)  # the consumer's next tap: out of memory
+  native._test_fail_next_allocations(1)  # the consumer's next tap: out of memory
   f(0)
   with pytest.raises(hostcb.CallbackException,
                      match="a tap was lost: its operands could not be "
@@ -657,7 +659,7 @@ def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
     monkeypatch, caplog):
   # Fault injection: every batch of the consumer fails.  It must not spin:
   # it waits longer after each close failure, up to the bound.
-  from hostcb.engine import errors, native
+  from hostcb.engine import errors
   delays = []
 
   def sleep(seconds):
@@ -694,7 +696,15 @@ def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
 
 
 def test_a_consumer_failure_long_after_the_last_waits_the_first_delay():
-  from hostcb.engine import native
   assert native.retry_delay(2.0, 11.0) == 0.01
   assert native.retry_delay(0.5, 1.0) == 1.0
   assert native.retry_delay(0.0, None) == 0.01
+
+
+@NATIVE
+@pytest.mark.parametrize("name", ["GPU_KEY_BASE", "DEFAULT_QUEUE_BYTES"])
+def test_the_values_used_without_the_extension_are_the_extensions(name):
+  # The constants shared with C++ come from the extension; the values for a
+  # process without it must not drift from engine.h.
+  import hostcb._native as pkg
+  assert pkg._WITHOUT_EXTENSION[name] == getattr(native.module(), name)

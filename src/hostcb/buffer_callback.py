@@ -44,6 +44,7 @@ import jax
 import numpy as np
 
 from hostcb import jax_internals as ji
+from hostcb.signatures import VMAP_METHODS, result_avals, unsupported_vmap
 
 __all__ = ["buffer_callback", "Buffer", "ExecutionContext", "ExecutionStage"]
 
@@ -54,10 +55,6 @@ The same enum as ``jax.experimental.buffer_callback.ExecutionStage``.  On
 GPU, a ``command_buffer_compatible`` callback also sees the stages of
 command buffer construction.
 """
-
-VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
-                "broadcast_all", "legacy_vectorized")
-
 
 def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
@@ -304,11 +301,7 @@ def _transpose(cts, *args, **params):
 
 def _batch(args, dims, *, vmap_method, **params):
   if vmap_method not in VMAP_METHODS:
-    raise NotImplementedError(
-        "vmap is only supported for the buffer_callback primitive when "
-        "vmap_method is one of 'sequential', 'sequential_unrolled', "
-        "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. "
-        f"Got vmap_method={vmap_method!r}.")
+    raise unsupported_vmap("buffer_callback", vmap_method)
   return ji.ffi_batching(buffer_callback_p, args, dims,
                          vmap_method=vmap_method, **params)
 
@@ -351,19 +344,19 @@ ji.lowers_without_devices(buffer_callback_p)
 
 
 # --------------------------------------------------------------------- API
+def _result_aval(leaf):
+  for attribute in ("shape", "dtype"):
+    if not hasattr(leaf, attribute):
+      raise AttributeError(
+          f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
+          "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
+          f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
+  # As JAX's: the dtype is kept as given (not canonicalized).
+  return ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype))
+
+
 def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
-  flat, out_tree = jax.tree_util.tree_flatten(result_shape_dtypes)
-  avals = []
-  for leaf in flat:
-    for attribute in ("shape", "dtype"):
-      if not hasattr(leaf, attribute):
-        raise AttributeError(
-            f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
-            "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
-            f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
-    # As JAX's: the dtype is kept as given (not canonicalized).
-    avals.append(ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
-  return tuple(avals), out_tree
+  return result_avals(result_shape_dtypes, _result_aval)
 
 
 

@@ -46,7 +46,7 @@ and can be changed later from Python, in any of these equivalent ways::
     sets ``strict = not value``).
 
 Other modules follow an option with :func:`subscribe` (this module imports
-none of them).
+none of them, but for :mod:`hostcb._native`'s constants).
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ import threading
 from typing import Any, Callable
 
 from _hostcb_env import env_flag
+
+from hostcb._native import shared_constant
 
 __all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
            "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE"]
@@ -110,7 +112,8 @@ _values: dict[str, Any] = {
     INLINE: env_flag("JAX_HOST_CALLBACK_INLINE", False),
     MAX_QUEUE_BYTE_SIZE: _check(
         MAX_QUEUE_BYTE_SIZE,
-        _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
+        _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+                      shared_constant("DEFAULT_QUEUE_BYTES"))),
     STRICT_BARRIER: _strict_from_env(),
     GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
 }

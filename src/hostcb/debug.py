@@ -40,6 +40,7 @@ from hostcb import jax_internals as ji
 from hostcb.jax_internals import jax_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
+from hostcb.signatures import is_key
 
 __all__ = ["print", "callback"]
 
@@ -60,11 +61,6 @@ def _split(args: tuple, kwargs: dict):
     else:
       static.append((i, leaf))
   return in_tree, operands, tuple(static)
-
-
-def _is_key(x) -> bool:
-  return jax.dtypes.issubdtype(getattr(x, "dtype", None),
-                               jax.dtypes.prng_key)
 
 
 def _element(array: np.ndarray, dim: int, i: int) -> np.ndarray:
@@ -198,7 +194,7 @@ def _tap(func: Callable, args: tuple, kwargs: dict,
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
   for i, x in enumerate(operands):
-    if _is_key(x):
+    if is_key(x):
       key_impls.append(jax.random.key_impl(x))
       operands[i] = jax.random.key_data(x)
     else:

@@ -37,8 +37,7 @@ from hostcb.engine.errors import CallbackException, record_exception
 from hostcb.engine.lifecycle import note_lowered
 from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   counters, device_of_ordinal,
-                                  fail_next_allocations, noop_target_name,
-                                  supports,
+                                  noop_target_name, supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
 from hostcb.engine.pyqueue import queue_for
@@ -52,7 +51,7 @@ __all__ = [
     "wait_for_device", "drain_device",
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
-    "wait_for_taps", "note_lowered", "fail_next_allocations",
+    "wait_for_taps", "note_lowered",
 ]
 
 

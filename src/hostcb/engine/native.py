@@ -59,6 +59,7 @@ from typing import Any, Iterable
 import numpy as np
 from _hostcb_env import env_flag
 
+from hostcb._native import shared_constant
 from hostcb.engine import errors, registry
 from hostcb.engine.consumers import this_thread
 from hostcb.engine.sync import Arrivals
@@ -265,7 +266,7 @@ _devices_by_ordinal: dict[int, Any] | None = None
 
 
 # Keys of GPU queues start here (kGpuKeyBase in engine.h; see .gpu).
-_GPU_KEY_BASE = 1 << 30
+GPU_KEY_BASE = shared_constant("GPU_KEY_BASE")
 
 
 def device_of_ordinal(ordinal: int) -> Any:
@@ -273,7 +274,7 @@ def device_of_ordinal(ordinal: int) -> Any:
   device ordinal (XLA's CPU client gives its handlers the device id), or
   ``GPU_KEY_BASE`` plus a GPU's local hardware id (:mod:`.gpu`)."""
   global _devices_by_ordinal
-  if _devices_by_ordinal is None or (ordinal >= _GPU_KEY_BASE
+  if _devices_by_ordinal is None or (ordinal >= GPU_KEY_BASE
                                      and ordinal not in _devices_by_ordinal):
     import jax  # noqa: PLC0415
     table = {}
@@ -298,7 +299,7 @@ def key_of_device(device: Any) -> int | None:
     return device.id
   if (platform in ("gpu", "cuda")
       and getattr(device, "local_hardware_id", None) is not None):
-    return _GPU_KEY_BASE + device.local_hardware_id
+    return GPU_KEY_BASE + device.local_hardware_id
   return None
 
 
@@ -428,17 +429,13 @@ def put_markers(arrivals_for) -> Arrivals | None:
   """Puts a marker behind every record queued so far on each device with
   a consumer; returns the arrivals to wait for (None: no consumer).
 
-  ``arrivals_for(n)`` makes the Arrivals for ``n`` markers.
+  ``arrivals_for(n)`` makes the Arrivals for ``n`` markers.  Not from a
+  consumer, which would wait for itself (:func:`.barrier.wait_for_taps`
+  refuses those).
   """
   ordinals = list(_consumers)
   if not ordinals:
     return None
-  mine = this_thread.ordinal
-  if mine is not None and mine in ordinals:
-    raise RuntimeError(
-        "hostcb: a barrier (barrier_wait) was called from a tap or call "
-        f"function running on the consumer of device {mine}; it would wait "
-        "for that function itself")
   with _lock:
     mid = next(_marker_ids)
     arrivals = _markers[mid] = arrivals_for(len(ordinals))
@@ -468,9 +465,9 @@ def counters(ordinal: int) -> dict[str, int]:
   return _require().counters(ordinal)
 
 
-def fail_next_allocations(n: int) -> None:
-  """Fault injection (tests): the consumer fails to allocate the arrays of
-  the next ``n`` taps, as if out of memory."""
+def _test_fail_next_allocations(n: int) -> None:
+  """Fault injection, for tests only: the consumer fails to allocate the
+  arrays of the next ``n`` taps, as if out of memory."""
   _require()._fail_next_allocations(int(n))
 
 
