@@ -22,7 +22,8 @@ and can be changed later from Python, in any of these equivalent ways::
     hostcb's own.  By default (``False``) a function that taps or calls and
     runs on one device is compiled for ``jax.jit``'s C++ fast dispatch path
     (no JAX runtime token; about 1.3x the dispatch time of the same
-    function without the tap, instead of about 17x), and ``barrier_wait``
+    function without the tap, instead of the strict mode's cost in
+    README.md's dispatch table), and ``barrier_wait``
     waits for every computation of the calling thread, every multi-device
     one, and every one of any thread whose results are still alive.  The
     one computation it cannot see is a one-device computation that another

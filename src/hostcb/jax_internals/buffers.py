@@ -38,8 +38,8 @@ _BUFFER_TARGETS = {"cpu": "xla_buffer_python_cpu_callback",
 class BufferCallbackEffect(_effects.Effect):
   """The effect of a ``buffer_callback`` made with ``has_side_effect=True``.
 
-  Unordered, like :class:`HostCallbackEffect`: it only keeps the call alive
-  when its results are unused.
+  Unordered (unlike :class:`HostCallbackEffect`, which is ordered): it only
+  keeps the call alive when its results are unused.
   """
 
   def __str__(self) -> str:

@@ -9,8 +9,9 @@ those of the computations dispatched before it and lets ``barrier_wait``
 wait for the computations of every thread.  The price is JAX's Python
 dispatch path: ``jax.jit`` runs an executable through its C++ fast path
 only when the executable has no JAX effect at all
-(``pjit._get_fastpath_data``), so such a function pays about 15x the
-dispatch time of the same function without the tap.  That is the
+(``pjit._get_fastpath_data``), so such a function pays many times the
+dispatch time of the same function without the tap (the figure: README.md's
+dispatch table, the ``hostcb_strict_barrier`` row).  That is the
 strict-barrier mode (``hostcb_strict_barrier``).
 
 In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an executable that
