@@ -169,9 +169,9 @@ def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):
 
 
 def test_the_console_script_names_the_command_line_entry_point():
-  import importlib  # noqa: PLC0415
-  import tomllib  # noqa: PLC0415
-  from hostcb.tools import cli  # noqa: PLC0415
+  import importlib
+  import tomllib
+  from hostcb.tools import cli
   scripts = tomllib.loads((REPO / "pyproject.toml").read_text())[
       "project"]["scripts"]
   module, _, name = scripts["hostcb"].partition(":")

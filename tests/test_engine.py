@@ -131,7 +131,7 @@ def test_native_call_runs_after_taps_that_fell_back_to_python_callbacks():
 def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
   for trial in range(10):
     seen = []
-    tap = lambda a, t, device: seen.append((device.id, int(a)))  # noqa: E731
+    tap = lambda a, t, device: seen.append((device.id, int(a)))
     steps = 300
     p = jax.pmap(lambda x: lax.scan(
         lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),

@@ -13,9 +13,10 @@ buffer callback instead receives the buffers themselves:
     y = jax.jit(double)(x)
 
 The operands arrive as :class:`Buffer` objects not to be written (their
-``writeable`` is False), the results as writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
-are zero-copy NumPy arrays through ``numpy.asarray`` and tensors of other
-libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
+``writeable`` is False), the results as writable ones in a pytree shaped
+like ``result_shape_dtypes``; on CPU both are zero-copy NumPy arrays
+through ``numpy.asarray`` and tensors of other libraries through DLPack
+(``torch.from_dlpack``).  This is built on XLA's
 ``xla_buffer_python_*_callback`` custom calls, as JAX's own
 ``jax.experimental.buffer_callback`` is, and behaves as JAX's does (code
 written for it runs unchanged; in a ``jit`` over several devices the

@@ -381,7 +381,7 @@ def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
                       or _contains_arrays(args, kwargs)))
 
 
-def print(fmt: str | None = None, *args, ordered: bool = False,  # noqa: A001
+def print(fmt: str | None = None, *args, ordered: bool = False,
           partitioned: bool = False, skip_format_check: bool = False,
           _use_logging: bool = False, **kwargs) -> Callable[..., None] | None:
   """``jax.debug.print`` on hostcb's engine: prints values from JAX code.

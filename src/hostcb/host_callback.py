@@ -18,7 +18,8 @@ from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
-from hostcb.printing import print_tap
+from hostcb.printing import (caller_print_options, numpy_print_options,
+                             print_tap)
 from hostcb.signatures import is_key, result_avals
 from hostcb.engine import (CallbackException, barrier_wait,
                            stop_outfeed_receiver)
@@ -167,7 +168,6 @@ class _Printer:
     # As legacy's functools.partial did: the device of ``tap_with_device``
     # overrides a user's ``device=`` keyword, and a user's ``transforms=``
     # fails the tap with a TypeError (multiple values for 'transforms').
-    from hostcb.printing import numpy_print_options
     with numpy_print_options(self.print_options):
       print_tap(arg, transforms, output_stream=self.output_stream,
                 threshold=self.threshold, **{**dict(self.kwargs), **device})
@@ -210,7 +210,6 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
       options, those of the thread that calls ``id_print`` (traces it).
     **kwargs: printed before ``arg``.
   """
-  from hostcb.printing import caller_print_options
   printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
                      caller_print_options())
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
@@ -232,7 +231,7 @@ def _result_aval(r):
 def _result_avals(result_shape):
   try:
     return result_avals(result_shape, _result_aval)
-  except Exception:  # any malformed leaf: legacy's one error, below
+  except Exception:  # noqa: BLE001  (any malformed leaf: legacy's error)
     raise ValueError(
         "result_shape should be a pytree of values with structure matching "
         "the expected result of the callback function. The values must be "

@@ -22,9 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import sys
-import threading
-import types
 from typing import Any, Callable
 
 import jax

@@ -30,7 +30,8 @@ from _hostcb_env import env_flag
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb.engine import gpu, lifecycle, native, pyqueue, registry
+from hostcb.engine import gpu, native, pyqueue, registry
+from hostcb.engine import lifecycle  # noqa: F401  (fork and exit handlers)
 from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
                                    wait_for_taps)
 from hostcb.engine.errors import CallbackException, record_exception

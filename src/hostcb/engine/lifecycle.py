@@ -55,7 +55,7 @@ def _at_exit() -> None:
     if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
       logger.error("hostcb: at exit, taps still pending after %s s",
                    EXIT_TIMEOUT_SECONDS)
-  except Exception:  # noqa: BLE001  (the interpreter is going away)
+  except Exception:  # the interpreter is going away: log it, go on
     # Raising here would only print an "Exception ignored in atexit"
     # without hostcb's context; the log says what failed, with the trace.
     logger.exception("hostcb: at exit, waiting for the taps failed")

@@ -17,7 +17,7 @@ per concern, so that a JAX upgrade is fixed here:
 Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
 ``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
 """
-from hostcb.jax_internals.buffers import *  # noqa: F401,F403
+from hostcb.jax_internals.buffers import *  # noqa: F403
 from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
                                          emit_buffer_callback, ffi_batching,
                                          runs_on_one_of_several_devices,

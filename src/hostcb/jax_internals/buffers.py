@@ -13,7 +13,7 @@ from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src import ffi as _ffi
 from jax._src import sharding_impls as _sharding_impls
-from jax._src.lib import ffi as _ffi_lib  # noqa: E402
+from jax._src.lib import ffi as _ffi_lib
 
 from hostcb.jax_internals.core import Primitive, not_mapped
 from hostcb.jax_internals.lowering import (

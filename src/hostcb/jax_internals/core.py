@@ -276,7 +276,7 @@ def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
   (``DEADLINE_EXCEEDED: ...``) if some process is not there within
   ``timeout_ms``.
   """
-  from jax._src import distributed as _distributed
+  from jax._src import distributed as _distributed  # noqa: PLC0415  (rare)
   client = _distributed.global_state.client
   if client is None:
     return False

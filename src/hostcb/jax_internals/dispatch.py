@@ -14,9 +14,10 @@ dispatch time of the same function without the tap (the figure: README.md's
 dispatch table, the ``hostcb_strict_barrier`` row).  That is the
 strict-barrier mode (``hostcb_strict_barrier``).
 
-In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an executable that
-runs on one device, the effect stays on every jaxpr, so that everything that depends on it is unchanged (taps are never
-dropped by dead-code elimination, nested ``jit``/``scan``/``cond``/
+In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an
+executable that runs on one device, the effect stays on every jaxpr, so
+that everything that depends on it is unchanged (taps are never dropped
+by dead-code elimination, nested ``jit``/``scan``/``cond``/
 ``while`` and ``checkpoint`` keep them, the token threads through control
 flow in program order), but the executable no longer exchanges the token
 with the runtime: the lowered ``main`` function creates the effect's token
@@ -49,7 +50,8 @@ computations of the calling thread (as ``jax.effects_barrier`` does for
 JAX's own effects), for every multi-device one, for those of any thread
 whose results are alive (``jax.live_arrays``) and for those that finished;
 not for a one-device computation that another thread dispatched, that is
-still running and whose results were all dropped.  A computation that a tap function dispatches keeps its token
+still running and whose results were all dropped.  A computation that a
+tap function dispatches keeps its token
 (see ``_in_tap_function``).
 """
 from __future__ import annotations

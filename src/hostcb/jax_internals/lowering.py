@@ -254,7 +254,7 @@ def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
   if not pred_aval.shape or not _cond_taps(cond_jaxpr):
     return _jax_while_lowering(ctx, *args, **params)
 
-  from jax import lax  # the public API, inside a lowering of its own
+  from jax import lax  # noqa: PLC0415  (public API; in its own lowering)
 
   def cond(consts, carry):
     return _core.eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *consts,
