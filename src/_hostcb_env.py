@@ -3,7 +3,7 @@
 
 A top-level module of the standard library alone, so that the import hook
 that the ``.pth`` file runs at interpreter start
-(:mod:`_hostcb_legacy_import`) can read its switch without importing hostcb
+(:mod:`_hostcb_startup_finder`) can read its switch without importing hostcb
 or JAX; :mod:`hostcb.config` and the engine read theirs through it too.
 
 A switch is true for ``1``, ``true``, ``t``, ``yes``, ``y`` or ``on``, false

@@ -150,7 +150,7 @@ def _package_copy(tmp_path, failure: str | None) -> str:
       os.path.join(hostcb_root(), "hostcb"), root / "hostcb",
       ignore=shutil.ignore_patterns("*.so", "*.pyd", "_build_failure.txt",
                                     "__pycache__"))
-  for hook in ("_hostcb_legacy_import.py", "_hostcb_env.py"):
+  for hook in ("_hostcb_startup_finder.py", "_hostcb_env.py"):
     shutil.copy(os.path.join(hostcb_root(), hook), root)
   if failure is not None:
     (root / "hostcb" / "_native" / "_build_failure.txt").write_text(failure)

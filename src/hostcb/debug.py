@@ -37,7 +37,7 @@ import numpy as np
 
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.jax_internals import jax_callbacks as _ji_callbacks
+from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
 from hostcb.signatures import is_key

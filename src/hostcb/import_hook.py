@@ -19,7 +19,7 @@ Two things can be switched on in this interpreter:
 Without any call, a ``pip install``-ed hostcb also resolves the legacy
 import at interpreter start: the ``hostcb-legacy-import.pth`` file installs
 a finder for that one module name (top-level module
-``_hostcb_legacy_import``, which imports neither hostcb nor JAX, so that
+``_hostcb_startup_finder``, which imports neither hostcb nor JAX, so that
 starting Python stays cheap and programs can still set JAX's environment
 variables before they import JAX); the finder calls :func:`legacy_module`
 when the module is imported.  Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the

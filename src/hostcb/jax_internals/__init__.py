@@ -9,7 +9,7 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
-* :mod:`.lowering`: placement of callbacks and the custom calls they emit;
+* :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
 * :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches.
@@ -40,7 +40,7 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
-from hostcb.jax_internals.lowering import (Placement, emit_custom_call,
+from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
@@ -51,6 +51,6 @@ from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
-from hostcb.jax_internals.jax_callbacks import (is_jax_value,
+from hostcb.jax_internals.own_callbacks import (is_jax_value,
                                                 jax_callback_functions,
                                                 jax_io_effect)

@@ -16,7 +16,7 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.lib import ffi as _ffi_lib
 
 from hostcb.jax_internals.core import Primitive, not_mapped
-from hostcb.jax_internals.lowering import (
+from hostcb.jax_internals.custom_calls import (
   _FFI_TARGETS,
   Placement,
   _emit_ffi_call,

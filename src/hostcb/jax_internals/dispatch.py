@@ -68,7 +68,7 @@ from jax._src.lib.mlir.dialects import hlo as _hlo
 
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
-from hostcb.jax_internals.jax_callbacks import is_jax_io_effect
+from hostcb.jax_internals.own_callbacks import is_jax_io_effect
 from hostcb.jax_internals.versions import require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
@@ -197,7 +197,7 @@ def _install() -> None:
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
     # hostcb's io_callback also carries JAX's io_callback effect
-    # (.jax_callbacks.jax_io_effect), which would keep the executable off
+    # (.own_callbacks.jax_io_effect), which would keep the executable off
     # the fast path as well; where hostcb's effect is there, the guarantees
     # above hold for the whole executable, so JAX's go too.
     mine = [i for i, e in enumerate(ordered)
