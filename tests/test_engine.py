@@ -708,3 +708,29 @@ def test_the_values_used_without_the_extension_are_the_extensions(name):
   # process without it must not drift from engine.h.
   import hostcb._native as pkg
   assert pkg._WITHOUT_EXTENSION[name] == getattr(native.module(), name)
+
+
+def test_an_extension_without_a_shared_constant_stops_the_import():
+  # Fault injection: an extension built from other sources (no
+  # DEFAULT_QUEUE_BYTES).  hostcb must not guess the value.
+  proc = run_python(
+      "import sys, types\n"
+      "fake = types.ModuleType('hostcb._native._engine')\n"
+      "fake.__file__ = '/old/_engine.so'\n"
+      "sys.modules['hostcb._native._engine'] = fake\n"
+      "import hostcb\n")
+  assert proc.returncode != 0
+  assert ("ImportError: hostcb: the extension /old/_engine.so has no "
+          "DEFAULT_QUEUE_BYTES: it was built from other sources than this "
+          "hostcb" in proc.stderr), proc.stderr
+
+
+def test_without_the_extension_the_shared_constants_have_their_values():
+  proc = run_python(
+      "import hostcb\n"
+      "from hostcb.engine import native\n"
+      "print(hostcb.config.read('jax_host_callback_max_queue_byte_size'),\n"
+      "      native.GPU_KEY_BASE)\n",
+      env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "256000000 1073741824\n"

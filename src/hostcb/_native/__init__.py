@@ -36,7 +36,13 @@ def shared_constant(name: str) -> int:
     except ImportError:  # not built or not loadable: hostcb.engine says why
       pass
     else:
-      return getattr(_engine, name)
+      value = getattr(_engine, name, None)
+      if value is None:
+        raise ImportError(
+            f"hostcb: the extension {_engine.__file__} has no {name}: it was "
+            "built from other sources than this hostcb; reinstall hostcb: "
+            "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
+      return value
   return _WITHOUT_EXTENSION[name]
 
 # The name setup.py writes (FAILURE_FILE there).
