@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` and `make test`.
+# The two commands of the README: `make demo` and `make test` (and `make
+# lint`, which CI runs first).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -11,7 +12,10 @@ LEGACY := .venv-legacy
 # the CPU build that this project's machines carry.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test install bench check-oldest check-wheel clean .venv-legacy
+# ruff, the linter (configured in pyproject.toml).
+RUFF_VERSION ?= 0.17.6
+
+.PHONY: demo test lint install bench check-oldest check-wheel clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +40,14 @@ $(LEGACY)/.deps:
 	fi
 
 .venv-legacy: $(LEGACY)/.deps
+
+$(VENV)/.ruff-$(RUFF_VERSION): | $(BIN)/python
+	$(BIN)/python -m pip install -q "ruff==$(RUFF_VERSION)"
+	touch $@
+
+# The lint of pyproject.toml's [tool.ruff] over the whole tree.
+lint: $(VENV)/.ruff-$(RUFF_VERSION)
+	$(BIN)/ruff check .
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).

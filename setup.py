@@ -18,16 +18,15 @@ callbacks.  The reason, one line, is then written into the built package as
 ``hostcb/_native/_build_failure.txt``, which
 ``hostcb._native.build_failure()`` reads at run time (pip hides the
 warning).  A build that compiles nothing never ships an extension from an
-earlier build: the extension's output is removed before compiling.
-Everything else is in ``pyproject.toml``.
+earlier build: the extension's output is removed before compiling.  (An
+in-place or editable build gets the extension when it compiles, and
+records a failure in the build folder only.)  Everything else is in
+``pyproject.toml``.
 """
-import contextlib
 import importlib.machinery
 import importlib.util
 import os
-import re
 import sys
-import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -107,66 +106,6 @@ def _warn(reason):
         "hostcb will use XLA's Python callbacks.", file=sys.stderr)
 
 
-# A compiler's diagnostic line: gcc and clang write "error:" (or "fatal
-# error:"), MSVC "error C1234:".
-_ERROR_LINE = re.compile(r"\berror(?: [A-Z]+[0-9]+)?:", re.IGNORECASE)
-
-
-@contextlib.contextmanager
-def _compiler_errors():
-  """Collects what the compiler writes to the error stream (fd 2) while the
-  block runs, and writes it out again afterwards; yields a list that then
-  holds that text.
-
-  The compiler runs as a child process that inherits fd 2, so the stream
-  is redirected at the file descriptor level.  Without an fd 2 nothing is
-  collected.
-  """
-  collected = []
-  sys.stderr.flush()
-  try:
-    saved = os.dup(2)
-  except OSError:
-    yield collected
-    return
-  with tempfile.TemporaryFile() as tmp:
-    os.dup2(tmp.fileno(), 2)
-    try:
-      yield collected
-    finally:
-      sys.stderr.flush()
-      os.dup2(saved, 2)
-      os.close(saved)
-      tmp.seek(0)
-      text = tmp.read().decode("utf-8", errors="replace")
-      sys.stderr.write(text)
-      sys.stderr.flush()
-      collected.append(text)
-
-
-# How distutils reports a command that failed: its argument list, then
-# the exit status.
-_FAILED_COMMAND = re.compile(
-    r"""[Cc]ommand '?\[?'([^']+)'.*(?:exit status|exit code) (-?\d+)""")
-
-
-def _error_summary(compiler_output, exc):
-  """The first error line the compiler wrote (else its last line); with no
-  output, which command failed and how."""
-  lines = [line for line in compiler_output.splitlines() if line.strip()]
-  for line in lines:
-    if _ERROR_LINE.search(line):
-      return _one_line(line)
-  if lines:
-    return _one_line(lines[-1])
-  text = _one_line(str(exc))
-  failed = _FAILED_COMMAND.search(text)
-  if failed:
-    return (f"the command {failed.group(1)!r} exited with status "
-            f"{failed.group(2)}")
-  return text[:500] or type(exc).__name__
-
-
 class build_ext_optional(build_ext):
   """Adds the jaxlib/NumPy include dirs at build time and never fails.
 
@@ -199,15 +138,17 @@ class build_ext_optional(build_ext):
       self._write_failure_file(ext)
 
   def build_extension(self, ext):
-    with _compiler_errors() as output:
-      try:
-        super().build_extension(ext)
-        return
-      except Exception as e:  # noqa: BLE001  (compiler missing or failing)
-        error = e
+    try:
+      super().build_extension(ext)
+      return
+    except Exception as e:  # noqa: BLE001  (compiler missing or failing:
+      error = e           # the pure-Python engine, with the reason below)
     self._remove_outputs(ext)  # no half-linked file either
+    # The compiler's own messages are in the build log above; the reason
+    # kept is setuptools' (which command failed, with which status).
     self._fail(f"compiling {ext.name} failed: "
-               f"{_error_summary(''.join(output), error)}")
+               f"{_one_line(str(error))[:500] or type(error).__name__} "
+               "(the compiler's messages are in the build log)")
 
   def _fail(self, reason):
     """Warns now and keeps ``reason`` (one line) for the failure file."""
@@ -247,23 +188,6 @@ class build_ext_optional(build_ext):
       if os.path.exists(path):
         outputs.append(path)
     return outputs
-
-  def copy_extensions_to_source(self):
-    """For ``--inplace`` and editable builds: the failure file goes to the
-    source tree too, and a failed build removes the extension that an
-    earlier one left there."""
-    build_py_cmd = self.get_finalized_command("build_py")
-    for ext in self.extensions:
-      inplace, regular = self._get_inplace_equivalent(build_py_cmd, ext)
-      if not os.path.exists(regular) and os.path.exists(inplace):
-        os.remove(inplace)
-      src = os.path.join(os.path.dirname(regular), FAILURE_FILE)
-      dst = os.path.join(os.path.dirname(inplace), FAILURE_FILE)
-      if os.path.exists(src):
-        self.copy_file(src, dst, level=self.verbose)
-      elif os.path.exists(dst):
-        os.remove(dst)
-    super().copy_extensions_to_source()
 
 
 engine = Extension(

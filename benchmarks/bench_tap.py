@@ -122,7 +122,7 @@ def per_step(steps: int, repeats: int):
 
   f32 = jax.ShapeDtypeStruct((4,), jnp.float32)
   x = jnp.zeros((4,), jnp.float32)
-  nothing = lambda: None  # noqa: E731
+  nothing = lambda: None
   # (name, step, finish, counted, hostcb_gpu_engine)
   variants = [("untapped scan", lambda c: c, nothing, False, None)]
   if engine.available() and (not ON_GPU or gpu_engine_available()):
@@ -315,7 +315,7 @@ def main() -> None:
         "| all delivered |")
   print("|---|---:|---:|---:|:---:|")
   for name, v, ok in rows:
-    ratio = lambda a: f"{a / v:.0f}×" if v > 0 else "∞"  # noqa: E731
+    ratio = lambda a: f"{a / v:.0f}×" if v > 0 else "∞"
     print(f"| {name} | {v:.3f} | {ratio(dbg)} | {ratio(io)} | "
           f"{'yes' if ok else 'NO'} |")
   print(f"| legacy JAX 0.4.30 id_tap / call (reference) | "

@@ -23,7 +23,7 @@ import warnings
 if sys.argv[1] == "die":
   sys.exit(3)
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 

@@ -45,6 +45,19 @@ def test_run_reports_a_missing_script():
   assert "no such script" in res.stderr
 
 
+def test_run_shows_the_traceback_of_a_missing_file_inside_the_script(tmp_path):
+  # Only the script itself missing is exit status 2 without a traceback; a
+  # FileNotFoundError raised by the script is the script's own failure.
+  script = tmp_path / "opens.py"
+  script.write_text("open('no/such/data.txt')\n")
+  res = _hostcb("run", str(script))
+  assert res.returncode == 1
+  assert "Traceback (most recent call last)" in res.stderr, res.stderr
+  assert ("FileNotFoundError: [Errno 2] No such file or directory: "
+          "'no/such/data.txt'") in res.stderr
+  assert "no such script" not in res.stderr
+
+
 def test_run_restores_jax_xla_computation(tmp_path):
   script = tmp_path / "uses_xla_computation.py"
   script.write_text("import jax\nimport hostcb\n"
@@ -156,9 +169,9 @@ def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):
 
 
 def test_the_console_script_names_the_command_line_entry_point():
-  import importlib  # noqa: PLC0415
-  import tomllib  # noqa: PLC0415
-  from hostcb.tools import cli  # noqa: PLC0415
+  import importlib
+  import tomllib
+  from hostcb.tools import cli
   scripts = tomllib.loads((REPO / "pyproject.toml").read_text())[
       "project"]["scripts"]
   module, _, name = scripts["hostcb"].partition(":")

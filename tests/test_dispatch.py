@@ -281,7 +281,7 @@ def test_fast_mode_barrier_waits_for_this_threads_running_computations(fast):
 
 def test_fast_mode_keeps_taps_whose_results_are_unused(fast):
   seen = []
-  tap = lambda a, t: seen.append(int(a))  # noqa: E731
+  tap = lambda a, t: seen.append(int(a))
 
   @jax.jit
   def f(x):

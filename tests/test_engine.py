@@ -20,6 +20,7 @@ from jax import lax
 
 import hostcb
 from hostcb import engine
+from hostcb.engine import native
 from _helpers import Recorder, run_python
 
 NATIVE = pytest.mark.skipif(
@@ -57,6 +58,7 @@ def test_without_the_native_engine_taps_use_python_callbacks():
   code = """
 import jax, hostcb
 from hostcb import engine
+from hostcb.engine import native
 seen = []
 f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
 print(engine.available(), engine.unavailable_reason())
@@ -129,7 +131,7 @@ def test_native_call_runs_after_taps_that_fell_back_to_python_callbacks():
 def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
   for trial in range(10):
     seen = []
-    tap = lambda a, t, device: seen.append((device.id, int(a)))  # noqa: E731
+    tap = lambda a, t, device: seen.append((device.id, int(a)))
     steps = 300
     p = jax.pmap(lambda x: lax.scan(
         lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
@@ -593,7 +595,7 @@ def test_a_tap_whose_arrays_cannot_be_allocated_is_reported_and_the_rest_run():
   f(10).block_until_ready()
   hostcb.barrier_wait()
   rec.calls.clear()
-  engine.fail_next_allocations(1)  # the consumer's next tap: out of memory
+  native._test_fail_next_allocations(1)  # the consumer's next tap: out of memory
   f(0)
   with pytest.raises(hostcb.CallbackException,
                      match="a tap was lost: its operands could not be "
@@ -646,3 +648,89 @@ def test_the_fallback_warning_is_silenced_by_an_explicit_choice(env):
   proc = run_python(_NO_EXTENSION, env_extra=env)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "0\n"
+
+
+# ------------------------------------------------ a consumer that fails
+class _Stop(BaseException):
+  """Ends a consumer's loop in the test (it catches Exception only)."""
+
+
+def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
+    monkeypatch, caplog):
+  # Fault injection: every batch of the consumer fails.  It must not spin:
+  # it waits longer after each close failure, up to the bound.
+  from hostcb.engine import errors
+  delays = []
+
+  def sleep(seconds):
+    delays.append(seconds)
+    if len(delays) == 10:
+      raise _Stop
+
+  def consume():
+    raise OSError("injected consumer failure")
+
+  monkeypatch.setattr(native, "_sleep", sleep)
+  consumer = native._Consumer.__new__(native._Consumer)
+  consumer.ordinal = 9999
+  consumer._consume = consume
+  ended = []
+
+  def run():
+    try:
+      consumer._run()
+    except _Stop:
+      ended.append(True)
+
+  thread = threading.Thread(target=run)
+  with caplog.at_level("ERROR", logger="hostcb"):
+    thread.start()
+    thread.join(timeout=60)
+  assert ended == [True]
+  errors.take_last_exception()
+  assert delays == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0]
+  failures = [r for r in caplog.records
+              if "the consumer of device 9999 failed" in r.getMessage()]
+  assert len(failures) == 10
+  assert "OSError: injected consumer failure" in failures[0].getMessage()
+
+
+def test_a_consumer_failure_long_after_the_last_waits_the_first_delay():
+  assert native.retry_delay(2.0, 11.0) == 0.01
+  assert native.retry_delay(0.5, 1.0) == 1.0
+  assert native.retry_delay(0.0, None) == 0.01
+
+
+@NATIVE
+@pytest.mark.parametrize("name", ["GPU_KEY_BASE", "DEFAULT_QUEUE_BYTES"])
+def test_the_values_used_without_the_extension_are_the_extensions(name):
+  # The constants shared with C++ come from the extension; the values for a
+  # process without it must not drift from engine.h.
+  import hostcb._native as pkg
+  assert pkg._WITHOUT_EXTENSION[name] == getattr(native.module(), name)
+
+
+def test_an_extension_without_a_shared_constant_stops_the_import():
+  # Fault injection: an extension built from other sources (no
+  # DEFAULT_QUEUE_BYTES).  hostcb must not guess the value.
+  proc = run_python(
+      "import sys, types\n"
+      "fake = types.ModuleType('hostcb._native._engine')\n"
+      "fake.__file__ = '/old/_engine.so'\n"
+      "sys.modules['hostcb._native._engine'] = fake\n"
+      "import hostcb\n")
+  assert proc.returncode != 0
+  assert ("ImportError: hostcb: the extension /old/_engine.so has no "
+          "DEFAULT_QUEUE_BYTES: it was built from other sources than this "
+          "hostcb" in proc.stderr), proc.stderr
+
+
+def test_without_the_extension_the_shared_constants_have_their_values():
+  proc = run_python(
+      "import hostcb\n"
+      "from hostcb.engine import native\n"
+      "print(hostcb.config.read('jax_host_callback_max_queue_byte_size'),\n"
+      "      native.GPU_KEY_BASE)\n",
+      env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "256000000 1073741824\n"

@@ -51,3 +51,22 @@ def test_a_program_that_exits_right_after_dispatching_loses_no_tap(env):
                     + [f"0:{100 + i}" for i in range(50)])
   for _ in range(4):
     assert sorted(_trial(env)) == expected
+
+
+def test_a_failure_while_waiting_at_exit_is_logged_with_its_traceback():
+  # Fault injection: the exit handler's wait raises.  It must not kill the
+  # exit, nor pass in silence.
+  proc = run_python("""
+import jax, hostcb
+from hostcb.engine import barrier
+def broken(timeout=None):
+    raise OSError("injected failure")
+barrier.wait_for_taps = broken
+jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(1)
+print("done")
+""")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "done\n"
+  assert "hostcb: at exit, waiting for the taps failed" in proc.stderr
+  assert "Traceback (most recent call last)" in proc.stderr
+  assert "OSError: injected failure" in proc.stderr

@@ -498,7 +498,7 @@ def test_docstring_power3_under_vmap():
 
 def test_docstring_checkpoint_prints_three_times():
   s = Stream()
-  p3 = lambda x: power3(x, s)  # noqa: E731
+  p3 = lambda x: power3(x, s)
   jax.grad(lambda x: p3(jax.checkpoint(p3)(x)))(3.)
   hostcb.barrier_wait()
   assert s.output == ("what: x,x^2\n( 3. 9. )\n"

@@ -297,3 +297,23 @@ print(kinds)
 """)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "['ArrayImpl', 'ArrayImpl', 'ndarray']\n"
+
+
+@needs_pth_hook
+def test_hostcb_no_import_hook_false_keeps_the_pth_hook():
+  # Before the one parser of switches, "false" disabled the hook.
+  proc = run_python("""
+from jax.experimental import host_callback
+print(host_callback.__name__)
+""", use_src=False, env_extra={"HOSTCB_NO_IMPORT_HOOK": "false"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "hostcb.host_callback\n"
+
+
+@needs_pth_hook
+def test_hostcb_no_import_hook_with_no_boolean_is_reported_at_start():
+  proc = run_python("print('ran')", use_src=False,
+                    env_extra={"HOSTCB_NO_IMPORT_HOOK": "maybe"})
+  assert proc.stdout == "ran\n"
+  assert ("environment variable HOSTCB_NO_IMPORT_HOOK must be a boolean such "
+          "as '1', 'true', '0' or 'false'; got 'maybe'" in proc.stderr)

@@ -142,7 +142,7 @@ def test_report_in_process_starts_with_hostcb_and_ends_each_line():
 
 # ------------------------------------------------- the recorded build failure
 def _package_copy(tmp_path, failure: str | None) -> str:
-  """A copy of the tested hostcb (the package and its import hook module)
+  """A copy of the tested hostcb (the package and its import hook's modules)
   without its extension, with `failure` as the install's recorded build
   failure; returns its root."""
   root = tmp_path / "site"
@@ -150,7 +150,8 @@ def _package_copy(tmp_path, failure: str | None) -> str:
       os.path.join(hostcb_root(), "hostcb"), root / "hostcb",
       ignore=shutil.ignore_patterns("*.so", "*.pyd", "_build_failure.txt",
                                     "__pycache__"))
-  shutil.copy(os.path.join(hostcb_root(), "_hostcb_legacy_import.py"), root)
+  for hook in ("_hostcb_startup_finder.py", "_hostcb_env.py"):
+    shutil.copy(os.path.join(hostcb_root(), hook), root)
   if failure is not None:
     (root / "hostcb" / "_native" / "_build_failure.txt").write_text(failure)
   return str(root)

@@ -29,7 +29,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from jax_diff import harness, registry  # noqa: E402
+from jax_diff import harness, registry
 
 for _m in registry.MODULES:
   importlib.import_module(f"jax_diff.{_m}")
@@ -51,7 +51,7 @@ _SINCE_JAX_0_10 = {
 
 
 def _jax_version() -> tuple[int, ...]:
-  import jax  # noqa: PLC0415
+  import jax
   return tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 
@@ -72,7 +72,7 @@ def test_hostcb_matches_jax(outputs, name):
   prints, calls back, returns and raises what JAX does in this scenario,
   or what the scenario documents."""
   if name in _SINCE_JAX_0_10 and _jax_version() < (0, 10):
-    import jax  # noqa: PLC0415
+    import jax
     pytest.skip(f"{name} shows JAX 0.10's API, which hostcb follows; jax "
                 f"{jax.__version__} differs there (its own API drift)")
   sc = registry.SCENARIOS[name]

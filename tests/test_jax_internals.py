@@ -100,3 +100,41 @@ def test_a_staged_print_fails_naming_the_jax_version_and_the_missing_symbol():
       "hostcb was checked against jax 0.8.0 to 0.12.0.1; install a jax in "
       "that range or a hostcb release that supports jax "
       f"{jax.__version__}.\n")
+
+
+# ----------------------------------------------- the jax.config options
+def test_a_changed_jax_config_constructor_stops_the_import():
+  # Fault injection: a JAX whose option constructors take other arguments.
+  # jax.config.update("jax_host_callback_*") must not silently stop working.
+  proc = run_python(
+      "from jax._src import config\n"
+      "def bool_state(name, default, help_text):\n"
+      "    raise AssertionError('not reached')\n"
+      "config.bool_state = bool_state\n"
+      "import hostcb\n")
+  assert proc.returncode != 0
+  assert ("TypeError: bool_state() got an unexpected keyword argument 'help'"
+          in proc.stderr), proc.stderr
+
+
+def test_an_option_that_jax_defines_itself_stops_the_import():
+  proc = run_python(
+      "from jax._src import config\n"
+      "config.bool_state('jax_host_callback_inline', False, 'JAX own')\n"
+      "import hostcb\n")
+  assert proc.returncode != 0
+  assert (f"RuntimeError: hostcb: jax {jax.__version__} defines the option "
+          "jax_host_callback_inline itself" in proc.stderr), proc.stderr
+
+
+def test_registering_the_options_again_keeps_hostcbs_own():
+  proc = run_python(
+      "import jax, hostcb\n"
+      "from hostcb import jax_internals as ji\n"
+      "seen = []\n"
+      "ji.register_config_options(lambda n, v: seen.append((n, v)), False,\n"
+      "                           int(256e6))\n"
+      "jax.config.update('jax_host_callback_inline', True)\n"
+      "print(hostcb.config.read('jax_host_callback_inline'), seen)\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "True []\n"

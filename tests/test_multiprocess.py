@@ -95,7 +95,7 @@ def results(tmp_path_factory):
   runs = launch([[str(i), str(NUM_PROCESSES), port, str(outdir)]
                  for i in range(NUM_PROCESSES)], LAUNCH_TIMEOUT_S)
   found = {}
-  for i, run in enumerate(runs):
+  for i, _run in enumerate(runs):
     path = outdir / f"result_{i}.json"
     if path.exists():
       found[i] = json.loads(path.read_text())
@@ -237,7 +237,7 @@ def test_example_runs_as_two_local_processes():
 def test_all_processes_barrier_in_a_single_process_waits_for_its_taps():
   import jax
   seen = []
-  tap = lambda x, transforms: seen.append(int(x))  # noqa: E731
+  tap = lambda x, transforms: seen.append(int(x))
   f = jax.jit(lambda x: hostcb.id_tap(tap, x))
   f(1)
   hostcb.barrier_wait(all_processes=True)

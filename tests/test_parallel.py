@@ -62,7 +62,7 @@ def test_pmap_taps_of_each_device_in_program_order():
   rec = Recorder()
 
   def f(x):
-    for i in range(10):
+    for _i in range(10):
       x = hostcb.id_tap(rec, x + 1, tap_with_device=True)
     return x
 
@@ -209,7 +209,7 @@ def test_sharded_jit_taps_in_order():
   x = _sharded(jnp.arange(2. * N))
 
   def f(x):
-    for i in range(5):
+    for _i in range(5):
       x = hostcb.id_tap(rec, x + 1)
     return x
 

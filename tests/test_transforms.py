@@ -72,7 +72,7 @@ def test_nested_vmap_with_inner_unbatched_value():
 
 def test_vmap_under_jit_and_jit_under_vmap():
   rec = Recorder()
-  f = lambda x: hostcb.id_tap(rec, x)  # noqa: E731
+  f = lambda x: hostcb.id_tap(rec, x)
   jax.jit(jax.vmap(f))(jnp.arange(2))
   jax.vmap(jax.jit(f))(jnp.arange(2))
   hostcb.barrier_wait()

@@ -54,7 +54,7 @@ def test_program_shape_result_is_a_tuple_of_the_outputs():
 
 def test_simple_namespace_example_argument_gives_same_hlo_as_a_value():
   scalar = types.SimpleNamespace(shape=(), dtype=np.dtype(np.float32))
-  f = lambda x: jnp.sin(x)  # noqa: E731
+  f = lambda x: jnp.sin(x)
   assert (xla_computation(f)(scalar).as_hlo_text() ==
           xla_computation(f)(np.float32(3.)).as_hlo_text())
 
@@ -247,7 +247,7 @@ def test_tuple_args_true_gives_one_tuple_parameter():
 
 
 def test_tuple_args_none_tuples_only_above_100_arguments():
-  f = lambda *xs: sum(xs)  # noqa: E731
+  f = lambda *xs: sum(xs)
   many = xla_computation(f, tuple_args=None)(*range(101)).program_shape()
   few = xla_computation(f, tuple_args=None)(*range(100)).program_shape()
   assert [s.is_tuple() for s in many.parameter_shapes()] == [True]
@@ -308,7 +308,7 @@ def test_backend_lowers_for_platforms_this_machine_lacks(backend):
 
 def test_backend_selects_platform_specific_lowering():
   # A hostcb tap is an FFI custom call whose target depends on the platform.
-  f = lambda x: hostcb.id_print(x, output_stream=None)  # noqa: E731
+  f = lambda x: hostcb.id_print(x, output_stream=None)
   cpu = xla_computation(f, backend="cpu")(1.).as_hlo_text()
   cuda = xla_computation(f, backend="cuda")(1.).as_hlo_text()
   # On CPU the native engine's handler, where it is built.
@@ -321,7 +321,7 @@ def test_lowering_that_needs_the_missing_platform_raises():
   # jax.debug.print asks for the CUDA client while lowering.
   if any(d.platform == "gpu" for d in jax.devices()):
     pytest.skip("this machine has a CUDA backend: the lowering would work")
-  f = lambda x: (jax.debug.print("{}", x), x)[1]  # noqa: E731
+  f = lambda x: (jax.debug.print("{}", x), x)[1]
   with pytest.raises(RuntimeError, match="Unknown backend cuda"):
     xla_computation(f, backend="cuda")(1.)
 
@@ -370,7 +370,7 @@ def test_in_parts_not_matching_the_arguments_is_rejected():
 
 # ------------------------------------------- instantiate_const_outputs
 def test_instantiate_const_outputs_is_ignored():
-  f = lambda x: (x, 1.)  # noqa: E731
+  f = lambda x: (x, 1.)
   assert (xla_computation(f, instantiate_const_outputs=True)(1.).as_hlo_text()
           == xla_computation(f)(1.).as_hlo_text())
 
@@ -432,7 +432,7 @@ def test_as_hlo_text_rejects_a_non_bool_flag():
 
 
 def test_print_large_constants_shows_the_elements():
-  f = lambda x: x + np.arange(20, dtype=np.float32)  # noqa: E731
+  f = lambda x: x + np.arange(20, dtype=np.float32)
   c = xla_computation(f)(jnp.ones(20))
   assert "constant({...})" in c.as_hlo_text()
   assert "constant({0, 1, 2," in c.as_hlo_text(True)
@@ -541,7 +541,7 @@ def test_pmap_axis_index_counts_replicas():
 
 @needs_pmap_staging
 def test_nested_pmap_is_refused_with_a_hint():
-  f = lambda x: jax.pmap(jax.pmap(lambda a: a, "j"), "i")(x)  # noqa: E731
+  f = lambda x: jax.pmap(jax.pmap(lambda a: a, "j"), "i")(x)
   with pytest.raises(NotImplementedError, match=r"a pmap inside another pmap"
                      r" is not supported \(inner axis 'j'\); give the outer "
                      r"axes in axis_env"):

@@ -13,9 +13,10 @@ buffer callback instead receives the buffers themselves:
     y = jax.jit(double)(x)
 
 The operands arrive as :class:`Buffer` objects not to be written (their
-``writeable`` is False), the results as writable ones in a pytree shaped like ``result_shape_dtypes``; on CPU both
-are zero-copy NumPy arrays through ``numpy.asarray`` and tensors of other
-libraries through DLPack (``torch.from_dlpack``).  This is built on XLA's
+``writeable`` is False), the results as writable ones in a pytree shaped
+like ``result_shape_dtypes``; on CPU both are zero-copy NumPy arrays
+through ``numpy.asarray`` and tensors of other libraries through DLPack
+(``torch.from_dlpack``).  This is built on XLA's
 ``xla_buffer_python_*_callback`` custom calls, as JAX's own
 ``jax.experimental.buffer_callback`` is, and behaves as JAX's does (code
 written for it runs unchanged; in a ``jit`` over several devices the
@@ -44,6 +45,7 @@ import jax
 import numpy as np
 
 from hostcb import jax_internals as ji
+from hostcb.signatures import VMAP_METHODS, result_avals, unsupported_vmap
 
 __all__ = ["buffer_callback", "Buffer", "ExecutionContext", "ExecutionStage"]
 
@@ -54,10 +56,6 @@ The same enum as ``jax.experimental.buffer_callback.ExecutionStage``.  On
 GPU, a ``command_buffer_compatible`` callback also sees the stages of
 command buffer construction.
 """
-
-VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
-                "broadcast_all", "legacy_vectorized")
-
 
 def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
@@ -80,7 +78,7 @@ def _load_madvise() -> Callable[[int, int], int] | None:
     return None
   try:
     fn = ctypes.CDLL(None, use_errno=True).madvise
-  except (OSError, AttributeError):
+  except (OSError, AttributeError):  # no madvise in this libc: not advised
     return None
   fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
   fn.restype = ctypes.c_int
@@ -304,11 +302,7 @@ def _transpose(cts, *args, **params):
 
 def _batch(args, dims, *, vmap_method, **params):
   if vmap_method not in VMAP_METHODS:
-    raise NotImplementedError(
-        "vmap is only supported for the buffer_callback primitive when "
-        "vmap_method is one of 'sequential', 'sequential_unrolled', "
-        "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. "
-        f"Got vmap_method={vmap_method!r}.")
+    raise unsupported_vmap("buffer_callback", vmap_method)
   return ji.ffi_batching(buffer_callback_p, args, dims,
                          vmap_method=vmap_method, **params)
 
@@ -351,19 +345,19 @@ ji.lowers_without_devices(buffer_callback_p)
 
 
 # --------------------------------------------------------------------- API
+def _result_aval(leaf):
+  for attribute in ("shape", "dtype"):
+    if not hasattr(leaf, attribute):
+      raise AttributeError(
+          f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
+          "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
+          f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
+  # As JAX's: the dtype is kept as given (not canonicalized).
+  return ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype))
+
+
 def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
-  flat, out_tree = jax.tree_util.tree_flatten(result_shape_dtypes)
-  avals = []
-  for leaf in flat:
-    for attribute in ("shape", "dtype"):
-      if not hasattr(leaf, attribute):
-        raise AttributeError(
-            f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
-            "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
-            f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
-    # As JAX's: the dtype is kept as given (not canonicalized).
-    avals.append(ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype)))
-  return tuple(avals), out_tree
+  return result_avals(result_shape_dtypes, _result_aval)
 
 
 

@@ -22,7 +22,8 @@ and can be changed later from Python, in any of these equivalent ways::
     hostcb's own.  By default (``False``) a function that taps or calls and
     runs on one device is compiled for ``jax.jit``'s C++ fast dispatch path
     (no JAX runtime token; about 1.3x the dispatch time of the same
-    function without the tap, instead of about 17x), and ``barrier_wait``
+    function without the tap, instead of the strict mode's cost in
+    README.md's dispatch table), and ``barrier_wait``
     waits for every computation of the calling thread, every multi-device
     one, and every one of any thread whose results are still alive.  The
     one computation it cannot see is a one-device computation that another
@@ -54,13 +55,17 @@ and can be changed later from Python, in any of these equivalent ways::
     sets ``strict = not value``).
 
 Other modules follow an option with :func:`subscribe` (this module imports
-none of them).
+none of them, but for :mod:`hostcb._native`'s constants).
 """
 from __future__ import annotations
 
 import os
 import threading
 from typing import Any, Callable
+
+from _hostcb_env import env_flag
+
+from hostcb._native import shared_constant
 
 __all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
            "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE", "JAX_ARRAYS"]
@@ -73,23 +78,8 @@ GPU_ENGINE = "hostcb_gpu_engine"
 JAX_ARRAYS = "hostcb_callback_jax_arrays"
 
 _MIN_QUEUE_BYTES = int(16e6)
-_TRUE = {"1", "true", "t", "yes", "y", "on"}
-_FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
 _lock = threading.Lock()
-
-
-def _bool_from_env(var: str, default: bool) -> bool:
-  raw = os.environ.get(var)
-  if raw is None:
-    return default
-  value = raw.strip().lower()
-  if value in _TRUE:
-    return True
-  if value in _FALSE:
-    return False
-  raise ValueError(f"environment variable {var} must be a boolean such as "
-                   f"'1', 'true', '0' or 'false'; got {raw!r}")
 
 
 def _int_from_env(var: str, default: int) -> int:
@@ -124,18 +114,19 @@ def _check(name: str, value: Any) -> Any:
 
 def _strict_from_env() -> bool:
   if "HOSTCB_STRICT_BARRIER" in os.environ:
-    return _bool_from_env("HOSTCB_STRICT_BARRIER", False)
-  return not _bool_from_env("HOSTCB_FAST_DISPATCH", True)
+    return env_flag("HOSTCB_STRICT_BARRIER", False)
+  return not env_flag("HOSTCB_FAST_DISPATCH", True)
 
 
 _values: dict[str, Any] = {
-    INLINE: _bool_from_env("JAX_HOST_CALLBACK_INLINE", False),
+    INLINE: env_flag("JAX_HOST_CALLBACK_INLINE", False),
     MAX_QUEUE_BYTE_SIZE: _check(
         MAX_QUEUE_BYTE_SIZE,
-        _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", int(256e6))),
+        _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+                      shared_constant("DEFAULT_QUEUE_BYTES"))),
     STRICT_BARRIER: _strict_from_env(),
-    GPU_ENGINE: _bool_from_env("HOSTCB_GPU_ENGINE", False),
-    JAX_ARRAYS: _bool_from_env("HOSTCB_CALLBACK_JAX_ARRAYS", False),
+    GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
+    JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", False),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

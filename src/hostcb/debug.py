@@ -39,9 +39,10 @@ from hostcb import config
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
 from hostcb.engine import prints_staged
-from hostcb.jax_internals import jax_callbacks as _ji_callbacks
+from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
+from hostcb.signatures import is_key
 
 __all__ = ["print", "callback"]
 
@@ -62,11 +63,6 @@ def _split(args: tuple, kwargs: dict):
     else:
       static.append((i, leaf))
   return in_tree, operands, tuple(static)
-
-
-def _is_key(x) -> bool:
-  return jax.dtypes.issubdtype(getattr(x, "dtype", None),
-                               jax.dtypes.prng_key)
 
 
 def _element(array: np.ndarray, dim: int, i: int) -> np.ndarray:
@@ -200,7 +196,7 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
   for i, x in enumerate(operands):
-    if _is_key(x):
+    if is_key(x):
       key_impls.append(jax.random.key_impl(x))
       operands[i] = jax.random.key_data(x)
     else:
@@ -392,7 +388,7 @@ def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
                       or _contains_arrays(args, kwargs)))
 
 
-def print(fmt: str | None = None, *args, ordered: bool = False,  # noqa: A001
+def print(fmt: str | None = None, *args, ordered: bool = False,
           partitioned: bool = False, skip_format_check: bool = False,
           _use_logging: bool = False, **kwargs) -> Callable[..., None] | None:
   """``jax.debug.print`` on hostcb's engine: prints values from JAX code.

@@ -18,7 +18,9 @@ from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
-from hostcb.printing import print_tap
+from hostcb.printing import (caller_print_options, numpy_print_options,
+                             print_tap)
+from hostcb.signatures import is_key, result_avals
 from hostcb.engine import prints_staged
 from hostcb.engine import (CallbackException, barrier_wait,
                            stop_outfeed_receiver)
@@ -69,10 +71,6 @@ def _check_device_index(device_index) -> None:
                      f"(0 to {n - 1}); got {device_index}")
 
 
-def _is_key(x) -> bool:
-  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
-
-
 _NUMBERS = (int, float, complex, bool, np.ndarray, np.generic)
 
 
@@ -81,7 +79,7 @@ def _array_like(x) -> bool:
   typed literals that JAX 0.8 passes for constants)."""
   try:
     return hasattr(x, "shape") and np.dtype(x.dtype) != object
-  except TypeError:
+  except TypeError:  # a dtype NumPy does not know: not an array to JAX
     return False
 
 
@@ -99,7 +97,7 @@ def _operands(arg, what: str):
   key_impls = []
   for i, x in enumerate(flat):
     if isinstance(x, jax.Array) or ji.is_tracer(x):
-      if _is_key(x):
+      if is_key(x):
         key_impls.append(jax.random.key_impl(x))
         flat[i] = jax.random.key_data(x)
         continue
@@ -172,7 +170,6 @@ class _Printer:
     # As legacy's functools.partial did: the device of ``tap_with_device``
     # overrides a user's ``device=`` keyword, and a user's ``transforms=``
     # fails the tap with a TypeError (multiple values for 'transforms').
-    from hostcb.printing import numpy_print_options
     with numpy_print_options(self.print_options):
       print_tap(arg, transforms, output_stream=self.output_stream,
                 threshold=self.threshold, **{**dict(self.kwargs), **device})
@@ -215,7 +212,6 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
       options, those of the thread that calls ``id_print`` (traces it).
     **kwargs: printed before ``arg``.
   """
-  from hostcb.printing import caller_print_options
   prints_staged()
   printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
                      caller_print_options())
@@ -223,27 +219,27 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
                 device_index=device_index, callback_flavor=callback_flavor)
 
 
+def _result_aval(r):
+  """Legacy's leaf of ``result_shape``: a number, or anything with a shape
+  and a dtype; its dtype canonicalized."""
+  if hasattr(r, "shape") and hasattr(r, "dtype"):
+    shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+  else:
+    if not isinstance(r, (int, float, complex, bool, np.number, np.bool_)):
+      raise TypeError(type(r))
+    shape, dtype = (), np.asarray(r).dtype
+  return ji.ShapedArray(shape, jax.dtypes.canonicalize_dtype(dtype))
+
+
 def _result_avals(result_shape):
-  flat, treedef = jax.tree_util.tree_flatten(result_shape)
   try:
-    avals = []
-    for r in flat:
-      if hasattr(r, "shape") and hasattr(r, "dtype"):
-        shape, dtype = tuple(r.shape), np.dtype(r.dtype)
-      else:
-        if not isinstance(r, (int, float, complex, bool, np.number,
-                              np.bool_)):
-          raise TypeError(type(r))
-        shape, dtype = (), np.asarray(r).dtype
-      avals.append(ji.ShapedArray(shape,
-                                  jax.dtypes.canonicalize_dtype(dtype)))
-  except Exception:
+    return result_avals(result_shape, _result_aval)
+  except Exception:  # noqa: BLE001  (any malformed leaf: legacy's error)
     raise ValueError(
         "result_shape should be a pytree of values with structure matching "
         "the expected result of the callback function. The values must be "
         "either numeric scalars, or must have 'shape' and 'dtype' attributes. "
         f"Got {result_shape}") from None
-  return tuple(avals), treedef
 
 
 def call(callback_func: Callable, arg, *, result_shape=None,

@@ -19,7 +19,7 @@ Two things can be switched on in this interpreter:
 Without any call, a ``pip install``-ed hostcb also resolves the legacy
 import at interpreter start: the ``hostcb-legacy-import.pth`` file installs
 a finder for that one module name (top-level module
-``_hostcb_legacy_import``, which imports neither hostcb nor JAX, so that
+``_hostcb_startup_finder``, which imports neither hostcb nor JAX, so that
 starting Python stays cheap and programs can still set JAX's environment
 variables before they import JAX); the finder calls :func:`legacy_module`
 when the module is imported.  Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the
@@ -31,6 +31,13 @@ from __future__ import annotations
 import sys
 import threading
 import types
+from typing import Callable
+
+import jax
+import jax.experimental
+
+from hostcb import debug, host_callback, jax_callbacks
+from hostcb.xla_computation import xla_computation
 
 __all__ = ["install", "uninstall", "legacy_module", "LEGACY_NAME",
            "install_jax_callbacks", "uninstall_jax_callbacks",
@@ -46,15 +53,13 @@ _legacy_set: list[tuple[object, str, object, object]] = []
 
 
 def _restore_jax_names() -> None:
-  import jax
-  from hostcb.xla_computation import xla_computation
   jax.xla_computation = xla_computation
 
 
 def legacy_module():
   """hostcb's module for ``jax.experimental.host_callback`` (the finder's
   answer), with ``jax.xla_computation`` restored beside it."""
-  import hostcb.host_callback as module
+  module = host_callback
   _restore_jax_names()
   return module
 
@@ -93,10 +98,6 @@ def install(jax_callbacks: bool = False) -> None:
   Calling it again does no harm (and routes the JAX callbacks held by
   modules imported since).  :func:`uninstall` undoes it.
   """
-  import jax
-  import jax.experimental
-  from hostcb import host_callback
-  from hostcb.xla_computation import xla_computation
   with _lock:
     _set(jax, "xla_computation", xla_computation)
     if sys.modules.get(LEGACY_NAME) is None:
@@ -143,7 +144,6 @@ _replaced: list[tuple[types.ModuleType, str, object]] = []
 
 def _replacements() -> dict[int, tuple[Callable, Callable]]:
   """id(JAX's function) -> (JAX's function, hostcb's)."""
-  from hostcb import debug, jax_callbacks  # noqa: PLC0415
   ours = {"debug_callback": debug.callback, "debug_print": debug.print,
           "io_callback": jax_callbacks.io_callback,
           "pure_callback": jax_callbacks.pure_callback}
@@ -205,6 +205,4 @@ def uninstall_jax_callbacks() -> int:
 
 def jax_callbacks_installed() -> bool:
   """Whether ``jax.debug.print`` is hostcb's now."""
-  import jax  # noqa: PLC0415
-  from hostcb import debug  # noqa: PLC0415
   return jax.debug.print is debug.print

@@ -22,9 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import sys
-import threading
-import types
 from typing import Any, Callable
 
 import jax
@@ -39,6 +36,8 @@ from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
 from hostcb.primitives import CallTarget, call_p
+from hostcb.signatures import (VMAP_METHODS, is_key, result_avals,
+                               unsupported_vmap)
 
 __all__ = ["io_callback", "pure_callback"]
 
@@ -198,10 +197,13 @@ def _check_shape_dtype(leaf) -> None:
                      "`jax_enable_x64` is disabled")
 
 
+def _result_aval(leaf):
+  _check_shape_dtype(leaf)
+  return ji.ShapedArray(leaf.shape, leaf.dtype)
+
+
 def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
-  jax.tree_util.tree_map(_check_shape_dtype, result_shape_dtypes)
-  leaves, tree = jax.tree_util.tree_flatten(result_shape_dtypes)
-  return tuple(ji.ShapedArray(r.shape, r.dtype) for r in leaves), tree
+  return result_avals(result_shape_dtypes, _result_aval)
 
 
 # ------------------------------------------------------- vmap rules
@@ -233,8 +235,7 @@ def _sequential(target, args, dims, *, device_index, effectful,
   return list(outs), [0] * len(outs)
 
 
-_VMAP_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
-                 "broadcast_all", "legacy_vectorized", None]
+_VMAP_METHODS = [*VMAP_METHODS, None]  # listed so in JAX's error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,12 +260,8 @@ class PureRules:
       return _sequential(target, args, dims, device_index=device_index,
                          effectful=effectful,
                          unroll=method == "sequential_unrolled")
-    if method not in ("expand_dims", "broadcast_all", "legacy_vectorized"):
-      raise NotImplementedError(
-          "vmap is only supported for the pure_callback primitive when "
-          "vmap_method is one of 'sequential', 'sequential_unrolled', "
-          "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. "
-          f"Got vmap_method={method!r}.")
+    if method not in VMAP_METHODS:
+      raise unsupported_vmap("pure_callback", method)
     dims = [None if d is ji.not_mapped else d for d in dims]
     size = _axis_size(args, dims)
     moved = _moved(args, dims)
@@ -309,12 +306,6 @@ class IoRules:
 
 
 # ------------------------------------------------------ the functions
-def _is_key(x) -> bool:
-  dtype = getattr(x, "dtype", None)
-  return (dtype is not None and not isinstance(dtype, np.dtype)
-          and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
-
-
 def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
   """Binds the call of ``pure_callback``/``io_callback`` (``name``).
 
@@ -323,7 +314,7 @@ def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
   value fails with JAX's error, which names ``name``.
   """
   for i, x in enumerate(flat):
-    if _is_key(x):
+    if is_key(x):
       flat[i] = jax.random.key_data(x)
   try:
     return call_p.bind(*flat, target=target, device_index=0,

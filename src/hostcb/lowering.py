@@ -81,6 +81,33 @@ def _device_of(placement: ji.Placement):
   return None if devices is None else devices[placement.device_index]
 
 
+def _host_function(placement: ji.Placement, run, *, context: bool = False):
+  """The host function that XLA calls for a callback lowered at
+  ``placement``: it calls ``run(operands, device)`` with the device that
+  runs the callback (per-device code passes its partition id first).
+
+  ``context``: XLA passes an execution context first (buffer callbacks).
+  """
+  where = _device_of(placement)
+  if placement.per_device:
+    if context:
+      def per_device_with_context(exec_ctx, pid, *operands):
+        return run(operands, where(np.asarray(pid)))
+      return per_device_with_context
+
+    def per_device(pid, *operands):
+      return run(operands, where(pid))
+    return per_device
+  if context:
+    def one_device_with_context(exec_ctx, *operands):
+      return run(operands, where)
+    return one_device_with_context
+
+  def one_device(*operands):
+    return run(operands, where)
+  return one_device
+
+
 def _tap_lowering(ctx, *args, target, transforms, device_index):
   if _native(ctx):
     tid = engine.target_id(
@@ -97,22 +124,14 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   invoke = target.invoker(transforms)
   prints = target.prints
 
-  def make_host_fn(placement):
-    where = _device_of(placement)
-    if placement.per_device:
-      def host_tap(pid, *arrays):
-        device = where(pid)
-        engine.queue_for(device).put(
-            functools.partial(invoke, arrays, device), nbytes, prints)
-        return ()
-    else:
-      def host_tap(*arrays):
-        engine.queue_for(where).put(
-            functools.partial(invoke, arrays, where), nbytes, prints)
-        return ()
-    return host_tap
+  def queue_tap(arrays, device):
+    engine.queue_for(device).put(functools.partial(invoke, arrays, device),
+                                 nbytes, prints)
+    return ()
 
-  ji.emit_host_callback(ctx, make_host_fn, args, device_index=device_index,
+  ji.emit_host_callback(ctx, lambda placement: _host_function(placement,
+                                                               queue_tap),
+                        args, device_index=device_index,
                         has_side_effect=True, avals_out=())
   return list(args)  # the tap is an identity: its results are its operands
 
@@ -217,7 +236,7 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
   n_in = len(args)
   run_call = _call_runner(target)
 
-  def run(device, buffers):
+  def run(buffers, device):
     arrays = tuple(_read_only_copy(b) for b in buffers[:n_in])
     results = run_call(arrays, device)
     for out, result in zip(buffers[n_in:], results):
@@ -228,14 +247,7 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
 
   def make_host_fn(placement, host_copies):
     del host_copies  # never: _uses_buffers excludes jit over several devices
-    where = _device_of(placement)
-    if placement.per_device:
-      def host_call(exec_ctx, pid, *buffers):
-        return run(where(int(np.asarray(pid))), buffers)
-    else:
-      def host_call(exec_ctx, *buffers):
-        return run(where, buffers)
-    return host_call
+    return _host_function(placement, run, context=True)
 
   return ji.emit_buffer_callback(
       ctx, make_host_fn, args, device_index=device_index,
@@ -260,18 +272,8 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
                                has_side_effect=effectful)
 
   run_call = _call_runner(target)
-
-  def make_host_fn(placement):
-    where = _device_of(placement)
-    if placement.per_device:
-      def host_call(pid, *arrays):
-        return run_call(arrays, where(pid))
-    else:
-      def host_call(*arrays):
-        return run_call(arrays, where)
-    return host_call
-
-  return ji.emit_host_callback(ctx, make_host_fn, args,
+  return ji.emit_host_callback(ctx, lambda placement: _host_function(
+                                   placement, run_call), args,
                                device_index=device_index,
                                has_side_effect=effectful)
 

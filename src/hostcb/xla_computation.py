@@ -618,8 +618,8 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
 
   try:
     computation_maker = functools.wraps(fun)(computation_maker)
-  except (AttributeError, TypeError):
-    pass
+  except (AttributeError, TypeError):  # a callable without function metadata
+    pass                               # (e.g. a partial): the name below
   computation_maker.__name__ = f"xla_computation({name})"
   computation_maker.__qualname__ = computation_maker.__name__
   return computation_maker

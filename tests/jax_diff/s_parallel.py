@@ -1,5 +1,4 @@
 """Scenarios: callbacks in pmap, shard_map and sharded jit (2 devices)."""
-import functools
 
 import jax
 import jax.numpy as jnp

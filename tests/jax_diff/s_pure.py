@@ -1,5 +1,4 @@
 """Scenarios: ``jax.pure_callback``."""
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -188,7 +188,7 @@ def call_keeps_large_operands(ctx):
   f = jax.jit(lambda x: hcb.call(host, x * 1., result_shape=np.float32(0)))
   for i in range(4):
     f(np.full((1 << 16,), i, np.float32)).block_until_ready()
-  for i in range(4):
+  for _ in range(4):
     jnp.ones((1 << 16,), np.float32).block_until_ready()
   return [float(k[0]) for k in kept], [float(k[-1]) for k in kept]
 
@@ -208,7 +208,7 @@ def call_eager_compiles_once(ctx):
   logger = logging.getLogger("jax")
   logger.addHandler(handler)
   x = np.arange(7, dtype=np.int16)  # a shape no other scenario uses
-  host = lambda a: a  # noqa: E731
+  host = lambda a: a
   try:
     with jax.log_compiles(True):
       for _ in range(3):

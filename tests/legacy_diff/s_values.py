@@ -27,7 +27,7 @@ def _array(dtype: str):
 def _dtype_scenario(dtype: str, jit: bool):
   def run(ctx):
     x = _array(dtype)
-    f = lambda x: hcb.id_tap(ctx.tap, x)  # noqa: E731
+    f = lambda x: hcb.id_tap(ctx.tap, x)
     return (jax.jit(f) if jit else f)(x)
   run.__doc__ = (f"A {dtype} array tapped "
                  + ("under jit." if jit else "eagerly (its return value too)."))

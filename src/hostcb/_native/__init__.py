@@ -4,14 +4,46 @@ See :mod:`hostcb.engine` for the Python side and ``handlers.cc``,
 ``queue.h`` and ``module.cc`` here for the design.
 
 When the install could not build the extension, ``setup.py`` leaves a
-one-line file here saying why; :func:`build_failure` reads it.  This module
-imports only the standard library (no JAX, no NumPy).
+one-line file here saying why; :func:`build_failure` reads it.  The facts
+that C++ and Python share (``engine.h``) come to Python from the extension
+through :func:`shared_constant`.  This module imports only the standard
+library (no JAX, no NumPy) at import.
 """
 from __future__ import annotations
 
 import os
 
-__all__ = ["build_failure"]
+from _hostcb_env import env_flag
+
+__all__ = ["build_failure", "shared_constant"]
+
+# The values of engine.h's shared constants, for a process without the
+# extension (not built, not loadable, or HOSTCB_DISABLE_NATIVE), where no C++
+# uses them; the extension's own attributes are read everywhere else.
+_WITHOUT_EXTENSION = {
+    "GPU_KEY_BASE": 1 << 30,             # kGpuKeyBase
+    "DEFAULT_QUEUE_BYTES": 256_000_000,  # kDefaultQueueBytes
+}
+
+
+def shared_constant(name: str) -> int:
+  """Constant ``name`` of ``engine.h``, as the extension exports it (a
+  module attribute of ``hostcb._native._engine``); where the extension is
+  absent, its value for Python alone."""
+  if not env_flag("HOSTCB_DISABLE_NATIVE"):
+    try:
+      from hostcb._native import _engine  # noqa: PLC0415
+    except ImportError:  # not built or not loadable: hostcb.engine says why
+      pass
+    else:
+      value = getattr(_engine, name, None)
+      if value is None:
+        raise ImportError(
+            f"hostcb: the extension {_engine.__file__} has no {name}: it was "
+            "built from other sources than this hostcb; reinstall hostcb: "
+            "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
+      return value
+  return _WITHOUT_EXTENSION[name]
 
 # The name setup.py writes (FAILURE_FILE there).
 _FAILURE_FILE = "_build_failure.txt"
@@ -26,6 +58,6 @@ def build_failure() -> str | None:
   try:
     with open(path, encoding="utf-8", errors="replace") as f:
       line = f.readline().strip()
-  except OSError:
+  except OSError:  # no file: the install recorded no failure
     return None
   return line or None

@@ -15,11 +15,16 @@ namespace hostcb {
 
 // At most this many device queues (any non-negative device ordinals).
 constexpr int32_t kMaxDevices = 4096;
+// A queue's byte bound until Python sets one: the default of the option
+// jax_host_callback_max_queue_byte_size, exported to Python as
+// DEFAULT_QUEUE_BYTES (module.cc), which hostcb.config reads.
+constexpr uint64_t kDefaultQueueBytes = 256000000;
 // XLA_FFI_DataType codes are small integers; see c_api.h.
 constexpr int kMaxDtype = 64;
 
 // The queues of GPUs: kGpuKeyBase + the GPU's local ordinal (cuda.cc), out
 // of the range of CPU device ordinals.
+// Exported to Python as GPU_KEY_BASE (cuda_py.cc).
 constexpr int32_t kGpuKeyBase = 1 << 30;
 constexpr int32_t kMaxGpuOrdinal = 1 << 16;
 

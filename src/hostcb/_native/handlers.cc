@@ -36,7 +36,7 @@ thread_local Queue* tl_consumer_queue = nullptr;
 namespace {
 
 std::mutex g_create_mu;  // serialises queue creation only
-std::atomic<uint64_t> g_default_capacity{256000000};
+std::atomic<uint64_t> g_default_capacity{kDefaultQueueBytes};
 
 // Payloads up to this size are copied with the queue mutex held (one lock
 // round trip); larger ones are copied with it released.

@@ -478,7 +478,8 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_engine",
-                       "hostcb's native tap engine (see engine.py).", -1,
+                       "hostcb's native tap engine (see hostcb/engine/native.py).",
+                       -1,
                        kMethods};
 
 }  // namespace
@@ -511,9 +512,16 @@ PyMODINIT_FUNC PyInit__engine(void) {
   import_array();
   PyObject* m = PyModule_Create(&hostcb::kModule);
   if (!m) return nullptr;
-  PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices);
-  PyModule_AddIntConstant(m, "MAX_PRINT_TARGETS", hostcb::kMaxPrintTargets);
-  if (hostcb::AddCudaFunctions(m) < 0) {
+  // The constants that Python shares with the engine (engine.h), read by
+  // hostcb._native.shared_constant.
+  if (PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices) < 0 ||
+      PyModule_AddIntConstant(m, "MAX_PRINT_TARGETS",
+                              static_cast<long>(hostcb::kMaxPrintTargets))
+          < 0 ||
+      PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
+                              static_cast<long>(hostcb::kDefaultQueueBytes))
+          < 0 ||
+      hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -23,21 +23,22 @@ off).
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Callable
 
+from _hostcb_env import env_flag
+
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb.engine import gpu, lifecycle, native, pyqueue, registry
+from hostcb.engine import gpu, native, pyqueue, registry
+from hostcb.engine import lifecycle  # noqa: F401  (fork and exit handlers)
 from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
                                    wait_for_taps)
 from hostcb.engine.errors import CallbackException, record_exception
 from hostcb.engine.lifecycle import note_lowered
 from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   counters, device_of_ordinal,
-                                  fail_next_allocations, mark_print,
-                                  noop_target_name,
+                                  mark_print, noop_target_name,
                                   supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
@@ -53,8 +54,7 @@ __all__ = [
     "wait_for_device", "drain_device",
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
-    "wait_for_taps", "note_lowered", "fail_next_allocations",
-    "prints_staged", "mark_print",
+    "wait_for_taps", "note_lowered", "prints_staged", "mark_print",
 ]
 
 
@@ -133,9 +133,7 @@ def warn_if_unavailable() -> None:
   if _warned[0]:
     return
   _warned[0] = True
-  if (native.disabled_by_user()
-      or os.environ.get("HOSTCB_NO_ENGINE_WARNING", "").strip()
-      not in ("", "0")):
+  if native.disabled_by_user() or env_flag("HOSTCB_NO_ENGINE_WARNING"):
     return
   warnings.warn(
       f"hostcb: the native engine is not available: {unavailable_reason()}. "

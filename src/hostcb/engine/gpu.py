@@ -22,7 +22,7 @@ GPU's local hardware id (the FFI device ordinal XLA gives the handlers).
 
 Off by default (``hostcb_gpu_engine``, ``HOSTCB_GPU_ENGINE=1``) until it
 has passed ``scripts/check_gpu.sh`` on a real GPU; its host side is tested
-on CPU machines with a simulated driver (``tests/engine/test_gpu_backend.py``).
+on CPU machines with a simulated driver (``tests/test_engine_gpu.py``).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from hostcb import config
 from hostcb.engine import native
 
 # Keys of GPU queues start here (kGpuKeyBase in engine.h).
-GPU_KEY_BASE = 1 << 30
+GPU_KEY_BASE = native.GPU_KEY_BASE
 
 _lock = threading.Lock()
 _registered = False

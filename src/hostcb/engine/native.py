@@ -51,13 +51,15 @@ ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
+import time
 import traceback
 from typing import Any, Iterable
 
 import numpy as np
+from _hostcb_env import env_flag
 
+from hostcb._native import shared_constant
 from hostcb.engine import errors, registry
 from hostcb.engine.consumers import this_thread
 from hostcb.engine.sync import Arrivals
@@ -94,7 +96,7 @@ def _build_failure() -> str | None:
 
 def _load() -> None:
   global _native, _reason, _disabled_by_user
-  if os.environ.get("HOSTCB_DISABLE_NATIVE", "").strip() not in ("", "0"):
+  if env_flag("HOSTCB_DISABLE_NATIVE"):
     _reason = "disabled by HOSTCB_DISABLE_NATIVE"
     _disabled_by_user = True
     return
@@ -193,7 +195,7 @@ def register_targets(capacity: int) -> None:
     # handlers then serve the GPU back end alone.)
     try:
       jax.local_devices(backend="cpu")
-    except RuntimeError:
+    except RuntimeError:  # no CPU backend: nothing to check it against
       pass
     native.set_dtypes(_dtype_table())
     native.set_call_server(registry.call_runners, _check_call,
@@ -264,7 +266,7 @@ _devices_by_ordinal: dict[int, Any] | None = None
 
 
 # Keys of GPU queues start here (kGpuKeyBase in engine.h; see .gpu).
-_GPU_KEY_BASE = 1 << 30
+GPU_KEY_BASE = shared_constant("GPU_KEY_BASE")
 
 
 def device_of_ordinal(ordinal: int) -> Any:
@@ -272,7 +274,7 @@ def device_of_ordinal(ordinal: int) -> Any:
   device ordinal (XLA's CPU client gives its handlers the device id), or
   ``GPU_KEY_BASE`` plus a GPU's local hardware id (:mod:`.gpu`)."""
   global _devices_by_ordinal
-  if _devices_by_ordinal is None or (ordinal >= _GPU_KEY_BASE
+  if _devices_by_ordinal is None or (ordinal >= GPU_KEY_BASE
                                      and ordinal not in _devices_by_ordinal):
     import jax  # noqa: PLC0415
     table = {}
@@ -297,8 +299,25 @@ def key_of_device(device: Any) -> int | None:
     return device.id
   if (platform in ("gpu", "cuda")
       and getattr(device, "local_hardware_id", None) is not None):
-    return _GPU_KEY_BASE + device.local_hardware_id
+    return GPU_KEY_BASE + device.local_hardware_id
   return None
+
+
+# A failed consumer tries again after _RETRY_FIRST_SECONDS, doubling up to
+# _RETRY_MAX_SECONDS while failures follow each other within
+# _RETRY_RESET_SECONDS; a later failure starts again from the first delay.
+_RETRY_FIRST_SECONDS = 0.01
+_RETRY_MAX_SECONDS = 2.0
+_RETRY_RESET_SECONDS = 10.0
+_sleep = time.sleep  # (tests replace it)
+
+
+def retry_delay(previous: float, since_last_failure: float | None) -> float:
+  """How long a consumer waits after a failure, given its previous delay
+  and the seconds since its previous failure (None: the first one)."""
+  if since_last_failure is None or since_last_failure > _RETRY_RESET_SECONDS:
+    return _RETRY_FIRST_SECONDS
+  return min(max(2 * previous, _RETRY_FIRST_SECONDS), _RETRY_MAX_SECONDS)
 
 
 class _Consumer:
@@ -313,6 +332,7 @@ class _Consumer:
   def _run(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
     this_thread.ordinal = self.ordinal
+    delay, failed_at = 0.0, None
     with ji.running_tap_functions():
       while True:
         try:
@@ -320,6 +340,14 @@ class _Consumer:
         except Exception as e:  # noqa: BLE001  (the consumer never dies)
           errors.record_exception(
               e, f"the consumer of device {self.ordinal} failed")
+          # Logged and kept for the barrier; then the consumer waits before
+          # it tries again, longer after each failure that follows closely
+          # on the last, so that a persistent failure is no hot loop.
+          now = time.monotonic()
+          delay = retry_delay(delay, None if failed_at is None
+                              else now - failed_at)
+          failed_at = now
+          _sleep(delay)
 
   def _consume(self) -> None:
     run_batch = _native.run_batch
@@ -401,17 +429,13 @@ def put_markers(arrivals_for) -> Arrivals | None:
   """Puts a marker behind every record queued so far on each device with
   a consumer; returns the arrivals to wait for (None: no consumer).
 
-  ``arrivals_for(n)`` makes the Arrivals for ``n`` markers.
+  ``arrivals_for(n)`` makes the Arrivals for ``n`` markers.  Not from a
+  consumer, which would wait for itself (:func:`.barrier.wait_for_taps`
+  refuses those).
   """
   ordinals = list(_consumers)
   if not ordinals:
     return None
-  mine = this_thread.ordinal
-  if mine is not None and mine in ordinals:
-    raise RuntimeError(
-        "hostcb: a barrier (barrier_wait) was called from a tap or call "
-        f"function running on the consumer of device {mine}; it would wait "
-        "for that function itself")
   with _lock:
     mid = next(_marker_ids)
     arrivals = _markers[mid] = arrivals_for(len(ordinals))
@@ -441,9 +465,9 @@ def counters(ordinal: int) -> dict[str, int]:
   return _require().counters(ordinal)
 
 
-def fail_next_allocations(n: int) -> None:
-  """Fault injection (tests): the consumer fails to allocate the arrays of
-  the next ``n`` taps, as if out of memory."""
+def _test_fail_next_allocations(n: int) -> None:
+  """Fault injection, for tests only: the consumer fails to allocate the
+  arrays of the next ``n`` taps, as if out of memory."""
   _require()._fail_next_allocations(int(n))
 
 

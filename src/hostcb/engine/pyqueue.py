@@ -17,6 +17,7 @@ import collections
 import threading
 from typing import Any, Callable
 
+from hostcb._native import shared_constant
 from hostcb.engine import errors
 from hostcb.engine.consumers import this_thread
 from hostcb.engine.sync import Arrivals
@@ -32,7 +33,8 @@ _Item = tuple[Callable[[], Any], int]
 _POLL_SECONDS = 0.001
 _IDLE_POLLS = 50
 
-_max_bytes = int(256e6)
+# Set from hostcb.config by hostcb.engine at import (set_max_bytes).
+_max_bytes = shared_constant("DEFAULT_QUEUE_BYTES")
 
 
 def set_max_bytes(n: int) -> None:
@@ -211,15 +213,11 @@ def dispatch_started() -> None:
 
 def put_markers(arrivals_for) -> Arrivals | None:
   """Puts a marker behind the taps queued so far in every queue; returns
-  the arrivals to wait for (None: no queue)."""
+  the arrivals to wait for (None: no queue).  Not from a consumer, which
+  would wait for itself (:func:`.barrier.wait_for_taps` refuses those)."""
   qs = list(queues.values())
   if not qs:
     return None
-  if any(q.is_consumer() for q in qs):
-    raise RuntimeError(
-        "barrier_wait() was called from a tap function; it would wait for "
-        "that function itself. Call it from the thread that runs the "
-        "computation.")
   arrivals = arrivals_for(len(qs))
   for q in qs:
     if not q.put_marker(arrivals.arrive):

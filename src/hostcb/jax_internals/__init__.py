@@ -11,7 +11,7 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
-* :mod:`.lowering`: placement of callbacks and the custom calls they emit;
+* :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
 * :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches.
@@ -20,7 +20,7 @@ Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
 ``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
 """
 from hostcb.jax_internals.array_reads import after_host_reads
-from hostcb.jax_internals.buffers import *  # noqa: F401,F403
+from hostcb.jax_internals.buffers import *  # noqa: F403
 from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
                                          emit_buffer_callback, ffi_batching,
                                          runs_on_one_of_several_devices,
@@ -43,7 +43,7 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
-from hostcb.jax_internals.lowering import (Placement, emit_custom_call,
+from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
@@ -54,7 +54,7 @@ from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
-from hostcb.jax_internals.jax_callbacks import (is_jax_value,
+from hostcb.jax_internals.own_callbacks import (is_jax_value,
                                                 jax_callback_functions,
                                                 jax_io_effect,
                                                 jax_ordered_debug_effect)

@@ -13,10 +13,10 @@ from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src import ffi as _ffi
 from jax._src import sharding_impls as _sharding_impls
-from jax._src.lib import ffi as _ffi_lib  # noqa: E402
+from jax._src.lib import ffi as _ffi_lib
 
 from hostcb.jax_internals.core import Primitive, not_mapped
-from hostcb.jax_internals.lowering import (
+from hostcb.jax_internals.custom_calls import (
   _FFI_TARGETS,
   Placement,
   _emit_ffi_call,
@@ -38,8 +38,8 @@ _BUFFER_TARGETS = {"cpu": "xla_buffer_python_cpu_callback",
 class BufferCallbackEffect(_effects.Effect):
   """The effect of a ``buffer_callback`` made with ``has_side_effect=True``.
 
-  Unordered, like :class:`HostCallbackEffect`: it only keeps the call alive
-  when its results are unused.
+  Unordered (unlike :class:`HostCallbackEffect`, which is ordered): it only
+  keeps the call alive when its results are unused.
   """
 
   def __str__(self) -> str:

@@ -134,7 +134,7 @@ def wait_for_dispatched_computations() -> None:
   for ident, token in list(_latest_tokens.items()):
     try:
       token.block_until_ready()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  (its caller got the error already)
       pass
     if _latest_tokens.get(ident) is token:
       _latest_tokens.pop(ident, None)
@@ -228,19 +228,40 @@ def register_lowering(prim: Primitive, rule: Callable) -> None:
 
 
 # ----------------------------------------------------------- jax.config
+_CONFIG_HELP = "hostcb: see hostcb.config"
+
+
 def register_config_options(on_update: Callable[[str, Any], None],
                             inline: bool, max_queue_bytes: int) -> None:
-  """Makes ``jax.config.update('jax_host_callback_...', v)`` work again."""
+  """Makes ``jax.config.update('jax_host_callback_...', v)`` work again.
+
+  An option that hostcb defined already (hostcb imported again, e.g. after
+  a reload) is kept; one that JAX itself defines, or a JAX whose option
+  constructors changed, stops hostcb here: ``jax.config.update`` would
+  otherwise silently stop reaching hostcb's options.
+  """
+  config = _config.config
+  holders = require(config, "_value_holders",
+                    "to tell whether its jax.config options are defined",
+                    verb="uses")
+  meta = require(config, "meta", "to tell which jax.config options are "
+                 "its own", verb="uses")
   for name, make, default in (
       ("jax_host_callback_inline", _config.bool_state, inline),
       ("jax_host_callback_max_queue_byte_size", _config.int_state,
        max_queue_bytes)):
-    try:
-      make(name=name, default=default,
-           help="hostcb: see hostcb.config",
-           update_global_hook=functools.partial(on_update, name))
-    except Exception:  # already defined (e.g. module reloaded): keep going
-      pass
+    if name in holders:
+      kwargs = meta.get(name, (None, None, {}))[2]
+      if kwargs.get("help") == _CONFIG_HELP:
+        continue
+      import jax  # noqa: PLC0415  (public API, for its version)
+      raise RuntimeError(
+          f"hostcb: jax {jax.__version__} defines the option {name} itself; "
+          "hostcb cannot make jax.config.update reach its own option of "
+          "that name. Install a jax in the range that hostcb supports.")
+    make(name=name, default=default, help=_CONFIG_HELP,
+         update_global_hook=functools.partial(on_update, name))
+
 
 def is_tracer(x: Any) -> bool:
   return isinstance(x, _core.Tracer)
@@ -255,7 +276,7 @@ def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
   (``DEADLINE_EXCEEDED: ...``) if some process is not there within
   ``timeout_ms``.
   """
-  from jax._src import distributed as _distributed
+  from jax._src import distributed as _distributed  # noqa: PLC0415  (rare)
   client = _distributed.global_state.client
   if client is None:
     return False

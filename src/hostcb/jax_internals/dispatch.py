@@ -9,13 +9,15 @@ those of the computations dispatched before it and lets ``barrier_wait``
 wait for the computations of every thread.  The price is JAX's Python
 dispatch path: ``jax.jit`` runs an executable through its C++ fast path
 only when the executable has no JAX effect at all
-(``pjit._get_fastpath_data``), so such a function pays about 15x the
-dispatch time of the same function without the tap.  That is the
+(``pjit._get_fastpath_data``), so such a function pays many times the
+dispatch time of the same function without the tap (the figure: README.md's
+dispatch table, the ``hostcb_strict_barrier`` row).  That is the
 strict-barrier mode (``hostcb_strict_barrier``).
 
-In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an executable that
-runs on one device, the effect stays on every jaxpr, so that everything that depends on it is unchanged (taps are never
-dropped by dead-code elimination, nested ``jit``/``scan``/``cond``/
+In fast-dispatch mode, the default (:func:`set_fast_dispatch`), for an
+executable that runs on one device, the effect stays on every jaxpr, so
+that everything that depends on it is unchanged (taps are never dropped
+by dead-code elimination, nested ``jit``/``scan``/``cond``/
 ``while`` and ``checkpoint`` keep them, the token threads through control
 flow in program order), but the executable no longer exchanges the token
 with the runtime: the lowered ``main`` function creates the effect's token
@@ -48,7 +50,8 @@ computations of the calling thread (as ``jax.effects_barrier`` does for
 JAX's own effects), for every multi-device one, for those of any thread
 whose results are alive (``jax.live_arrays``) and for those that finished;
 not for a one-device computation that another thread dispatched, that is
-still running and whose results were all dropped.  A computation that a tap function dispatches keeps its token
+still running and whose results were all dropped.  A computation that a
+tap function dispatches keeps its token
 (see ``_in_tap_function``).
 """
 from __future__ import annotations
@@ -65,8 +68,8 @@ from jax._src.lib.mlir.dialects import hlo as _hlo
 
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
-from hostcb.jax_internals.jax_callbacks import is_jax_callback_effect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
+from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
 from hostcb.jax_internals.versions import require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
@@ -229,7 +232,7 @@ def _install() -> None:
       return result
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
-    # (.jax_callbacks), which would keep the executable off the fast path
+    # (.own_callbacks), which would keep the executable off the fast path
     # as well; where hostcb's effect is there, the guarantees
     # above hold for the whole executable, so JAX's go too.
     mine = [i for i, e in enumerate(ordered)

@@ -21,6 +21,8 @@ from typing import Callable
 import jax
 from jax._src import api as _api
 
+from hostcb.jax_internals.versions import CHECKED_RANGE
+
 __all__ = ["patch_effects_barrier", "jax_effects_barrier"]
 
 
@@ -31,7 +33,7 @@ def jax_effects_barrier() -> Callable[[], None]:
     raise RuntimeError(
         f"hostcb: jax {jax.__version__} has no jax._src.api.effects_barrier, "
         "which hostcb wraps so that jax.effects_barrier() also waits for "
-        "hostcb's callbacks (hostcb is checked against jax 0.8.0 to 0.10.2)")
+        f"hostcb's callbacks (hostcb is checked against {CHECKED_RANGE})")
   return original
 
 
@@ -46,7 +48,7 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
     raise RuntimeError(
         f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
         "jax._src.api.effects_barrier, which hostcb expects to wrap "
-        "(checked against jax 0.8.0 to 0.10.2)")
+        f"(checked against {CHECKED_RANGE})")
 
   @functools.wraps(original)
   def effects_barrier():

@@ -53,7 +53,7 @@ except ImportError:
 if jax.__version_info__ < (0, 10):
   _pmap_impl = None
 elif _pmap_impl is None:
-  import warnings  # noqa: E402
+  import warnings
   warnings.warn(
       f"hostcb: jax {jax.__version__} has no jax._src.pmap; a pmap inside "
       "hostcb.xla_computation is lowered by JAX's own rules (no per-replica "

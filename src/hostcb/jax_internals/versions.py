@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# The JAX releases hostcb was checked against, oldest and newest: the range
+# that every message about an unsupported JAX names.
+OLDEST_CHECKED = "0.8.0"
+NEWEST_CHECKED = "0.12.0.1"
+CHECKED_RANGE = f"jax {OLDEST_CHECKED} to {NEWEST_CHECKED}"
+
 
 class MissingJaxInternal(ImportError):
   """The running JAX lacks a private symbol that hostcb patches."""
@@ -32,7 +38,7 @@ def require(owner: Any, name: str, what: str, verb: str = "patches") -> Any:
       where = f"{owner.__module__}.{owner.__qualname__}"
     raise MissingJaxInternal(
         f"hostcb: jax {jax.__version__} has no {where}.{name}, which hostcb "
-        f"{verb} {what}. hostcb was checked against jax 0.8.0 to 0.12.0.1; "
+        f"{verb} {what}. hostcb was checked against {CHECKED_RANGE}; "
         "install a jax in that range or a hostcb release that supports "
         f"jax {jax.__version__}.")
   return value

@@ -21,7 +21,7 @@ _DISPATCH = {
 def _jaxlib_version() -> str:
   """jaxlib's version, as jaxlib itself states it."""
   try:
-    from jaxlib import version  # noqa: PLC0415
+    from jaxlib import version
     return version.__version__
   except Exception as e:  # noqa: BLE001  (a broken jaxlib is worth a line)
     return f"unknown ({type(e).__name__}: {e})"
@@ -29,7 +29,7 @@ def _jaxlib_version() -> str:
 
 def _backend_lines() -> list[tuple[str, str]]:
   """JAX's default backend and its devices; the error if JAX has none."""
-  import jax  # noqa: PLC0415
+  import jax
   try:
     backend = jax.default_backend()
     devices = jax.devices()
@@ -44,8 +44,8 @@ def _backend_lines() -> list[tuple[str, str]]:
 def _engine_lines() -> list[tuple[str, str]]:
   """Whether the native engine is in use; if not, why, and why the install
   did not build it when it recorded that."""
-  from hostcb import engine  # noqa: PLC0415
-  from hostcb._native import build_failure  # noqa: PLC0415
+  from hostcb import engine
+  from hostcb._native import build_failure
   if engine.available():
     return [("native engine", "yes")]
   lines = [("native engine", "no"),
@@ -59,14 +59,14 @@ def _engine_lines() -> list[tuple[str, str]]:
 def _gpu_engine_lines() -> list[tuple[str, str]]:
   """Whether taps and calls on NVIDIA GPUs use the engine's GPU back end
   (an option, off by default, in the hostcb versions that have it)."""
-  from hostcb import config  # noqa: PLC0415
+  from hostcb import config
   try:
     on = bool(config.read("hostcb_gpu_engine"))
   except KeyError:
     return []
   if not on:
     return [("GPU engine", "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")]
-  from hostcb.engine import gpu  # noqa: PLC0415
+  from hostcb.engine import gpu
   if gpu.available(int(config.read("jax_host_callback_max_queue_byte_size"))):
     return [("GPU engine", "on")]
   return [("GPU engine", f"on, but unavailable: {gpu.unavailable_reason()}")]
@@ -75,7 +75,7 @@ def _gpu_engine_lines() -> list[tuple[str, str]]:
 def _strict_barrier() -> bool:
   """The value of hostcb_strict_barrier; before that option existed, the
   opposite of hostcb_fast_dispatch."""
-  from hostcb import config  # noqa: PLC0415
+  from hostcb import config
   try:
     return bool(config.read("hostcb_strict_barrier"))
   except KeyError:
@@ -84,7 +84,7 @@ def _strict_barrier() -> bool:
 
 def _settings_lines() -> list[tuple[str, str]]:
   """The dispatch mode and the queue bound."""
-  from hostcb import config  # noqa: PLC0415
+  from hostcb import config
   queue = config.read("jax_host_callback_max_queue_byte_size")
   return [("dispatch", _DISPATCH[_strict_barrier()]),
           ("queue bound", f"{queue} bytes per device")]
@@ -92,10 +92,10 @@ def _settings_lines() -> list[tuple[str, str]]:
 
 def report() -> str:
   """The report, ``key: value`` lines ending with a newline."""
-  import jax  # noqa: PLC0415
-  import numpy  # noqa: PLC0415
+  import jax
+  import numpy
 
-  import hostcb  # noqa: PLC0415
+  import hostcb
   lines = [
       ("hostcb", hostcb.__version__),
       ("hostcb location", os.path.dirname(os.path.abspath(hostcb.__file__))),

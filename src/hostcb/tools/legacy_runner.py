@@ -16,12 +16,17 @@ import runpy
 import sys
 
 
+class ScriptNotFoundError(FileNotFoundError):
+  """The script that ``hostcb run`` was given does not exist (a file missing
+  inside the script raises the script's own FileNotFoundError)."""
+
+
 def run_script(path: str, argv: list[str], jax_callbacks: bool = False
                ) -> None:
   """Runs the script at ``path`` as ``__main__`` with hostcb installed
   (``install(jax_callbacks=jax_callbacks)``)."""
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"hostcb run: no such script: {path!r}")
+    raise ScriptNotFoundError(f"hostcb run: no such script: {path!r}")
   from hostcb.import_hook import install
   install(jax_callbacks=jax_callbacks)
   sys.argv = [path, *argv]
@@ -33,7 +38,7 @@ def _main(args: argparse.Namespace) -> int:
   status = 0
   try:
     run_script(args.script, args.args, jax_callbacks=args.jax_callbacks)
-  except FileNotFoundError as e:
+  except ScriptNotFoundError as e:
     print(e, file=sys.stderr)
     return 2
   except SystemExit as e:

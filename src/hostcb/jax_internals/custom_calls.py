@@ -99,22 +99,32 @@ def emit_host_callback(ctx, make_host_fn: Callable[[Placement], Callable],
         sharding=sharding)
     return results
   operands, avals_in, avals_out = _operands(ctx, args, placement, avals_out)
-  has_results = bool(avals_out)
-  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
-           else None)
+  token, sharding = _take_token(ctx, has_side_effect, operands, avals_in,
+                                avals_out, sharding)
   if token is not None:
-    # The token keeps the callbacks of a computation in program order: XLA
-    # may reorder side-effecting custom calls that do not depend on each
-    # other.
-    operands.insert(0, token)
-    avals_in.insert(0, _core.abstract_token)
-    avals_out.insert(0, _core.abstract_token)
     host_fn = _with_token(host_fn)
-    sharding = _with_token_sharding(sharding, has_results)
   return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
                         has_side_effect=has_side_effect, sharding=sharding,
                         token_effect=(host_callback_effect if token is not None
                                       else None))
+
+
+def _take_token(ctx, has_side_effect: bool, operands: list, avals_in: list,
+                avals_out: list, sharding: Any) -> tuple[Any, Any]:
+  """Puts the token of hostcb's effect first among the operands and the
+  results when the primitive has that effect; returns it (None without)
+  and the sharding to use.  The token keeps the callbacks of a computation
+  in program order: XLA may reorder side-effecting custom calls that do
+  not depend on each other."""
+  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
+           else None)
+  if token is None:
+    return None, sharding
+  has_results = bool(avals_out)
+  operands.insert(0, token)
+  avals_in.insert(0, _core.abstract_token)
+  avals_out.insert(0, _core.abstract_token)
+  return token, _with_token_sharding(sharding, has_results)
 
 
 def emit_custom_call(ctx, target: str, args: Sequence[Any], *,
@@ -132,14 +142,8 @@ def emit_custom_call(ctx, target: str, args: Sequence[Any], *,
   _, sharding = _placement(ctx, device_index, avals_out)
   operands, avals_in = list(args), list(ctx.avals_in)
   avals_out = list(avals_out)
-  has_results = bool(avals_out)
-  token = (ctx.tokens_in.get(host_callback_effect) if has_side_effect
-           else None)
-  if token is not None:
-    operands.insert(0, token)
-    avals_in.insert(0, _core.abstract_token)
-    avals_out.insert(0, _core.abstract_token)
-    sharding = _with_token_sharding(sharding, has_results)
+  token, sharding = _take_token(ctx, has_side_effect, operands, avals_in,
+                                avals_out, sharding)
   return _emit_ffi_call(ctx, target, None, operands, avals_in, avals_out,
                         has_side_effect=has_side_effect, sharding=sharding,
                         token_effect=(host_callback_effect if token is not None
@@ -254,7 +258,7 @@ def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
   if not pred_aval.shape or not _cond_taps(cond_jaxpr):
     return _jax_while_lowering(ctx, *args, **params)
 
-  from jax import lax  # the public API, inside a lowering of its own
+  from jax import lax  # noqa: PLC0415  (public API; in its own lowering)
 
   def cond(consts, carry):
     return _core.eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *consts,

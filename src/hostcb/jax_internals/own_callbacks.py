@@ -29,7 +29,7 @@ from jax._src import core as _core
 from jax._src import debugging as _debugging
 from jax._src.interpreters import partial_eval as _pe
 
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals.versions import CHECKED_RANGE, require
 
 __all__ = ["jax_callback_functions", "is_jax_value",
            "rematerialize_as_jax_debug", "jax_io_effect",
@@ -54,7 +54,7 @@ def jax_callback_functions() -> dict:
       raise RuntimeError(
           f"hostcb: jax {jax.__version__} has no {module.__name__}.{name}, "
           "which hostcb's replacement of JAX's callbacks needs (checked "
-          "against jax 0.8.0 to 0.10.2)")
+          f"against {CHECKED_RANGE})")
     functions[key] = getattr(f, "_hostcb_replaces", f)
   return functions
 

@@ -11,14 +11,16 @@ hostcb, and JAX, are imported when that module is.  The rest of the hook,
 :func:`hostcb.install`, is in :mod:`hostcb.import_hook`, which this module
 imports only then (and which does not import this one).
 
-Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the ``.pth`` file from installing it.
+Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the ``.pth`` file from installing it
+(a value that is not a boolean is an error, see :mod:`_hostcb_env`).
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
-import os
 import sys
+
+from _hostcb_env import env_flag
 
 LEGACY_NAME = "jax.experimental.host_callback"
 
@@ -52,6 +54,6 @@ def install_finder() -> None:
 
 def install_from_pth() -> None:
   """What the ``.pth`` file runs: the finder, unless HOSTCB_NO_IMPORT_HOOK."""
-  if os.environ.get("HOSTCB_NO_IMPORT_HOOK", "") not in ("", "0"):
+  if env_flag("HOSTCB_NO_IMPORT_HOOK"):
     return
   install_finder()
