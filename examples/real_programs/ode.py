@@ -5,7 +5,7 @@ every 200 steps the loop hands the time and state to a meter on the host
 with an ordered ``io_callback`` (inside a ``lax.cond``, so that the other
 steps do not call the host)::
 
-    python examples/real_programs/ode.py            # jax.experimental.io_callback
+    python examples/real_programs/ode.py            # JAX's io_callback
     hostcb run --jax-callbacks examples/real_programs/ode.py
     python examples/real_programs/ode.py --hostcb   # hostcb.io_callback
 

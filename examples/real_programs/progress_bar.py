@@ -3,9 +3,9 @@
 The scan's step reports its index to the host, where a counter draws the
 bar every tenth of the way::
 
-    python examples/real_programs/progress_bar.py           # jax.debug.callback
+    python examples/real_programs/progress_bar.py          # jax.debug.callback
     hostcb run --jax-callbacks examples/real_programs/progress_bar.py
-    python examples/real_programs/progress_bar.py --hostcb  # hostcb.id_tap
+    python examples/real_programs/progress_bar.py --hostcb # hostcb.id_tap
 
 The step index is not batched, so the bar advances once per step whatever
 the number of walkers.  All three print the same

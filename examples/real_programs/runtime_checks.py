@@ -6,10 +6,11 @@ A jitted function hands its operand to a host-side check that raises
 the program runs the function on a good operand, a bad one, a good one
 again, and waits at the barrier after each, printing what it got::
 
-    python examples/real_programs/runtime_checks.py            # JAX's callbacks
+    python examples/real_programs/runtime_checks.py           # JAX's
     hostcb run --jax-callbacks examples/real_programs/runtime_checks.py
-    python examples/real_programs/runtime_checks.py --hostcb   # hostcb's, with
-                                                               # call and id_tap
+    python examples/real_programs/runtime_checks.py --hostcb  # hostcb's
+
+(``--hostcb`` also checks with ``hostcb.call`` and ``hostcb.id_tap``).
 
 tests/test_real_programs.py compares the reports with JAX's and with what
 hostcb's documentation says (README "barrier_wait and errors",
