@@ -16,13 +16,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import tqdm
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from hostcb import progress
 from _helpers import run_python
+
+tqdm = pytest.importorskip(
+    "tqdm", reason="tqdm is not installed (pip install hostcb[progress]; "
+    "`make install` installs it)")
+from hostcb import progress  # noqa: E402  (needs tqdm)
 
 try:
   from jax import shard_map as _shard_map
@@ -412,6 +415,11 @@ def _per_device(n):
                                  **OPTS)[0]
 
 
+def _all(desc: str = "") -> str:
+  """The description of a bar that combines the N devices."""
+  return f"{desc} [{N} devices]".strip() if N > 1 else desc
+
+
 def _device_names():
   return [f"[cpu:{d.id}]" for d in jax.devices()]
 
@@ -422,7 +430,7 @@ def test_pmap_shows_one_bar_for_all_devices():
   want = jax.pmap(lambda c: lax.scan(body, c, jnp.arange(80.))[0])(
       jnp.arange(N * 1.))
   assert_trees_equal(out, want)
-  assert bars() == [(f"[{N} devices]", 80, 80, True)]
+  assert bars() == [(_all(), 80, 80, True)]
 
 
 @pytest.mark.multidevice
@@ -436,7 +444,7 @@ def test_pmap_devices_each_shows_one_bar_per_device():
 @pytest.mark.multidevice
 def test_pmap_combined_bar_of_while_loops_of_different_lengths():
   jax.pmap(lambda n: _grow(n, total=100)[0])(jnp.arange(N) * 10 + 40)
-  assert bars() == [(f"[{N} devices]", 40 + 10 * (N - 1), 100, True)]
+  assert bars() == [(_all(), 40 + 10 * (N - 1), 100, True)]
 
 
 @pytest.mark.multidevice
@@ -445,7 +453,7 @@ def test_shard_map_shows_one_bar_for_all_devices():
   out = jax.jit(shard_map(_per_device(64)))(x)
   want = jax.jit(shard_map(lambda c: lax.scan(body, c, jnp.arange(64.))[0]))(x)
   assert_trees_equal(out, want)
-  assert bars() == [(f"[{N} devices]", 64, 64, True)]
+  assert bars() == [(_all(), 64, 64, True)]
 
 
 @pytest.mark.multidevice
@@ -460,7 +468,7 @@ def test_shard_map_devices_each_shows_one_bar_per_device():
 def test_shard_map_of_vmap_shows_one_bar():
   x = jax.device_put(jnp.arange(2 * N) + 5, NamedSharding(_mesh(), P("d")))
   jax.jit(shard_map(jax.vmap(lambda n: _grow(n, total=n)[0])))(x)
-  assert bars() == [(f"[{N} devices]", 2 * N + 4, 2 * N + 4, True)]
+  assert bars() == [(_all(), 2 * N + 4, 2 * N + 4, True)]
 
 
 @pytest.mark.multidevice
@@ -479,8 +487,8 @@ def test_nested_loops_under_pmap_give_nested_bars_per_run():
 
   jax.pmap(lambda c: progress.scan(outer, c, jnp.arange(4.), desc="out",
                                    **OPTS)[0])(jnp.arange(N * 1.))
-  assert bars() == ([(f"in [{N} devices]", 5, 5, True)] * 4
-                    + [(f"out [{N} devices]", 4, 4, True)])
+  assert bars() == ([(_all("in"), 5, 5, True)] * 4
+                    + [(_all("out"), 4, 4, True)])
 
 
 def test_expected_device_count_is_one_outside_per_device_code():
