@@ -194,12 +194,15 @@ class _Site:
   group (a device with ``devices="each"``, a batch element with
   ``batch="each"``), each fed by one or several devices."""
 
-  def __init__(self, opts: _Options, expected_devices: int, depth: int):
+  def __init__(self, opts: _Options, expected_devices: int, depth: int,
+               silent: bool = False):
     self.opts = opts
+    self.silent = silent
     self.expected = 1 if opts.devices == "each" else expected_devices
     self.depth = depth
     self.runs: dict = {}      # (group, run index) -> _Run
-    self.started: dict = {}   # (group, source) -> the run index it is in
+    self.started: dict = {}   # (group, device) -> the run index it is in
+    self.devices: dict = {}   # group -> the devices that reported for it
 
   # Tap functions: ``arg`` is (steps, totals), of equal shapes: one entry
   # per batch element with batch="each", else scalars.
@@ -210,6 +213,7 @@ class _Site:
         key = (group, device)
         r = self.started.get(key, 0) + 1
         self.started[key] = r
+        self.devices.setdefault(group, set()).add(device)
         old = self.runs.get((group, r - 1))
         if old is not None and device not in old.ended:
           # This device started again without ending its previous run:
@@ -231,8 +235,8 @@ class _Site:
     with _open_lock:
       for group, step, _ in self._entries(arg, device):
         run = self.runs.get((group, self.started.get((group, device))))
-        if run is None:  # closed meanwhile (close_all): nothing to show
-          continue
+        if run is None or run.closed:  # closed meanwhile (close_all, or
+          continue                     # its device failed): not shown
         run.steps[device] = step
         run.show()
 
@@ -244,9 +248,11 @@ class _Site:
         run = self.runs.get((group, r))
         if run is None:
           continue
+        if run.closed:  # by close_all: forgotten
+          del self.runs[(group, r)]
+          continue
         run.steps[device] = step
         run.ended.add(device)
-        self._grow(run, group)
         if len(run.ended) >= run.expected:
           n = run.count()
           if run.bar.total is None:  # a while_loop without total
@@ -259,13 +265,14 @@ class _Site:
           run.show()
 
   def _grow(self, run: _Run, group) -> None:
-    # More devices than the trace saw (JAX without abstract meshes): count
-    # every device that has reported for this group.
-    seen = {d for (g, d) in self.started if g == group}
-    run.expected = max(run.expected, len(seen))
+    # More devices than the trace saw (JAX without abstract meshes, where
+    # pmap is not a shard_map): count every device that reported for it.
+    run.expected = max(run.expected, len(self.devices[group]))
 
   def _entries(self, arg, device) -> list:
     """(group, step, total) per bar that ``arg`` updates."""
+    if self.silent:
+      return []
     steps, totals = arg
     where = device if self.opts.devices == "each" else None
     if np.ndim(steps) == 0 and np.ndim(totals) == 0:  # the common case
@@ -419,13 +426,13 @@ def _total_operand(total) -> Any:
   return jnp.asarray(total).astype(jnp.int32)
 
 
-def _prepare(opts: _Options, static_total):
-  """The taps of a progress loop about to be traced, or None where this
-  process shows no bars."""
-  if opts.processes == "first" and jax.process_index() != 0:
-    return None
+def _prepare(opts: _Options, static_total) -> _Ticks:
+  """The taps of a progress loop about to be traced.  Every process
+  traces the same program (multi-process SPMD code must be the same
+  everywhere): with ``processes="first"`` the others' taps show nothing."""
   _traced[0] = True
-  site = _Site(opts, _tapping_devices(), _depth())
+  silent = opts.processes == "first" and jax.process_index() != 0
+  site = _Site(opts, _tapping_devices(), _depth(), silent)
   return _Ticks(site, opts, static_total)
 
 
@@ -468,9 +475,9 @@ def scan(f: Callable, init, xs=None, length: int | None = None,
                    tqdm_class, tqdm_kwargs)
   extra = {"_split_transpose": True} if _split_transpose else {}
   total = _scan_length(xs, length)
-  ticks = None if total is None else _prepare(opts, total)
-  if ticks is None:  # lax.scan says what is wrong, or no bars here
+  if total is None:  # lax.scan says what is wrong
     return lax.scan(f, init, xs, length, reverse, unroll, **extra)
+  ticks = _prepare(opts, total)
   totals = jnp.int32(total)
   ticks.start(jnp.int32(0), totals, _witness(opts, init, xs))
 
@@ -512,8 +519,6 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *,
   lo, hi = _static_int(lower), _static_int(upper)
   static_total = None if lo is None or hi is None else max(hi - lo, 0)
   ticks = _prepare(opts, static_total)
-  if ticks is None:
-    return lax.fori_loop(lower, upper, body_fun, init_val, **extra)
   if static_total is not None:
     totals = jnp.int32(static_total)
   else:
@@ -551,8 +556,6 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val, *,
                   tqdm_class, tqdm_kwargs)
   static_total = _NO_TOTAL if total is None else _static_int(total)
   ticks = _prepare(opts, static_total)
-  if ticks is None:
-    return lax.while_loop(cond_fun, body_fun, init_val)
   totals = _total_operand(total)
   ticks.start(jnp.int32(0), totals, _witness(opts, init_val))
 
