@@ -212,6 +212,14 @@ def test_while_loop_with_traced_total():
   assert bars() == [("", 90, 90, True)]
 
 
+def test_while_loop_with_traced_total_taps_at_the_rate_from_that_total():
+  jax.jit(lambda n, t: _grow(n, total=t, updates=10))(1000, 1000)
+  hostcb.barrier_wait()
+  (bar,) = Bars.made
+  assert (bar.n, bar.total, bar.closed) == (1000, 1000, True)
+  assert bar.updates == 10  # every 100 steps, decided on the device
+
+
 def _geometric_taps(n: int) -> int:
   """Steps 1..n that tap without a total (hostcb.progress._geometric)."""
   count = 0
