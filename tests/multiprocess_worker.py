@@ -193,6 +193,32 @@ def after_exception():
   return jit_tap()
 
 
+def progress_bars():
+  # hostcb.progress under pmap: each process shows the bars of its own
+  # devices (one combined bar, or one per device), or only process 0.
+  import tqdm
+  from hostcb import progress
+  made = []
+
+  class Bars(tqdm.tqdm):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, file=io.StringIO(), **kwargs)
+      made.append(self)
+
+  out = {}
+  for name, kw in [("combined", {}), ("each", {"devices": "each"}),
+                   ("first", {"processes": "first"})]:
+    made.clear()
+    jax.pmap(lambda c: progress.scan(
+        lambda c, x: (c + x, None), c, np.arange(50.0, dtype=np.float32),
+        tqdm_class=Bars, **kw)[0])(np.zeros(2, np.float32)).block_until_ready()
+    hostcb.barrier_wait()
+    out[name] = sorted([b.n, b.total, b.disable] for b in made)
+    if name == "combined":
+      out["combined_desc"] = [b.desc for b in made]
+  return out
+
+
 def barrier_timeout():
   # Last scenario: process 0 waits alone (process 1 never arrives), so the
   # barrier counts of the processes differ afterwards.
@@ -208,7 +234,7 @@ def barrier_timeout():
 SCENARIOS = [jit_tap, jit_tap_device_index, jit_tap_mesh_order, pjit_print,
              barrier_after_dispatch, jit_call, pmap_tap,
              all_processes_barrier, tap_exception, after_exception,
-             barrier_timeout]
+             progress_bars, barrier_timeout]
 
 
 def main() -> None:

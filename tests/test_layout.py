@@ -140,3 +140,23 @@ def test_the_private_use_finder_finds_each_kind_of_use(tmp_path):
     n for n in _modules() if not n.startswith("hostcb.jax_internals")))
 def test_only_jax_internals_imports_jax_private_modules(name):
   assert _private_jax_uses(_modules()[name]) == [], name
+
+
+def test_importing_hostcb_imports_neither_progress_nor_tqdm():
+  # hostcb.progress sits on top of the library, beside hostcb.tools: the
+  # package exposes it as a lazy attribute, and tqdm is an optional
+  # dependency (hostcb[progress]).
+  from _helpers import run_python
+  r = run_python("import sys, hostcb\n"
+                 "print(sorted(m for m in ('tqdm', 'hostcb.progress')\n"
+                 "             if m in sys.modules))")
+  assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
+def test_the_library_never_imports_progress():
+  mods = _modules()
+  users = sorted(
+      n for n, p in mods.items()
+      if not n.startswith(("hostcb.tools", "hostcb.progress"))
+      and "hostcb.progress" in _imports(n, p, set(mods)))
+  assert users == []

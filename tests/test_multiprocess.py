@@ -191,6 +191,14 @@ def test_processes_go_on_after_a_tap_exception(results):
       0: [{"value": EVEN, "device": 0, "process": 0}], 1: []}
 
 
+def test_progress_bars_of_each_process_follow_its_own_devices(results):
+  done = [50, 50, True]
+  assert scenario(results, "progress_bars") == {
+      p: {"combined": [done], "combined_desc": ["[2 devices]"],
+          "each": [done, done], "first": [done] if p == 0 else []}
+      for p in range(NUM_PROCESSES)}
+
+
 def test_barrier_all_processes_times_out_when_a_process_never_comes(results):
   values = scenario(results, "barrier_timeout")
   assert values[1] == {"skipped": True}

@@ -8,6 +8,9 @@ current JAX.  ``hostcb.install()`` makes legacy imports resolve to hostcb.
 ``hostcb.pure_callback``: JAX's own callbacks, same signatures and behaviour,
 on hostcb's engine; ``hostcb.install(jax_callbacks=True)`` puts them in place
 of JAX's, ``hostcb.uninstall()`` puts JAX's back.
+
+``hostcb.progress``: tqdm progress bars for ``scan``, ``fori_loop`` and
+``while_loop`` (imported on first use; needs ``pip install hostcb[progress]``).
 """
 from hostcb import config
 from hostcb.host_callback import (CallbackException, CallbackFlavor,
@@ -21,6 +24,16 @@ from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 
 __version__ = "0.3.0"
+
+
+def __getattr__(name: str):
+  # hostcb.progress (tqdm bars for compiled loops) is imported when first
+  # used: it needs tqdm, an optional dependency.
+  if name == "progress":
+    import importlib
+    return importlib.import_module("hostcb.progress")
+  raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
+
 
 __all__ = [
     "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",

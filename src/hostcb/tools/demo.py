@@ -13,7 +13,8 @@ def _section(title: str) -> None:
 
 
 def run_demo() -> None:
-  """Prints the tour: id_print under transformations, call, barrier_wait."""
+  """Prints the tour: id_print under transformations, progress bars, call,
+  barrier_wait."""
   import jax
   try:  # must happen before JAX starts its CPU backend
     jax.config.update("jax_num_cpu_devices", _DEVICES)
@@ -52,6 +53,8 @@ def run_demo() -> None:
                                      tap_with_device=True))(xs)
   hostcb.barrier_wait()
 
+  _progress_section(n)
+
   _section("hostcb.call: NumPy's eigvals from inside jit")
 
   def device_eigvals(m):
@@ -77,6 +80,31 @@ def run_demo() -> None:
     last_line = str(e).strip().splitlines()[-1]
     print("barrier_wait raised CallbackException:", last_line)
   print("\nDone. See README.md for the API and the migration guide.")
+
+
+def _progress_section(n: int) -> None:
+  """hostcb.progress: one bar for a vmap of a scan, one for a pmap."""
+  import jax
+  import jax.numpy as jnp
+
+  import hostcb
+  _section("hostcb.progress: a tqdm bar for a jitted scan, under vmap (one "
+           f"bar for the batch) and pmap (one bar for the {n} devices)")
+  try:
+    from hostcb import progress
+  except ImportError as e:
+    print(e)
+    return
+
+  def orbit(c, desc):
+    return progress.scan(lambda c, _: (jnp.sin(c) + 0.5, None), c, None,
+                         length=200_000, desc=desc,
+                         tqdm_kwargs={"file": sys.stdout, "ascii": True})[0]
+
+  jax.jit(jax.vmap(lambda c: orbit(c, "vmap of scan")))(jnp.arange(3.0))
+  hostcb.barrier_wait()
+  jax.pmap(lambda c: orbit(c, "pmap of scan"))(jnp.arange(float(n)))
+  hostcb.barrier_wait()
 
 
 def _main(args: argparse.Namespace) -> int:
