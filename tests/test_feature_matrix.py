@@ -310,25 +310,9 @@ MODES = {"default": False, "strict": True}  # hostcb_strict_barrier
 _TAPS = ("id_tap", "id_print", "call", "debug.print", "debug.callback",
          "io_callback", "io_callback(ordered)")  # hostcb's ordered effect
 KNOWN_FAILURES: list[tuple[Any, Any, Any, str]] = [
-    (_TAPS, ("donate_argnums", "donate_argnames"), ("default",),
-     "issue 24: fast dispatch drops the runtime token from main's results "
-     "but not from the donation's aliases: 'Aliasing output must be 0 if "
-     "only one output exists'"),
-    (_TAPS, ("donate_pytree",), ("default",),
-     "issue 24: fast dispatch drops the runtime token from main's results "
-     "but not from the donation's aliases: 'Trying to set up alias at {2} "
-     "which is an invalid index for shape (s32[], f32[8])'"),
-    # strict too: the drain runs once fast dispatch was used in the process
-    (None, ("set_mesh", "set_mesh_plain_jit"), ("default", "strict"),
-     "issue 24: barrier_wait's drain (jit _noop of "
-     "dispatch.drain_this_thread) meets the context mesh: 'Received "
-     "incompatible devices for jitted computation. Got argument x of "
-     "_noop.<locals>.<lambda> ... jit's context mesh'"),
-    (tuple(e for e in _TAPS if e != "io_callback"), ("aot",), ("strict",),
-     "strict mode: the second call of a .lower().compile()d executable "
-     "takes JAX's AOT C++ path (pxla.create_cpp_call checks no ordered "
-     "effect) without the runtime token: 'Execution supplied 2 arguments "
-     "but compiled program expected 3'"),
+    # (entries, options, modes, reason): None matches every one.  Empty:
+    # donation, the context mesh and AOT in strict mode were fixed for
+    # issue 24 (their rows failed before).
 ]
 
 

@@ -63,16 +63,11 @@ def split(output: str) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------ the four programs
-_DONATION = pytest.mark.xfail(
-    strict=True, reason="issue 24: fast dispatch and a donated state: "
-    "'Expected aliased input 2 at index {} and output at index {3} to have "
-    "the same size'")
-
 # program -> (marks of its default-mode rows, of its multi-device rows)
 PROGRAM_ROWS = {
     # a jitted training step that donates its state (params, velocity,
     # step) and jax.debug.prints the loss of every step
-    "training_loop": [_DONATION],
+    "training_loop": [],
     # a lax.scan under vmap reporting every step to a progress bar
     "progress_bar": [],
     # a random-walk Metropolis sampler: pmap over the devices, vmap over
@@ -88,10 +83,8 @@ def _program_rows():
     for variant in ("installed", "hostcb"):
       for mode in ("default", "strict"):
         if mode == "strict" and program != "training_loop":
-          continue  # the strict mode is the matrix's; here the workaround
-        row_marks = [m for m in marks
-                     if mode == "default" or m is not _DONATION]
-        yield pytest.param(program, variant, mode, marks=row_marks,
+          continue  # the strict mode is the matrix's
+        yield pytest.param(program, variant, mode, marks=marks,
                            id=f"{program}-{variant}-{mode}")
 
 
