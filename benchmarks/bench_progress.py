@@ -49,7 +49,7 @@ from jax import lax
 import hostcb
 from hostcb import engine, progress
 
-_DEVNULL = open(os.devnull, "w")  # noqa: SIM115  (lives as long as the run)
+_DEVNULL = open(os.devnull, "w")
 
 
 class Bars:

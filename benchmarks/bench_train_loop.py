@@ -60,15 +60,17 @@ def variants(seen: dict[str, list]) -> dict:
     append = record(name)
     return lambda loss: hostcb.id_tap(lambda a, t: append(a), loss)
 
+  def debug(name, callback):
+    append = record(name)
+    return lambda loss: callback(append, loss)
+
   return {
       "none": make_step(lambda loss: None),
       "hostcb.id_tap": make_step(tap("hostcb.id_tap")),
       "hostcb.debug.callback": make_step(
-          lambda loss, f=record("hostcb.debug.callback"):
-          hostcb.debug.callback(f, loss)),
+          debug("hostcb.debug.callback", hostcb.debug.callback)),
       "jax.debug.callback": make_step(
-          lambda loss, f=record("jax.debug.callback"):
-          jax.debug.callback(f, loss)),
+          debug("jax.debug.callback", jax.debug.callback)),
   }
 
 
@@ -107,8 +109,8 @@ def main() -> None:
   base = statistics.median(times["none"])
   print(f"jax {jax.__version__}, {jax.devices()[0].platform}, "
         f"{args.steps} steps x {args.rounds} interleaved rounds")
-  print(f"| variant | µs per step | vs no callback |")
-  print(f"|---|---:|---:|")
+  print("| variant | µs per step | vs no callback |")
+  print("|---|---:|---:|")
   for name, ts in times.items():
     t = statistics.median(ts)
     print(f"| {name} | {t * 1e6:.1f} | {t / base:.2f}x |")

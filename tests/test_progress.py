@@ -165,7 +165,7 @@ def test_nested_loops_give_nested_bars():
 
 # ------------------------------------------------------------ fori_loop
 def test_fori_loop_values_equal_lax_and_bar_counts_the_steps():
-  f = lambda i, c: c * 1.5 + i  # noqa: E731
+  f = lambda i, c: c * 1.5 + i
   assert float(progress.fori_loop(3, 40, f, 1., **OPTS)) == float(
       lax.fori_loop(3, 40, f, 1.))
   assert bars() == [("", 37, 37, True)]
@@ -241,7 +241,7 @@ def test_while_loop_without_total_taps_geometrically_and_ends_at_its_count():
 
 # ----------------------------------------------------------------- vmap
 def test_vmap_of_scan_shows_one_bar_for_the_batch():
-  f = lambda c: progress.scan(body, c, jnp.arange(60.), **OPTS)  # noqa: E731
+  f = lambda c: progress.scan(body, c, jnp.arange(60.), **OPTS)
   assert_trees_equal(jax.vmap(f)(jnp.arange(5.)),
                      jax.vmap(lambda c: lax.scan(body, c, jnp.arange(60.)))(
                          jnp.arange(5.)))
@@ -270,20 +270,20 @@ def test_vmap_of_while_loop_batch_each_counts_each_element():
 
 
 def test_vmap_of_fori_loop_with_batched_bounds():
-  f = lambda n: progress.fori_loop(0, n, lambda i, c: c + i, 0, **OPTS)  # noqa: E731
+  f = lambda n: progress.fori_loop(0, n, lambda i, c: c + i, 0, **OPTS)
   np.testing.assert_array_equal(jax.vmap(f)(jnp.array([10, 57])),
                                 [45, 1596])
   assert bars() == [("", 57, 57, True)]
 
 
 def test_nested_vmap_shows_one_bar():
-  f = lambda n: _grow(n, total=n)  # noqa: E731
+  f = lambda n: _grow(n, total=n)
   jax.vmap(jax.vmap(f))(jnp.array([[3, 40], [17, 5]]))
   assert bars() == [("", 40, 40, True)]
 
 
 def test_nested_vmap_batch_each_shows_one_bar_per_element():
-  f = lambda n: _grow(n, total=n, batch="each")  # noqa: E731
+  f = lambda n: _grow(n, total=n, batch="each")
   jax.vmap(jax.vmap(f))(jnp.array([[3, 40], [17, 5]]))
   assert bars() == [("[#0]", 3, 3, True), ("[#1]", 40, 40, True),
                     ("[#2]", 17, 17, True), ("[#3]", 5, 5, True)]

@@ -58,8 +58,8 @@ def run(program: str, variant: str, mode: str = "default") -> str:
 def split(output: str) -> tuple[list[str], list[str]]:
   """(the ``#`` lines, the other lines)."""
   lines = output.splitlines()
-  return ([l for l in lines if l.startswith("#")],
-          [l for l in lines if not l.startswith("#")])
+  return ([line for line in lines if line.startswith("#")],
+          [line for line in lines if not line.startswith("#")])
 
 
 # ------------------------------------------------------ the four programs
@@ -104,8 +104,8 @@ def test_the_training_loop_donates_and_learns():
   """The reference itself: JAX deletes the donated state, the loss falls,
   and every step printed its loss once, in order."""
   _, lines = split(run("training_loop", "jax"))
-  steps = [l for l in lines if l.startswith("step ")]
-  assert [l.split()[1] for l in steps] == [str(i) for i in range(25)]
+  steps = [line for line in lines if line.startswith("step ")]
+  assert [line.split()[1] for line in steps] == [str(i) for i in range(25)]
   assert float(steps[-1].split()[-1]) < float(steps[0].split()[-1]) / 5
   assert "donated state deleted: True" in lines
 
@@ -121,7 +121,7 @@ def test_the_progress_bar_advances_once_per_step():
 
 @pytest.mark.multidevice
 def test_the_sampler_monitor_hears_every_device_every_step():
-  import jax  # noqa: PLC0415  (the device count of conftest.py)
+  import jax
   _, lines = split(run("sampler", "jax"))
   n = jax.device_count()
   assert lines[0] == f"monitor reports: {200 * n} for {n} devices"
@@ -202,8 +202,8 @@ def test_jax_reports_a_failed_check_at_the_call_site():
     assert lines[0] == "good: returned [2.0, 4.0]"
     assert lines[2].startswith("bad: raised ") and _MESSAGE in lines[2]
     assert lines[4] == "good again: returned [2.0, 4.0]"
-    assert all(l.endswith("jax.effects_barrier returned")
-               for l in lines[1::2])
+    assert all(line.endswith("jax.effects_barrier returned")
+               for line in lines[1::2])
 
 
 @pytest.mark.parametrize("variant, mode, mechanism", list(_check_rows()))

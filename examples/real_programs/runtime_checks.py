@@ -55,7 +55,7 @@ def describe(e: BaseException) -> str:
 def mechanisms(use_hostcb: bool) -> dict:
   """name -> a function of ``x`` that checks it on the host."""
   if use_hostcb:
-    import hostcb  # noqa: F401  (main imported it)
+    import hostcb
     io_callback, pure_callback = hostcb.io_callback, hostcb.pure_callback
     debug_callback = hostcb.debug.callback
   else:

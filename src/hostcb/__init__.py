@@ -30,7 +30,7 @@ def __getattr__(name: str):
   # hostcb.progress (tqdm bars for compiled loops) is imported when first
   # used: it needs tqdm, an optional dependency.
   if name == "progress":
-    import importlib
+    import importlib  # noqa: PLC0415  (tqdm only when used)
     return importlib.import_module("hostcb.progress")
   raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
 

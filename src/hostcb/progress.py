@@ -320,8 +320,9 @@ def _at_exit() -> None:
     if not wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
       logger.error("hostcb.progress: at exit, taps still pending after %s s",
                    EXIT_TIMEOUT_SECONDS)
-  except Exception:  # noqa: BLE001  (the interpreter is going away; the
-    logger.exception("hostcb.progress: waiting for taps at exit")  # bars close
+  except Exception:
+    # Logged with its traceback; the bars are closed below all the same.
+    logger.exception("hostcb.progress: waiting for taps at exit")
   close_all()
 
 
