@@ -18,6 +18,7 @@ import importlib
 import io
 import sys
 import threading
+import time
 import types
 
 import jax
@@ -380,8 +381,12 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
 
   out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.)
   # The device does not wait for the callback: the result is there while
-  # the callback is still held.
-  assert float(out) == 6.
+  # the callback is still held (reading it on the host would wait for the
+  # callback, as with JAX's: hostcb.engine.print_order).
+  deadline = time.monotonic() + DEADLINE
+  while not out.is_ready() and time.monotonic() < deadline:
+    time.sleep(0.001)  # polls the device, which does not wait for `held`
+  assert out.is_ready()
 
   def barrier():
     jax.effects_barrier()
@@ -397,6 +402,7 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
   waiter.join(DEADLINE)
   assert not waiter.is_alive()
   assert returned.is_set() and seen == [3.]
+  assert float(out) == 6.
 
 
 def test_effects_barrier_raises_a_failed_debug_callback_once():
