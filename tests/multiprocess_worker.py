@@ -197,7 +197,10 @@ def progress_bars():
   # hostcb.progress under pmap: each process shows the bars of its own
   # devices (one combined bar, or one per device), or only process 0.
   import tqdm
-  from hostcb import progress
+  try:
+    from hostcb import progress
+  except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
+    return {"unsupported": str(e)}
   made = []
 
   class Bars(tqdm.tqdm):

@@ -67,7 +67,37 @@ from hostcb.engine import wait_for_taps
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.host_callback import id_tap
 
-__all__ = ["scan", "fori_loop", "while_loop", "close_all", "DEFAULT_UPDATES"]
+
+class UnsupportedJax(ImportError):
+  """The running JAX cannot carry hostcb.progress's taps (see below)."""
+
+
+def _custom_vmap_keeps_taps() -> bool:
+  """Whether ``jax.custom_batching.custom_vmap`` keeps the effect of a tap
+  in the function it wraps, which the bars need (a ``vmap`` shows one bar
+  for the batch through it).  jax 0.10 and 0.12 keep it; jax 0.8 drops it
+  (the wrapped taps would be removed as dead code, and control flow around
+  them fails to lower)."""
+  @jax.custom_batching.custom_vmap
+  def probe(x):
+    id_tap(lambda a, t: None, x)
+    return x
+
+  @probe.def_vmap
+  def _probe_batched(axis_size, in_batched, x):
+    return probe(x), in_batched[0]
+
+  return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
+
+
+if not _custom_vmap_keeps_taps():
+  raise UnsupportedJax(
+      f"hostcb.progress needs a JAX whose jax.custom_batching.custom_vmap "
+      f"keeps the effects of the function it wraps; jax {jax.__version__} "
+      "drops them (jax 0.10.2 and 0.12.0.1 keep them): pip install -U jax")
+
+__all__ = ["scan", "fori_loop", "while_loop", "close_all", "DEFAULT_UPDATES",
+           "UnsupportedJax"]
 
 logger = logging.getLogger("hostcb")
 
