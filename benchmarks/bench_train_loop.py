@@ -8,6 +8,9 @@ loss) through a callback:
 * ``none``: the same step without a callback (the reference);
 * ``hostcb.id_tap``: a tap function that appends the loss to a list;
 * ``hostcb.debug.callback``: the same function through hostcb's drop-in;
+* ``hostcb.debug.callback, jax.Array``: the same with the option
+  ``hostcb_callback_jax_arrays`` (the function gets ``jax.Array`` s, as
+  JAX's does): its cost per call is the difference to the row above;
 * ``jax.debug.callback``: JAX's own.
 
 Variants run in interleaved rounds (one loop of each per round, the
@@ -40,6 +43,9 @@ def _loss(params, x, y):
   return jnp.mean((h @ params["w2"] + params["b2"] - y) ** 2)
 
 
+JAX_ARRAYS_ROW = "hostcb.debug.callback, jax.Array"
+
+
 def make_step(log):
   """The jitted step; ``log(loss)`` stages the callback (or nothing)."""
   def step(params, velocity, x, y):
@@ -69,6 +75,8 @@ def variants(seen: dict[str, list]) -> dict:
       "hostcb.id_tap": make_step(tap("hostcb.id_tap")),
       "hostcb.debug.callback": make_step(
           debug("hostcb.debug.callback", hostcb.debug.callback)),
+      JAX_ARRAYS_ROW: make_step(
+          debug(JAX_ARRAYS_ROW, hostcb.debug.callback)),
       "jax.debug.callback": make_step(
           debug("jax.debug.callback", jax.debug.callback)),
   }
@@ -96,8 +104,10 @@ def main() -> None:
   y = jax.random.normal(jax.random.key(2), (256, 1))
   seen: dict[str, list] = {}
   steps = variants(seen)
-  for step in steps.values():  # compile and warm up
+  for name, step in steps.items():  # trace, compile and warm up
+    hostcb.config.update("hostcb_callback_jax_arrays", name == JAX_ARRAYS_ROW)
     run(step, 20, x, y)
+  hostcb.config.update("hostcb_callback_jax_arrays", False)
   times: dict[str, list[float]] = {name: [] for name in steps}
   for _ in range(args.rounds):
     for name, step in steps.items():
