@@ -26,6 +26,8 @@ extern PyObject* g_call_formatter;
 
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
+// exit_guard.cc: threads that Python ends at shutdown do not abort.
+int InstallExitGuard();
 
 namespace {
 
@@ -478,7 +480,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
   PyObject* m = PyModule_Create(&hostcb::kModule);
   if (!m) return nullptr;
   PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices);
-  if (hostcb::AddCudaFunctions(m) < 0) {
+  if (hostcb::AddCudaFunctions(m) < 0 || hostcb::InstallExitGuard() < 0) {
     Py_DECREF(m);
     return nullptr;
   }
