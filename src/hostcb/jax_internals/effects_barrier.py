@@ -1,7 +1,7 @@
 """``jax.effects_barrier()`` that also waits for hostcb's taps and calls.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
-Checked against jax 0.8.0 and 0.10.2, where ``jax.effects_barrier`` is
+Checked against jax 0.8.0, 0.10.2 and 0.12.0.1, where ``jax.effects_barrier`` is
 ``jax._src.api.effects_barrier``: a function that waits for the runtime
 tokens of the computations that the calling thread dispatched (JAX's own
 ordered callbacks).  hostcb's callbacks run on its own consumer threads,
@@ -21,6 +21,8 @@ from typing import Callable
 import jax
 from jax._src import api as _api
 
+from hostcb.jax_internals import versions
+
 __all__ = ["patch_effects_barrier", "jax_effects_barrier"]
 
 
@@ -31,7 +33,8 @@ def jax_effects_barrier() -> Callable[[], None]:
     raise RuntimeError(
         f"hostcb: jax {jax.__version__} has no jax._src.api.effects_barrier, "
         "which hostcb wraps so that jax.effects_barrier() also waits for "
-        "hostcb's callbacks (hostcb is checked against jax 0.8.0 to 0.10.2)")
+        f"hostcb's callbacks (hostcb is checked against "
+        f"{versions.CHECKED_RANGE})")
   return original
 
 
@@ -46,7 +49,7 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
     raise RuntimeError(
         f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
         "jax._src.api.effects_barrier, which hostcb expects to wrap "
-        "(checked against jax 0.8.0 to 0.10.2)")
+        f"(checked against {versions.CHECKED_RANGE})")
 
   @functools.wraps(original)
   def effects_barrier():

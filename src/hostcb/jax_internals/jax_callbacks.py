@@ -1,7 +1,7 @@
 """JAX's own callback functions, for hostcb's front ends that replace them.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
-Checked against jax 0.8.0 and 0.10.2:
+Checked against jax 0.8.0, 0.10.2 and 0.12.0.1:
 
 * the functions that ``jax.debug.callback``, ``jax.debug.print``,
   ``jax.experimental.io_callback`` and ``jax.pure_callback`` are, in the
@@ -27,6 +27,7 @@ from jax._src import core as _core
 from jax._src import debugging as _debugging
 from jax._src.interpreters import partial_eval as _pe
 
+from hostcb.jax_internals import versions
 from hostcb.jax_internals.versions import require
 
 __all__ = ["jax_callback_functions", "is_jax_value",
@@ -51,7 +52,7 @@ def jax_callback_functions() -> dict:
       raise RuntimeError(
           f"hostcb: jax {jax.__version__} has no {module.__name__}.{name}, "
           "which hostcb's replacement of JAX's callbacks needs (checked "
-          "against jax 0.8.0 to 0.10.2)")
+          f"against {versions.CHECKED_RANGE})")
     functions[key] = getattr(f, "_hostcb_replaces", f)
   return functions
 

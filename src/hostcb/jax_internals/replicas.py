@@ -17,7 +17,7 @@ operands, and the blocks of the results are put back together with an
 all-reduce.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2 (and, for xla_computation, 0.11.2 and 0.12.0.1).
+checked against jax 0.8.0, 0.10.2, 0.11.2 and 0.12.0.1.
 """
 from __future__ import annotations
 
