@@ -92,26 +92,36 @@ build_python() {
   # The compiler and the headers of the modules pip and venv need (ssl,
   # zlib, ctypes' libffi) and a few more of the standard library.
   apt-get update -qq
-  apt-get install -y -qq build-essential dpkg-dev pkg-config libssl-dev \
+  apt-get install -y -qq build-essential xz-utils pkg-config libssl-dev \
     zlib1g-dev libffi-dev libbz2-dev liblzma-dev libsqlite3-dev \
     libreadline-dev libncurses-dev uuid-dev >/dev/null
   apt-get "${apt_opts[@]}" update -qq
-  (cd "$work" && apt-get "${apt_opts[@]}" source -qq python3.13)
-  local src
-  src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'python3.13-*' \
-          | head -1)
-  if [ -z "$src" ]; then
-    echo "apt-get source python3.13 unpacked no source tree in $work" >&2
+  # Only the upstream tarball that the source package carries is built:
+  # Debian's patches fit CPython to Debian's own layout (one of them turns
+  # ensurepip off, which venv needs).
+  (cd "$work" && apt-get "${apt_opts[@]}" source -qq --download-only \
+     python3.13)
+  local tarball src
+  tarball=$(find "$work" -maxdepth 1 -name 'python3.13_*.orig.tar.*' \
+              ! -name '*.asc' | head -1)
+  if [ -z "$tarball" ]; then
+    echo "apt-get source python3.13 brought no upstream tarball to $work" >&2
     return 1
   fi
+  tar -xf "$tarball" -C "$work"
+  src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'Python-3.13*' \
+          | head -1)
   (cd "$src" && ./configure -q --prefix="$CACHE" --with-ensurepip=install \
        >"$work/configure.log" \
-     && make -j2 >"$work/make.log" 2>&1 \
+     && make -j"$(nproc)" >"$work/make.log" 2>&1 \
      && make install >"$work/install.log" 2>&1) \
     || { echo "building CPython failed; logs in $work" >&2;
          tail -30 "$work"/*.log >&2; return 1; }
   rm -rf "$work"
-  usable "$CACHE/bin/python3.13"
+  if ! usable "$CACHE/bin/python3.13"; then
+    echo "the CPython built in $CACHE cannot make a venv with pip" >&2
+    return 1
+  fi
 }
 
 if [ "${1:-}" = "--find-python" ]; then
