@@ -64,4 +64,10 @@ int InstallExitGuard() {
   return 0;
 }
 
+// In a child after fork, the thread that forked is the child's main thread
+// (Python makes it so): the one that will finalize.
+void ExitGuardAfterForkInChild() {
+  g_main_thread = PyThread_get_thread_ident();
+}
+
 }  // namespace hostcb
