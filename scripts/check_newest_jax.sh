@@ -14,7 +14,8 @@
 # source package python3.13 into $HOSTCB_PYTHON_CACHE (default
 # ~/.cache/hostcb/python3.13), built once (about 20 minutes on 2 cores) and
 # reused after.  `bash scripts/check_newest_jax.sh --find-python` only
-# prints the interpreter it would use (building none).
+# prints the interpreter it would use (building none); `--build-python`
+# only builds the fallback (if $HOSTCB_PYTHON_CACHE has none yet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-newest}
@@ -124,10 +125,15 @@ build_python() {
   fi
 }
 
-if [ "${1:-}" = "--find-python" ]; then
-  find_python
-  exit
-fi
+case ${1:-} in
+  --find-python)
+    find_python
+    exit ;;
+  --build-python)  # the fallback alone, into $CACHE (kept if usable)
+    usable "$CACHE/bin/python3.13" || build_python
+    echo "$CACHE/bin/python3.13"
+    exit ;;
+esac
 
 START=$SECONDS
 if ! PY=$(find_python); then
