@@ -15,7 +15,7 @@ TORCH_VERSION ?= 2.13.0
 # ruff, the linter (configured in pyproject.toml).
 RUFF_VERSION ?= 0.17.6
 
-.PHONY: demo test lint install bench check-oldest check-wheel clean .venv-legacy
+.PHONY: demo test lint install bench check-oldest check-newest check-wheel clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench: install
 check-oldest:
 	bash scripts/check_oldest_jax.sh
 
+# The suite against the newest JAX that pip resolves, on a Python >= 3.12
+# (found, or built once from Debian's source into ~/.cache/hostcb; CI runs it).
+check-newest:
+	bash scripts/check_newest_jax.sh
+
 # What `pip install` and `pip wheel` give a user with pip's defaults (build
 # isolation): one wheel, checked under the oldest and the newest JAX, and a
 # plain `pip install .`; each must tap through the native engine (CI runs it).
@@ -77,5 +82,5 @@ check-wheel:
 	PYTHON=$(PYTHON) bash scripts/check_wheel.sh
 
 clean:
-	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-wheel build src/*.egg-info \
+	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-newest .venv-wheel build src/*.egg-info \
 	  src/hostcb/_native/*.so src/hostcb/_native/_build_failure.txt

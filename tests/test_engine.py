@@ -210,12 +210,11 @@ print("exiting", flush=True)
 """
   proc = run_python(code, timeout=120)  # a hang fails here
   assert proc.stdout == "exiting\n"
-  # JAX itself aborts at exit when a daemon thread is inside a jitted call
-  # (the same without hostcb: the interpreter ends the thread while C++
-  # frames of jaxlib are on its stack); hostcb adds no hang.
-  assert proc.returncode == 0 or (
-      proc.returncode == -6 and "exception not rethrown" in proc.stderr
-  ), proc.stderr
+  # Up to Python 3.13 the interpreter ends such a thread at shutdown with a
+  # forced unwind through jaxlib's C++ frames, which calls std::terminate
+  # (the process then aborts, with or without hostcb); hostcb's engine
+  # leaves the thread blocked instead, as Python 3.14 does.
+  assert proc.returncode == 0, proc.stderr
 
 
 # ------------------------ 3. a barrier covers computations of every thread

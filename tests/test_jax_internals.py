@@ -1,10 +1,14 @@
 """hostcb.jax_internals: a JAX that lacks a symbol hostcb patches stops the
 import with a message naming the JAX version and the symbol (fault
-injection: the symbol is deleted before hostcb is imported)."""
+injection: the symbol is deleted before hostcb is imported); the range of
+JAX versions it names is the one CI checks and the docs name."""
+import os
+import re
+
 import jax
 import pytest
 
-from _helpers import run_python
+from _helpers import REPO, run_python
 
 _IMPORT = """
 try:
@@ -138,3 +142,29 @@ def test_registering_the_options_again_keeps_hostcbs_own():
       "print(hostcb.config.read('jax_host_callback_inline'), seen)\n")
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "True []\n"
+
+
+def _repo_file(name: str) -> str:
+  with open(os.path.join(REPO, name), encoding="utf-8") as f:
+    return f.read()
+
+
+def test_the_checked_range_is_the_one_ci_checks_and_the_docs_name():
+  from hostcb.jax_internals import versions
+  assert versions.CHECKED_RANGE == (
+      f"jax {versions.OLDEST} to {versions.NEWEST}")
+  # The oldest: pyproject.toml's lower bound, and what check-oldest installs.
+  assert re.search(r'dependencies = \["jax>=(\S+?)"',
+                   _repo_file("pyproject.toml")).group(1) == ".".join(
+                       versions.OLDEST.split(".")[:2])
+  assert "JAX_OLDEST=${JAX_OLDEST:-%s}" % versions.OLDEST in _repo_file(
+      "scripts/check_oldest_jax.sh")
+  # The development JAX: what `make test` installs.
+  assert re.search(r"^JAX_VERSION \?= (\S+)$", _repo_file("Makefile"),
+                   re.M).group(1) == versions.DEVELOPMENT
+  # The README's supported range, and CI running all three checks.
+  assert (f"Supported: jax {versions.OLDEST} to {versions.NEWEST}"
+          in _repo_file("README.md"))
+  ci = _repo_file(".ci/run")
+  assert all(f"\nmake {target}\n" in ci
+             for target in ("test", "check-oldest", "check-newest"))

@@ -26,6 +26,9 @@ extern PyObject* g_call_formatter;
 
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
+// exit_guard.cc: threads that Python ends at shutdown do not abort.
+int InstallExitGuard();
+void ExitGuardAfterForkInChild();
 
 namespace {
 
@@ -403,6 +406,7 @@ PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
 
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
   ResetAfterFork();
+  ExitGuardAfterForkInChild();
   Py_RETURN_NONE;
 }
 
@@ -474,7 +478,8 @@ PyMethodDef kMethods[] = {
      "_fail_next_allocations(n): fault injection for tests; run_batch fails "
      "to allocate the arrays of the next n taps, as if out of memory."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
-     "Forgets every queue (for os.register_at_fork)."},
+     "Forgets every queue and takes this thread as the main one (for "
+     "os.register_at_fork)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_engine",
@@ -521,7 +526,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
                               static_cast<long>(hostcb::kDefaultQueueBytes))
           < 0 ||
-      hostcb::AddCudaFunctions(m) < 0) {
+      hostcb::AddCudaFunctions(m) < 0 || hostcb::InstallExitGuard() < 0) {
     Py_DECREF(m);
     return nullptr;
   }

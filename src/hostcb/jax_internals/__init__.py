@@ -16,8 +16,10 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
 * :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches.
 
-Checked against jax 0.8.0 and 0.10.2 (``make test`` runs 0.10.2;
-``scripts/check_oldest_jax.sh`` runs the test suite against 0.8.0).
+Checked against jax 0.8.0 to 0.12.0.1 (:mod:`.versions` names the range;
+``make test`` runs the test suite on 0.10.2, ``scripts/check_oldest_jax.sh``
+on 0.8.0, ``scripts/check_newest_jax.sh`` on the newest JAX that pip
+resolves, on Python 3.12 or newer).
 """
 from hostcb.jax_internals.array_reads import after_host_reads
 from hostcb.jax_internals.buffers import *  # noqa: F403

@@ -1,7 +1,7 @@
 """``buffer_callback``: the buffer custom call, its effect and batching.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2.
+checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 """
 from __future__ import annotations
 

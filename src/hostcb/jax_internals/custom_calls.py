@@ -1,7 +1,7 @@
 """Lowering of callbacks to XLA custom calls: placement, operands, tokens.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2.
+checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 """
 from __future__ import annotations
 
@@ -240,7 +240,8 @@ def _set_sharding(module_context, op, sharding) -> None:
 # with its own ordered effects (it refuses them under vmap); hostcb's taps
 # reach it.  The rule below lowers that one case with the same rewrite plus
 # the per-element select that the plain batched lowering does; every other
-# while loop goes to JAX's own rule.  Checked against jax 0.8.0 and 0.10.2.
+# while loop goes to JAX's own rule.  Checked against jax 0.8.0, 0.10.2 and
+# 0.12.0.1.
 from jax._src.lax.control_flow import loops as _loops  # noqa: E402
 
 _jax_while_lowering = _loops._while_lowering

@@ -1,7 +1,7 @@
 """``jax.effects_barrier()`` that also waits for hostcb's taps and calls.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
-Checked against jax 0.8.0 and 0.10.2, where ``jax.effects_barrier`` is
+Checked against jax 0.8.0, 0.10.2 and 0.12.0.1, where ``jax.effects_barrier`` is
 ``jax._src.api.effects_barrier``: a function that waits for the runtime
 tokens of the computations that the calling thread dispatched (JAX's own
 ordered callbacks).  hostcb's callbacks run on its own consumer threads,

@@ -1,7 +1,7 @@
 """JAX's own callback functions, for hostcb's front ends that replace them.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
-Checked against jax 0.8.0 and 0.10.2:
+Checked against jax 0.8.0, 0.10.2 and 0.12.0.1:
 
 * the functions that ``jax.debug.callback``, ``jax.debug.print``,
   ``jax.experimental.io_callback`` and ``jax.pure_callback`` are, in the

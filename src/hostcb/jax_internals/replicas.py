@@ -17,7 +17,7 @@ operands, and the blocks of the results are put back together with an
 all-reduce.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2 (and, for xla_computation, 0.11.2 and 0.12.0.1).
+checked against jax 0.8.0, 0.10.2, 0.11.2 and 0.12.0.1.
 """
 from __future__ import annotations
 
@@ -172,7 +172,12 @@ def _staged_pmap(fun: Any, in_tree: Any, in_axes_flat: Sequence[Any],
         f"(inner axis {axis_name!r}); give the outer axes in axis_env "
         "instead, e.g. xla_computation(f, axis_env=[('i', 2)]) around the "
         "inner pmap")
-  mesh = jax.sharding.AbstractMesh((axis_size,), (axis_name,))
+  # Auto, as the Mesh of pmap's own shard_map: an AbstractMesh's axes are
+  # Auto by default up to jax 0.10 but Explicit from jax 0.11 on, and over
+  # Explicit axes shard_map asks the operands' types to carry the mesh
+  # sharding of in_specs, which a traced operand does not.
+  mesh = jax.sharding.AbstractMesh(
+      (axis_size,), (axis_name,), axis_types=(jax.sharding.AxisType.Auto,))
   tree_util = jax.tree_util
   out_axes = tree_util.tree_unflatten(out_axes_tree, list(out_axes_flat))
   in_specs = tuple(_shard_map_impl._axes_to_pspec(axis_name, ax)
@@ -279,11 +284,18 @@ def _replica_groups_over(grid: _ReplicaGrid, names: set) -> list[list[int]]:
   return moved.reshape(-1, group_size).tolist()
 
 
+def _replica_groups_attr(groups: list[list[int]]) -> Any:
+  """The ``replica_groups`` attribute of an all-reduce: an int64 matrix,
+  one row per group (JAX's own helper for it was renamed in jax 0.11)."""
+  return _ir.DenseIntElementsAttr.get(
+      np.ascontiguousarray(np.array(groups, dtype=np.int64)))
+
+
 def _sum_over_replicas(ctx, x: Any, aval: Any, groups: list[list[int]]
                        ) -> Any:
   """An all-reduce of ``x`` in ``groups`` (logical or for booleans)."""
   op = _hlo.AllReduceOp([x.type], [x],
-                        replica_groups=_parallel._replica_groups_hlo(groups))
+                        replica_groups=_replica_groups_attr(groups))
   scalar = _mlir.aval_to_ir_type(ctx.module_context,
                                  _core.ShapedArray((), aval.dtype))
   block = op.regions[0].blocks.append(scalar, scalar)

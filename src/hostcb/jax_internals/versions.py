@@ -1,7 +1,11 @@
 """What to do when a JAX lacks an internal symbol that hostcb patches.
 
 Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0, 0.10.2,
-0.11.2 and 0.12.0.1.
+0.11.2 and 0.12.0.1.  It also names the range of JAX versions that hostcb
+is checked against (:data:`OLDEST`, :data:`DEVELOPMENT`, :data:`NEWEST`,
+:data:`CHECKED_RANGE`): every message that names the range takes it from
+here, and CI checks each end (``scripts/check_oldest_jax.sh``, ``make
+test``, ``scripts/check_newest_jax.sh``).
 
 hostcb wraps a few private functions of JAX (the runtime-token exchange
 between dispatched computations, the cached lowering of executables).  A
@@ -19,6 +23,18 @@ from typing import Any
 OLDEST_CHECKED = "0.8.0"
 NEWEST_CHECKED = "0.12.0.1"
 CHECKED_RANGE = f"jax {OLDEST_CHECKED} to {NEWEST_CHECKED}"
+
+
+#: The oldest JAX hostcb supports (pyproject.toml: ``jax>=0.8``), checked by
+#: ``make check-oldest``.
+OLDEST = "0.8.0"
+#: The JAX of development and of ``make test``.
+DEVELOPMENT = "0.10.2"
+#: The newest JAX checked: what ``pip install jax`` resolved on Python 3.13
+#: when ``make check-newest`` last passed (it installs the newest each run).
+NEWEST = "0.12.0.1"
+#: The range, as messages name it.
+CHECKED_RANGE = f"jax {OLDEST} to {NEWEST}"
 
 
 class MissingJaxInternal(ImportError):

@@ -1,0 +1,73 @@
+// What a thread that Python ends at shutdown does inside C++ code.
+//
+// Up to Python 3.13, a thread other than the main one that takes the GIL
+// after finalization has begun is ended by pthread_exit: a forced unwind
+// through the C++ frames on its stack.  A daemon thread that taps forever
+// does that inside jaxlib (the destructor of a jax.Array releases the GIL
+// and takes it back; an XLA thread may run a host function), and where the
+// unwind meets a noexcept frame it calls std::terminate: the process aborts
+// at exit, after the program's work is done ("terminate called without an
+// active exception" on 3.13, "FATAL: exception not rethrown" on 3.11), with
+// or without hostcb.  Python 3.14 instead leaves such a thread blocked
+// forever, and hostcb does the same on the Pythons before: its terminate
+// handler blocks the thread for good when Python is finalizing and the
+// thread is not the main one (the one that finalizes).  Every other
+// std::terminate goes on to the handler installed before, unchanged.
+#include <Python.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+
+namespace hostcb {
+namespace {
+
+std::terminate_handler g_previous = nullptr;
+unsigned long g_main_thread = 0;  // threading.main_thread().ident
+
+bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+[[noreturn]] void OnTerminate() {
+  // Both reads are safe without the GIL (an atomic load, pthread_self).
+  if (Finalizing() && PyThread_get_thread_ident() != g_main_thread) {
+    for (;;) pause();
+  }
+  if (g_previous != nullptr) g_previous();
+  std::abort();
+}
+
+}  // namespace
+
+// Installs the handler once; called with the GIL held (module init).
+int InstallExitGuard() {
+  static bool installed = false;
+  if (installed) return 0;
+  PyObject* threading = PyImport_ImportModule("threading");
+  if (threading == nullptr) return -1;
+  PyObject* main = PyObject_CallMethod(threading, "main_thread", nullptr);
+  Py_DECREF(threading);
+  if (main == nullptr) return -1;
+  PyObject* ident = PyObject_GetAttrString(main, "ident");
+  Py_DECREF(main);
+  if (ident == nullptr) return -1;
+  g_main_thread = PyLong_AsUnsignedLong(ident);
+  Py_DECREF(ident);
+  if (PyErr_Occurred()) return -1;
+  installed = true;
+  g_previous = std::set_terminate(OnTerminate);
+  return 0;
+}
+
+// In a child after fork, the thread that forked is the child's main thread
+// (Python makes it so): the one that will finalize.
+void ExitGuardAfterForkInChild() {
+  g_main_thread = PyThread_get_thread_ident();
+}
+
+}  // namespace hostcb
