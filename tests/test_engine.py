@@ -208,13 +208,22 @@ threading.Thread(target=forever, daemon=True).start()
 started.wait(60)
 print("exiting", flush=True)
 """
-  proc = run_python(code, timeout=120)  # a hang fails here
-  assert proc.stdout == "exiting\n"
   # Up to Python 3.13 the interpreter ends such a thread at shutdown with a
   # forced unwind through jaxlib's C++ frames, which calls std::terminate
-  # (the process then aborts, with or without hostcb); hostcb's engine
-  # leaves the thread blocked instead, as Python 3.14 does.
-  assert proc.returncode == 0, proc.stderr
+  # (the process then aborts, with or without hostcb: status -6 every
+  # time); hostcb's engine leaves the thread blocked instead, as Python
+  # 3.14 does.  One run in about 230 on Python 3.11 was seen to crash in
+  # jaxlib's teardown instead (SIGSEGV, no output): a second run tells that
+  # apart from the abort, which fails both.
+  failures = []
+  for _ in range(2):
+    proc = run_python(code, timeout=120)  # a hang fails here
+    assert proc.stdout == "exiting\n"
+    if proc.returncode == 0:
+      break
+    failures.append((proc.returncode, proc.stderr))
+  else:
+    raise AssertionError(f"two runs failed at exit: {failures}")
 
 
 # ------------------------ 3. a barrier covers computations of every thread
