@@ -31,10 +31,6 @@ else:
      "jax._src.interpreters.pxla._cached_lowering_to_hlo",
      "to lower one-device tapping executables for jit's fast dispatch "
      "path"),
-    ("from jax._src import config\n"
-     "del config.device_context",
-     "jax._src.config.device_context",
-     "to run hostcb's barrier outside the caller's context mesh"),
 ])
 def test_import_fails_naming_the_jax_version_and_the_missing_symbol(
     delete, symbol, purpose):
@@ -42,7 +38,7 @@ def test_import_fails_naming_the_jax_version_and_the_missing_symbol(
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
       f"MissingJaxInternal: hostcb: jax {jax.__version__} has no {symbol}, "
-      f"which hostcb {'uses' if 'mesh' in purpose else 'patches'} {purpose}. "
+      f"which hostcb patches {purpose}. "
       "hostcb was checked against jax 0.8.0 "
       "to 0.12.0.1; install a jax in that range or a hostcb release that "
       f"supports jax {jax.__version__}.\n")
@@ -168,3 +164,26 @@ def test_the_checked_range_is_the_one_ci_checks_and_the_docs_name():
   ci = _repo_file(".ci/run")
   assert all(f"\nmake {target}\n" in ci
              for target in ("test", "check-oldest", "check-newest"))
+
+
+def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
+  # Fault injection: a JAX whose set_mesh takes only a mesh (jax 0.8) and
+  # that lacks the states hostcb then sets: the barrier stops, naming what
+  # is missing, instead of running inside the caller's context mesh.
+  proc = run_python(
+      "import jax, hostcb\n"
+      "from jax._src import config\n"
+      "def set_mesh(mesh):\n"
+      "    raise ValueError('Expected mesh of type `jax.sharding.Mesh`.')\n"
+      "jax.set_mesh = set_mesh\n"
+      "del config.device_context\n"
+      "from hostcb.jax_internals.mesh_context import outside_context_mesh\n"
+      "try:\n"
+      "    outside_context_mesh().__enter__()\n"
+      "except ImportError as e:\n"
+      "    print(type(e).__name__ + ': ' + str(e).split('. hostcb was')[0])\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      "jax._src.config.device_context, which hostcb uses to run hostcb's "
+      "barrier outside the caller's context mesh\n")
