@@ -15,9 +15,13 @@ JAX 0.4.30), every test here skips and says what is missing.
 from __future__ import annotations
 
 import importlib
+import math
 import os
+import re
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -25,6 +29,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, HERE)
 
 import hostcb  # noqa: E402
+from hostcb.jax_internals import versions  # noqa: E402
 
 hostcb.install()  # the scenario modules use the legacy import path
 
@@ -50,10 +55,40 @@ NAMES = [n for n, s in registry.SCENARIOS.items()
          if s.module in runner.HCB_MODULES]
 
 
+# Where the running versions changed what the same program computes (not
+# hostcb's behaviour), per version, with the reason.
+_NUMPY_2_5 = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 5)
+_VERSION_DRIFT = {
+    "doc_call_host_eig_jit": (
+        _NUMPY_2_5, f"NumPy {np.__version__}'s eigvals returns complex64 for "
+        "a real matrix with real eigenvalues (NumPy before 2.5: float32), so "
+        "the legacy documentation's host function no longer returns the "
+        "float32 it declares; hostcb then raises legacy's error"),
+}
+# XLA's kernels (transcendental functions) changed after the development
+# JAX: on another JAX, generated programs' floats may differ from legacy's
+# in their last digits (JAX's change); they are compared to 1e-5 there.
+_DEVELOPMENT_JAX = jax.__version__ == versions.DEVELOPMENT
+_FLOAT = re.compile(r"-?\d+\.\d*(?:e[-+]?\d+)?")
+
+
+def _same_but_float_digits(a: str, b: str) -> bool:
+  """Whether ``a`` and ``b`` differ only in the last digits of floats."""
+  if _FLOAT.sub("#", a) != _FLOAT.sub("#", b):
+    return False
+  fa, fb = _FLOAT.findall(a), _FLOAT.findall(b)
+  return len(fa) == len(fb) and all(
+      math.isclose(float(x), float(y), rel_tol=1e-5, abs_tol=1e-6)
+      for x, y in zip(fa, fb))
+
+
 def _param(name):
   sc = registry.SCENARIOS[name]
   marks = ([pytest.mark.xfail(strict=True, reason=sc.xfail)]
            if sc.xfail else [])
+  drift = _VERSION_DRIFT.get(name)
+  if drift is not None and drift[0]:
+    marks.append(pytest.mark.skip(reason=drift[1]))
   return pytest.param(name, marks=marks, id=name)
 
 
@@ -84,8 +119,12 @@ def test_hostcb_output_matches_legacy(outputs, name):
             == compare.ours_view(sc.expect, sc.unordered)), sc.ours
     return
   assert name in legacy, f"legacy's runner did not run {name}"
-  assert (compare.ours_view(ours[name], sc.unordered)
-          == compare.expected_view(legacy[name], ours[name], sc.unordered))
+  got = compare.ours_view(ours[name], sc.unordered)
+  want = compare.expected_view(legacy[name], ours[name], sc.unordered)
+  if not _DEVELOPMENT_JAX and got != want:
+    assert _same_but_float_digits(got, want), (got, want)
+    return
+  assert got == want
 
 
 PROGRAMS = [n for n in NAMES if n.startswith("gen_program_")]
