@@ -176,8 +176,8 @@ def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
       "def set_mesh(mesh):\n"
       "    raise ValueError('Expected mesh of type `jax.sharding.Mesh`.')\n"
       "jax.set_mesh = set_mesh\n"
-      "if hasattr(config, 'device_context'):  # jax 0.12 has none\n"
-      "    del config.device_context\n"
+      "if hasattr(config, 'abstract_mesh_context_manager'):  # not on 0.12\n"
+      "    del config.abstract_mesh_context_manager\n"
       "from hostcb.jax_internals.mesh_context import outside_context_mesh\n"
       "try:\n"
       "    outside_context_mesh().__enter__()\n"
@@ -186,5 +186,6 @@ def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
       f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      "jax._src.config.device_context, which hostcb uses to run hostcb's "
+      "jax._src.config.abstract_mesh_context_manager, which hostcb uses to "
+      "run hostcb's "
       "barrier outside the caller's context mesh\n")
