@@ -275,3 +275,33 @@ def test_partitioned_debug_print_prints_each_shard(capsys):
   jax.effects_barrier()
   assert sorted(capsys.readouterr().out.splitlines()) == [
       f"v=[{k}]" for k in range(N)]
+
+
+def test_partially_replicated_shards_are_tapped_by_each_holder():
+  rec = Recorder()
+  mesh = Mesh(np.array(jax.devices()).reshape(N // 2, 2), ("a", "b"))
+  x = jax.device_put(np.arange(N * 2, dtype=np.float32).reshape(N, 2),
+                     NamedSharding(mesh, P("a")))  # copies along "b"
+  jax.jit(lambda v: hostcb.id_tap(rec, v, partitioned=True,
+                                  tap_with_device=True))(x)
+  hostcb.barrier_wait()
+  assert _by_device(rec) == {d: [(data, index)]
+                             for d, (data, index) in _shards(x).items()}
+
+
+def test_partitioned_tap_with_the_gspmd_partitioner():
+  rec = Recorder()
+  x = _matrix()
+  before = jax.config.jax_use_shardy_partitioner
+  jax.config.update("jax_use_shardy_partitioner", False)
+  try:
+    f = jax.jit(lambda v: hostcb.id_tap(rec, v, partitioned=True,
+                                        tap_with_device=True))
+    text = f.lower(x).compile().as_text()
+    f(x)
+    hostcb.barrier_wait()
+  finally:
+    jax.config.update("jax_use_shardy_partitioner", before)
+  assert not [c for c in COLLECTIVES if c in text], text
+  assert _by_device(rec) == {d: [(data, index)]
+                             for d, (data, index) in _shards(x).items()}
