@@ -86,7 +86,7 @@ class TapTarget:
     argument is one array and the function takes no device, else
     :meth:`invoker`.  ``layout``: the shards' layout of a per-shard tap
     (:class:`hostcb.jax_internals.ShardLayout`)."""
-    if (layout is None and not self.with_device
+    if ((layout is None or not layout.padded) and not self.with_device
         and self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1):
       return (self.func, transforms)
     return self.invoker(transforms, layout)
@@ -95,7 +95,8 @@ class TapTarget:
     """:meth:`invoke` for these ``transforms``, with its lookups done once:
     the engine's consumers call it once per tap.  ``layout``: as for
     :meth:`engine_entry`."""
-    if self.partitioned and (self.with_device or layout is not None):
+    if self.partitioned and (self.with_device or (layout is not None
+                                                  and layout.padded)):
       return self._shard_invoker(transforms, layout)
     func = self.func
     if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
