@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from _helpers import Recorder, Stream
+from _helpers import Recorder, Stream, run_python
 
 pytestmark = pytest.mark.multidevice
 
@@ -305,3 +305,39 @@ def test_partitioned_tap_with_the_gspmd_partitioner():
   assert not [c for c in COLLECTIVES if c in text], text
   assert _by_device(rec) == {d: [(data, index)]
                              for d, (data, index) in _shards(x).items()}
+
+
+_WITHOUT_ENGINE = """
+import warnings
+warnings.simplefilter("ignore")
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import hostcb
+mesh = Mesh(np.array(jax.devices()), ("d",))
+x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("d")))
+seen = []
+jax.jit(lambda v: hostcb.debug.callback(
+    lambda a: seen.append(np.asarray(a).tolist()), v, partitioned=True))(x)
+jax.effects_barrier()
+print(sorted(seen))
+try:
+  jax.jit(lambda v: hostcb.id_tap(lambda *a: None, v, partitioned=True))(x)
+except NotImplementedError as e:
+  print("refused:", str(e))
+"""
+
+
+def test_without_the_native_engine_partitioned_debug_goes_to_jax():
+  proc = run_python(_WITHOUT_ENGINE, env_extra={
+      "HOSTCB_DISABLE_NATIVE": "1",
+      "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+  assert proc.returncode == 0, proc.stderr
+  calls, refusal = proc.stdout.splitlines()
+  assert calls == "[[0.0, 1.0], [2.0, 3.0]]"  # JAX's, once per shard
+  assert refusal.startswith(
+      "refused: hostcb: a partitioned tap in a jit over several devices "
+      "runs on hostcb's native engine, which does not serve this computation "
+      "(platform 'cpu', operand dtypes ['float32']; engine: "), refusal
+  assert refusal.endswith(
+      "); use partitioned=False, or shard_map, where every device taps its "
+      "own operand"), refusal
