@@ -148,17 +148,50 @@ def test_partitioned_taps_of_a_device_stay_in_program_order():
 
 
 def test_barrier_waits_for_every_shard_tap():
+  release, returned = threading.Event(), threading.Event()
+  rec = Recorder()
+
+  def held(arg, transforms):
+    assert release.wait(60), "the test never released the taps"
+    rec(arg, transforms)
+
+  # Dispatched and not read: a read would wait for the taps once a print
+  # was staged in this process (prints come before results).
+  jax.jit(lambda v: hostcb.id_tap(held, v, partitioned=True))(_matrix())
+
+  def barrier():
+    hostcb.barrier_wait()  # covers multi-device computations of any thread
+    returned.set()
+
+  waiter = threading.Thread(target=barrier)
+  waiter.start()
+  try:
+    assert not returned.wait(0.5)  # every tap is held: the barrier waits
+    assert rec.calls == []
+  finally:
+    release.set()
+  waiter.join(60)
+  assert returned.is_set()
+  assert len(rec.calls) == N
+
+
+def test_dispatch_does_not_wait_for_its_taps_once_a_print_is_staged():
+  # Once a print is staged, a read of a result waits for the taps before
+  # it; the dispatch of a multi-device computation (which waits for its
+  # runtime token) must not: it would hold the loop for every tap.
+  jax.make_jaxpr(lambda v: hostcb.id_print(v, output_stream=Stream()))(1.0)
   release = threading.Event()
   rec = Recorder()
 
-  def slow(arg, transforms):
-    assert release.wait(30), "the test never released the taps"
+  def held(arg, transforms):
+    assert release.wait(60), "the dispatch waited for the held taps"
     rec(arg, transforms)
 
-  f = jax.jit(lambda v: hostcb.id_tap(slow, v, partitioned=True))
-  f(_matrix()).block_until_ready()
-  assert rec.calls == []  # every tap is still waiting
-  release.set()
+  try:
+    jax.jit(lambda v: hostcb.id_tap(held, v, partitioned=True))(_matrix())
+    assert rec.calls == []  # dispatched while every tap is held
+  finally:
+    release.set()
   hostcb.barrier_wait()
   assert len(rec.calls) == N
 
