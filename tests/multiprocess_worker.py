@@ -155,6 +155,33 @@ def pmap_tap():
   return taps_seen()
 
 
+def partitioned_tap():
+  # Each process taps only the shards of its own devices, with their index
+  # in the global array; the compiled program gathers nothing.
+  got = []
+
+  def shard(arg, transforms, device, index):
+    got.append({"value": np.asarray(arg).tolist(), "device": _index(device),
+                "process": device.process_index,
+                "index": [index[0].start, index[0].stop]})
+
+  x = global_vector(GLOBAL)
+  f = jax.jit(lambda v: hostcb.id_tap(shard, v * 2, partitioned=True,
+                                      tap_with_device=True),
+              out_shardings=x.sharding)
+  text = f.lower(x).compile().as_text()
+  f(x).block_until_ready()
+  hostcb.barrier_wait()
+  printed = []
+  jax.jit(lambda v: hostcb.debug.callback(
+      lambda a: printed.append(np.asarray(a).tolist()), v,
+      partitioned=True))(x)
+  jax.effects_barrier()
+  return {"taps": sorted(got, key=lambda t: t["device"]),
+          "debug": sorted(printed),
+          "gathers": "all-gather" in text or "all-reduce" in text}
+
+
 def all_processes_barrier():
   # Each process's tap writes a file; after the global barrier every
   # process must see the files of all processes.
@@ -235,7 +262,7 @@ def barrier_timeout():
 
 
 SCENARIOS = [jit_tap, jit_tap_device_index, jit_tap_mesh_order, pjit_print,
-             barrier_after_dispatch, jit_call, pmap_tap,
+             barrier_after_dispatch, jit_call, pmap_tap, partitioned_tap,
              all_processes_barrier, tap_exception, after_exception,
              progress_bars, barrier_timeout]
 

@@ -173,6 +173,19 @@ def test_pmap_taps_run_in_each_process_for_its_local_devices(results):
           {"value": 12.0, "device": 3, "process": 1}]}
 
 
+def test_partitioned_tap_runs_in_each_process_for_its_own_shards(results):
+  def taps(devices):
+    return [{"value": [4.0 * d, 4.0 * d + 2], "device": d,
+             "process": d // 2, "index": [2 * d, 2 * d + 2]}
+            for d in devices]
+
+  assert scenario(results, "partitioned_tap") == {
+      0: {"taps": taps([0, 1]), "debug": [[0.0, 1.0], [2.0, 3.0]],
+          "gathers": False},
+      1: {"taps": taps([2, 3]), "debug": [[4.0, 5.0], [6.0, 7.0]],
+          "gathers": False}}
+
+
 def test_barrier_all_processes_waits_for_every_process_taps(results):
   every = ["tapped_0_0", "tapped_0_1", "tapped_1_2", "tapped_1_3"]
   assert scenario(results, "all_processes_barrier") == {0: every, 1: every}

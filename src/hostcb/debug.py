@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from hostcb import config
+from hostcb import engine
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
 from hostcb.engine import prints_staged
@@ -192,7 +193,7 @@ def _canonical_array(a) -> np.ndarray:
 
 
 def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
-         as_jax_arrays: bool = False) -> None:
+         as_jax_arrays: bool = False, partitioned: bool = False) -> None:
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
   for i, x in enumerate(operands):
@@ -208,7 +209,8 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
-                     eager=_Eagerly(call), effects=effects, prints=True)
+                     eager=_Eagerly(call), effects=effects, prints=True,
+                     partitioned=partitioned)
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 
@@ -222,17 +224,25 @@ def _to_jax(jax_fn: Callable, first, args: tuple, kwargs: dict,
     jax_fn(first, *args, **options, **kwargs)
 
 
+def _partitions_natively() -> bool:
+  """Whether ``partitioned=True`` runs on hostcb's engine: on CPU, with the
+  native engine built (a sharded ``jit`` then taps per shard on it).
+  Elsewhere (GPUs, no native engine) the call goes to JAX's own
+  implementation, which partitions with its Python callbacks."""
+  return jax.default_backend() == "cpu" and engine.available()
+
+
 # ------------------------------------------------------------ callback
 def _callback(func, args: tuple, kwargs: dict, ordered: bool,
               partitioned: bool) -> None:
   if not callable(func):
     raise TypeError("first argument to jax.debug.callback must be callable, "
                     f"but got an object of type {type(func)}")
-  if partitioned or _jc.is_jax_own(func):
+  if _jc.is_jax_own(func) or (partitioned and not _partitions_natively()):
     _to_jax(_JAX_CALLBACK, func, args, kwargs,
             {"ordered": ordered, "partitioned": partitioned})
     return
-  _tap(func, args, kwargs, ordered)
+  _tap(func, args, kwargs, ordered, partitioned=partitioned)
 
 
 def callback(callback: Callable[..., None] | None = None, *args: Any,
@@ -264,8 +274,11 @@ def callback(callback: Callable[..., None] | None = None, *args: Any,
     ordered: hostcb keeps every callback in program order either way;
       ``True`` is refused, as by JAX, in a computation over several
       devices.
-    partitioned: ``True`` hands the call to JAX's own implementation (a
-      sharded ``jit`` then calls it once per shard, without gathering).
+    partitioned: in a sharded ``jit``, call it once per device with the
+      device's shard of each array argument (in each process for its own
+      devices), without gathering them, as JAX does; hostcb's engine runs
+      it (on CPU; elsewhere JAX's own implementation does).  Outside
+      ``jit`` it is called once, with the whole arrays, as JAX's.
     **kwargs: its keyword arguments.
 
   Returns:
@@ -372,7 +385,7 @@ class _Format:
 
 def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
            skip_format_check: bool, use_logging: bool) -> None:
-  if partitioned or use_logging:
+  if use_logging or (partitioned and not _partitions_natively()):
     options = {"ordered": ordered, "partitioned": partitioned,
                "skip_format_check": skip_format_check}
     if use_logging:
@@ -385,7 +398,8 @@ def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
   printer = _Format(fmt, placeholders, caller_print_options())
   _tap(printer, args, kwargs, ordered,
        as_jax_arrays=((placeholders and _shows_jax_arrays(fmt))
-                      or _contains_arrays(args, kwargs)))
+                      or _contains_arrays(args, kwargs)),
+       partitioned=partitioned)
 
 
 def print(fmt: str | None = None, *args, ordered: bool = False,
@@ -415,8 +429,8 @@ def print(fmt: str | None = None, *args, ordered: bool = False,
     fmt: a ``str.format`` format string.
     *args: values for its positional fields.
     ordered: as for :func:`callback`.
-    partitioned: ``True`` hands the print to JAX's own implementation (a
-      sharded ``jit`` then prints each shard).
+    partitioned: in a sharded ``jit``, print once per device, its shard
+      of each array, as for :func:`callback`.
     skip_format_check: do not check that ``fmt`` uses every argument.
     _use_logging: log instead of printing (``jax.debug.log``): handed to
       JAX's own implementation.

@@ -113,7 +113,7 @@ def _operands(arg, what: str):
 
 def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
            device_index=0, callback_flavor=CallbackFlavor.IO_CALLBACK,
-           **kwargs):
+           partitioned=False, **kwargs):
   """Identity function that also sends ``arg`` to ``tap_func`` on the host.
 
   The host calls ``tap_func(arg, transforms)`` (and ``device=dev`` too when
@@ -131,6 +131,14 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
       computation's devices collects the whole operand and taps.
     callback_flavor: accepted for compatibility; taps are always ordered
       side effects.
+    partitioned: in sharded ``jit`` code, every device taps its own shard
+      (one call per device, in each process for its own devices) instead
+      of ``device_index`` tapping the whole, gathered, value; with
+      ``tap_with_device`` the function also gets ``index=``: the shard's
+      slice of the global array, a tuple of slices per leaf of ``arg``
+      (``slice(None)`` where the array is not split; all ``slice(None)``
+      in ``shard_map``/``pmap`` code, whose operands are already the
+      device's own).  See ``docs/partitioned.md``.
 
   Returns:
     ``arg``, or ``result`` if given.
@@ -146,11 +154,14 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
                     "(hostcb: the tap_func of id_tap)")
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
+  if not isinstance(partitioned, bool):
+    raise TypeError(f"partitioned must be a bool; got {partitioned!r}")
   flat, treedef, key_impls = _operands(arg, "id_tap")
-  outs = tap_p.bind(*flat,
-                    target=TapTarget(tap_func, treedef, bool(tap_with_device),
-                                     prints=isinstance(tap_func, _Printer)),
-                    transforms=(), device_index=device_index)
+  target = TapTarget(tap_func, treedef, bool(tap_with_device),
+                     prints=isinstance(tap_func, _Printer),
+                     partitioned=partitioned)
+  outs = tap_p.bind(*flat, target=target, transforms=(),
+                    device_index=device_index)
   if result is not None:
     return result
   outs = [o if impl is None else jax.random.wrap_key_data(o, impl=impl)
@@ -191,7 +202,8 @@ class _Printer:
 
 def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
              output_stream=None, threshold=None,
-             callback_flavor=CallbackFlavor.IO_CALLBACK, **kwargs):
+             callback_flavor=CallbackFlavor.IO_CALLBACK, partitioned=False,
+             **kwargs):
   """Like :func:`id_tap`, with a tap function that prints ``arg``.
 
   Prints the keyword arguments first, on one line (sorted, as
@@ -204,8 +216,9 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
   ``transforms=`` makes the tap fail, as in legacy.
 
   Args:
-    arg, result, tap_with_device, device_index, callback_flavor: as for
-      :func:`id_tap`.
+    arg, result, tap_with_device, device_index, callback_flavor,
+      partitioned: as for :func:`id_tap` (a partitioned print with
+      ``tap_with_device`` shows ``index:`` beside ``device:``).
     output_stream: an object with a ``write(str)`` method to print to;
       default ``sys.stdout``.
     threshold: passed to ``numpy.array2string``; ``None``: NumPy's print
@@ -216,7 +229,8 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
   printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
                      caller_print_options())
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
-                device_index=device_index, callback_flavor=callback_flavor)
+                device_index=device_index, callback_flavor=callback_flavor,
+                partitioned=partitioned)
 
 
 def _result_aval(r):

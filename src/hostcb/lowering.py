@@ -28,7 +28,10 @@ Where a callback runs:
 * one-device and sharded ``jit``/``pjit`` code: once, on the computation's
   device number ``device_index``, with the whole (gathered) operand;
 * per-device code (``pmap``, ``shard_map``): on every device, each with its
-  shard.
+  shard;
+* a partitioned tap (``partitioned=True``) in sharded ``jit`` code: on every
+  device, with its shard, without a gather
+  (:mod:`hostcb.jax_internals.partitioned`).
 
 Every tap and every effectful call takes and returns the token of hostcb's
 effect (:mod:`hostcb.jax_internals`), which keeps them in program order
@@ -108,7 +111,39 @@ def _host_function(placement: ji.Placement, run, *, context: bool = False):
   return one_device
 
 
+def _per_shard_tap_lowering(ctx, args, target, transforms):
+  """A partitioned tap in a ``jit`` over several devices: every device taps
+  its own shard, through the engine (see
+  :mod:`hostcb.jax_internals.partitioned`)."""
+  engine.note_lowered()
+  platform = ji.lowering_platform(ctx)
+  dtypes = [a.dtype for a in ctx.avals_in]
+  if not (engine.serves(platform) and engine.supports(dtypes)):
+    raise NotImplementedError(
+        "hostcb: a partitioned tap in a jit over several devices runs on "
+        "hostcb's native engine, which does not serve this computation "
+        f"(platform {platform!r}, operand dtypes "
+        f"{[str(d) for d in dtypes]}; engine: "
+        f"{engine.unavailable_reason() or 'available'}); use "
+        "partitioned=False, or shard_map, where every device taps its own "
+        "operand")
+  unpacked = unpack_transforms(transforms)
+
+  def emit_tap(operands, layout):
+    tid = engine.target_id(("shard tap", target, transforms, layout.key()),
+                           lambda: target.engine_entry(unpacked, layout))
+    if target.prints:
+      engine.mark_print(tid)
+    return ji.emit_manual_tap(engine.ffi_target_name, operands,
+                              {"target_id": tid})
+
+  ji.emit_per_shard_custom_call(ctx, args, emit_tap=emit_tap)
+  return list(args)  # the tap is an identity: its results are its operands
+
+
 def _tap_lowering(ctx, *args, target, transforms, device_index):
+  if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
+    return _per_shard_tap_lowering(ctx, args, target, transforms)
   if _native(ctx):
     tid = engine.target_id(
         ("tap", target, transforms),

@@ -66,6 +66,12 @@ class TapTarget:
   ``prints``: the function prints (``id_print``, :mod:`hostcb.debug`):
   a host read of a result waits for such taps queued before it
   (:mod:`hostcb.engine.print_order`), not for the others.
+
+  ``partitioned``: in a ``jit`` over several devices, every device taps its
+  own shard (``id_tap(..., partitioned=True)``, see
+  ``docs/partitioned.md``) instead of one device the whole, gathered,
+  value; with ``with_device`` the function also gets ``index=``, the
+  shard's slice of the global array.
   """
   func: Callable
   treedef: Any
@@ -73,24 +79,30 @@ class TapTarget:
   eager: Callable | None = None
   effects: tuple = ()
   prints: bool = False
+  partitioned: bool = False
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
     self.invoker(transforms)(arrays, device)
 
-  def engine_entry(self, transforms) -> Any:
+  def engine_entry(self, transforms, layout=None) -> Any:
     """What the native engine's consumers call per tap: ``(func,
     transforms)``, called as ``func(arrays[0], transforms)``, when the
     argument is one array and the function takes no device, else
-    :meth:`invoker`."""
-    if (not self.with_device and self.treedef.num_leaves == 1
-        and self.treedef.num_nodes == 1):
+    :meth:`invoker`.  ``layout``: the shards' layout of a per-shard tap
+    (:class:`hostcb.jax_internals.ShardLayout`)."""
+    if ((layout is None or not layout.padded) and not self.with_device
+        and self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1):
       return (self.func, transforms)
-    return self.invoker(transforms)
+    return self.invoker(transforms, layout)
 
-  def invoker(self, transforms) -> Callable[[tuple, Any], None]:
+  def invoker(self, transforms, layout=None) -> Callable[[tuple, Any], None]:
     """:meth:`invoke` for these ``transforms``, with its lookups done once:
-    the engine's consumers call it once per tap."""
+    the engine's consumers call it once per tap.  ``layout``: as for
+    :meth:`engine_entry`."""
+    if self.partitioned and (self.with_device or (layout is not None
+                                                  and layout.padded)):
+      return self._shard_invoker(transforms, layout)
     func = self.func
     if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
       if self.with_device:  # the argument is one array
@@ -102,6 +114,46 @@ class TapTarget:
       return lambda arrays, device: func(unflatten(arrays), transforms,
                                          device=device)
     return lambda arrays, device: func(unflatten(arrays), transforms)
+
+  def _shard_invoker(self, transforms, layout) -> Callable[[tuple, Any],
+                                                            None]:
+    """The invoker of a per-shard tap: trims the padding of uneven shards
+    and, with ``with_device``, passes the shard's ``index=`` (per leaf, a
+    tuple of slices of the global array; all ``slice(None)`` where the
+    operand is not split: one device, ``shard_map``, ``pmap``)."""
+    func, with_device = self.func, self.with_device
+    one = self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1
+    unflatten = self.treedef.unflatten
+    indices = layout.indices if layout is not None else None
+    trims = None
+    if layout is not None and layout.padded:
+      trims = {d: tuple(_trim(index) for index in per_leaf)
+               for d, per_leaf in indices.items()}
+    if indices is not None:
+      shown = {d: per_leaf[0] if one else unflatten(list(per_leaf))
+               for d, per_leaf in indices.items()}
+
+    def invoke(arrays, device):
+      if trims is not None:
+        arrays = tuple(a[t] for a, t in zip(arrays, trims[device.id]))
+      arg = arrays[0] if one else unflatten(arrays)
+      if not with_device:
+        return func(arg, transforms)
+      if indices is not None:
+        index = shown[device.id]
+      else:
+        whole = [(slice(None),) * np.ndim(a) for a in arrays]
+        index = whole[0] if one else unflatten(whole)
+      return func(arg, transforms, device=device, index=index)
+
+    return invoke
+
+
+def _trim(index: tuple) -> tuple:
+  """Selects, in a shard's buffer, the part that holds its slice ``index``
+  (the buffer of an uneven sharding's last shards has padding)."""
+  return tuple(s if s == slice(None) else slice(0, s.stop - s.start)
+               for s in index)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

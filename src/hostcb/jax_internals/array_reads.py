@@ -40,6 +40,16 @@ from hostcb.jax_internals.versions import require
 
 _WHAT = "to show hostcb's prints before the results they come with"
 _installed: list[Callable[[Any], None]] = []
+_unhooked_block: list[Callable[[Any], Any]] = []
+
+
+def block_without_hook(array: Any) -> Any:
+  """``array.block_until_ready()`` without the hook: for hostcb's own waits
+  on a computation (its runtime token), which are no read of a result and
+  must not wait for the taps that the computation queued."""
+  if _unhooked_block:
+    return _unhooked_block[0](array)
+  return array.block_until_ready()
 
 
 def after_host_reads(hook: Callable[[Any], None]) -> None:
@@ -79,6 +89,7 @@ def after_host_reads(hook: Callable[[Any], None]) -> None:
       hook(a)
     return out
 
+  _unhooked_block.append(block)
   impl._value = property(_value, doc=value.__doc__)
   impl.block_until_ready = block_until_ready
   impl.item = functools.wraps(item)(item_)

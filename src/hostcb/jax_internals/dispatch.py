@@ -66,6 +66,7 @@ from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals.array_reads import block_without_hook
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
@@ -307,7 +308,9 @@ def _wait_in_fast_mode(token: Any) -> None:
   """
   if _fast[0] or _used[0]:
     try:
-      token.block_until_ready()
+      # Not a read of a result: the dispatch must not wait for the taps
+      # the computation queued (which a read does once a print is staged).
+      block_without_hook(token)
     except Exception:  # noqa: BLE001  (reported through the results)
       pass
 
