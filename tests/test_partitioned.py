@@ -25,7 +25,10 @@ def _mesh(n: int = N) -> Mesh:
   return Mesh(np.array(jax.devices()[:n]), ("d",))
 
 
-def _sharded(x, spec=P("d")):
+_ROWS = P("d")
+
+
+def _sharded(x, spec=_ROWS):
   return jax.device_put(x, NamedSharding(_mesh(), spec))
 
 
