@@ -1,6 +1,6 @@
 """A hook that runs when a ``jax.Array`` is read on the host.
 
-Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0 and 0.10.2.
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 
 hostcb's prints (``id_print``, ``hostcb.debug.print``) run on consumer
 threads after the computation queued them, so without more a result could

@@ -1,7 +1,7 @@
 """Fast dispatch: tapping executables without JAX runtime tokens.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0 and 0.10.2.
+checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 
 hostcb's effect is an ordered JAX effect (:mod:`.core`): a tapping
 executable that takes and returns a runtime token orders its taps after
@@ -269,7 +269,7 @@ def _install_aot_guard() -> None:
   callbacks, and hostcb's taps are neither), so every call after the first
   failed ("Execution supplied 2 arguments but compiled program expected
   3").  Such a compiled function keeps JAX's Python call path, which
-  passes the token.  Checked on jax 0.8.0 and 0.10.2
+  passes the token.  Checked on jax 0.8.0, 0.10.2 and 0.12.0.1
   (``MeshExecutable.create_cpp_call``)."""
   executable = require(_pxla, "MeshExecutable",
                        "to keep the runtime token of compiled functions")

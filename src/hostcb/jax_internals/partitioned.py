@@ -1,9 +1,10 @@
 """Per-shard callbacks in a ``jit`` over several devices, without a gather.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports
-``jax._src``; checked against jax 0.10.2 (the custom-call partitioner API
-of ``jaxlib.xla_client`` and ``jax._src.op_shardings`` are the same in
-0.8.0).
+``jax._src``; checked against jax 0.8.0, 0.10.2 and 0.12.0.1 (the
+custom-call partitioner API of ``jaxlib.xla_client`` and
+``jax._src.op_shardings``; tests/test_partitioned.py runs in CI on all
+three).
 
 In a ``jit`` over several devices the shardings of a value are known only
 once XLA's sharding propagation has run, after lowering: the lowering
