@@ -426,18 +426,29 @@ class Queue {
              consumer_dispatching_;
     };
     if (done()) return;
-    WakeConsumerLocked();  // it may be polling with taps not yet seen
     print_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    // The consumer wakes the waiters once it has run this many records
+    // (the lowest target of the waiters; see NoteRan).  Written under mu_
+    // only; the wait below checks `done` again after it.
+    if (target < print_wake_at_.load(std::memory_order_seq_cst)) {
+      print_wake_at_.store(target, std::memory_order_seq_cst);
+    }
+    WakeConsumerLocked();  // it may be polling with taps not yet seen
     processed_cv_.wait(lock, done);
-    print_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    if (print_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      print_wake_at_.store(kNever, std::memory_order_seq_cst);
+    }
   }
 
   // The consumer has run the functions of `n` more records of the batch it
   // took (mu_ not held): wakes the host reads that wait for a print among
-  // them.  Per record, where `processed_` moves per batch only.
+  // them once it has run the record they wait for.  Per record, where
+  // `processed_` moves per batch only; the lock is taken only then, not per
+  // record (a waiter with a later target may see a few early wake-ups while
+  // one with an earlier target waits beside it).
   void NoteRan(uint64_t n) {
-    ran_.fetch_add(n, std::memory_order_seq_cst);
-    if (print_waiters_.load(std::memory_order_seq_cst) > 0) {
+    const uint64_t ran = ran_.fetch_add(n, std::memory_order_seq_cst) + n;
+    if (ran >= print_wake_at_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lock(mu_);
       processed_cv_.notify_all();
     }
@@ -519,6 +530,8 @@ class Queue {
   // (NoteRan); host reads waiting for a print among them (print_waiters_).
   std::atomic<uint64_t> ran_{0};
   std::atomic<int> print_waiters_{0};
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  std::atomic<uint64_t> print_wake_at_{kNever};  // see NoteRan
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
   uint64_t processed_ = 0;
