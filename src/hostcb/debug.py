@@ -39,7 +39,6 @@ from hostcb import config
 from hostcb import engine
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.engine import prints_staged
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -204,7 +203,6 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
       key_impls.append(None)
   call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
                     as_jax_arrays or config.read(config.JAX_ARRAYS))
-  prints_staged()
   # An ordered callback carries JAX's ordered debug effect too: JAX
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()

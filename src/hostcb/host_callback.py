@@ -21,7 +21,6 @@ from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
 from hostcb.printing import (caller_print_options, numpy_print_options,
                              print_tap)
 from hostcb.signatures import is_key, result_avals
-from hostcb.engine import prints_staged
 from hostcb.engine import (CallbackException, barrier_wait,
                            stop_outfeed_receiver)
 
@@ -225,7 +224,6 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
       options, those of the thread that calls ``id_print`` (traces it).
     **kwargs: printed before ``arg``.
   """
-  prints_staged()
   printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
                      caller_print_options())
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,

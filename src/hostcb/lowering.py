@@ -142,6 +142,8 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
 
 
 def _tap_lowering(ctx, *args, target, transforms, device_index):
+  if target.prints:  # host reads wait for prints from now on
+    engine.prints_staged()
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
     return _per_shard_tap_lowering(ctx, args, target, transforms)
   if _native(ctx):

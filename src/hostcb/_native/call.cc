@@ -48,14 +48,6 @@ PyObject* g_call_formatter = nullptr;
 
 namespace {
 
-bool PythonIsFinalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 ffi::Error Failure(std::string message) {
   return ffi::Error(ffi::ErrorCode::kInternal, std::move(message));
 }

@@ -13,7 +13,7 @@
 // handler blocks the thread for good when Python is finalizing and the
 // thread is not the main one (the one that finalizes).  Every other
 // std::terminate goes on to the handler installed before, unchanged.
-#include <Python.h>
+#include "pyarrays.h"  // Python.h, PythonIsFinalizing
 #include <unistd.h>
 
 #include <cstdlib>
@@ -25,17 +25,9 @@ namespace {
 std::terminate_handler g_previous = nullptr;
 unsigned long g_main_thread = 0;  // threading.main_thread().ident
 
-bool Finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 [[noreturn]] void OnTerminate() {
   // Both reads are safe without the GIL (an atomic load, pthread_self).
-  if (Finalizing() && PyThread_get_thread_ident() != g_main_thread) {
+  if (PythonIsFinalizing() && PyThread_get_thread_ident() != g_main_thread) {
     for (;;) pause();
   }
   if (g_previous != nullptr) g_previous();

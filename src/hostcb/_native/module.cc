@@ -329,13 +329,18 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
                        (unsigned long long)c.space_waiters);
 }
 
-PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* arg) {
-  long device = PyLong_AsLong(arg);
-  if (device == -1 && PyErr_Occurred()) return nullptr;
+PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
+  long device;
+  int prints_only = 0;
+  if (!PyArg_ParseTuple(args, "l|p", &device, &prints_only)) return nullptr;
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   Py_BEGIN_ALLOW_THREADS
-  q->WaitForEarlierRecords();
+  if (prints_only) {
+    q->WaitForEarlierPrints();
+  } else {
+    q->WaitForEarlierRecords();
+  }
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
@@ -369,17 +374,6 @@ PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
   }
   Py_INCREF(starter);
   Py_XSETREF(g_consumer_starter, starter);
-  Py_RETURN_NONE;
-}
-
-PyObject* Py_wait_for_earlier_prints(PyObject*, PyObject* arg) {
-  long device = PyLong_AsLong(arg);
-  if (device == -1 && PyErr_Occurred()) return nullptr;
-  Queue* q = QueueArg(device);
-  if (!q) return nullptr;
-  Py_BEGIN_ALLOW_THREADS
-  q->WaitForEarlierPrints();
-  Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
 
@@ -449,18 +443,15 @@ PyMethodDef kMethods[] = {
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
      "capacity, space_waiters}."},
-    {"wait_for_earlier_prints", Py_wait_for_earlier_prints, METH_O,
-     "wait_for_earlier_prints(device): waits (GIL released) until the "
-     "device's consumer has run every record up to the latest print tap "
-     "queued before the call (see wait_for_earlier_records)."},
     {"mark_print_target", Py_mark_print_target, METH_O,
      "mark_print_target(target_id): taps of this target print; host reads "
-     "wait for them (wait_for_earlier_prints)."},
-    {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_O,
-     "wait_for_earlier_records(device): waits (GIL released) until the "
-     "device's consumer has run every record queued before the call, or "
-     "runs a tap function that dispatched a computation.  Not from the "
-     "consumer's own thread."},
+     "wait for them (wait_for_earlier_records(device, True))."},
+    {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_VARARGS,
+     "wait_for_earlier_records(device, prints_only=False): waits (GIL "
+     "released) until the device's consumer has run every record queued "
+     "before the call (prints_only: up to the latest print tap), or runs a "
+     "tap function that dispatched a computation.  Not from the consumer's "
+     "own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,
      "set_call_server(runners, checker, formatter): hostcb_call runs "
      "runners[target_id](arrays, device_ordinal) (runners a list, None "
@@ -495,11 +486,7 @@ void RequestConsumerSlow(Queue* q) {
   // computation waits for it with the GIL released (as for hostcb_call).
   // Not while the interpreter shuts down: a daemon thread's computation
   // then has no consumer to start.
-#if PY_VERSION_HEX >= 0x030D0000
-  if (Py_IsFinalizing()) return;
-#else
-  if (_Py_IsFinalizing()) return;
-#endif
+  if (PythonIsFinalizing()) return;
   PyGILState_STATE gil = PyGILState_Ensure();
   if (PyObject* starter = g_consumer_starter) {
     Py_INCREF(starter);

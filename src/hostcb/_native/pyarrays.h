@@ -18,6 +18,15 @@
 
 namespace hostcb {
 
+// Whether the interpreter is shutting down (safe without the GIL).
+inline bool PythonIsFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // NumPy dtype of each XLA dtype code (references owned here), set by
 // set_dtypes; nullptr for the dtypes Python cannot receive.
 extern PyArray_Descr* g_descr[kMaxDtype];

@@ -471,29 +471,22 @@ def _test_fail_next_allocations(n: int) -> None:
   _require()._fail_next_allocations(int(n))
 
 
-def wait_for_device(ordinal: int) -> None:
+def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
-  been processed; at once when called by that device's consumer, while
-  that consumer runs a tap function that dispatched a computation (the
-  call belongs to that function), or when nothing went through the engine
-  on that device."""
+  been processed (``prints_only``: every record up to the latest print
+  tap, see :func:`mark_print`); at once when called by that device's
+  consumer, while that consumer runs a tap function that dispatched a
+  computation (the call belongs to that function), or when nothing went
+  through the engine on that device."""
   c = _consumers.get(ordinal)
   if c is None or c.thread is threading.current_thread():
     return
-  _native.wait_for_earlier_records(ordinal)
-
-
-def wait_for_prints(ordinal: int) -> None:
-  """Like :func:`wait_for_device`, for the records up to the latest print
-  tap queued so far on device ``ordinal`` only (see :func:`mark_print`)."""
-  c = _consumers.get(ordinal)
-  if c is None or c.thread is threading.current_thread():
-    return
-  _native.wait_for_earlier_prints(ordinal)
+  _native.wait_for_earlier_records(ordinal, prints_only)
 
 
 def mark_print(tid: int) -> None:
-  """Taps of target ``tid`` print: :func:`wait_for_prints` waits for them.
+  """Taps of target ``tid`` print: ``wait_for_device(..., prints_only=True)``
+  waits for them.
   A target id beyond the engine's table is not marked (a program with a
   million tap sites); its prints are then not waited for by host reads."""
   if tid < _native.MAX_PRINT_TARGETS:

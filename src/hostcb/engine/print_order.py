@@ -31,12 +31,7 @@ __all__ = ["prints_staged"]
 def prints_staged() -> None:
   """A print was staged: from now on, host reads wait for the prints
   queued before them (module docstring).  Cheap after the first call."""
-  if not _on:
-    _on.append(True)
-    ji.after_host_reads(_wait_for_earlier_prints)
-
-
-_on: list[bool] = []
+  ji.after_host_reads(_wait_for_earlier_prints)
 
 
 def _wait_for_earlier_prints(array: Any) -> None:
@@ -53,4 +48,4 @@ def _wait_for_earlier_prints(array: Any) -> None:
         q.wait_for_prints()
     key = native.key_of_device(d)
     if key is not None:
-      native.wait_for_prints(key)
+      native.wait_for_device(key, prints_only=True)

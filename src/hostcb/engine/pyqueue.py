@@ -51,11 +51,11 @@ class DeviceQueue:
     self._items: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition(threading.Lock())
     self._bytes = 0
-    self._unfinished = 0        # items queued and not yet run to the end
     self._waiters = 0           # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
     self._queued = 0            # items ever queued (markers too)
-    self._done = 0              # items ever run to the end
+    self._done = 0              # items ever run to the end (the difference
+                                # is what is queued and not yet run)
     self._last_print = 0        # _queued just after the latest print tap
     self._print_waiters = 0     # host reads waiting for prints
     self.dispatching = False    # the consumer's tap function dispatched
@@ -96,7 +96,6 @@ class DeviceQueue:
           self._waiters -= 1
       self._items.append((run, nbytes))
       self._bytes += nbytes
-      self._unfinished += 1
       self._queued += 1
       if prints:
         self._last_print = self._queued
@@ -114,10 +113,9 @@ class DeviceQueue:
     consumer; never waits.  False, and nothing queued, when every tap
     queued so far has run."""
     with self._cond:
-      if not self._unfinished:
+      if self._done == self._queued:  # nothing queued is left to run
         return False
       self._items.append((arrive, 0))
-      self._unfinished += 1
       self._queued += 1
       self._cond.notify_all()
       return True
@@ -178,7 +176,6 @@ class DeviceQueue:
           pending = 0
       with cond:
         self._bytes -= pending
-        self._unfinished -= len(batch)
         self._done += len(batch)
         if self._waiters or self._print_waiters:
           cond.notify_all()
