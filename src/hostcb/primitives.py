@@ -72,6 +72,13 @@ class TapTarget:
   ``docs/partitioned.md``) instead of one device the whole, gathered,
   value; with ``with_device`` the function also gets ``index=``, the
   shard's slice of the global array.
+
+  ``per_element``: under ``vmap`` the tap is bound again once per batch
+  element, on that element's slices, instead of once on the batched
+  operands (JAX's rule for its debug callbacks).  For a partitioned
+  debug callback: each device then gets its shards of each element, as
+  from JAX's, and the host never has to pair elements up from shards
+  that the devices hold along different batch axes.
   """
   func: Callable
   treedef: Any
@@ -80,6 +87,7 @@ class TapTarget:
   effects: tuple = ()
   prints: bool = False
   partitioned: bool = False
+  per_element: bool = False
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -363,6 +371,16 @@ def _tap_transpose(cts, *args, target, transforms, device_index):
 
 def _tap_batch(args, dims, *, target, transforms, device_index):
   batch_dims = tuple(None if d is ji.not_mapped else d for d in dims)
+  if target.per_element:
+    size = next(a.shape[d] for a, d in zip(args, batch_dims)
+                if d is not None)
+    for i in range(size):
+      tap_p.bind(*(a if d is None else
+                   jax.lax.index_in_dim(a, i, axis=d, keepdims=False)
+                   for a, d in zip(args, batch_dims)),
+                 target=target, device_index=device_index,
+                 transforms=transforms)
+    return list(args), list(dims)  # an identity: its operands
   outs = tap_p.bind(*args, target=target, device_index=device_index,
                     transforms=transforms + (("batch", batch_dims),))
   return outs, list(dims)
