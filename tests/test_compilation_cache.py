@@ -82,3 +82,37 @@ def test_the_second_process_finds_them_although_it_registered_others(
   hits = set(second["hits"])
   assert {f"jit_{p}" for p in _programs(second)} - hits == {
       f"jit_{p}" for p in NOT_WRITTEN}
+
+
+_IDS = """
+import sys
+from hostcb.engine import registry
+for k in range(int(sys.argv[1])):
+  registry.tap_id(("another", k), lambda: None)
+first = registry.tap_id(("the key", 1), lambda: None)
+again = registry.tap_id(("the key", 1), lambda: None)
+class Same:
+  def __repr__(self):
+    return "same text"
+a, b = Same(), Same()
+print(first, again, registry.tap_id(a, lambda: None),
+      registry.tap_id(b, lambda: None))
+"""
+
+
+def _ids(registered_before: int) -> list:
+  proc = subprocess.run([sys.executable, "-c", _IDS, str(registered_before)],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return [int(t) for t in proc.stdout.split()]
+
+
+def test_a_target_id_does_not_count_earlier_registrations():
+  first, again, _, _ = _ids(0)
+  assert again == first
+  assert _ids(50)[0] == first
+
+
+def test_keys_of_the_same_text_get_ids_of_their_own():
+  _, _, a, b = _ids(0)
+  assert a != b

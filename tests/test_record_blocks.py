@@ -106,3 +106,35 @@ def test_per_shard_taps_of_large_shards_keep_their_values():
   for a, index in got.values():
     np.testing.assert_array_equal(a, whole[index])
     assert not a.flags.owndata
+
+
+def test_a_large_tap_whose_arrays_cannot_be_made_is_reported_and_freed():
+  """Fault injection: the consumer cannot make the arrays of a record with
+  its own block; the tap is reported as lost, the queue frees the block
+  (it was not adopted), and the next large taps get their values."""
+  native = engine.native
+  got = []
+
+  @jax.jit
+  def f(x):
+    for k in range(3):
+      hostcb.id_tap(lambda a, t: got.append(a), x + k)
+    return x
+
+  x = jnp.zeros((BIG,), jnp.float32)
+  f(x).block_until_ready()
+  hostcb.barrier_wait()
+  got.clear()
+  native._test_fail_next_allocations(1)  # the next tap: out of memory
+  f(x)
+  with pytest.raises(hostcb.CallbackException,
+                     match="a tap was lost: its operands could not be "
+                           "allocated on the host"):
+    hostcb.barrier_wait()
+  assert [float(a[0]) for a in got] == [1.0, 2.0]
+  held = native.counters(0)  # the device of this jit
+  assert held["bytes_held"] == 0 and held["records_held"] == 0, held
+  f(x + 10)
+  hostcb.barrier_wait()
+  assert [float(a[0]) for a in got] == [1.0, 2.0, 10.0, 11.0, 12.0]
+  assert all(np.all(a == a[0]) for a in got)
