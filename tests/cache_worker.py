@@ -156,6 +156,28 @@ def print_partitioned():
   return got, want
 
 
+def print_one_device():
+  s = _Stream()
+  _jit(lambda v: hostcb.id_print(v + 1, output_stream=s))(jnp.arange(3))
+  hostcb.barrier_wait()
+  return s.lines, ["[1 2 3]"]
+
+
+def jax_debug_callback_installed():
+  """``jax.debug.callback(partitioned=True)`` under ``install(
+  jax_callbacks=True)``: hostcb's."""
+  c = Calls()
+  x = _rows()
+  hostcb.install(jax_callbacks=True)
+  try:
+    _jit(lambda v: jax.debug.callback(lambda a: c.add(None, a), v - 3,
+                                      partitioned=True))(x)
+    jax.effects_barrier()
+  finally:
+    hostcb.uninstall()
+  return c, [[-1, [v]] for _, v in _shards(x - 3)]
+
+
 def call_one_device():
   c = Calls()
 
@@ -277,7 +299,8 @@ def progress_scan():
 
 
 PROGRAMS = [tap_partitioned, tap_gathered, tap_one_device, tap_shard_map,
-            print_partitioned, call_one_device, call_sharded,
+            print_partitioned, print_one_device, jax_debug_callback_installed,
+            call_one_device, call_sharded,
             debug_callback_partitioned, debug_callback,
             debug_print_partitioned, debug_print, io_callback, pure_callback,
             progress_scan]
