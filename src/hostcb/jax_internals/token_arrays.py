@@ -1,7 +1,8 @@
 """Runtime tokens of multi-device executables as ``bool[0]`` arrays.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports
-``jax._src``; checked against jax 0.8.0, 0.10.2 and 0.12.0.1 (the layout
+``jax._src``; checked against jax 0.8.0 and 0.10.2, and for 0.12.0.1 by
+CI's ``make check-newest`` (Python >= 3.12; not on this machine) (the layout
 of the lowered ``main`` that ``mlir.lower_jaxpr_to_fun`` makes: shape
 variables, then one token per ordered effect, then the arrays; its
 results: one token per ordered effect, then the arrays).
