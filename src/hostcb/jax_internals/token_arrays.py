@@ -37,13 +37,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
-import numpy as np
+from hostcb.jax_internals.versions import require
 
 __all__ = ["tokens_as_arrays"]
+
+_WHAT = ("to pass the runtime token of a computation over several devices "
+         "that taps as a bool[0] array (serializable executables)")
 
 
 def _main(module: Any) -> Any:
@@ -77,7 +81,7 @@ def tokens_as_arrays(module: Any, num_dim_vars: int) -> int:
       for i in range(n):
         arg = block.arguments[num_dim_vars + i]
         arg.replace_all_uses_with(_hlo.create_token())
-        arg.set_type(array_type)
+        require(type(arg), "set_type", _WHAT, verb="uses")(arg, array_type)
     ret = list(block.operations)[-1]
     with _ir.InsertionPoint(ret):
       empty = _hlo.constant(_ir.DenseElementsAttr.get(
