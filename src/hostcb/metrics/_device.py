@@ -130,12 +130,47 @@ def log(values: Mapping[str, Any], step, *, reduce: str = "mean") -> None:
   axes, n_devices = _manual_axes()
   devices_each = n_devices if axes and reduce == "each" else 0
   shapes = tuple(tuple(np.shape(x)) for x in xs)
-  site = Site(names, reduce, devices_each, shapes)
   _pipeline.note_traced()
+  if axes:
+    xs = _reduce_on_devices(xs, axes, reduce)
+  packed = _pack(step, xs)
+  if packed is None:
+    site = Site(names, reduce, devices_each, shapes, None)
+    operand = (step, tuple(xs))
+  else:
+    kinds, operand = packed
+    site = Site(names, reduce, devices_each, shapes, kinds)
   if not axes:
-    id_tap(site, (step, tuple(xs)))
+    id_tap(site, operand)
     return
-  xs = _reduce_on_devices(xs, axes, reduce)
   first = jnp.all(jnp.stack([lax.axis_index(a) == 0 for a in axes]))
-  operand = (step, tuple(xs))
   lax.cond(first, lambda o: id_tap(site, o), lambda o: o, operand)
+
+
+# Scalars of these dtypes travel as one uint32 vector: their bits as they
+# are ("f": float32, "i": int32, "u": uint32), after exact conversions.
+_KINDS = {np.dtype(np.float32): ("f", None), np.dtype(np.int32): ("i", None),
+          np.dtype(np.uint32): ("u", None),
+          np.dtype(jnp.bfloat16): ("f", jnp.float32),
+          np.dtype(np.float16): ("f", jnp.float32),
+          np.dtype(np.bool_): ("i", jnp.int32),
+          np.dtype(np.int8): ("i", jnp.int32),
+          np.dtype(np.int16): ("i", jnp.int32),
+          np.dtype(np.uint8): ("i", jnp.int32),
+          np.dtype(np.uint16): ("i", jnp.int32)}
+
+
+def _pack(step, xs) -> tuple[str, Any] | None:
+  """``(kinds, vector)``: the step and scalar metrics as one ``uint32``
+  vector, which the host takes in one array per tap and stacks in bulk;
+  None where a value is an array or of a 64-bit dtype."""
+  kinds, words = [], []
+  for x in [step, *xs]:
+    kind = _KINDS.get(np.dtype(x.dtype))
+    if kind is None or np.ndim(x) != 0:
+      return None
+    if kind[1] is not None:
+      x = x.astype(kind[1])
+    kinds.append(kind[0])
+    words.append(lax.bitcast_convert_type(x, jnp.uint32))
+  return "".join(kinds), jnp.stack(words)

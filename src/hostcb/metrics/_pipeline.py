@@ -34,7 +34,7 @@ from typing import Any
 
 from hostcb.engine import wait_for_taps
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
-from hostcb.metrics._types import MetricsError, Record
+from hostcb.metrics._types import Batch, MetricsError, Record
 
 __all__ = ["put", "add", "remove", "flush", "configure", "stats",
            "note_traced", "OVERFLOW_POLICIES"]
@@ -149,42 +149,69 @@ def _write_pending() -> None:
   items = _take()
   if not items:
     return
+  parts: list = []  # Columns, and lists of Records
   records: list[Record] = []
-  markers = []
+  run: list = []    # consecutive taps of one packed site, no transforms
+  markers = 0
+
+  def end_run():
+    if run:
+      try:
+        parts.append(run[0][0].columns(run))
+      except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
+        _record_error(e, "making records")
+      run.clear()
+
   for item in items:
     if type(item) is _Marker:
-      _deliver(records)
-      records = []
+      end_run()
+      if records:
+        parts.append(records)
+        records = []
+      _deliver(parts)
+      parts = []
       _flush_sinks()
-      markers.append(item)
+      item.done.set()
+      markers += 1
       continue
     site, arg, transforms, wall = item
+    if site.kinds is not None and not transforms:
+      if run and run[0][0] is not site:
+        end_run()
+      if records:
+        parts.append(records)
+        records = []
+      run.append(item)
+      continue
+    end_run()
     try:
       records += site.records(arg, transforms, wall)
     except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
       _record_error(e, "making a record")
-  _deliver(records)
+  end_run()
+  if records:
+    parts.append(records)
+  _deliver(parts)
   with _state_lock:
-    _counts["taps"] += len(items) - len(markers)
-  for m in markers:
-    m.done.set()
+    _counts["taps"] += len(items) - markers
 
 
-def _deliver(records: list) -> None:
-  if not records:
+def _deliver(parts: list) -> None:
+  if not parts:
     return
+  batch = Batch(parts)
   with _state_lock:
     sinks = list(_sinks)
     if not sinks:
-      _counts["no_sink"] += len(records)
+      _counts["no_sink"] += len(batch)
       return
-    _counts["records"] += len(records)
+    _counts["records"] += len(batch)
   first_process = _process_index() == 0
   for entry in sinks:
     if entry.processes == "first" and not first_process:
       continue
     try:
-      entry.sink.write(records)
+      entry.sink.write(batch)
     except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
       _record_error(e, f"sink {entry.sink!r}")
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hostcb.metrics import _pipeline
-from hostcb.metrics._types import MetricsError, Record
+from hostcb.metrics._types import Columns, MetricsError, Record
 
 __all__ = ["Record", "Site", "REDUCTIONS", "RESERVED", "MetricsError"]
 
@@ -25,36 +25,62 @@ RESERVED = ("step", "wall_time")
 
 
 def _scalar(a):
+  a = np.asarray(a)
   return a.item() if a.ndim == 0 else a
+
+
+_VIEWS = {"f": np.float32, "i": np.int32, "u": np.uint32}
 
 
 @dataclasses.dataclass(frozen=True)
 class Site:
   """One ``log`` call as traced; called on a consumer thread as a tap
-  function ``site(arg, transforms)``."""
+  function ``site(arg, transforms)``.  ``kinds``: the tapped operand is
+  one ``uint32`` vector (the step, then the scalar metrics), whose words
+  are of these kinds (``f`` float32, ``i`` int32, ``u`` uint32); None:
+  it is ``(step, values)``."""
   names: tuple
   reduce: str
   devices_each: int  # > 0: the values were gathered over this many devices
   shapes: tuple      # the values' shapes as logged (per device, element)
+  kinds: str | None
 
   def __call__(self, arg, transforms) -> None:
     _pipeline.put(self, arg, transforms)
 
   # ---------------------------------------------- on the writer thread
+  def columns(self, items: list) -> Columns:
+    """The records of consecutive taps of this (packed) site without
+    transforms, ``items`` as queued, in columns."""
+    kinds = self.kinds
+    words = np.concatenate([it[1] for it in items]).reshape(
+        len(items), len(kinds))
+    steps = words[:, 0].view(_VIEWS[kinds[0]]).astype(np.int64)
+    walls = np.fromiter((it[3] for it in items), np.float64, len(items))
+    cols = [words[:, j].view(_VIEWS[k]) for j, k in enumerate(kinds)
+            if j]
+    return Columns(self.names, steps, walls, cols)
+
   def records(self, arg, transforms, wall_time: float) -> list[Record]:
     """The records of one tap (several under ``vmap`` with
     ``reduce="each"`` when the elements' steps differ)."""
-    step, xs = arg
-    if not transforms:
-      return [Record(int(step), self._named(xs), wall_time)]
     levels = [t[1]["batch_dims"] for t in transforms if t[0] == "batch"]
     if len(levels) != len(transforms):
       raise MetricsError(
           "hostcb.metrics.log: a metric was tapped under a transformation "
           f"other than vmap ({[t[0] for t in transforms]}); log primal "
           "values only")
-    leaves = _batch_first([np.asarray(step), *map(np.asarray, xs)], levels)
+    if self.kinds is not None:
+      (words,) = _batch_first([np.asarray(arg)], levels)
+      leaves = [words[..., j].view(_VIEWS[k])
+                for j, k in enumerate(self.kinds)]
+    else:
+      step, xs = arg
+      leaves = _batch_first([np.asarray(step), *map(np.asarray, xs)],
+                            levels)
     steps, xs = leaves[0], leaves[1:]
+    if not levels:
+      return [Record(int(steps), self._named(xs), wall_time)]
     batch_shape = steps.shape
     if self.reduce == "each":
       by_step: dict = {}

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from hostcb.metrics._types import Batch, Columns
 from hostcb.metrics.sinks import Sink
 
 __all__ = ["TensorBoard", "crc32c", "encode_scalar_events"]
@@ -196,8 +197,19 @@ class TensorBoard(Sink):
     self._file.write(_frame_one(header.SerializeToString()))
     self._file.flush()
 
-  def write(self, records: list) -> None:
+  def write(self, records) -> None:
+    parts = records.parts() if isinstance(records, Batch) else [records]
     chunks = []
+    for part in parts:
+      if type(part) is Columns:
+        values = np.stack(part.columns, axis=1).astype(np.float32)
+        chunks.append(encode_scalar_events(part.names, part.steps,
+                                           part.wall_times, values))
+      else:
+        self._write_records(part, chunks)
+    self._file.write(b"".join(chunks))
+
+  def _write_records(self, records: list, chunks: list) -> None:
     run_names = None
     run: list = []
     for r in records:
@@ -217,7 +229,6 @@ class TensorBoard(Sink):
         chunks.append(self._histograms(r))
     if run:
       chunks.append(self._scalars(run_names, run))
-    self._file.write(b"".join(chunks))
 
   @staticmethod
   def _scalars(names: tuple, run: list) -> bytes:
