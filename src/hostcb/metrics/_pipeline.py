@@ -28,6 +28,7 @@ import atexit
 import collections
 import dataclasses
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -265,6 +266,10 @@ def sinks() -> list:
 
 
 def flush(timeout: float | None = None) -> None:
+  if threading.current_thread() is _writer[0]:
+    raise RuntimeError(
+        "hostcb.metrics.flush() was called from a sink; it would wait for "
+        "that sink itself. Call it from the thread that runs the loop.")
   deadline = None if timeout is None else time.monotonic() + timeout
   if not wait_for_taps(timeout):
     raise TimeoutError(f"hostcb.metrics.flush: taps still pending after "
@@ -351,4 +356,18 @@ def _at_exit() -> None:
                        entry.sink)
 
 
+def _after_fork_in_child() -> None:
+  """A forked child starts with no writer and nothing pending: the
+  parent's records are the parent's to write; its sinks stay added (their
+  files are shared with the parent: give the child its own sinks)."""
+  global _space, _state_lock
+  _pending.clear()
+  _space = threading.Condition(threading.Lock())
+  _state_lock = threading.Lock()
+  _writer[0] = None
+  _process[0] = None
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)
