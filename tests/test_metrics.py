@@ -282,6 +282,20 @@ def test_shard_map_makes_one_record_with_the_mean(rec):
 
 
 @pytest.mark.multidevice
+@pytest.mark.parametrize("reduce, want", [
+    ("mean", {"x": (N - 1) / 2}),
+    ("each", {f"x/device_{i}": float(i) for i in range(N)})])
+def test_shard_map_over_two_mesh_axes_reduces_over_both(rec, reduce, want):
+  mesh = Mesh(np.array(jax.devices()).reshape(2, N // 2), ("a", "b"))
+  spec = P(("a", "b"))
+  f = _shard_map(lambda x: (metrics.log({"x": x.sum()}, step=1,
+                                        reduce=reduce), x)[1],
+                 mesh=mesh, in_specs=spec, out_specs=spec)
+  jax.jit(f)(jax.device_put(jnp.arange(float(N)), NamedSharding(mesh, spec)))
+  assert records(rec) == [(1, want)]
+
+
+@pytest.mark.multidevice
 def test_scan_in_shard_map_logs_every_step_once(rec):
   def per_device(x):
     def body(c, _):
@@ -349,6 +363,21 @@ def test_flush_raises_a_sink_failure_and_the_other_sinks_still_write(rec):
     metrics.remove_sink(broken, timeout=WAIT_S)
   metrics.log({"x": 2.0}, step=2)
   assert records(rec)[-1] == (2, {"x": 2.0})  # the next flush is clean
+
+
+def test_flush_from_a_sink_raises_instead_of_waiting_for_itself(rec):
+  def flushing(step, values):
+    metrics.flush(WAIT_S)
+
+  metrics.add_sink(flushing)
+  try:
+    metrics.log({"x": 1.0}, step=1)
+    with pytest.raises(metrics.MetricsError,
+                       match="flush\\(\\) was called from a sink"):
+      metrics.flush(WAIT_S)
+  finally:
+    metrics.remove_sink(flushing, timeout=WAIT_S)
+  assert rec.got == [(1, {"x": 1.0})]
 
 
 def test_remove_sink_writes_what_was_logged_then_closes_it():
