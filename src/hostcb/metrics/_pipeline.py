@@ -102,15 +102,17 @@ def put(site, arg, transforms) -> None:
 def _make_room() -> bool:
   """The FIFO is full: waits for the writer ("block"), or counts the tap
   as dropped ("drop"; returns False)."""
-  if _settings.overflow == "drop":
-    with _state_lock:
-      _counts["dropped"] += 1
-    return False
   _wake.set()
   with _space:
     while len(_pending) >= _settings.max_pending:
-      _space.wait(0.1)  # the writer notifies; the timeout re-checks the
-  return True           # policy, which configure() may have changed
+      if _settings.overflow == "drop":
+        with _state_lock:
+          _counts["dropped"] += 1
+        return False
+      # The writer notifies once it took the FIFO's taps; configure()
+      # notifies too (a new bound or policy).  The timeout only re-checks.
+      _space.wait(1.0)
+  return True
 
 
 # -------------------------------------------------------- the writer
