@@ -17,11 +17,15 @@ and the gradients' norm every step:
 
 The ``SummaryWriter`` is ``tensorboardX``'s if installed, else PyTorch's
 ``torch.utils.tensorboard`` (both write with TensorBoard's event writer).
-Variants run in interleaved rounds (one loop of each per round, the
-median over rounds); each loop ends once every step is written and
-flushed, and every variant must have logged every step.
+Variants run in interleaved rounds (one loop of each per round, every
+other round in reverse order); the table gives the median time per step
+and the median over rounds of the ratio to the reference of the same
+round.  The sink and the writers are made once; each loop ends once
+every step is written and flushed (``metrics.flush()``; the callbacks'
+barriers and ``SummaryWriter.flush()``), and every variant must have
+logged every step.
 
-    python benchmarks/bench_metrics.py [--steps 2000] [--rounds 7]
+    python benchmarks/bench_metrics.py [--steps 1000] [--rounds 15]
 """
 from __future__ import annotations
 
@@ -80,15 +84,16 @@ def variants(logdir: str) -> list[Variant]:
   SummaryWriter, _ = _summary_writer()
   out = [Variant("none", lambda loss, gnorm, i: None)]
 
-  # hostcb.metrics to a TensorBoard sink.
+  # hostcb.metrics to a TensorBoard sink, added once (as a training script
+  # does); each loop ends with metrics.flush().
+  metrics.add_sink(metrics.TensorBoard(f"{logdir}/hostcb"))
   box = {}
 
   def metrics_start():
-    box["sink"] = metrics.add_sink(metrics.TensorBoard(f"{logdir}/hostcb"))
     box["records"] = metrics.stats()["records"]
 
   def metrics_end():
-    metrics.remove_sink(box["sink"], timeout=600)
+    metrics.flush(600)
     return metrics.stats()["records"] - box["records"]
 
   out.append(Variant(
@@ -105,7 +110,8 @@ def variants(logdir: str) -> list[Variant]:
       ("jax.debug.callback + SummaryWriter",
        lambda f: lambda loss, gnorm, i: jax.debug.callback(f, loss, gnorm,
                                                            i))]:
-    state = {}
+    # One writer per variant, made once; each loop ends with its flush.
+    state = {"writer": SummaryWriter(f"{logdir}/{name.split()[0]}")}
 
     def write(loss, gnorm, i, state=state):
       w = state["writer"]
@@ -113,14 +119,13 @@ def variants(logdir: str) -> list[Variant]:
       w.add_scalar("grad_norm", float(gnorm), int(i))
       state["n"] += 1
 
-    def start(state=state, name=name):
-      state["writer"] = SummaryWriter(f"{logdir}/{name.split()[0]}")
+    def start(state=state):
       state["n"] = 0
 
     def end(state=state):
       hostcb.barrier_wait()
       jax.effects_barrier()
-      state["writer"].close()
+      state["writer"].flush()
       return state["n"]
 
     out.append(Variant(name, make(write), start, end))
@@ -146,8 +151,8 @@ def run(v: Variant, steps: int, x, y) -> float:
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--steps", type=int, default=2000)
-  parser.add_argument("--rounds", type=int, default=7)
+  parser.add_argument("--steps", type=int, default=1000)
+  parser.add_argument("--rounds", type=int, default=15)
   args = parser.parse_args()
   x = jax.random.normal(jax.random.key(1), (256, 64))
   y = jax.random.normal(jax.random.key(2), (256, 1))
@@ -156,18 +161,22 @@ def main() -> None:
     for v in vs:  # trace, compile and warm up
       run(v, 20, x, y)
     times: dict[str, list[float]] = {v.name: [] for v in vs}
-    for _ in range(args.rounds):
-      for v in vs:
+    for r in range(args.rounds):
+      # Every other round backwards: a machine that slows down or speeds
+      # up during a round weighs on the first and last variants alike.
+      for v in (vs if r % 2 == 0 else vs[::-1]):
         times[v.name].append(run(v, args.steps, x, y))
-  base = statistics.median(times["none"])
+  base = times["none"]
   print(f"jax {jax.__version__}, {jax.devices()[0].platform}, "
         f"{args.steps} steps x {args.rounds} interleaved rounds, "
         f"SummaryWriter of {_summary_writer()[1]}")
   print("| logging 2 scalars per step | µs per step | vs no logging |")
   print("|---|---:|---:|")
   for name, ts in times.items():
-    t = statistics.median(ts)
-    print(f"| {name} | {t * 1e6:.1f} | {t / base:.2f}x |")
+    # The ratio to the reference of the same round, median over rounds:
+    # on a shared machine, rounds differ more than variants in a round.
+    ratio = statistics.median(t / b for t, b in zip(ts, base))
+    print(f"| {name} | {statistics.median(ts) * 1e6:.1f} | {ratio:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -158,6 +158,20 @@ def test_log_under_grad_logs_the_primal_values(rec):
   assert records(rec) == [(0, {"loss": 9.0})]
 
 
+def test_64_bit_values_and_steps_keep_their_precision():
+  r = run_python(textwrap.dedent("""
+      import jax
+      jax.config.update("jax_enable_x64", True)
+      from hostcb import metrics
+      got = []
+      metrics.add_sink(lambda step, values: got.append((step, values)))
+      jax.jit(lambda x, i: metrics.log({"x": x}, step=i))(1 / 3, 2**40)
+      metrics.flush(60)
+      print(got)
+      """))
+  assert r.stdout == f"[({2**40}, {{'x': {1 / 3!r}}})]\n", r.stderr
+
+
 @pytest.mark.parametrize("values, step, error, match", [
     ([1.0], 0, TypeError, "values must be a dict"),
     ({}, 0, ValueError, "no metric to log"),
