@@ -81,6 +81,15 @@ def test_eager_values_keep_int_and_bool_kinds(rec):
   assert records(rec) == [(0, {"n": -3, "ok": 1, "u": 2**32 - 1})]
 
 
+def test_eager_log_comes_after_the_taps_of_computations_before_it(rec):
+  f = jax.jit(lambda x: (metrics.log({"loss": x}, step=0), x + 1)[1])
+  for _ in range(3):
+    y = f(1.0)
+    metrics.log({"lr": 0.5, "loss_plus_one": y}, step=1)
+  assert records(rec) == [(0, {"loss": 1.0}),
+                          (1, {"lr": 0.5, "loss_plus_one": 2.0})] * 3
+
+
 def test_jit_log_writes_the_step_value(rec):
   f = jax.jit(lambda x, i: (metrics.log({"x": x * 2}, step=i), x)[1])
   f(1.5, 4)
@@ -276,6 +285,13 @@ def test_pmap_makes_one_record_per_step(rec, reduce, x, one):
   out = jax.pmap(_per_device_log(reduce))(jnp.arange(float(N)))
   assert out.tolist() == [float(i + 1) for i in range(N)]
   assert records(rec) == [(9, {"x": x, "one": one})]
+
+
+@pytest.mark.multidevice
+def test_pmap_of_constants_only_makes_one_record(rec):
+  jax.pmap(lambda x: (metrics.log({"c": 2.5}, step=4), x)[1])(
+      jnp.arange(float(N)))
+  assert records(rec) == [(4, {"c": 2.5})]
 
 
 @pytest.mark.multidevice

@@ -12,6 +12,7 @@ the host reduces over the batch (:mod:`._records`).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from hostcb import jax_internals as ji
 from hostcb.host_callback import id_tap
 from hostcb.metrics import _pipeline
 from hostcb.metrics._records import REDUCTIONS, RESERVED, Site
@@ -122,6 +124,11 @@ def log(values: Mapping[str, Any], step, *, reduce: str = "mean") -> None:
       raise ValueError(f"hostcb.metrics.log: {name!r} cannot name a metric "
                        f"(the sinks write the record's {name} under it)")
   names = tuple(flat)
+  if not any(ji.is_tracer(v) for v in (step, *flat.values())):
+    # Eager (or constants only): one dispatch of the same code, jitted,
+    # instead of an eager dispatch per operation.
+    _staged(step, tuple(flat.values()), names=names, reduce=reduce)
+    return
   xs = [_as_metric(n, v) for n, v in flat.items()]
   step = jnp.asarray(step)
   if not jnp.issubdtype(step.dtype, jnp.integer) or step.ndim != 0:
@@ -145,6 +152,11 @@ def log(values: Mapping[str, Any], step, *, reduce: str = "mean") -> None:
     return
   first = jnp.all(jnp.stack([lax.axis_index(a) == 0 for a in axes]))
   lax.cond(first, lambda o: id_tap(site, o), lambda o: o, operand)
+
+
+@functools.partial(jax.jit, static_argnames=("names", "reduce"))
+def _staged(step, xs, *, names, reduce):
+  log(dict(zip(names, xs)), step, reduce=reduce)
 
 
 # Scalars of these dtypes travel as one uint32 vector: their bits as they
