@@ -607,6 +607,16 @@ def test_tensorboard_event_file_is_read_by_tensorboard(tensorboard, tmp_path,
   assert len(glob.glob(str(tmp_path / "events.out.tfevents.*"))) == 1
 
 
+def test_file_sinks_that_write_nothing_make_no_file(tensorboard, tmp_path):
+  sinks = [metrics.add_sink(metrics.TensorBoard(tmp_path / "tb")),
+           metrics.add_sink(metrics.JsonLines(tmp_path / "m.jsonl")),
+           metrics.add_sink(metrics.CSV(tmp_path / "m.csv"))]
+  metrics.flush(WAIT_S)
+  for sink in sinks:
+    metrics.remove_sink(sink, timeout=WAIT_S)
+  assert list(tmp_path.iterdir()) == []
+
+
 def test_tensorboard_writes_arrays_as_histograms(tensorboard, tmp_path):
   sink = metrics.add_sink(metrics.TensorBoard(tmp_path))
   metrics.log({"w": jnp.arange(10.0), "loss": 0.5}, step=3)

@@ -45,13 +45,17 @@ class JsonLines(Sink):
   ``{"step": 3, "wall_time": 1.7e9, "loss": 0.25, ...}`` (arrays as
   lists; NaN and infinities as JSON's common extensions ``NaN``,
   ``Infinity``, which Python's ``json`` and pandas read).  Appends to
-  ``path`` if it exists."""
+  ``path`` if it exists; the file is opened at the first write (a
+  process that writes nothing, e.g. process 1 of a cluster, leaves it
+  alone)."""
 
   def __init__(self, path: str | os.PathLike):
     self.path = os.fspath(path)
-    self._file = open(self.path, "a", encoding="utf-8")
+    self._file = None
 
   def write(self, records: list) -> None:
+    if self._file is None:
+      self._file = open(self.path, "a", encoding="utf-8")
     dumps = json.dumps
     lines = []
     for r in records:
@@ -63,10 +67,11 @@ class JsonLines(Sink):
     self._file.write("\n".join(lines))
 
   def flush(self) -> None:
-    self._file.flush()
+    if self._file is not None:
+      self._file.flush()
 
   def close(self) -> None:
-    if not self._file.closed:
+    if self._file is not None and not self._file.closed:
       self._file.close()
 
   def __repr__(self) -> str:
@@ -86,18 +91,20 @@ class CSV(Sink):
   the order first seen; a record without a metric leaves its cell empty.
   A name that first appears after rows were written rewrites the file
   with the wider header (once per new name).  Arrays are written as JSON
-  lists."""
+  lists.  The file is created (replaced) at the first write."""
 
   def __init__(self, path: str | os.PathLike):
     self.path = os.fspath(path)
     self._columns: list[str] = []
     self._index: dict = {}
-    self._file = open(self.path, "w", newline="", encoding="utf-8")
+    self._file = None
     self._rows = 0
     self._lock = threading.Lock()
 
   def write(self, records: list) -> None:
     with self._lock:
+      if self._file is None:
+        self._file = open(self.path, "w", newline="", encoding="utf-8")
       new = [k for r in records for k in r.values if k not in self._index]
       if new:
         self._widen(list(dict.fromkeys(new)))
@@ -142,10 +149,11 @@ class CSV(Sink):
     w.writerows(row + [""] * pad for row in rows)
 
   def flush(self) -> None:
-    self._file.flush()
+    if self._file is not None:
+      self._file.flush()
 
   def close(self) -> None:
-    if not self._file.closed:
+    if self._file is not None and not self._file.closed:
       self._file.close()
 
   def __repr__(self) -> str:

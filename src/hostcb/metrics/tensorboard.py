@@ -178,7 +178,8 @@ class TensorBoard(Sink):
   """Writes the records to a TensorBoard event file in ``logdir``
   (created if needed): scalars as ``simple_value`` summaries, arrays as
   histograms (``buckets`` buckets).  View with ``tensorboard --logdir
-  LOGDIR``."""
+  LOGDIR``.  The file is made at the first write: a process that writes
+  nothing (process 1 of a cluster, by default) makes none."""
 
   def __init__(self, logdir: str | os.PathLike, *, buckets: int = 30,
                filename_suffix: str = ""):
@@ -186,18 +187,25 @@ class TensorBoard(Sink):
     self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
     self.logdir = os.fspath(logdir)
     self.buckets = buckets
+    self._suffix = filename_suffix
+    self.path: str | None = None  # the event file, made at the first write
+    self._file = None
+
+  def _open(self) -> None:
     os.makedirs(self.logdir, exist_ok=True)
     now = time.time()
     self.path = os.path.join(
         self.logdir, f"events.out.tfevents.{int(now):010d}."
         f"{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
-        f"{filename_suffix}")
+        f"{self._suffix}")
     self._file = open(self.path, "wb")
-    header = event_pb2.Event(wall_time=now, file_version="brain.Event:2")
+    header = self._event_pb2.Event(wall_time=now,
+                                   file_version="brain.Event:2")
     self._file.write(_frame_one(header.SerializeToString()))
-    self._file.flush()
 
   def write(self, records) -> None:
+    if self._file is None:
+      self._open()
     parts = records.parts() if isinstance(records, Batch) else [records]
     chunks = []
     for part in parts:
@@ -250,10 +258,11 @@ class TensorBoard(Sink):
     return b"".join(out)
 
   def flush(self) -> None:
-    self._file.flush()
+    if self._file is not None:
+      self._file.flush()
 
   def close(self) -> None:
-    if not self._file.closed:
+    if self._file is not None and not self._file.closed:
       self._file.close()
 
   def __repr__(self) -> str:
