@@ -27,18 +27,22 @@ def _wandb():
 
 class WandB(Sink):
   """Logs the records to a W&B run: ``run`` if given (left open by
-  :meth:`close`), else a run started here with ``wandb.init(**init)``
-  (e.g. ``project=``, ``mode="offline"``), finished by :meth:`close`
-  (at :func:`hostcb.metrics.remove_sink` or at exit)."""
+  :meth:`close`), else a run started with ``wandb.init(**init)`` (e.g.
+  ``project=``, ``mode="offline"``) at the first write, on hostcb.metrics'
+  writer thread (a process that writes nothing, e.g. process 1 of a
+  cluster, starts none), and finished by :meth:`close` (at
+  :func:`hostcb.metrics.remove_sink` or at exit)."""
 
   def __init__(self, run=None, **init):
-    wandb = _wandb()
-    self._histogram = wandb.Histogram
+    self._wandb = _wandb()
     self._owns = run is None
-    self.run = wandb.init(**init) if run is None else run
+    self._init = init
+    self.run = run
 
   def write(self, records: list) -> None:
-    log, histogram = self.run.log, self._histogram
+    if self.run is None:
+      self.run = self._wandb.init(**self._init)
+    log, histogram = self.run.log, self._wandb.Histogram
     for r in records:
       values = {k: histogram(v) if type(v) is np.ndarray else v
                 for k, v in r.values.items()}
