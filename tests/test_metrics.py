@@ -505,6 +505,18 @@ def test_block_policy_holds_the_taps_and_loses_nothing(blocked_sink):
   assert seen == list(range(11))
 
 
+def test_flush_raises_timeout_error_when_a_sink_does_not_finish(
+    blocked_sink):
+  seen, release = blocked_sink
+  metrics.log({"x": 1.0}, step=1)
+  with pytest.raises(TimeoutError, match="the sinks did not finish writing "
+                     "within 0.2 s"):
+    metrics.flush(0.2)
+  release.set()
+  metrics.flush(WAIT_S)
+  assert seen == [0, 1]
+
+
 def test_configure_rejects_bad_settings():
   with pytest.raises(ValueError, match="max_pending must be a positive"):
     metrics.configure(max_pending=0)
