@@ -471,17 +471,28 @@ def _test_fail_next_allocations(n: int) -> None:
   _require()._fail_next_allocations(int(n))
 
 
-def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
+def wait_for_device(ordinal: int, prints_only: bool = False,
+                    timeout: float | None = None) -> bool:
   """Returns once every record queued so far on device ``ordinal`` has
   been processed (``prints_only``: every record up to the latest print
   tap, see :func:`mark_print`); at once when called by that device's
   consumer, while that consumer runs a tap function that dispatched a
   computation (the call belongs to that function), or when nothing went
-  through the engine on that device."""
+  through the engine on that device.  With ``prints_only``, ``timeout``
+  bounds the wait: False if that many seconds passed first."""
   c = _consumers.get(ordinal)
   if c is None or c.thread is threading.current_thread():
-    return
+    return True
+  if prints_only and timeout is not None:
+    return bool(_native.wait_for_earlier_records(ordinal, True,
+                                                 max(0.0, float(timeout))))
   _native.wait_for_earlier_records(ordinal, prints_only)
+  return True
+
+
+def devices_with_consumers() -> list[int]:
+  """The ordinals of the devices whose consumer has started."""
+  return list(_consumers)
 
 
 def mark_print(tid: int) -> None:

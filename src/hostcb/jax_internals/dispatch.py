@@ -336,6 +336,31 @@ def drain_this_thread() -> None:
     out.block_until_ready()
 
 
+def finish_cpu_work_of_this_thread() -> None:
+  """Returns when every computation that this thread dispatched to a
+  local CPU device before the call has finished (as
+  :func:`drain_this_thread`, for the CPU devices only, with inputs made
+  once): for hostcb's ordered output (:mod:`hostcb.engine.output_order`).
+  Evaluated eagerly even where the caller is tracing (a ``print`` in a
+  function being traced)."""
+  import jax  # noqa: PLC0415  (public API)
+  noop = _noop()
+  with outside_context_mesh(), jax.ensure_compile_time_eval():
+    outs = [noop(x) for x in _cpu_inputs()]
+  for out in outs:
+    block_without_hook(out)
+
+
+@functools.cache
+def _cpu_inputs() -> tuple:
+  import jax  # noqa: PLC0415  (public API)
+  try:
+    devices = jax.local_devices(backend="cpu")
+  except RuntimeError:  # JAX_PLATFORMS without cpu: nothing to wait for
+    return ()
+  return tuple(jax.device_put(np.int32(0), d) for d in devices)
+
+
 def local_devices() -> list:
   """The local devices of the default platform and, beside an accelerator,
   the CPU's: a program may tap on both."""
