@@ -167,7 +167,7 @@ def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
         print("goes on")
     assert buf.getvalue() == "goes on\n"
     assert not release.is_set()
-    assert "waited 0.2 s for hostcb's prints" in caplog.text
+    assert "waited 0.2 s for the computation before it" in caplog.text
   finally:
     release.set()
   assert engine.wait_for_taps(DEADLINE)
@@ -191,6 +191,40 @@ def test_a_host_function_that_prints_does_not_wait_for_its_computation(
   assert float(h(jnp.float32(3))) == 3.0
   jax.effects_barrier()
   assert capsys.readouterr().out == "in the host function\njax's 3.0\n"
+
+
+def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
+    monkeypatch, caplog):
+  # Fault injection: the computation that prints, dispatched before the
+  # write, never finishes (its host function waits): the write waits
+  # WAIT_SECONDS for it, then goes on, with the warning; the computation
+  # is left alone.
+  _f()(jnp.float32(0)).block_until_ready()  # a print is staged
+  monkeypatch.setattr(output_order, "WAIT_SECONDS", 0.2)
+  monkeypatch.setattr(output_order, "_warned", [False])
+  release = threading.Event()
+
+  def host(x):
+    release.wait(DEADLINE)
+    return x
+  def g(x, m):
+    y = (hostcb.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), x)
+         + jnp.tanh(m @ m)[0, 0] * 0)  # big enough to run asynchronously
+    hostcb.debug.print("g {}", y)  # after the host function returned
+    return y
+  g = jax.jit(g)
+  buf = io.StringIO()
+  try:
+    with caplog.at_level(logging.WARNING, logger="hostcb"):
+      y = g(jnp.float32(2), jnp.ones((600, 600)))
+      with contextlib.redirect_stdout(buf):
+        print("goes on")
+    assert buf.getvalue() == "goes on\n"
+    assert not release.is_set()
+    assert "waited 0.2 s for the computation before it" in caplog.text
+  finally:
+    release.set()
+  assert float(y) == 2.0
 
 
 def test_a_write_from_a_tap_function_does_not_wait_for_itself():

@@ -417,6 +417,16 @@ class Queue {
   // queued before this call only, counted per record as the consumer runs
   // them (NoteRan): a slow or blocked tap function queued after that print,
   // in the same batch or later, is not waited for.
+  // Whether WaitForEarlierPrints would return at once (no waiting: the
+  // caller may hold the GIL).
+  bool EarlierPrintsRun() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t target = last_print_in_;
+    return processed_ >= target ||
+           ran_.load(std::memory_order_seq_cst) >= target ||
+           consumer_dispatching_;
+  }
+
   // `timeout_s` < 0: no deadline; else returns false if the prints were
   // not all run within that many seconds.
   bool WaitForEarlierPrints(double timeout_s = -1) {

@@ -471,28 +471,28 @@ def _test_fail_next_allocations(n: int) -> None:
   _require()._fail_next_allocations(int(n))
 
 
-def wait_for_device(ordinal: int, prints_only: bool = False,
-                    timeout: float | None = None) -> bool:
+def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
   been processed (``prints_only``: every record up to the latest print
   tap, see :func:`mark_print`); at once when called by that device's
   consumer, while that consumer runs a tap function that dispatched a
   computation (the call belongs to that function), or when nothing went
-  through the engine on that device.  With ``prints_only``, ``timeout``
-  bounds the wait: False if that many seconds passed first."""
+  through the engine on that device."""
   c = _consumers.get(ordinal)
   if c is None or c.thread is threading.current_thread():
-    return True
-  if prints_only and timeout is not None:
-    return bool(_native.wait_for_earlier_records(ordinal, True,
-                                                 max(0.0, float(timeout))))
+    return
   _native.wait_for_earlier_records(ordinal, prints_only)
-  return True
 
 
-def devices_with_consumers() -> list[int]:
-  """The ordinals of the devices whose consumer has started."""
-  return list(_consumers)
+def wait_for_prints_everywhere(deadline: float) -> bool:
+  """``wait_for_device(o, prints_only=True)`` for every device ``o`` with
+  a consumer, until ``deadline`` (``time.monotonic()``); False if it
+  passed first.  Not from a consumer thread (the caller checks)."""
+  ok = True
+  for ordinal in list(_consumers):
+    ok = _native.wait_for_earlier_records(
+        ordinal, True, max(0.0, deadline - time.monotonic())) and ok
+  return ok
 
 
 def mark_print(tid: int) -> None:

@@ -16,28 +16,27 @@ to ``sys.stdout`` and ``sys.stderr``:
   ``sys.stdout = f``), since ``sys``'s module class gets two data
   descriptors that wrap what is assigned;
 * before a write, the writing thread (not a consumer, which would wait for
-  itself) first waits until the computations it dispatched to the local
-  CPU devices have finished (their taps are queued), then until the
-  consumers have run every print queued so far (and so the taps queued
-  before them), each for at most :data:`WAIT_SECONDS`;
-* the first wait is skipped where it cannot finish or means nothing: on a
-  thread that Python did not create (XLA's threads running a callback), in
-  a callback that a computation runs (a frame of JAX's callback modules or
-  of hostcb's host-function runners on the stack: on CPU a computation may
-  run in the dispatching thread, and the wait would wait for itself), and
-  while the interpreter shuts down.
+  itself) first waits until the latest computation that prints and that
+  it dispatched has finished (so its prints are queued: such executables
+  keep JAX's runtime token, whose dispatch hostcb sees, see
+  :mod:`hostcb.jax_internals.dispatch`), then until the consumers have run
+  every print queued so far (and so the taps queued before them), all in
+  at most :data:`WAIT_SECONDS`;
+* a thread that Python did not create (XLA's, running a callback) does not
+  wait; nor does a callback's host function that runs in the dispatching
+  thread, since its own computation's token is not yet the thread's.
 
-Costs: nothing before a print is staged; then, per write, a few
-microseconds for each local CPU device (a tiny computation behind the
-caller's, as ``barrier_wait`` does) and a look at each consumer's queue.
-The device never waits.  :func:`uninstall` (called by
+Costs: nothing before a print is staged; then, per write, a look at the
+thread's latest token and at each consumer's queue (well under a
+microsecond where nothing is pending); a function that prints dispatches
+through JAX's Python path (tens of microseconds, where JAX's own prints
+cost more).  The device never waits.  :func:`uninstall` (called by
 :func:`hostcb.uninstall`) puts ``sys``'s class and the streams back; the
 next print staged installs it again.
 """
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -169,59 +168,35 @@ def uninstall() -> None:
 
 
 def _before_write() -> None:
-  if not _installed[0] or getattr(_state, "busy", False) or is_consumer():
+  if not _installed[0]:
     return
-  _state.busy = True  # what the waits log is written without waiting
+  state = _state
+  waits = getattr(state, "waits", None)
+  if waits is None:  # XLA's threads (running a callback) keep no order
+    waits = state.waits = not isinstance(threading.current_thread(),
+                                         threading._DummyThread)
+  if not waits or getattr(state, "busy", False) or is_consumer():
+    return
+  if (ji.wait_for_this_threads_computation(0.0) and not pyqueue.queues
+      and native.wait_for_prints_everywhere(0.0)):
+    return  # nothing pending (the common case): no clock, no state
+  state.busy = True  # what the waits log is written without waiting
   try:
     _wait_for_earlier_prints()
   finally:
-    _state.busy = False
+    state.busy = False
 
 
 def _wait_for_earlier_prints() -> None:
-  if isinstance(threading.current_thread(), threading._DummyThread):
-    return  # XLA's thread, in a callback: no order to keep there
   deadline = time.monotonic() + WAIT_SECONDS
-  if not sys.is_finalizing() and not _in_a_callback():
-    try:
-      ji.finish_cpu_work_of_this_thread()
-    except Exception:
-      # A write must not fail for it: the text is written all the same,
-      # maybe before the prints; logged with its traceback (once).
-      if not _drain_failed[0]:
-        _drain_failed[0] = True
-        logger.warning("hostcb: waiting for the computations before a "
-                       "write to sys.stdout/sys.stderr failed; writes go "
-                       "on without it", exc_info=True)
-  ok = True
+  ok = ji.wait_for_this_threads_computation(WAIT_SECONDS)
   for q in list(pyqueue.queues.values()):
     ok = q.wait_for_prints(max(0.0, deadline - time.monotonic())) and ok
-  for key in native.devices_with_consumers():
-    ok = native.wait_for_device(key, True,
-                                max(0.0, deadline - time.monotonic())) and ok
+  ok = native.wait_for_prints_everywhere(deadline) and ok
   if not ok and not _warned[0]:
-    _warned[0] = True
+    _warned[0] = True  # once per process: the same cause would repeat it
     logger.warning(
-        "hostcb: a write to sys.stdout/sys.stderr waited %s s for hostcb's "
-        "prints queued before it (a tap function that does not return?); "
-        "it goes on without them", WAIT_SECONDS)
-
-
-_HOST_FUNCTION_FILES: set = set()
-
-
-def _in_a_callback() -> bool:
-  """Whether this thread is running a callback's host function (module
-  docstring): a frame of JAX's callback modules or of hostcb's runners."""
-  if not _HOST_FUNCTION_FILES:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    _HOST_FUNCTION_FILES.update(
-        os.path.join(here, f) for f in ("lowering.py", "buffer_callback.py"))
-    _HOST_FUNCTION_FILES.update(ji.jax_callback_files())
-  files = _HOST_FUNCTION_FILES
-  frame = sys._getframe(2)
-  while frame is not None:
-    if frame.f_code.co_filename in files:
-      return True
-    frame = frame.f_back
-  return False
+        "hostcb: a write to sys.stdout/sys.stderr waited %s s for the "
+        "computation before it and hostcb's prints queued by them (a tap "
+        "function that does not return?); it goes on without them",
+        WAIT_SECONDS)

@@ -40,10 +40,11 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       set_dispatch_hook,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
+                                      wait_for_this_threads_computation,
                                       forget_dispatched_computations)
 from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           drain_this_thread, fast_dispatch,
-                                          finish_cpu_work_of_this_thread,
+                                          note_print_lowered,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
@@ -62,7 +63,6 @@ from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.own_callbacks import (is_jax_value,
-                                                jax_callback_files,
                                                 jax_callback_functions,
                                                 jax_io_effect,
                                                 jax_ordered_debug_effect)

@@ -57,6 +57,7 @@ tap function dispatches keeps its token
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -215,6 +216,24 @@ def _devices(module: Any) -> int:
   return n
 
 
+# Executables that print keep their runtime token in both modes: their
+# dispatch then goes through JAX's Python path, where hostcb sees it (the
+# token of the latest one of each thread, :mod:`.core`), so that what the
+# thread writes next waits for that computation and its prints
+# (:mod:`hostcb.engine.output_order`), as JAX's own prints are out before
+# the dispatch of a CPU computation returns.  A print's lowering calls
+# :func:`note_print_lowered`; the ids of the modules lowered with one are
+# kept, since the cached lowering returns the same module again without
+# lowering it.
+_lowering = threading.local()  # .prints: prints lowered by this thread
+_print_modules: set = set()
+
+
+def note_print_lowered() -> None:
+  """The lowering running in this thread stages a print."""
+  _lowering.prints = getattr(_lowering, "prints", 0) + 1
+
+
 def _install() -> None:
   original = require(_pxla, "_cached_lowering_to_hlo",
                      "to lower one-device tapping executables for jit's "
@@ -225,9 +244,14 @@ def _install() -> None:
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
+    prints_before = getattr(_lowering, "prints", 0)
     result = original(*args, **kwargs)
+    if getattr(_lowering, "prints", 0) != prints_before:
+      _print_modules.add(id(result[_MODULE]))
     if not _fast[0] or _in_tap_function.value:
       return result
+    if id(result[_MODULE]) in _print_modules:
+      return result  # keeps its token (see _print_modules)
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
@@ -334,31 +358,6 @@ def drain_this_thread() -> None:
     outs = [noop(jax.device_put(np.int32(0), d)) for d in local_devices()]
   for out in outs:
     out.block_until_ready()
-
-
-def finish_cpu_work_of_this_thread() -> None:
-  """Returns when every computation that this thread dispatched to a
-  local CPU device before the call has finished (as
-  :func:`drain_this_thread`, for the CPU devices only, with inputs made
-  once): for hostcb's ordered output (:mod:`hostcb.engine.output_order`).
-  Evaluated eagerly even where the caller is tracing (a ``print`` in a
-  function being traced)."""
-  import jax  # noqa: PLC0415  (public API)
-  noop = _noop()
-  with outside_context_mesh(), jax.ensure_compile_time_eval():
-    outs = [noop(x) for x in _cpu_inputs()]
-  for out in outs:
-    block_without_hook(out)
-
-
-@functools.cache
-def _cpu_inputs() -> tuple:
-  import jax  # noqa: PLC0415  (public API)
-  try:
-    devices = jax.local_devices(backend="cpu")
-  except RuntimeError:  # JAX_PLATFORMS without cpu: nothing to wait for
-    return ()
-  return tuple(jax.device_put(np.int32(0), d) for d in devices)
 
 
 def local_devices() -> list:

@@ -19,10 +19,7 @@ Checked against jax 0.8.0, 0.10.2 and 0.12.0.1:
   JAX's ``io_callback``, which hostcb's ``io_callback`` carries beside its
   own (:func:`jax_io_effect`);
 * ``debugging.ordered_debug_effect``, which hostcb's ordered debug callbacks
-  carry beside its own (:func:`jax_ordered_debug_effect`);
-* the source files of ``jax._src.callback`` and ``jax._src.debugging``,
-  whose frames are on the stack while JAX runs a callback of its own
-  (:func:`jax_callback_files`).
+  carry beside its own (:func:`jax_ordered_debug_effect`).
 """
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ from hostcb.jax_internals.versions import CHECKED_RANGE, require
 
 __all__ = ["jax_callback_functions", "is_jax_value",
            "rematerialize_as_jax_debug", "jax_io_effect",
-           "jax_ordered_debug_effect", "is_jax_callback_effect",
-           "jax_callback_files"]
+           "jax_ordered_debug_effect", "is_jax_callback_effect"]
 
 _DEFINED_IN = {
     "debug_callback": (_debugging, "debug_callback"),
@@ -136,11 +132,3 @@ def is_jax_callback_effect(effect) -> bool:
           or effect is getattr(_callback, "_OrderedIOEffect", None)
           or effect is getattr(_debugging, "ordered_debug_effect", None))
 
-
-def jax_callback_files() -> frozenset:
-  """The files of the modules through which JAX calls the Python function
-  of one of its callbacks (``jax._src.callback``, ``jax._src.debugging``):
-  a frame of one of them on a thread's stack means that the thread may run
-  such a function in the middle of a computation (on CPU, JAX runs a
-  computation with callbacks in the dispatching thread)."""
-  return frozenset(m.__file__ for m in (_callback, _debugging))
