@@ -286,3 +286,19 @@ def test_an_ordered_stream_is_the_stream_for_everything_but_writes():
   assert buf.getvalue() == "abc" and s.getvalue() == "abc"
   assert repr(s) == repr(buf)
   assert isinstance(output_order._SysModule("x"), types.ModuleType)
+
+
+def test_only_functions_that_print_leave_jits_fast_path():
+  # A function that prints keeps its runtime token (its dispatch is what
+  # the next write waits for); one that taps or calls back does not.
+  from hostcb import jax_internals as ji
+  x = jnp.float32(1)
+  tapping = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)
+  calling = jax.jit(lambda x: (hostcb.debug.callback(lambda v: None, x),
+                               x + 1)[1])
+  printing = jax.jit(lambda x: (hostcb.debug.print("{}", x), x + 1)[1])
+  id_printing = jax.jit(lambda x: hostcb.id_print(x, output_stream=io.StringIO()))
+  assert ji.declares_no_effect(tapping, x)
+  assert ji.declares_no_effect(calling, x)
+  assert not ji.declares_no_effect(printing, x)
+  assert not ji.declares_no_effect(id_printing, x)

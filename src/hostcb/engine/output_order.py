@@ -16,8 +16,10 @@ to ``sys.stdout`` and ``sys.stderr``:
   ``sys.stdout = f``), since ``sys``'s module class gets two data
   descriptors that wrap what is assigned;
 * before a write, the writing thread (not a consumer, which would wait for
-  itself) first waits until the latest computation that prints and that
-  it dispatched has finished (so its prints are queued: such executables
+  itself) first waits until the latest computation that prints (``id_print``,
+  ``hostcb.debug.print``; not ``debug.callback``, whose functions need not
+  print) and that it dispatched has finished (so its prints are queued:
+  such executables
   keep JAX's runtime token, whose dispatch hostcb sees, see
   :mod:`hostcb.jax_internals.dispatch`), then until the consumers have run
   every print queued so far (and so the taps queued before them), all in
@@ -168,7 +170,7 @@ def uninstall() -> None:
 
 
 def _before_write() -> None:
-  if not _installed[0]:
+  if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
     return
   state = _state
   waits = getattr(state, "waits", None)

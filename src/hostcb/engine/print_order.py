@@ -33,7 +33,6 @@ def prints_staged() -> None:
   queued before them (module docstring), and so do writes to
   ``sys.stdout``/``sys.stderr`` (:mod:`.output_order`).  Cheap after the
   first call."""
-  ji.note_print_lowered()  # its executable keeps its token (.dispatch)
   ji.after_host_reads(_wait_for_earlier_prints)
   output_order.install()
 

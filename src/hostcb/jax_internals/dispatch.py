@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -222,11 +223,11 @@ def _devices(module: Any) -> int:
 # thread writes next waits for that computation and its prints
 # (:mod:`hostcb.engine.output_order`), as JAX's own prints are out before
 # the dispatch of a CPU computation returns.  A print's lowering calls
-# :func:`note_print_lowered`; the ids of the modules lowered with one are
-# kept, since the cached lowering returns the same module again without
-# lowering it.
+# :func:`note_print_lowered`; the modules lowered with one are kept
+# (weakly: an id could be reused by a later module), since the cached
+# lowering returns the same module again without lowering it.
 _lowering = threading.local()  # .prints: prints lowered by this thread
-_print_modules: set = set()
+_print_modules: weakref.WeakSet = weakref.WeakSet()
 
 
 def note_print_lowered() -> None:
@@ -247,10 +248,10 @@ def _install() -> None:
     prints_before = getattr(_lowering, "prints", 0)
     result = original(*args, **kwargs)
     if getattr(_lowering, "prints", 0) != prints_before:
-      _print_modules.add(id(result[_MODULE]))
+      _print_modules.add(result[_MODULE])
     if not _fast[0] or _in_tap_function.value:
       return result
-    if id(result[_MODULE]) in _print_modules:
+    if result[_MODULE] in _print_modules:
       return result  # keeps its token (see _print_modules)
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
