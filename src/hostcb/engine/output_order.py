@@ -62,7 +62,6 @@ _lock = threading.Lock()
 _installed = [False]
 _state = threading.local()  # .busy: this thread is in _before_write
 _warned = [False]
-_drain_failed = [False]
 
 
 class OrderedStream:
@@ -117,7 +116,11 @@ class _Wrapping:
   def __get__(self, module, owner=None):
     if module is None:
       return self
-    return module.__dict__[self.name]
+    try:
+      return module.__dict__[self.name]
+    except KeyError:
+      raise AttributeError(
+          f"module 'sys' has no attribute {self.name!r}") from None
 
   def __set__(self, module, value) -> None:
     module.__dict__[self.name] = _wrap(value)
@@ -148,8 +151,9 @@ def install() -> None:
     if type(sys) is not types.ModuleType:
       # Another tool changed sys's class: wrap the streams as they are now
       # (a later assignment is then not wrapped), without touching it.
-      logger.debug("hostcb: sys's class is %r; streams assigned later are "
-                    "not ordered after hostcb's prints", type(sys))
+      logger.warning("hostcb: sys's class is %r (another tool's): streams "
+                     "assigned to sys.stdout/sys.stderr from now on do not "
+                     "wait for hostcb's prints", type(sys))
     else:
       sys.__class__ = _SysModule
     for name in _NAMES:
