@@ -629,3 +629,28 @@ def test_nested_loops_under_pmap_give_nested_bars_per_run():
 
 def test_expected_device_count_is_one_outside_per_device_code():
   assert progress._tapping_devices() == 1
+
+
+def _count_to(n, **kw):
+  return progress.while_loop(lambda c: c < n, lambda c: c + 1, 0, **OPTS,
+                             **kw)
+
+
+@pytest.mark.multidevice
+def test_pmap_of_vmap_batch_each_shows_one_combined_bar_per_element():
+  ns = jnp.tile(jnp.array([5, 12]), (N, 1))  # the same elements everywhere
+  out = jax.pmap(jax.vmap(lambda n: _count_to(n, batch="each")))(ns)
+  np.testing.assert_array_equal(out, ns)
+  where = f"{N} devices, " if N > 1 else ""
+  assert bars() == [(f"[{where}#0]", 5, 5, True),
+                    (f"[{where}#1]", 12, 12, True)]
+
+
+@pytest.mark.multidevice
+def test_pmap_of_vmap_devices_each_batch_each_shows_a_bar_per_both():
+  ns = jnp.tile(jnp.array([5, 12]), (N, 1))
+  jax.pmap(jax.vmap(lambda n: _count_to(n, batch="each", devices="each")))(
+      ns)
+  assert bars() == sorted(
+      (f"{d[:-1]}, #{i}]", c, c, True) for d in _device_names()
+      for i, c in enumerate([5, 12]))
