@@ -484,6 +484,15 @@ def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
   _native.wait_for_earlier_records(ordinal, prints_only)
 
 
+def prints_run_everywhere() -> bool:
+  """Whether every device's consumer has run the prints queued so far
+  (no waiting, and the GIL kept)."""
+  for ordinal in list(_consumers):
+    if not _native.wait_for_earlier_records(ordinal, True, 0.0):
+      return False
+  return True
+
+
 def wait_for_prints_everywhere(deadline: float) -> bool:
   """``wait_for_device(o, prints_only=True)`` for every device ``o`` with
   a consumer, until ``deadline`` (``time.monotonic()``); False if it

@@ -184,7 +184,7 @@ def _before_write() -> None:
   if not waits or getattr(state, "busy", False) or is_consumer():
     return
   if (ji.wait_for_this_threads_computation(0.0) and not pyqueue.queues
-      and native.wait_for_prints_everywhere(0.0)):
+      and native.prints_run_everywhere()):
     return  # nothing pending (the common case): no clock, no state
   state.busy = True  # what the waits log is written without waiting
   try:
