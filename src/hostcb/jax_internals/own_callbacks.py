@@ -131,4 +131,3 @@ def is_jax_callback_effect(effect) -> bool:
   return (effect is getattr(_callback, "_IOEffect", None)
           or effect is getattr(_callback, "_OrderedIOEffect", None)
           or effect is getattr(_debugging, "ordered_debug_effect", None))
-
