@@ -158,7 +158,8 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
   flat, treedef, key_impls = _operands(arg, "id_tap")
   target = TapTarget(tap_func, treedef, bool(tap_with_device),
                      prints=isinstance(tap_func, _Printer),
-                     partitioned=partitioned)
+                     partitioned=partitioned,
+                     text=isinstance(tap_func, _Printer))
   outs = tap_p.bind(*flat, target=target, transforms=(),
                     device_index=device_index)
   if result is not None:

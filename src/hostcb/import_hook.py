@@ -37,6 +37,7 @@ import jax
 import jax.experimental
 
 from hostcb import debug, host_callback, jax_callbacks
+from hostcb.engine import output_order
 from hostcb.xla_computation import xla_computation
 
 __all__ = ["install", "uninstall", "legacy_module", "LEGACY_NAME",
@@ -114,11 +115,14 @@ def uninstall() -> None:
   ``jax.experimental.host_callback``, ``jax.xla_computation``) are put back
   as they were, unless something else changed them since.
 
+  Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
+  prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
   Functions traced while it was installed keep hostcb's callbacks until
   they are traced again.  A ``.pth``-installed hook still resolves a later
   ``import jax.experimental.host_callback``.
   """
   uninstall_jax_callbacks()
+  output_order.uninstall()
   with _lock:
     while _legacy_set:
       obj, name, previous, value = _legacy_set.pop()

@@ -144,6 +144,8 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
 def _tap_lowering(ctx, *args, target, transforms, device_index):
   if target.prints:  # host reads wait for prints from now on
     engine.prints_staged()
+  if target.text:  # this executable keeps its token (output order)
+    ji.note_print_lowered()
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
     return _per_shard_tap_lowering(ctx, args, target, transforms)
   if _native(ctx):

@@ -67,6 +67,11 @@ class TapTarget:
   a host read of a result waits for such taps queued before it
   (:mod:`hostcb.engine.print_order`), not for the others.
 
+  ``text``: the function is a print's own formatter (``id_print``,
+  ``hostcb.debug.print``), not a callback that may print: its executable
+  keeps JAX's runtime token, so that the next write of the dispatching
+  thread waits for it (:mod:`hostcb.engine.output_order`).
+
   ``partitioned``: in a ``jit`` over several devices, every device taps its
   own shard (``id_tap(..., partitioned=True)``, see
   ``docs/partitioned.md``) instead of one device the whole, gathered,
@@ -88,6 +93,7 @@ class TapTarget:
   prints: bool = False
   partitioned: bool = False
   per_element: bool = False
+  text: bool = False
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""

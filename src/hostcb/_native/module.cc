@@ -372,17 +372,24 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
   long device;
   int prints_only = 0;
-  if (!PyArg_ParseTuple(args, "l|p", &device, &prints_only)) return nullptr;
+  double timeout_s = -1;
+  if (!PyArg_ParseTuple(args, "l|pd", &device, &prints_only, &timeout_s)) {
+    return nullptr;
+  }
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
+  // Nothing pending (the common case): no release of the GIL.
+  if (prints_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
+  bool ok = true;
   Py_BEGIN_ALLOW_THREADS
   if (prints_only) {
-    q->WaitForEarlierPrints();
+    ok = q->WaitForEarlierPrints(timeout_s);
   } else {
     q->WaitForEarlierRecords();
   }
   Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
 }
 
 PyObject* Py_set_call_server(PyObject*, PyObject* args) {
@@ -487,11 +494,12 @@ PyMethodDef kMethods[] = {
      "mark_print_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},
     {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_VARARGS,
-     "wait_for_earlier_records(device, prints_only=False): waits (GIL "
-     "released) until the device's consumer has run every record queued "
-     "before the call (prints_only: up to the latest print tap), or runs a "
-     "tap function that dispatched a computation.  Not from the consumer's "
-     "own thread."},
+     "wait_for_earlier_records(device, prints_only=False, timeout_s=-1): "
+     "waits (GIL released) until the device's consumer has run every record "
+     "queued before the call (prints_only: up to the latest print tap), or "
+     "runs a tap function that dispatched a computation; with prints_only "
+     "and timeout_s >= 0, at most that many seconds (returns False if they "
+     "passed first).  Not from the consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,
      "set_call_server(runners, checker, formatter): hostcb_call runs "
      "runners[target_id](arrays, device_ordinal) (runners a list, None "

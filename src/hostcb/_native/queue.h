@@ -437,7 +437,19 @@ class Queue {
   // queued before this call only, counted per record as the consumer runs
   // them (NoteRan): a slow or blocked tap function queued after that print,
   // in the same batch or later, is not waited for.
-  void WaitForEarlierPrints() {
+  // Whether WaitForEarlierPrints would return at once (no waiting: the
+  // caller may hold the GIL).
+  bool EarlierPrintsRun() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t target = last_print_in_;
+    return processed_ >= target ||
+           ran_.load(std::memory_order_seq_cst) >= target ||
+           consumer_dispatching_;
+  }
+
+  // `timeout_s` < 0: no deadline; else returns false if the prints were
+  // not all run within that many seconds.
+  bool WaitForEarlierPrints(double timeout_s = -1) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = last_print_in_;
     auto done = [&] {
@@ -445,7 +457,7 @@ class Queue {
              ran_.load(std::memory_order_seq_cst) >= target ||
              consumer_dispatching_;
     };
-    if (done()) return;
+    if (done()) return true;
     print_waiters_.fetch_add(1, std::memory_order_seq_cst);
     // The consumer wakes the waiters once it has run this many records
     // (the lowest target of the waiters; see NoteRan).  Written under mu_
@@ -454,10 +466,17 @@ class Queue {
       print_wake_at_.store(target, std::memory_order_seq_cst);
     }
     WakeConsumerLocked();  // it may be polling with taps not yet seen
-    processed_cv_.wait(lock, done);
+    bool ok = true;
+    if (timeout_s < 0) {
+      processed_cv_.wait(lock, done);
+    } else {
+      ok = processed_cv_.wait_for(
+          lock, std::chrono::duration<double>(timeout_s), done);
+    }
     if (print_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       print_wake_at_.store(kNever, std::memory_order_seq_cst);
     }
+    return ok;
   }
 
   // The consumer has run the functions of `n` more records of the batch it

@@ -484,6 +484,26 @@ def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
   _native.wait_for_earlier_records(ordinal, prints_only)
 
 
+def prints_run_everywhere() -> bool:
+  """Whether every device's consumer has run the prints queued so far
+  (no waiting, and the GIL kept)."""
+  for ordinal in list(_consumers):
+    if not _native.wait_for_earlier_records(ordinal, True, 0.0):
+      return False
+  return True
+
+
+def wait_for_prints_everywhere(deadline: float) -> bool:
+  """``wait_for_device(o, prints_only=True)`` for every device ``o`` with
+  a consumer, until ``deadline`` (``time.monotonic()``); False if it
+  passed first.  Not from a consumer thread (the caller checks)."""
+  ok = True
+  for ordinal in list(_consumers):
+    ok = _native.wait_for_earlier_records(
+        ordinal, True, max(0.0, deadline - time.monotonic())) and ok
+  return ok
+
+
 def mark_print(tid: int) -> None:
   """Taps of target ``tid`` print: ``wait_for_device(..., prints_only=True)``
   waits for them.

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostcb import jax_internals as ji
-from hostcb.engine import native, pyqueue
+from hostcb.engine import native, output_order, pyqueue
 from hostcb.engine.consumers import is_consumer
 
 __all__ = ["prints_staged"]
@@ -30,8 +30,11 @@ __all__ = ["prints_staged"]
 
 def prints_staged() -> None:
   """A print was staged: from now on, host reads wait for the prints
-  queued before them (module docstring).  Cheap after the first call."""
+  queued before them (module docstring), and so do writes to
+  ``sys.stdout``/``sys.stderr`` (:mod:`.output_order`).  Cheap after the
+  first call."""
   ji.after_host_reads(_wait_for_earlier_prints)
+  output_order.install()
 
 
 def _wait_for_earlier_prints(array: Any) -> None:

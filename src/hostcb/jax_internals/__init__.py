@@ -40,9 +40,11 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       set_dispatch_hook,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
+                                      wait_for_this_threads_computation,
                                       forget_dispatched_computations)
 from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           drain_this_thread, fast_dispatch,
+                                          note_print_lowered,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Any, Callable
 
 from jax._src import config as _config
@@ -138,6 +139,32 @@ def wait_for_dispatched_computations() -> None:
       pass
     if _latest_tokens.get(ident) is token:
       _latest_tokens.pop(ident, None)
+
+
+def wait_for_this_threads_computation(timeout: float) -> bool:
+  """Waits until the latest computation that keeps a runtime token and
+  that this thread dispatched (see :mod:`.dispatch`: one that prints, or
+  any tapping one in the strict-barrier mode) has finished, and so every
+  such computation of this thread before it (their tokens chain them); at
+  once if there is none or it has finished.  False if ``timeout`` seconds
+  passed first: ``block_until_ready`` has no deadline."""
+  ident = threading.get_ident()
+  token = _latest_tokens.get(ident)
+  if token is None:
+    return True
+  buf = token._buf
+  if buf.is_ready():
+    if _latest_tokens.get(ident) is token:  # finished: nothing to wait for
+      _latest_tokens.pop(ident, None)     # (as the barrier forgets it)
+    return True
+  deadline = time.monotonic() + timeout
+  pause = 1e-5
+  while not buf.is_ready():
+    if time.monotonic() >= deadline:
+      return False
+    time.sleep(pause)
+    pause = min(pause * 2, 1e-3)
+  return True
 
 
 def forget_dispatched_computations() -> None:

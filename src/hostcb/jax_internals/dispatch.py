@@ -57,6 +57,8 @@ tap function dispatches keeps its token
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -216,6 +218,24 @@ def _devices(module: Any) -> int:
   return n
 
 
+# Executables that print keep their runtime token in both modes: their
+# dispatch then goes through JAX's Python path, where hostcb sees it (the
+# token of the latest one of each thread, :mod:`.core`), so that what the
+# thread writes next waits for that computation and its prints
+# (:mod:`hostcb.engine.output_order`), as JAX's own prints are out before
+# the dispatch of a CPU computation returns.  A print's lowering calls
+# :func:`note_print_lowered`; the modules lowered with one are kept
+# (weakly: an id could be reused by a later module), since the cached
+# lowering returns the same module again without lowering it.
+_lowering = threading.local()  # .prints: prints lowered by this thread
+_print_modules: weakref.WeakSet = weakref.WeakSet()
+
+
+def note_print_lowered() -> None:
+  """The lowering running in this thread stages a print."""
+  _lowering.prints = getattr(_lowering, "prints", 0) + 1
+
+
 def _install() -> None:
   original = require(_pxla, "_cached_lowering_to_hlo",
                      "to lower one-device tapping executables for jit's "
@@ -226,7 +246,10 @@ def _install() -> None:
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
+    prints_before = getattr(_lowering, "prints", 0)
     result = original(*args, **kwargs)
+    if getattr(_lowering, "prints", 0) != prints_before:
+      _print_modules.add(result[_MODULE])
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
@@ -239,6 +262,8 @@ def _install() -> None:
       return result
     if not _fast[0] or _in_tap_function.value:
       return result
+    if module in _print_modules:
+      return result  # keeps its token (see _print_modules)
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
     # (.own_callbacks), which would keep the executable off the fast path
