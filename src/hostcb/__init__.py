@@ -23,15 +23,24 @@ from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 
+# The one place that states hostcb's version: pyproject.toml reads it
+# (``[tool.setuptools.dynamic]``), and ``hostcb info`` prints it.
 __version__ = "0.3.0"
 
 
 def __getattr__(name: str):
   # hostcb.progress (tqdm bars for compiled loops) is imported when first
-  # used: it needs tqdm, an optional dependency.
+  # used: it needs tqdm, an optional dependency.  Without tqdm the
+  # attribute does not exist (``hasattr(hostcb, "progress")`` is False);
+  # the AttributeError names the missing package, and ``import
+  # hostcb.progress`` raises the ImportError itself.
   if name == "progress":
     import importlib  # noqa: PLC0415  (tqdm only when used)
-    return importlib.import_module("hostcb.progress")
+    try:
+      return importlib.import_module("hostcb.progress")
+    except ImportError as e:
+      raise AttributeError(
+          f"module 'hostcb' has no attribute 'progress': {e}") from e
   raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
 
 

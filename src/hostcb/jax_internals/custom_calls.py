@@ -17,8 +17,10 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals import patches
 from hostcb.jax_internals.core import (HostCallbackEffect, ShapedArray,
                                       host_callback_effect)
+from hostcb.jax_internals.versions import changed, check_shape, require
 
 
 # ---------------------------------------------------------------- lowering
@@ -240,25 +242,59 @@ def _set_sharding(module_context, op, sharding) -> None:
 # with its own ordered effects (it refuses them under vmap); hostcb's taps
 # reach it.  The rule below lowers that one case with the same rewrite plus
 # the per-element select that the plain batched lowering does; every other
-# while loop goes to JAX's own rule.  Checked against jax 0.8.0, 0.10.2 and
-# 0.12.0.1.
+# while loop goes to the rule it replaced, JAX's or another library's (so
+# that two libraries that override this rule compose).  Installed on the
+# first bind of a hostcb primitive (a while loop that taps in its cond_fun
+# binds one first), undone by hostcb.uninstall().  Checked against jax
+# 0.8.0, 0.10.2 and 0.12.0.1 (``mlir._lowerings``: primitive -> an entry
+# whose ``rule`` field is the rule).
 from jax._src.lax.control_flow import loops as _loops  # noqa: E402
 
-_jax_while_lowering = _loops._while_lowering
+_WHILE_WHAT = "to tap in the cond_fun of a batched while_loop"
 
 
 def _cond_taps(cond_jaxpr) -> bool:
   return any(isinstance(e, HostCallbackEffect) for e in cond_jaxpr.effects)
 
 
-def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                    body_nconsts):
-  params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
-  pred_aval = cond_jaxpr.out_avals[0]
-  if not pred_aval.shape or not _cond_taps(cond_jaxpr):
-    return _jax_while_lowering(ctx, *args, **params)
+def _install_while_lowering() -> None:
+  if patches.is_installed("while lowering"):
+    return
+  while_p = require(_loops, "while_p", _WHILE_WHAT)
+  registry = check_shape(require(_mlir, "_lowerings", _WHILE_WHAT),
+                         "jax._src.interpreters.mlir._lowerings",
+                         _WHILE_WHAT, types=dict)
+  entry = registry.get(while_p)
+  previous = getattr(entry, "rule", entry)
+  if not callable(previous):
+    raise changed("jax._src.interpreters.mlir._lowerings[while_p]",
+                  "an entry with a callable rule",
+                  type(entry).__name__, _WHILE_WHAT)
 
+  def while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
+                     body_nconsts, **more):
+    params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                  cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
+    pred_aval = cond_jaxpr.out_avals[0]
+    if more or not pred_aval.shape or not _cond_taps(cond_jaxpr):
+      return previous(ctx, *args, **params, **more)
+    return _batched_while_with_taps(ctx, args, **params)
+
+  _mlir.register_lowering(while_p, while_lowering)
+
+  def undo() -> None:
+    if entry is None:
+      registry.pop(while_p, None)
+    else:
+      registry[while_p] = entry
+
+  patches.record("while lowering",
+                 "jax._src.interpreters.mlir._lowerings[while_p]", undo,
+                 original=previous)
+
+
+def _batched_while_with_taps(ctx, args, *, cond_jaxpr, body_jaxpr,
+                             cond_nconsts, body_nconsts):
   from jax import lax  # noqa: PLC0415  (public API; in its own lowering)
 
   def cond(consts, carry):
@@ -295,4 +331,4 @@ def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
   return _mlir.lower_fun(loop, multiple_results=True)(ctx, *args)
 
 
-_mlir.register_lowering(_loops.while_p, _while_lowering)
+patches.when_first_needed(_install_while_lowering)

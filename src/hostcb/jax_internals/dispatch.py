@@ -71,7 +71,8 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals import patches
+from hostcb.jax_internals.versions import check_shape, require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
 # it off); executables lowered before any change are in this mode.
@@ -120,8 +121,27 @@ def fast_dispatch_used() -> bool:
 
 # _cached_lowering_to_hlo returns (module, keepalive, host_callbacks,
 # unordered_effects, ordered_effects, [nreps on jax 0.8,] tuple_args,
-# shape_poly_state).
+# shape_poly_state): 8 entries on jax 0.8, 7 on 0.10.2 and 0.12.0.1.
 _MODULE, _UNORDERED, _ORDERED = 0, 3, 4
+_LOWERING = "jax._src.interpreters.pxla._cached_lowering_to_hlo"
+_LOWERING_WHAT = ("to lower one-device tapping executables for jit's fast "
+                  "dispatch path")
+
+
+def _checked_lowering(result: Any) -> Any:
+  """The tuple that ``_cached_lowering_to_hlo`` returned, once its shape is
+  the one hostcb reads by position (else :class:`JaxInternalChanged`
+  naming the JAX version and the function)."""
+  check_shape(result, f"the result of {_LOWERING}", _LOWERING_WHAT,
+              types=tuple, lengths=(7, 8))
+  check_shape(result[_MODULE], f"{_LOWERING}(...)[{_MODULE}] (the module)",
+              _LOWERING_WHAT, types=_ir.Module)
+  for i, name in ((_UNORDERED, "unordered"), (_ORDERED, "ordered")):
+    check_shape(result[i], f"{_LOWERING}(...)[{i}] (the {name} effects)",
+                _LOWERING_WHAT, types=(list, tuple))
+  check_shape(result[-1], f"{_LOWERING}(...)[-1] (the shape_poly_state)",
+              _LOWERING_WHAT, fields=("dim_vars",))
+  return result
 
 
 def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
@@ -216,16 +236,16 @@ def _devices(module: Any) -> int:
 
 
 def _install() -> None:
-  original = require(_pxla, "_cached_lowering_to_hlo",
-                     "to lower one-device tapping executables for jit's "
-                     "fast dispatch path")
-  if getattr(original, "_hostcb", False):
-    return  # already installed
+  """Wraps ``_cached_lowering_to_hlo`` (the module docstring); installed on
+  the first bind of a hostcb primitive (:mod:`.patches`)."""
+  original = require(_pxla, "_cached_lowering_to_hlo", _LOWERING_WHAT)
+  if patches.is_installed("fast dispatch"):
+    return
 
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
-    result = original(*args, **kwargs)
+    result = _checked_lowering(original(*args, **kwargs))
     if not _fast[0] or _in_tap_function.value:
       return result
     ordered = list(result[_ORDERED])
@@ -254,11 +274,11 @@ def _install() -> None:
                           if not is_jax_callback_effect(e)]
     return tuple(result)
 
-  cached_lowering_to_hlo._hostcb = True
-  _pxla._cached_lowering_to_hlo = cached_lowering_to_hlo
+  patches.install("fast dispatch", _pxla, "_cached_lowering_to_hlo",
+                  cached_lowering_to_hlo)
 
 
-_install()
+patches.when_first_needed(_install)
 
 
 def _install_aot_guard() -> None:
@@ -275,7 +295,7 @@ def _install_aot_guard() -> None:
                        "to keep the runtime token of compiled functions")
   original = require(executable, "create_cpp_call",
                      "to keep the runtime token of compiled functions")
-  if getattr(original, "_hostcb", False):
+  if patches.is_installed("compiled-call guard"):
     return
 
   def create_cpp_call(self, params):
@@ -285,11 +305,11 @@ def _install_aot_guard() -> None:
       return None  # JAX's Python path, which passes the token
     return original(self, params)
 
-  create_cpp_call._hostcb = True
-  executable.create_cpp_call = create_cpp_call
+  patches.install("compiled-call guard", executable, "create_cpp_call",
+                  create_cpp_call)
 
 
-_install_aot_guard()
+patches.when_first_needed(_install_aot_guard)
 
 
 def _wait_in_fast_mode(token: Any) -> None:
