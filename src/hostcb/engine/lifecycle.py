@@ -76,7 +76,8 @@ def _install_hooks() -> None:
   if ji.is_installed("engine: at exit"):
     return
   atexit.register(_at_exit)
-  ji.record_patch("engine: at exit", "atexit (hostcb.engine.lifecycle._at_exit)",
+  ji.record_patch("engine: at exit",
+                  "atexit (hostcb.engine.lifecycle._at_exit)",
                   lambda: atexit.unregister(_at_exit))
   if hasattr(os, "register_at_fork") and not _fork_hook[0]:
     os.register_at_fork(after_in_child=_after_fork_in_child)

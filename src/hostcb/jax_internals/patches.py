@@ -20,6 +20,7 @@ only some programs need (the read hook of prints, the progress bars'
 first time a program needs it (:func:`is_installed` says whether it is in
 place now).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,9 +29,19 @@ import logging
 import threading
 from typing import Any, Callable
 
-__all__ = ["Patch", "install", "install_item", "record", "installed",
-           "is_installed", "uninstall_all", "when_first_needed", "ensure",
-           "tracing_only", "lock"]
+__all__ = [
+  "Patch",
+  "install",
+  "install_item",
+  "record",
+  "installed",
+  "is_installed",
+  "uninstall_all",
+  "when_first_needed",
+  "ensure",
+  "tracing_only",
+  "lock",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -46,6 +57,7 @@ class Patch:
   """One change: ``name`` (hostcb's), ``target`` (what was changed, in
   words: ``module.attribute``), the ``original`` object (None where there
   was none) and how to undo it."""
+
   name: str
   target: str
   original: Any
@@ -79,16 +91,20 @@ def install(name: str, owner: Any, attr: str, new: Any) -> Any:
       if p.name == name:
         return p.original
     own = vars(owner) if isinstance(owner, type) else None
-    raw = (own.get(attr, _ABSENT) if own is not None
-           else getattr(owner, attr, _ABSENT))
+    raw = (
+      own.get(attr, _ABSENT)
+      if own is not None
+      else getattr(owner, attr, _ABSENT)
+    )
     original = getattr(owner, attr, None)
 
     def undo() -> None:
       if _current(owner, attr) is not new:
         logger.warning(
-            "hostcb: %s was changed again since hostcb set it; putting "
-            "back the object hostcb replaced all the same", _describe(
-                owner, attr))
+          "hostcb: %s was changed again since hostcb set it; putting "
+          "back the object hostcb replaced all the same",
+          _describe(owner, attr),
+        )
       if raw is _ABSENT:
         try:
           delattr(owner, attr)
@@ -108,8 +124,9 @@ def _current(owner: Any, attr: str) -> Any:
   return getattr(owner, attr, _ABSENT)
 
 
-def install_item(name: str, mapping: dict, key: Any, new: Any,
-                 target: str) -> Any:
+def install_item(
+  name: str, mapping: dict, key: Any, new: Any, target: str
+) -> Any:
   """Sets ``mapping[key] = new`` (a rule in one of JAX's registries) and
   records it under ``name`` (``target`` says which entry, in words);
   returns what was there (None where there was nothing)."""
@@ -131,8 +148,9 @@ def install_item(name: str, mapping: dict, key: Any, new: Any,
     return original
 
 
-def record(name: str, target: str, undo: Callable[[], None],
-           original: Any = None) -> None:
+def record(
+  name: str, target: str, undo: Callable[[], None], original: Any = None
+) -> None:
   """Records a change that the caller made itself (e.g. an ``atexit``
   handler), with the function that undoes it."""
   with lock:
@@ -205,5 +223,6 @@ def uninstall_all() -> int:
     if errors:
       p, e = errors[0]
       raise RuntimeError(
-          f"hostcb: could not put back {p.target} ({p.name})") from e
+        f"hostcb: could not put back {p.target} ({p.name})"
+      ) from e
     return count
