@@ -229,6 +229,24 @@ def test_a_program_compiled_before_uninstall_still_taps():
   )
 
 
+def test_a_strict_compiled_function_first_called_after_uninstall_taps():
+  # It keeps a runtime token, which JAX's C++ call path for compiled
+  # functions would not pass ("Execution supplied 1 arguments but compiled
+  # program expected 2"): uninstall gives it JAX's Python call path first.
+  out = _run(
+    "import jax, numpy as np, hostcb\n"
+    "hostcb.config.update('hostcb_strict_barrier', True)\n"
+    "f = lambda x: hostcb.id_tap(lambda a, t: print('tap', a), x)\n"
+    "g = jax.jit(f).lower(np.int32(0)).compile()\n"
+    "hostcb.uninstall()\n"
+    "for i in range(3):\n"
+    "  r = int(g(np.int32(i)))\n"
+    "  hostcb.barrier_wait()\n"
+    "  print(r)\n"
+  )
+  assert out == "tap 0\n0\ntap 1\n1\ntap 2\n2\n"
+
+
 # ------------------------------------------------- tap-free programs
 _PROGRAMS = r"""
 import numpy as np

@@ -57,10 +57,12 @@ tap function dispatches keeps its token
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any
 
 import numpy as np
 from jax._src import config as _config
+from jax._src import stages as _stages
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
@@ -246,10 +248,11 @@ def _install() -> None:
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
     result = _checked_lowering(original(*args, **kwargs))
-    if not _fast[0] or _in_tap_function.value:
-      return result
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
+      return result
+    if not _fast[0] or _in_tap_function.value:
+      _kept_token[0] = True
       return result
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
@@ -261,6 +264,7 @@ def _install() -> None:
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
       if _devices(module) > 1:
+        _kept_token[0] = True
         return result  # keeps its token (see the module's docstring)
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
@@ -299,14 +303,59 @@ def _install_aot_guard() -> None:
     return
 
   def create_cpp_call(self, params):
-    call = getattr(self, "unsafe_call", None)
-    if any(isinstance(e, HostCallbackEffect)
-           for e in getattr(call, "ordered_effects", ())):
+    if _keeps_token(self):
       return None  # JAX's Python path, which passes the token
     return original(self, params)
 
   patches.install("compiled-call guard", executable, "create_cpp_call",
-                  create_cpp_call)
+                  create_cpp_call, before_undo=_settle_compiled_functions)
+
+
+def _keeps_token(executable: Any) -> bool:
+  """Whether a ``MeshExecutable`` exchanges hostcb's runtime token.  An
+  executable whose call is not JAX's replicated call (no
+  ``ordered_effects``) has none: JAX's own ``create_cpp_call`` decides."""
+  call = getattr(executable, "unsafe_call", None)
+  return any(isinstance(e, HostCallbackEffect)
+             for e in getattr(call, "ordered_effects", ()))
+
+
+# Whether an executable that keeps hostcb's runtime token was lowered in
+# this process (strict mode, several devices, in a tap function).
+_kept_token = [False]
+_AOT_WHAT = "to keep compiled functions callable after hostcb.uninstall()"
+
+
+def _settle_compiled_functions() -> None:
+  """Before ``hostcb.uninstall()`` gives JAX its ``create_cpp_call`` back:
+  every live compiled function (``jit(f).lower(...).compile()``) whose
+  executable keeps hostcb's runtime token and that was never called gets
+  JAX's Python call path now, as the guard would have given it at its
+  first call; JAX's own ``create_cpp_call`` would give it the C++ path,
+  which fails it ("Execution supplied 1 arguments but compiled program
+  expected 2").  Looked for only where such an executable was lowered.
+  Checked on jax 0.10.2 (``stages.Compiled``: ``_executable``,
+  ``_params``, ``_call``; ``Compiled.call(params, *args, **kwargs)``
+  returns ``(outs, out_flat, args_flat)``)."""
+  if not _kept_token[0]:
+    return
+  compiled = require(_stages, "Compiled", _AOT_WHAT, verb="uses")
+  call = require(compiled, "call", _AOT_WHAT, verb="uses")
+  for obj in gc.get_objects():
+    if not isinstance(obj, compiled) or getattr(obj, "_call", 0) is not None:
+      continue
+    check_shape(obj, "jax._src.stages.Compiled", _AOT_WHAT,
+                fields=("_executable", "_params", "_call"))
+    if _keeps_token(obj._executable):
+      obj._call = functools.partial(_python_call, call, obj._params)
+
+
+def _python_call(call: Any, params: Any, *args, **kwargs) -> Any:
+  """JAX's Python call path of a compiled function: its outputs."""
+  result = check_shape(call(params, *args, **kwargs),
+                       "the result of jax._src.stages.Compiled.call",
+                       _AOT_WHAT, types=tuple, lengths=(3,))
+  return result[0]
 
 
 patches.when_first_needed(_install_aot_guard)

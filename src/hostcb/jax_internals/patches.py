@@ -77,14 +77,21 @@ def _describe(owner: Any, attr: str) -> str:
   return f"{getattr(owner, '__name__', type(owner).__name__)}.{attr}"
 
 
-def install(name: str, owner: Any, attr: str, new: Any) -> Any:
+def install(
+  name: str,
+  owner: Any,
+  attr: str,
+  new: Any,
+  before_undo: Callable[[], None] | None = None,
+) -> Any:
   """Sets ``owner.attr = new`` and records it under ``name``; returns the
   object that was there (for a class, as ``getattr`` gives it).
 
   The undo puts back exactly what the owner held: a class attribute that
   was inherited is deleted again rather than copied onto the class.  A
   second install of the same ``name`` that is still in place returns the
-  original recorded the first time and changes nothing.
+  original recorded the first time and changes nothing.  ``before_undo()``
+  runs just before the original is put back (``new`` still in place).
   """
   with lock:
     for p in _patches:
@@ -99,6 +106,8 @@ def install(name: str, owner: Any, attr: str, new: Any) -> Any:
     original = getattr(owner, attr, None)
 
     def undo() -> None:
+      if before_undo is not None:
+        before_undo()
       if _current(owner, attr) is not new:
         logger.warning(
           "hostcb: %s was changed again since hostcb set it; putting "
