@@ -251,6 +251,8 @@ def _set_sharding(module_context, op, sharding) -> None:
 from jax._src.lax.control_flow import loops as _loops  # noqa: E402
 
 _WHILE_WHAT = "to tap in the cond_fun of a batched while_loop"
+# while_p's parameters, as hostcb's rule reads them.
+_WHILE_PARAMS = {"cond_jaxpr", "body_jaxpr", "cond_nconsts", "body_nconsts"}
 
 
 def _cond_taps(cond_jaxpr) -> bool:
@@ -271,13 +273,16 @@ def _install_while_lowering() -> None:
                   "an entry with a callable rule",
                   type(entry).__name__, _WHILE_WHAT)
 
-  def while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                     body_nconsts, **more):
-    params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                  cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
-    pred_aval = cond_jaxpr.out_avals[0]
-    if more or not pred_aval.shape or not _cond_taps(cond_jaxpr):
-      return previous(ctx, *args, **params, **more)
+  def while_lowering(ctx, *args, **params):
+    cond_jaxpr = params.get("cond_jaxpr")
+    if cond_jaxpr is None or not _cond_taps(cond_jaxpr):
+      return previous(ctx, *args, **params)  # not hostcb's
+    if set(params) != _WHILE_PARAMS:
+      raise changed("the parameters of jax._src.lax.control_flow.loops."
+                    "while_p", ", ".join(sorted(_WHILE_PARAMS)),
+                    ", ".join(sorted(params)), _WHILE_WHAT)
+    if not cond_jaxpr.out_avals[0].shape:
+      return previous(ctx, *args, **params)  # unbatched: JAX's rewrite
     return _batched_while_with_taps(ctx, args, **params)
 
   _mlir.register_lowering(while_p, while_lowering)
