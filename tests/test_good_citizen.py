@@ -247,6 +247,23 @@ def test_a_strict_compiled_function_first_called_after_uninstall_taps():
   assert out == "tap 0\n0\ntap 1\n1\ntap 2\n2\n"
 
 
+def test_a_program_lowered_before_uninstall_and_compiled_after_taps():
+  out = _run(
+    "import jax, numpy as np, hostcb\n"
+    "f = lambda x: hostcb.id_tap(lambda a, t: print('tap', a), x) + 1\n"
+    "traced = jax.jit(f).trace(np.int32(0))\n"
+    "lowered = traced.lower()\n"
+    "hostcb.uninstall()\n"
+    "for make in (traced.lower, lambda: lowered):\n"
+    "  g = make().compile()\n"
+    "  for i in range(2):\n"
+    "    r = int(g(np.int32(i)))\n"
+    "    hostcb.barrier_wait()\n"
+    "    print(r)\n"
+  )
+  assert out == "tap 0\n1\ntap 1\n2\n" * 2
+
+
 # ------------------------------------------------- tap-free programs
 _PROGRAMS = r"""
 import numpy as np

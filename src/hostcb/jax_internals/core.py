@@ -254,7 +254,15 @@ def instantiate_zeros(x: Any) -> Any:
 
 
 def register_lowering(prim: Primitive, rule: Callable) -> None:
-  _mlir.register_lowering(prim, rule)
+  """Registers the lowering of one of hostcb's primitives; lowering it
+  installs hostcb's patches if they are not in place (a program traced
+  before ``hostcb.uninstall()`` and lowered after it)."""
+  @functools.wraps(rule)
+  def lowering(*args, **kwargs):
+    patches.ensure()
+    return rule(*args, **kwargs)
+
+  _mlir.register_lowering(prim, lowering)
 
 
 # ----------------------------------------------------------- jax.config

@@ -279,7 +279,19 @@ def _install() -> None:
     return tuple(result)
 
   patches.install("fast dispatch", _pxla, "_cached_lowering_to_hlo",
-                  cached_lowering_to_hlo)
+                  cached_lowering_to_hlo,
+                  before_undo=_forget_rewritten_lowerings)
+
+
+def _forget_rewritten_lowerings() -> None:
+  """Before JAX's own cached lowering comes back: the modules that the
+  wrapper rewrote (no token argument) are still in its cache, beside the
+  effects that JAX's lowering gave them (with hostcb's); a later hit would
+  compile a module that does not match its calling convention.  So JAX's
+  caches are cleared, as when the dispatch mode changes."""
+  if _used[0]:
+    import jax  # noqa: PLC0415  (public API)
+    jax.clear_caches()
 
 
 patches.when_first_needed(_install)
