@@ -46,6 +46,16 @@ def _spy_unregister(f):
 
 atexit.register, atexit.unregister = _spy_register, _spy_unregister
 
+# The C++ runtime's terminate handler (the engine's exit guard), where
+# libstdc++ can be asked for it.
+try:
+  import ctypes
+
+  _get_terminate = ctypes.CDLL("libstdc++.so.6")._ZSt13get_terminatev
+  _get_terminate.restype = ctypes.c_void_p
+except (OSError, AttributeError):
+  _get_terminate = lambda: None
+
 
 def snapshot():
   own = lambda cls, name: vars(cls).get(name)
@@ -65,6 +75,7 @@ def snapshot():
       "ArrayImpl.item": own(_array.ArrayImpl, "item"),
       "xla_client.batched_block_until_ready": _xc.batched_block_until_ready,
       "sys.excepthook": sys.excepthook,
+      "std::terminate handler": _get_terminate(),
       # Other libraries register theirs as they go (tqdm, weakref).
       "atexit handlers": tuple(
           f for f in _exit_handlers
@@ -88,6 +99,20 @@ for m in pkgutil.walk_packages(hostcb.__path__, "hostcb."):
   except ImportError as e:  # hostcb.progress without tqdm
     assert "tqdm" in str(e), (m.name, e)
 """
+
+
+def _libstdcxx_terminate() -> bool:
+  try:
+    import ctypes
+
+    ctypes.CDLL("libstdc++.so.6")._ZSt13get_terminatev
+  except (OSError, AttributeError):
+    return False
+  return True
+
+
+# Whether the snapshot can see the terminate handler.
+TERMINATE = _libstdcxx_terminate()
 
 
 def _run(code: str, **env) -> str:
@@ -166,6 +191,7 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "ArrayImpl.item",
         "xla_client.batched_block_until_ready",
         "atexit handlers",
+        *(["std::terminate handler"] if TERMINATE else []),
       ]
     )
   )

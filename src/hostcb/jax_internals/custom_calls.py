@@ -38,18 +38,27 @@ class Placement:
   device_index: int
 
 
+_PLACEMENT_WHAT = "to tell which devices call the host"
+
+
 def _placement(ctx, device_index: int,
                avals_out: Sequence[Any] | None = None) -> tuple[Placement, Any]:
   if avals_out is None:
     avals_out = ctx.avals_out
   axis_context = ctx.module_context.axis_context
   if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
-    mesh = axis_context.mesh
-    devices = getattr(mesh, "_flat_devices_tuple", None)
+    mesh = check_shape(axis_context, "jax._src.sharding_impls."
+                       "SPMDAxisContext", _PLACEMENT_WHAT,
+                       fields=("mesh",)).mesh
+    devices = check_shape(mesh, "the mesh of an SPMDAxisContext",
+                          _PLACEMENT_WHAT,
+                          fields=("_flat_devices_tuple",))._flat_devices_tuple
     sharding = _callback._callback_op_sharding(axis_context, None,
                                                avals_out)
     return Placement(devices, True, 0), sharding
   if isinstance(axis_context, _sharding_impls.ShardingContext):
+    check_shape(axis_context, "jax._src.sharding_impls.ShardingContext",
+                _PLACEMENT_WHAT, fields=("device_assignment", "num_devices"))
     devices = axis_context.device_assignment
     n = axis_context.num_devices
     if n == 1:
