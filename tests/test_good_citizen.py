@@ -357,6 +357,32 @@ def test_dispatch_of_tap_free_programs_runs_no_hostcb_code():
   assert out == "[]\n"
 
 
+def test_after_a_tap_calls_of_tap_free_programs_run_no_hostcb_code():
+  # Once hostcb's patches are in place, lowering a tap-free program passes
+  # through the lowering wrapper (once per program); its calls do not.
+  out = _run(
+    "import jax, os, sys, numpy as np, hostcb\n"
+    + _PROGRAMS
+    + "jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x))(np.int32(1))\n"
+    "hostcb.barrier_wait()\n"
+    "root = os.path.dirname(hostcb.__file__) + os.sep\n"
+    "compiled = [(jax.jit(f), args) for f, args in programs]\n"
+    "for g, args in compiled:\n"
+    "  jax.block_until_ready(g(*args))\n"
+    "seen = set()\n"
+    "def profile(frame, event, arg):\n"
+    "  if frame.f_code.co_filename.startswith(root):\n"
+    "    seen.add(frame.f_code.co_name)\n"
+    "sys.setprofile(profile)\n"
+    "for g, args in compiled:\n"
+    "  for _ in range(3):\n"
+    "    jax.block_until_ready(g(*args))\n"
+    "sys.setprofile(None)\n"
+    "print(sorted(seen))\n"
+  )
+  assert out == "[]\n"
+
+
 # ------------------------------------------------- two libraries compose
 def test_while_lowering_calls_the_rule_it_replaced():
   # Another library overrides the while_loop lowering before hostcb's first
