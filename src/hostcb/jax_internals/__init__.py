@@ -74,4 +74,5 @@ from hostcb.jax_internals.patches import (ensure, installed, is_installed,
                                           uninstall_all, when_first_needed)
 from hostcb.jax_internals.versions import (JaxInternalChanged,
                                            MissingJaxInternal)
+from hostcb.jax_internals.patches import install as install_patch
 from hostcb.jax_internals.patches import record as record_patch
