@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -260,6 +261,7 @@ def _set_sharding(module_context, op, sharding) -> None:
 from jax._src.lax.control_flow import loops as _loops  # noqa: E402
 
 _WHILE_WHAT = "to tap in the cond_fun of a batched while_loop"
+logger = logging.getLogger("hostcb")
 # while_p's parameters, as hostcb's rule reads them.
 _WHILE_PARAMS = {"cond_jaxpr", "body_jaxpr", "cond_nconsts", "body_nconsts"}
 
@@ -295,9 +297,15 @@ def _install_while_lowering() -> None:
     return _batched_while_with_taps(ctx, args, **params)
 
   _mlir.register_lowering(while_p, while_lowering)
+  mine = registry.get(while_p)
 
   def undo() -> None:
-    if entry is None:
+    if registry.get(while_p) is not mine:
+      # Another library's rule since, which may call hostcb's (and so the
+      # one before it): left in place rather than dropped.
+      logger.warning("hostcb: the while_p lowering rule was replaced since "
+                     "hostcb set it; left as it is")
+    elif entry is None:
       registry.pop(while_p, None)
     else:
       registry[while_p] = entry

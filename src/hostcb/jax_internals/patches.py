@@ -88,7 +88,9 @@ def install(
   object that was there (for a class, as ``getattr`` gives it).
 
   The undo puts back exactly what the owner held: a class attribute that
-  was inherited is deleted again rather than copied onto the class.  A
+  was inherited is deleted again rather than copied onto the class; where
+  something else replaced ``new`` since, it leaves that in place (with a
+  warning) rather than drop another library's wrapper.  A
   second install of the same ``name`` that is still in place returns the
   original recorded the first time and changes nothing.  ``before_undo()``
   runs just before the original is put back (``new`` still in place).
@@ -109,11 +111,14 @@ def install(
       if before_undo is not None:
         before_undo()
       if _current(owner, attr) is not new:
+        # Another library wrapped hostcb's object since: putting the
+        # original back would drop its wrapper, which may call hostcb's
+        # (still working, delegating to the original).
         logger.warning(
-          "hostcb: %s was changed again since hostcb set it; putting "
-          "back the object hostcb replaced all the same",
+          "hostcb: %s was changed again since hostcb set it; left as it is",
           _describe(owner, attr),
         )
+        return
       if raw is _ABSENT:
         try:
           delattr(owner, attr)
