@@ -74,12 +74,15 @@ from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
 from hostcb.jax_internals import patches
+from hostcb.jax_internals.token_arrays import tokens_as_arrays
 from hostcb.jax_internals.versions import check_shape, require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
 # it off); executables lowered before any change are in this mode.
 _fast = [True]
 _used = [False]  # an executable was lowered in fast-dispatch mode
+# A lowered module's tokens were made arrays (.token_arrays), in place.
+_rewritten = [False]
 
 # True in hostcb's consumer threads, where tap functions run.  A computation
 # that a tap function dispatches keeps its runtime token even in fast mode:
@@ -251,6 +254,14 @@ def _install() -> None:
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
+    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if _devices(module) > 1:
+      # Keeps its token, as a bool[0] array that jaxlib can serialize
+      # (the persistent compilation cache; see .token_arrays).
+      _kept_token[0] = _rewritten[0] = True
+      with module.context:
+        tokens_as_arrays(module, num_dim_vars)
+      return result
     if not _fast[0] or _in_tap_function.value:
       _kept_token[0] = True
       return result
@@ -261,11 +272,7 @@ def _install() -> None:
     # above hold for the whole executable, so JAX's go too.
     mine = [i for i, e in enumerate(ordered)
             if isinstance(e, HostCallbackEffect) or is_jax_callback_effect(e)]
-    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
-      if _devices(module) > 1:
-        _kept_token[0] = True
-        return result  # keeps its token (see the module's docstring)
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
         for i in reversed(mine):
@@ -285,11 +292,12 @@ def _install() -> None:
 
 def _forget_rewritten_lowerings() -> None:
   """Before JAX's own cached lowering comes back: the modules that the
-  wrapper rewrote (no token argument) are still in its cache, beside the
-  effects that JAX's lowering gave them (with hostcb's); a later hit would
-  compile a module that does not match its calling convention.  So JAX's
-  caches are cleared, as when the dispatch mode changes."""
-  if _used[0]:
+  wrapper rewrote (no token argument, or tokens made arrays) are still in
+  its cache, beside the effects that JAX's lowering gave them (with
+  hostcb's); a later hit would compile a module that does not match its
+  calling convention.  So JAX's caches are cleared, as when the dispatch
+  mode changes."""
+  if _used[0] or _rewritten[0]:
     import jax  # noqa: PLC0415  (public API)
     jax.clear_caches()
 
