@@ -287,19 +287,21 @@ def _install() -> None:
 
   patches.install("fast dispatch", _pxla, "_cached_lowering_to_hlo",
                   cached_lowering_to_hlo,
-                  before_undo=_forget_rewritten_lowerings)
+                  before_undo=functools.partial(_forget_rewritten_lowerings,
+                                                original))
 
 
-def _forget_rewritten_lowerings() -> None:
-  """Before JAX's own cached lowering comes back: the modules that the
-  wrapper rewrote (no token argument, or tokens made arrays) are still in
-  its cache, beside the effects that JAX's lowering gave them (with
-  hostcb's); a later hit would compile a module that does not match its
-  calling convention.  So JAX's caches are cleared, as when the dispatch
-  mode changes."""
+def _forget_rewritten_lowerings(original: Any) -> None:
+  """Before JAX's own cached lowering (``original``) comes back: the
+  modules that the wrapper rewrote (no token argument, or tokens made
+  arrays) are still in its cache, beside the effects that JAX's lowering
+  gave them (with hostcb's); a later hit would compile a module that does
+  not match its calling convention.  So that cache is cleared (JAX's
+  caches of compiled executables are not: what they hold is consistent)."""
   if _used[0] or _rewritten[0]:
-    import jax  # noqa: PLC0415  (public API)
-    jax.clear_caches()
+    require(original, "cache_clear",
+            "to forget the modules it rewrote at hostcb.uninstall()",
+            verb="uses")()
 
 
 patches.when_first_needed(_install)
