@@ -9,6 +9,8 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.token_arrays`: runtime tokens of multi-device executables as
+  ``bool[0]`` arrays (the persistent compilation cache can write them);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
