@@ -25,16 +25,25 @@ from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 
+# The one place that states hostcb's version: pyproject.toml reads it
+# (``[tool.setuptools.dynamic]``), and ``hostcb info`` prints it.
 __version__ = "0.3.0"
 
 
 def __getattr__(name: str):
   # hostcb.progress (tqdm bars for compiled loops) and hostcb.metrics are
   # imported when first used: tqdm is an optional dependency, and the
-  # metrics' writer is not needed by programs that do not log.
+  # metrics' writer is not needed by programs that do not log.  Without
+  # tqdm, hostcb.progress does not exist (``hasattr(hostcb, "progress")``
+  # is False): the AttributeError names the missing package, and ``import
+  # hostcb.progress`` raises the ImportError itself.
   if name in ("progress", "metrics"):
     import importlib  # noqa: PLC0415  (tqdm only when used)
-    return importlib.import_module(f"hostcb.{name}")
+    try:
+      return importlib.import_module(f"hostcb.{name}")
+    except ImportError as e:
+      raise AttributeError(
+          f"module 'hostcb' has no attribute {name!r}: {e}") from e
   raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
 
 

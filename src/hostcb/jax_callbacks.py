@@ -440,4 +440,7 @@ def _wait_in_effects_barrier() -> None:
     _barrier_wait()
 
 
-ji.patch_effects_barrier(_wait_in_effects_barrier)
+# jax.effects_barrier() waits for hostcb's callbacks too, from the first
+# bind of a hostcb primitive on (not at import: hostcb.jax_internals.patches).
+ji.when_first_needed(
+    functools.partial(ji.patch_effects_barrier, _wait_in_effects_barrier))

@@ -64,6 +64,7 @@ except ImportError as _e:  # pragma: no cover  (tested in a subprocess)
       "pip install hostcb[progress]  (or: pip install tqdm)") from _e
 
 from hostcb.engine import wait_for_taps
+from hostcb.jax_internals import patches
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.host_callback import id_tap
 
@@ -87,7 +88,9 @@ def _custom_vmap_keeps_taps() -> bool:
   def _probe_batched(axis_size, in_batched, x):
     return probe(x), in_batched[0]
 
-  return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
+  # Only traced: the probe installs none of hostcb's patches.
+  with patches.tracing_only():
+    return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
 
 
 if not _custom_vmap_keeps_taps():
@@ -388,7 +391,7 @@ def _at_exit() -> None:
   close_all()
 
 
-_previous_excepthook = sys.excepthook
+_previous_excepthook: list = []
 
 
 def _excepthook(kind, value, traceback) -> None:
@@ -397,12 +400,26 @@ def _excepthook(kind, value, traceback) -> None:
   try:
     close_all()
   finally:
-    _previous_excepthook(kind, value, traceback)
+    _previous_excepthook[0](kind, value, traceback)
 
 
-atexit.register(_at_exit)
-if sys.excepthook is sys.__excepthook__:  # not where another tool set one
-  sys.excepthook = _excepthook
+def _install_hooks() -> None:
+  """The exit handler and ``sys.excepthook`` of the bars: installed when
+  the first progress loop is traced (importing this module changes no
+  hook), recorded in :mod:`hostcb.jax_internals.patches`, undone by
+  ``hostcb.uninstall()``."""
+  if patches.is_installed("progress: at exit"):
+    return
+  with patches.lock:
+    if patches.is_installed("progress: at exit"):
+      return
+    atexit.register(_at_exit)
+    patches.record("progress: at exit", "atexit (hostcb.progress._at_exit)",
+                   lambda: atexit.unregister(_at_exit))
+    if sys.excepthook is sys.__excepthook__:  # not where a tool set one
+      _previous_excepthook[:] = [sys.excepthook]
+      patches.install("progress: excepthook", sys, "excepthook",
+                      _excepthook)
 
 
 # ---------------------------------------------------- the device's side
@@ -494,6 +511,7 @@ def _prepare(opts: _Options, static_total) -> _Ticks:
   traces the same program (multi-process SPMD code must be the same
   everywhere): with ``processes="first"`` the others' taps show nothing."""
   _traced[0] = True
+  _install_hooks()
   silent = opts.processes == "first" and jax.process_index() != 0
   site = _Site(opts, _tapping_devices(), _depth(), silent)
   return _Ticks(site, opts, static_total)

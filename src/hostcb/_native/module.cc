@@ -33,6 +33,7 @@ extern PyObject* g_call_formatter;
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
 int InstallExitGuard();
+bool UninstallExitGuard();
 void ExitGuardAfterForkInChild();
 
 namespace {
@@ -445,6 +446,15 @@ PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+PyObject* Py_install_exit_guard(PyObject*, PyObject*) {
+  if (InstallExitGuard() < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
+  return PyBool_FromLong(UninstallExitGuard());
+}
+
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
   ResetAfterFork();
   ExitGuardAfterForkInChild();
@@ -516,6 +526,12 @@ PyMethodDef kMethods[] = {
     {"_fail_next_allocations", Py_fail_next_allocations, METH_O,
      "_fail_next_allocations(n): fault injection for tests; run_batch fails "
      "to allocate the arrays of the next n taps, as if out of memory."},
+    {"install_exit_guard", Py_install_exit_guard, METH_NOARGS,
+     "Installs the std::terminate handler of exit_guard.cc (threads that "
+     "Python ends at shutdown do not abort the process)."},
+    {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
+     "Puts back the std::terminate handler that was there before; False "
+     "where another one replaced hostcb's since."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue and takes this thread as the main one (for "
      "os.register_at_fork)."},
@@ -561,7 +577,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
                               static_cast<long>(hostcb::kDefaultQueueBytes))
           < 0 ||
-      hostcb::AddCudaFunctions(m) < 0 || hostcb::InstallExitGuard() < 0) {
+      hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

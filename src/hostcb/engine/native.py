@@ -51,6 +51,7 @@ ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 import traceback
@@ -59,10 +60,13 @@ from typing import Any, Iterable
 import numpy as np
 from _hostcb_env import env_flag
 
+from hostcb import jax_internals as ji
 from hostcb._native import shared_constant
 from hostcb.engine import errors, registry
 from hostcb.engine.consumers import this_thread
 from hostcb.engine.sync import Arrivals
+
+logger = logging.getLogger("hostcb")
 
 tap_target_name = "hostcb_tap"
 call_target_name = "hostcb_call"
@@ -527,3 +531,22 @@ def after_fork_in_child() -> None:
   this_thread.dispatching = False
   if _native is not None:
     _native.after_fork_in_child()
+
+
+def install_exit_guard() -> None:
+  """Installs the engine's ``std::terminate`` handler (``exit_guard.cc``:
+  a thread that Python ends at shutdown inside C++ code does not abort the
+  process), when the first program that taps is traced; recorded in
+  :mod:`hostcb.jax_internals.patches`, which puts the previous handler
+  back.  Nothing without the engine."""
+  if _native is None or ji.is_installed("exit guard"):
+    return
+  _native.install_exit_guard()
+
+  def undo() -> None:
+    if not _native.uninstall_exit_guard():
+      logger.warning("hostcb: another std::terminate handler replaced "
+                     "hostcb's exit guard since; left in place")
+
+  ji.record_patch("exit guard", "std::terminate handler (exit_guard.cc)",
+                  undo)

@@ -159,6 +159,8 @@ def install() -> None:
     for name in _NAMES:
       sys.__dict__[name] = _wrap(sys.__dict__.get(name))
     _installed[0] = True
+    # Listed by `hostcb info`; hostcb.uninstall() undoes it with the rest.
+    ji.record_patch("output order", "sys.stdout, sys.stderr", uninstall)
 
 
 def uninstall() -> None:

@@ -19,7 +19,8 @@ from jax._src.interpreters import batching as _batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals import patches
+from hostcb.jax_internals.versions import check_shape, require
 
 ShapedArray = _core.ShapedArray
 Primitive = _core.Primitive
@@ -68,9 +69,10 @@ def _chain_tokens_between_computations() -> None:
   cls = require(_dispatch, "RuntimeTokenSet", what)
   original_get = require(cls, "get_token_input", what)
   original_set = require(cls, "set_token_result", what)
-  if getattr(original_get, "_hostcb", False):
-    return  # already installed (the module was imported again)
+  if patches.is_installed("token chain"):
+    return
   fresh_tokens: dict = {}
+  symbol = "jax._src.dispatch.RuntimeTokenSet"
 
   def get_token_input(self, eff, devices):
     if not isinstance(eff, HostCallbackEffect):
@@ -78,30 +80,47 @@ def _chain_tokens_between_computations() -> None:
     if _dispatch_hook:
       _dispatch_hook[0]()
     key = tuple(devices)
-    token = self.current_tokens.get(eff)
-    if token is not None and not token._buf.is_ready():
+    current = _current_tokens(self)
+    token = current.get(eff)
+    if token is not None and not _token_buffer(token).is_ready():
       if getattr(self, "_hostcb_devices", None) == key:
         return token  # still running on the same devices: chain to it
       return original_get(self, eff, devices)  # a copy that waits for it
     token = fresh_tokens.get(key)
     if token is None:
-      self.current_tokens.pop(eff, None)
+      current.pop(eff, None)
       token = fresh_tokens[key] = original_get(self, eff, devices)
-    self.current_tokens[eff] = token
+    current[eff] = token
     return token
 
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
-      devices = tuple(token._buf.sharding._device_assignment)
+      sharding = check_shape(_token_buffer(token).sharding,
+                             "the sharding of jax._src.core.Token._buf",
+                             what, fields=("_device_assignment",))
+      devices = tuple(sharding._device_assignment)
       self._hostcb_devices = devices
       _latest_tokens[threading.get_ident()] = token
       if len(devices) > 1 and _after_multi_device_dispatch:
         _after_multi_device_dispatch[0](token)
 
-  get_token_input._hostcb = True
-  cls.get_token_input = get_token_input
-  cls.set_token_result = set_token_result
+  def _current_tokens(tokens) -> dict:
+    return check_shape(getattr(tokens, "current_tokens", None),
+                       f"{symbol}.current_tokens", what, types=dict)
+
+  patches.install("token chain", cls, "get_token_input", get_token_input)
+  patches.install("token chain (results)", cls, "set_token_result",
+                  set_token_result)
+
+
+def _token_buffer(token: Any) -> Any:
+  """The array behind one of JAX's tokens (``jax._src.core.Token._buf``),
+  checked for what hostcb reads of it."""
+  return check_shape(getattr(token, "_buf", None),
+                     "jax._src.core.Token._buf",
+                     "to tell whether a tapping computation finished",
+                     fields=("is_ready", "sharding", "block_until_ready"))
 
 
 # [started]: called by the dispatching thread just before every dispatched
@@ -122,7 +141,7 @@ def set_dispatch_hook(started: Callable[[], None]) -> None:
 # thread id -> the token of the last tapping computation it dispatched.
 _latest_tokens: dict[int, Any] = {}
 
-_chain_tokens_between_computations()
+patches.when_first_needed(_chain_tokens_between_computations)
 
 
 def wait_for_dispatched_computations() -> None:
@@ -183,9 +202,20 @@ for _effect_set in (_effects.ordered_effects,
 
 
 # -------------------------------------------------------------- primitives
+class _HostcbPrimitive(_core.Primitive):
+  """A primitive of hostcb's: its first bind in the process (and the first
+  after ``hostcb.uninstall()``) installs what programs that use it need
+  (:func:`.patches.ensure`); until then hostcb has changed nothing."""
+
+  def bind(self, *args, **params):
+    patches.ensure()
+    return super().bind(*args, **params)
+
+
 def new_primitive(name: str) -> Primitive:
-  """A multiple-results primitive whose lowering may ask for the devices."""
-  prim = _core.Primitive(name)
+  """A multiple-results primitive whose lowering may ask for the devices;
+  binding it installs hostcb's patches (:class:`_HostcbPrimitive`)."""
+  prim = _HostcbPrimitive(name)
   prim.multiple_results = True
   # Makes jit pass the device assignment to the lowering, even for a single
   # device, so the host side knows which device a callback comes from.
@@ -251,7 +281,15 @@ def instantiate_zeros(x: Any) -> Any:
 
 
 def register_lowering(prim: Primitive, rule: Callable) -> None:
-  _mlir.register_lowering(prim, rule)
+  """Registers the lowering of one of hostcb's primitives; lowering it
+  installs hostcb's patches if they are not in place (a program traced
+  before ``hostcb.uninstall()`` and lowered after it)."""
+  @functools.wraps(rule)
+  def lowering(*args, **kwargs):
+    patches.ensure()
+    return rule(*args, **kwargs)
+
+  _mlir.register_lowering(prim, lowering)
 
 
 # ----------------------------------------------------------- jax.config
