@@ -39,6 +39,7 @@ from hostcb import config
 from hostcb import engine
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
+from hostcb import named
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -116,6 +117,25 @@ class _DebugCall:
   def __repr__(self) -> str:
     return f"jax.debug.callback({self.func!r})"
 
+  def _hostcb_export(self) -> tuple[str, dict] | None:
+    """By name when its function is registered, or is a ``debug.print``'s
+    (:mod:`hostcb.named`); its host-side arguments must be JSON scalars."""
+    if not all(v is None or isinstance(v, (str, int, float, bool))
+               for _, v in self.static):
+      return None
+    fn = {"in_tree": named.tree_to_json(self.in_tree),
+          "static": [list(iv) for iv in self.static], "n": self.n,
+          "as_jax_arrays": bool(self.as_jax_arrays)}
+    if isinstance(self.func, _Format):
+      described = self.func.export_description()
+      if described is None:
+        return None
+      return "", {"kind": "debug_print", **fn, **described}
+    name = named.name_of(self.func)
+    if name is None:
+      return None
+    return name, {"kind": "debug_callback", **fn}
+
   def __call__(self, arg, transforms=()) -> None:
     """Runs the staged callback (the engine's call): a PRNG key operand
     arrives as its key data, as JAX's staged callback receives it."""
@@ -181,6 +201,18 @@ class _Eagerly:
     else:
       arrays = tuple(_canonical_array(a) for a in args)
     call.run(arrays[0] if call.n == 1 else arrays, transforms, True)
+
+
+def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
+  """The :class:`_DebugCall` that :meth:`_DebugCall._hostcb_export`
+  described, calling ``func`` (PRNG keys arrive as key data when staged)."""
+  return _DebugCall(func, named.tree_from_json(fn["in_tree"]),
+                    tuple((i, v) for i, v in fn["static"]), fn["n"],
+                    (None,) * fn["n"], fn["as_jax_arrays"])
+
+
+named.define_kind("debug_callback", lambda name, fn, spec: _rebuilt_debug_call(
+    named.lookup(name), fn))
 
 
 def _canonical_array(a) -> np.ndarray:
@@ -372,6 +404,17 @@ class _Format:
   def __repr__(self) -> str:
     return f"jax.debug.print({self.fmt!r})"
 
+  def export_description(self) -> dict | None:
+    """What :mod:`hostcb.named` writes down of it, or None (NumPy options
+    that JSON cannot hold)."""
+    options = self.options or ()
+    if not all(v is None or isinstance(v, (str, int, float, bool))
+               for _, v in options):
+      return None
+    return {"fmt": self.fmt, "placeholders": self.placeholders,
+            "options": None if self.options is None
+            else [list(kv) for kv in options]}
+
   def __call__(self, *args, **kwargs) -> None:
     if self.placeholders:
       with numpy_print_options(self.options):
@@ -379,6 +422,12 @@ class _Format:
     else:
       text = " ".join((self.fmt, *(str(a) for a in args)))
     sys.stdout.write(text + "\n")
+
+
+named.define_kind("debug_print", lambda name, fn, spec: _rebuilt_debug_call(
+    _Format(fn["fmt"], fn["placeholders"],
+            None if fn["options"] is None
+            else tuple(tuple(kv) for kv in fn["options"])), fn))
 
 
 def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,

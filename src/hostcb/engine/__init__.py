@@ -42,6 +42,8 @@ from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
+from hostcb.engine.native import (call_v1_target_name, set_name_resolver,
+                                  tap_v1_target_name)
 from hostcb.engine.print_order import prints_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
@@ -55,6 +57,8 @@ __all__ = [
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
     "wait_for_taps", "note_lowered", "prints_staged", "mark_print",
+    "tap_v1_target_name", "call_v1_target_name", "named_target_id",
+    "set_name_resolver", "rebind_name",
 ]
 
 
@@ -100,6 +104,22 @@ def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
   :func:`.registry.call_id`)."""
   native.register_targets(_capacity())
   return registry.call_id(key, make)
+
+
+def named_target_id(name: str, spec: str, install: Callable[[int], None],
+                    value: Callable[[int], int]) -> int:
+  """The native target id of the host function by name ``(name, spec)``
+  (see :func:`.registry.named_id`); the handlers by name learn
+  ``value(tid)`` (the id * 2 + one-array call) now rather than asking."""
+  native.register_targets(_capacity())
+  tid = registry.named_id(name, spec, install)
+  native.set_named(name, spec, value(tid))
+  return tid
+
+
+def rebind_name(name: str) -> None:
+  """``name`` is bound to another function: rebuilds its entries."""
+  registry.rebind(name)
 
 
 def drain_device(device: Any, engine_records: bool = True) -> None:
@@ -158,6 +178,11 @@ def _set_max_queue_bytes(n: int) -> None:
 def _set_strict_barrier(strict: bool) -> None:
   ji.set_fast_dispatch(not strict)
 
+
+# Programs compiled, cached or exported elsewhere may run here before
+# anything is traced: the handlers are registered now (XLA's registry of
+# FFI targets, no JAX object; the backend is not started).
+native.register_at_import(_capacity())
 
 ji.set_dispatch_hook(_dispatch_started)
 config.subscribe(config.MAX_QUEUE_BYTE_SIZE, _set_max_queue_bytes)

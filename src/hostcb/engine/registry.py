@@ -23,7 +23,7 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
-           "call_id"]
+           "call_id", "named_id", "named_ids", "rebind", "put_tap", "put_call"]
 
 tap_functions: list[Any] = [None]
 call_runners: list[Callable[[tuple, int], Any] | None] = [None]
@@ -53,6 +53,17 @@ def _put(table: list, tid: int, value: Any) -> None:
   table[tid] = value
 
 
+def put_tap(tid: int, entry: Any) -> None:
+  """Sets the tap entry of ``tid``."""
+  _put(tap_functions, tid, entry)
+
+
+def put_call(tid: int, run: Callable, check: Callable) -> None:
+  """Sets the runner and the check of call ``tid``."""
+  _put(call_checks, tid, check)
+  _put(call_runners, tid, run)
+
+
 def tap_id(key: Any, make: Callable[[], Any]) -> int:
   """The target id of the tap entry that ``make()`` builds, one per
   ``key`` (a tap function with its tree structure and transforms), so that
@@ -75,6 +86,44 @@ def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
     _put(call_runners, tid, run)
 
   return _assign_id(key, install)
+
+
+# ------------------------------------------------ host functions by name
+# Beside the ids above, the ids of host functions registered by name
+# (hostcb.register, docs/export.md), keyed by (name, spec): the text that a
+# program carries instead of an id, so that it may run in another process.
+# Their entries are rebuilt when the name is bound again, and live as long
+# as the process: a program that names them may be loaded at any time.
+_named: dict[tuple[str, str], tuple[int, Callable[[int], None]]] = {}
+
+
+def named_id(name: str, spec: str, install: Callable[[int], None]) -> int:
+  """The target id of ``(name, spec)``; ``install(tid)`` puts its entry in
+  the tables, now for a new id, and again at each :func:`rebind` of
+  ``name``."""
+  key = (name, spec)
+  found = _named.get(key)
+  if found is None:
+    with _lock:
+      found = _named.get(key)
+      if found is None:
+        tid = next(_next_id)
+        install(tid)
+        found = _named[key] = (tid, install)
+  return found[0]
+
+
+def rebind(name: str) -> None:
+  """Rebuilds the entries of every id of ``name`` (bound again)."""
+  with _lock:
+    entries = [v for (n, _), v in _named.items() if n == name]
+  for tid, install in entries:
+    install(tid)
+
+
+def named_ids() -> dict[tuple[str, str], int]:
+  """``(name, spec) -> target id`` of the host functions by name so far."""
+  return {key: tid for key, (tid, _) in list(_named.items())}
 
 
 def after_fork_in_child() -> None:

@@ -48,7 +48,8 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           set_fast_dispatch)
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
-                                          lowering_platform)
+                                          lowering_platform,
+                                          lowering_platforms)
 from hostcb.jax_internals.partitioned import (ShardLayout,
                                              emit_manual_tap,
                                              emit_per_shard_custom_call)
