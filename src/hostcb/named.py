@@ -312,8 +312,9 @@ def target_id(name: str, text: str, call_runner: Callable | None = None
   if spec["op"] == "tap":
     install = lambda tid: registry.put_tap(tid, _tap_entry(name, spec))
     tid = engine.named_target_id(name, text, install, value)
-    if spec["prints"]:
+    if spec["prints"]:  # host reads wait for such prints (print_order)
       engine.mark_print(tid)
+      engine.prints_staged()
     return tid
   if call_runner is None:
     raise ValueError("hostcb: a call spec needs its runner")
