@@ -269,8 +269,8 @@ def test_an_artifact_of_the_oldest_jax_runs_on_this_one():
   with open(os.path.join(_DATA, "export_jax_0.8.0.json")) as f:
     expected = json.load(f)
   records = []
-  hostcb.register("artifact.log",
-                  lambda x, t: records.append(np.asarray(x).tolist()))
+  hostcb.register("artifact.log", lambda x, t: records.append(
+      [np.asarray(x).tolist(), repr(t)]))
   hostcb.register("artifact.affine",
                   lambda x: np.asarray(2 * x + 1, np.float32))
   with open(path, "rb") as f:
