@@ -49,6 +49,8 @@ from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 
 __all__ = [
+    "tap_v1_target_name", "call_v1_target_name", "named_target_id",
+    "set_name_resolver", "rebind_name",
     "available", "serves", "unavailable_reason", "EngineFallbackWarning",
     "warn_if_unavailable", "ffi_target_name", "call_target_name",
     "call_one_target_name", "noop_target_name", "target_id",
@@ -57,8 +59,6 @@ __all__ = [
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
     "wait_for_taps", "note_lowered", "prints_staged", "mark_print",
-    "tap_v1_target_name", "call_v1_target_name", "named_target_id",
-    "set_name_resolver", "rebind_name",
 ]
 
 
@@ -106,6 +106,20 @@ def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
   return registry.call_id(key, make)
 
 
+def drain_device(device: Any, engine_records: bool = True) -> None:
+  """Waits until the taps queued so far for ``device`` have run (both back
+  ends, or only the Python-callback one if not ``engine_records``), unless
+  called by a consumer of that device or while it runs a tap function that
+  dispatched a computation: a ``call`` made by a tap function runs as part
+  of that function."""
+  if python_queues:
+    pyqueue.drain(device)
+  if engine_records:
+    key = native.key_of_device(device)
+    if key is not None:
+      wait_for_device(key)
+
+
 def named_target_id(name: str, spec: str, install: Callable[[int], None],
                     value: Callable[[int], int]) -> int:
   """The native target id of the host function by name ``(name, spec)``
@@ -120,20 +134,6 @@ def named_target_id(name: str, spec: str, install: Callable[[int], None],
 def rebind_name(name: str) -> None:
   """``name`` is bound to another function: rebuilds its entries."""
   registry.rebind(name)
-
-
-def drain_device(device: Any, engine_records: bool = True) -> None:
-  """Waits until the taps queued so far for ``device`` have run (both back
-  ends, or only the Python-callback one if not ``engine_records``), unless
-  called by a consumer of that device or while it runs a tap function that
-  dispatched a computation: a ``call`` made by a tap function runs as part
-  of that function."""
-  if python_queues:
-    pyqueue.drain(device)
-  if engine_records:
-    key = native.key_of_device(device)
-    if key is not None:
-      wait_for_device(key)
 
 
 # -------------------------------------------------- the fallback warning

@@ -183,18 +183,6 @@ def _dtype_table() -> dict[int, np.dtype]:
   return table
 
 
-def _set_up(native: Any) -> None:
-  """Gives the extension its Python side (dtypes, call server, consumer
-  hooks, the resolver of names): the engine's own state, no JAX object."""
-  native.set_dtypes(_dtype_table())
-  native.set_call_server(registry.call_runners, _check_call,
-                         _call_failure_text)
-  native.set_consumer_hooks(_marker_arrived, _tap_failed,
-                            dispatch_finished)
-  native.set_consumer_starter(_start_consumer)
-  native.set_name_resolver(_resolve_name)
-
-
 def register_targets(capacity: int, check: bool = True) -> None:
   """Registers the FFI targets with XLA (CPU), once per process; raises
   if XLA refuses them (e.g. a handler built for another jaxlib).
@@ -214,12 +202,18 @@ def register_targets(capacity: int, check: bool = True) -> None:
     # built for another jaxlib raises here) instead of failing the
     # client's start later.  (JAX_PLATFORMS may leave the CPU out: the
     # handlers then serve the GPU back end alone.)
-    if check:
-      try:
+    try:
+      if check:
         jax.local_devices(backend="cpu")
-      except RuntimeError:  # no CPU backend: nothing to check it against
-        pass
-    _set_up(native)
+    except RuntimeError:  # no CPU backend: nothing to check it against
+      pass
+    native.set_name_resolver(_resolve_name)  # the handlers by name ask it
+    native.set_dtypes(_dtype_table())
+    native.set_call_server(registry.call_runners, _check_call,
+                           _call_failure_text)
+    native.set_consumer_hooks(_marker_arrived, _tap_failed,
+                              dispatch_finished)
+    native.set_consumer_starter(_start_consumer)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     native.set_capacity(int(capacity))

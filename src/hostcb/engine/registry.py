@@ -23,7 +23,7 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
-           "call_id", "named_id", "named_ids", "rebind", "put_tap", "put_call"]
+           "call_id"]
 
 tap_functions: list[Any] = [None]
 call_runners: list[Callable[[tuple, int], Any] | None] = [None]
@@ -53,17 +53,6 @@ def _put(table: list, tid: int, value: Any) -> None:
   table[tid] = value
 
 
-def put_tap(tid: int, entry: Any) -> None:
-  """Sets the tap entry of ``tid``."""
-  _put(tap_functions, tid, entry)
-
-
-def put_call(tid: int, run: Callable, check: Callable) -> None:
-  """Sets the runner and the check of call ``tid``."""
-  _put(call_checks, tid, check)
-  _put(call_runners, tid, run)
-
-
 def tap_id(key: Any, make: Callable[[], Any]) -> int:
   """The target id of the tap entry that ``make()`` builds, one per
   ``key`` (a tap function with its tree structure and transforms), so that
@@ -88,12 +77,20 @@ def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
   return _assign_id(key, install)
 
 
+def after_fork_in_child() -> None:
+  """The child keeps the tables (its executables use the same ids)."""
+  global _lock
+  _lock = threading.Lock()
+
+
 # ------------------------------------------------ host functions by name
 # Beside the ids above, the ids of host functions registered by name
 # (hostcb.register, docs/export.md), keyed by (name, spec): the text that a
 # program carries instead of an id, so that it may run in another process.
 # Their entries are rebuilt when the name is bound again, and live as long
 # as the process: a program that names them may be loaded at any time.
+__all__ += ["named_id", "rebind", "put_tap", "put_call"]
+
 _named: dict[tuple[str, str], tuple[int, Callable[[int], None]]] = {}
 
 
@@ -121,12 +118,12 @@ def rebind(name: str) -> None:
     install(tid)
 
 
-def named_ids() -> dict[tuple[str, str], int]:
-  """``(name, spec) -> target id`` of the host functions by name so far."""
-  return {key: tid for key, (tid, _) in list(_named.items())}
+def put_tap(tid: int, entry: Any) -> None:
+  """Sets the tap entry of ``tid``."""
+  _put(tap_functions, tid, entry)
 
 
-def after_fork_in_child() -> None:
-  """The child keeps the tables (its executables use the same ids)."""
-  global _lock
-  _lock = threading.Lock()
+def put_call(tid: int, run: Callable, check: Callable) -> None:
+  """Sets the runner and the check of call ``tid``."""
+  _put(call_checks, tid, check)
+  _put(call_runners, tid, run)
