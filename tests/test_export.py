@@ -279,3 +279,64 @@ def test_an_artifact_of_the_oldest_jax_runs_on_this_one():
   hostcb.barrier_wait()
   assert np.asarray(out).tolist() == expected["output"]
   assert records == expected["records"]
+
+
+# ------------------------------------- the handlers by name, directly
+def _tap_v1(name: str, spec: str):
+  """A program of one ``hostcb_tap_v1`` call with these attributes, as a
+  program made elsewhere (by another process or another hostcb) holds."""
+  return jax.jit(lambda x: jax.ffi.ffi_call(
+      "hostcb_tap_v1", (), has_side_effect=True)(x, name=name, spec=spec))
+
+
+_SPEC = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"},
+                      "tree": "*", "with_device": False, "prints": False,
+                      "transforms": []})
+
+
+def test_a_run_that_failed_on_an_unbound_name_succeeds_once_it_is_bound():
+  f = _tap_v1("test_export.later", _SPEC)
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="no host function is registered under the name "
+                     "'test_export.later'"):
+    jax.block_until_ready(f(jnp.arange(2.)))
+  seen = []
+  hostcb.register("test_export.later",
+                  lambda x, t: seen.append(np.asarray(x).tolist()))
+  jax.block_until_ready(f(jnp.arange(2.)))
+  hostcb.barrier_wait()
+  assert seen == [[0.0, 1.0]]
+
+
+def test_a_spec_of_an_unknown_version_fails_the_run_naming_it():
+  hostcb.register("test_export.future", lambda x, t: None)
+  spec = _SPEC.replace('"v":1', '"v":9')
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="spec of version 9; this hostcb reads version 1"):
+    jax.block_until_ready(_tap_v1("test_export.future", spec)(jnp.ones(2)))
+
+
+def test_a_spec_of_an_unknown_kind_fails_the_run_naming_it():
+  hostcb.register("test_export.kind", lambda x, t: None)
+  spec = _SPEC.replace('"kind":"function"', '"kind":"teleport"')
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="of kind 'teleport', which this hostcb does not "
+                     "know"):
+    jax.block_until_ready(_tap_v1("test_export.kind", spec)(jnp.ones(2)))
+
+
+def test_a_spec_that_is_not_json_fails_the_run():
+  hostcb.register("test_export.garbled", lambda x, t: None)
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="'test_export.garbled' with a spec that is not "
+                     "JSON"):
+    jax.block_until_ready(_tap_v1("test_export.garbled", "{")(jnp.ones(2)))
+
+
+def test_a_spec_with_missing_fields_fails_the_run_naming_it():
+  hostcb.register("test_export.partial", lambda x, t: None)
+  spec = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"}})
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="'test_export.partial' with a spec that this "
+                     "hostcb cannot read \\(KeyError: 'tree'\\)"):
+    jax.block_until_ready(_tap_v1("test_export.partial", spec)(jnp.ones(2)))

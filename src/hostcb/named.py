@@ -284,6 +284,10 @@ def _tap_entry(name: str, spec: dict) -> Any:
       _transforms_from_json(spec["transforms"])))
 
 
+def _version(spec: Any) -> Any:
+  return spec.get("v") if isinstance(spec, dict) else None
+
+
 def call_target(name: str, spec: dict) -> CallTarget:
   """The :class:`CallTarget` that a call spec describes."""
   return CallTarget(_build(name, spec), tree_from_json(spec["in_tree"]),
@@ -293,10 +297,14 @@ def call_target(name: str, spec: dict) -> CallTarget:
 
 
 def _parse(name: str, text: str) -> dict:
-  spec = json.loads(text)
-  if spec.get("v") != SPEC_VERSION:
+  try:
+    spec = json.loads(text)
+  except ValueError as e:
+    raise ValueError(f"hostcb: the program calls {name!r} with a spec that "
+                     f"is not JSON ({e}): {text[:200]!r}") from e
+  if not isinstance(spec, dict) or spec.get("v") != SPEC_VERSION:
     raise ValueError(f"hostcb: the program calls {name!r} with a spec of "
-                     f"version {spec.get('v')!r}; this hostcb reads "
+                     f"version {_version(spec)!r}; this hostcb reads "
                      f"version {SPEC_VERSION}")
   return spec
 
@@ -344,8 +352,13 @@ def _resolve(name: str, text: str) -> int:
   :class:`UnboundNameError` for a name that is not bound."""
   if name:  # "": a printing function, which needs none
     lookup(name)
-  tid = target_id(name, text, _call_runner[0])
-  return tid * 2 + int(_one_array(_parse(name, text)))
+  try:
+    tid = target_id(name, text, _call_runner[0])
+    return tid * 2 + int(_one_array(_parse(name, text)))
+  except (KeyError, TypeError, IndexError) as e:  # a malformed spec
+    raise ValueError(f"hostcb: the program calls {name!r} with a spec that "
+                     f"this hostcb cannot read ({type(e).__name__}: {e}): "
+                     f"{text[:200]!r}") from e
 
 
 engine.set_name_resolver(_resolve)
