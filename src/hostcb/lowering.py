@@ -88,6 +88,15 @@ def _by_name(ctx, spec) -> bool:
   if len(platforms) == 1:
     return _native(ctx)
   engine.note_lowered()
+  if ("cuda" in platforms and engine.gpu.has_local_gpu()
+      and not engine.serves("cuda")):
+    # It would run here, on a GPU where hostcb's CUDA handlers are not
+    # registered.
+    raise NotImplementedError(
+        "hostcb: a program for several platforms with host functions by name "
+        "runs on this machine's GPU through the engine's GPU back end, which "
+        "is off; turn it on: hostcb.config.update('hostcb_gpu_engine', True) "
+        f"(platforms={platforms})")
   return (all(p in _NAMED_PLATFORMS for p in platforms) and engine.available()
           and not ji.runs_on_one_of_several_devices(ctx)
           and engine.supports(a.dtype for a in (*ctx.avals_in,
