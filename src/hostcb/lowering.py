@@ -23,6 +23,14 @@ host function first lets the taps queued before it on its device run
 tap function of its device (the consumer thread), it runs at once, as part
 of that function.
 
+A tap or call of a function registered by name (``hostcb.register``,
+:mod:`hostcb.named`) lowers, where the engine serves it, to the versioned
+custom calls ``hostcb_tap_v1`` / ``hostcb_call_v1`` instead, whose
+attributes name the function and say how it is called (no process-local
+id): such a program can be exported, cached and serialized, and run in
+another process (``docs/export.md``); for several platforms at once
+(``jax.export(..., platforms=("cpu", "cuda"))``) too.
+
 Where a callback runs:
 
 * one-device and sharded ``jit``/``pjit`` code: once, on the computation's

@@ -18,6 +18,14 @@ checks an exact NumPy array of the result in C++ and passes anything else
 to the call's ``check``).  An exception fails the computation with
 :func:`_call_failure_text`.
 
+Host functions by name (:mod:`hostcb.named`) are ``hostcb_tap_v1`` and
+``hostcb_call_v1`` (``named.cc``): their ``name`` and ``spec`` string
+attributes take the place of ``target_id``; the handlers turn them into
+this process's target id (asking Python once per process, through
+:func:`set_name_resolver`) and go on as the ones above.  All handlers are
+registered with XLA when hostcb is imported (:func:`register_at_import`),
+so that a program compiled, cached or exported elsewhere finds them.
+
 Consumers start when their device queues its first record, not when a
 function is lowered: the first producer of a device takes the GIL once and
 calls :func:`_start_consumer` (``set_consumer_starter``).  A consumer takes
