@@ -196,6 +196,35 @@ def test_multi_platform_export_lowers_both_cpu_and_cuda():
   assert "hostcb_tap_v1" in text and 'name = "test_export.both"' in text
 
 
+@pytest.mark.multidevice
+@needs_flatbuffers
+def test_shard_map_program_with_a_tap_by_name_round_trips_its_effect():
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+  try:
+    from jax import shard_map
+  except ImportError:  # an older jax
+    from jax.experimental.shard_map import shard_map
+  if jax.device_count() < 2:
+    pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
+  seen = []
+  fn = hostcb.register("test_export.shards",
+                       lambda x, t: seen.append(np.asarray(x).tolist()))
+  mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
+  program = shard_map(lambda x: hostcb.id_tap(fn, x) * 2, mesh=mesh,
+                      in_specs=P("d"), out_specs=P("d"))
+  exp = jax.export.export(jax.jit(program),
+                          disabled_checks=hostcb.export_checks())(
+                              jnp.arange(4.))
+  assert [str(e) for e in exp.ordered_effects] == ["HostCallback"]
+  again = jax.export.deserialize(exp.serialize())
+  assert again.ordered_effects == exp.ordered_effects
+  x = jax.device_put(jnp.arange(4.), NamedSharding(mesh, P("d")))
+  np.testing.assert_array_equal(jax.jit(again.call)(x), [0., 2., 4., 6.])
+  hostcb.barrier_wait()
+  assert sorted(seen) == [[0.0, 1.0], [2.0, 3.0]]
+
+
 # ---------------------------------------------- separate processes
 @needs_flatbuffers
 def test_exported_programs_run_in_a_fresh_process_with_the_same_values(
