@@ -148,12 +148,52 @@ def test_values_and_records_by_name_equal_those_by_id():
   assert by_id == by_name and by_id
 
 
-def test_a_pytree_node_that_json_cannot_hold_is_lowered_by_id():
+def test_a_pytree_node_that_json_cannot_hold_is_lowered_by_id_with_a_warning():
   import collections
   Pair = collections.namedtuple("Pair", "a b")
   fn = hostcb.register("test_export.namedtuple", lambda p, t: None)
-  text = _text(lambda x: hostcb.id_tap(fn, Pair(x, x)), jnp.ones(2))
+  with pytest.warns(named.NotExportableWarning,
+                    match="'test_export.namedtuple' is lowered by a "
+                    "process-local id, not by its name, here: it needs a "
+                    "pytree node of type Pair"):
+    text = _text(lambda x: hostcb.id_tap(fn, Pair(x, x)), jnp.ones(2))
   assert "hostcb_tap_v1" not in text and "@hostcb_tap(" in text
+
+
+def test_an_object_argument_of_a_registered_debug_callback_warns():
+  fn = hostcb.register("test_export.object_arg", lambda x, o: None)
+  with pytest.warns(named.NotExportableWarning,
+                    match="'test_export.object_arg' .* host-side arguments "
+                    "that are not str, numbers, bool or None"):
+    text = _text(lambda x: hostcb.debug.callback(fn, x, object()),
+                 jnp.ones(2))
+  assert "hostcb_tap_v1" not in text
+
+
+@pytest.mark.multidevice
+def test_a_registered_per_shard_tap_is_lowered_by_id_with_a_warning():
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+  if jax.device_count() < 2:
+    pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
+  fn = hostcb.register("test_export.shard", lambda x, t: None)
+  mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
+  x = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("d")))
+  with pytest.warns(named.NotExportableWarning,
+                    match="a tap per shard in a jit over several devices"):
+    text = _text(lambda x: hostcb.id_tap(fn, x, partitioned=True), x)
+  assert "hostcb_tap_v1" not in text
+
+
+def test_a_registered_partitioned_tap_on_one_device_goes_by_name():
+  seen = []
+  fn = hostcb.register("test_export.one_shard", lambda x, t, **kw: seen.append(
+      (np.asarray(x).tolist(), kw["index"])))
+  f = lambda x: hostcb.id_tap(fn, x, partitioned=True, tap_with_device=True)
+  assert "hostcb_tap_v1" in _text(f, jnp.ones(2))
+  jax.block_until_ready(jax.jit(f)(jnp.ones(2)))
+  hostcb.barrier_wait()
+  assert seen == [([1.0, 1.0], (slice(None),))]
 
 
 def test_tree_json_round_trips_containers():
@@ -179,7 +219,7 @@ def test_an_unbound_name_fails_the_computation_naming_it():
   # loads a program and forgot one registration).
   text = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"},
                        "tree": "*", "with_device": False, "prints": False,
-                       "transforms": []})
+                       "partitioned": False, "transforms": []})
   with pytest.raises(named.UnboundNameError, match="'test_export.nobody'"):
     named._resolve("test_export.nobody", text)
 
@@ -320,7 +360,7 @@ def _tap_v1(name: str, spec: str):
 
 _SPEC = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"},
                       "tree": "*", "with_device": False, "prints": False,
-                      "transforms": []})
+                      "partitioned": False, "transforms": []})
 
 
 def test_a_run_that_failed_on_an_unbound_name_succeeds_once_it_is_bound():

@@ -120,21 +120,23 @@ class _DebugCall:
   def _hostcb_export(self) -> tuple[str, dict] | None:
     """By name when its function is registered, or is a ``debug.print``'s
     (:mod:`hostcb.named`); its host-side arguments must be JSON scalars."""
-    if not all(v is None or isinstance(v, (str, int, float, bool))
-               for _, v in self.static):
-      return None
-    fn = {"in_tree": named.tree_to_json(self.in_tree),
-          "static": [list(iv) for iv in self.static], "n": self.n,
-          "as_jax_arrays": bool(self.as_jax_arrays)}
     if isinstance(self.func, _Format):
-      described = self.func.export_description()
+      name, described = "", self.func.export_description()
       if described is None:
         return None
-      return "", {"kind": "debug_print", **fn, **described}
-    name = named.name_of(self.func)
-    if name is None:
-      return None
-    return name, {"kind": "debug_callback", **fn}
+    else:
+      name, described = named.name_of(self.func), {}
+      if name is None:
+        return None
+    if not all(named.json_scalar(v) for _, v in self.static):
+      if not name:
+        return None
+      raise named.NotExportable(
+          "host-side arguments that are not str, numbers, bool or None", name)
+    fn = {"in_tree": named.tree_json_of(self.in_tree, name),
+          "static": [list(iv) for iv in self.static], "n": self.n,
+          "as_jax_arrays": bool(self.as_jax_arrays), **described}
+    return name, {"kind": "debug_callback" if name else "debug_print", **fn}
 
   def __call__(self, arg, transforms=()) -> None:
     """Runs the staged callback (the engine's call): a PRNG key operand
@@ -408,8 +410,7 @@ class _Format:
     """What :mod:`hostcb.named` writes down of it, or None (NumPy options
     that JSON cannot hold)."""
     options = self.options or ()
-    if not all(v is None or isinstance(v, (str, int, float, bool))
-               for _, v in options):
+    if not all(named.json_scalar(v) for _, v in options):
       return None
     return {"fmt": self.fmt, "placeholders": self.placeholders,
             "options": None if self.options is None

@@ -200,8 +200,7 @@ class _Printer:
       return None
     values = [v for _, v in self.kwargs] + [
         v for _, v in (self.print_options or ())]
-    if not all(v is None or isinstance(v, (str, int, float, bool))
-               for v in values):
+    if not all(named.json_scalar(v) for v in values):
       return None
     return "", {"kind": "id_print", "threshold": self.threshold,
                 "kwargs": [list(kv) for kv in self.kwargs],

@@ -142,7 +142,7 @@ class HostCall:
     if name is None:
       return None
     return name, {"kind": "jax_callback", "function": self.name,
-                  "in_tree": named.tree_to_json(self.in_tree),
+                  "in_tree": named.tree_json_of(self.in_tree, name),
                   "n_in": self.n_in, "jax_arrays": bool(self.jax_arrays)}
 
   def __call__(self, arg):

@@ -186,6 +186,7 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   if target.prints:  # host reads wait for prints from now on
     engine.prints_staged()
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
+    named.note_by_id(target, "a tap per shard in a jit over several devices")
     return _per_shard_tap_lowering(ctx, args, target, transforms)
   spec = named.tap_spec(target, transforms)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import threading
 import types
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -40,7 +41,8 @@ from hostcb.engine import registry
 from hostcb.primitives import CallTarget, TapTarget, unpack_transforms
 
 __all__ = ["register", "registered", "export_checks", "tap_spec",
-           "call_spec", "define_kind", "UnboundNameError"]
+           "call_spec", "define_kind", "UnboundNameError",
+           "NotExportableWarning"]
 
 # The version of the spec's format; the targets' names carry it too.
 SPEC_VERSION = 1
@@ -119,7 +121,40 @@ def export_checks() -> list:
 # ------------------------------------------------------------ the spec
 class NotExportable(ValueError):
   """What a function by name needs cannot be written down (a custom
-  pytree node, a host-side argument that is not a JSON scalar)."""
+  pytree node, a host-side argument that is not a JSON scalar); ``name``:
+  the registered name, where the one that raises knows it."""
+
+  def __init__(self, reason: str, name: str = ""):
+    super().__init__(reason)
+    self.name = name
+
+
+class NotExportableWarning(UserWarning):
+  """A registered function's tap or call is lowered by process-local id:
+  what it needs cannot be written down in the program, which therefore
+  cannot be exported, cached for other processes or serialized."""
+
+
+_warned: set = set()
+
+
+def _by_id_because(name: str, e: NotExportable) -> None:
+  """Lowered by id: says so, once per name and reason, where the user
+  registered the function (and so meant it to travel)."""
+  name = name or e.name
+  if name and (name, str(e)) not in _warned:
+    _warned.add((name, str(e)))
+    warnings.warn(
+        f"hostcb: the host function registered as {name!r} is lowered by a "
+        f"process-local id, not by its name, here: it needs {e}, which a "
+        "program cannot carry; this program cannot be exported or run in "
+        "another process (docs/export.md)", NotExportableWarning,
+        stacklevel=2)
+
+
+def json_scalar(value: Any) -> bool:
+  """Whether a spec can hold ``value`` as it is (and give it back)."""
+  return value is None or isinstance(value, (str, int, float, bool))
 
 
 def tree_to_json(treedef) -> Any:
@@ -141,16 +176,25 @@ def tree_to_json(treedef) -> Any:
       pairs = []
       for k, v in x.items():
         if not isinstance(k, (str, int)) or isinstance(k, bool):
-          raise NotExportable(f"a dict key {k!r} (str or int keys only)")
+          raise NotExportable(f"a dict key {k!r} (a program holds str and "
+                              "int keys)")
         pairs.append([k, encode(v)])
       return {"d": pairs}
-    raise NotExportable(f"a pytree node of type {type(x).__name__} (tuples, "
-                        "lists, dicts and None only)")
+    raise NotExportable(f"a pytree node of type {type(x).__name__} (a "
+                        "program holds tuples, lists, dicts and None)")
 
   encoded = encode(skeleton)
   if tree_from_json(encoded) != treedef:
     raise NotExportable(f"the pytree structure {treedef}")
   return encoded
+
+
+def tree_json_of(treedef, name: str) -> Any:
+  """:func:`tree_to_json` for the function registered as ``name``."""
+  try:
+    return tree_to_json(treedef)
+  except NotExportable as e:
+    raise NotExportable(str(e), name) from None
 
 
 class _Leaf:
@@ -170,10 +214,6 @@ def tree_from_json(encoded: Any):
       return tuple(decode(v) for v in x["t"])
     return {k: decode(v) for k, v in x["d"]}
   return jax.tree_util.tree_structure(decode(encoded))
-
-
-def _json_scalar(value: Any) -> bool:
-  return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _transforms_to_json(transforms: tuple) -> list:
@@ -204,8 +244,7 @@ def _function(func: Any) -> tuple[str, dict] | None:
 def tap_spec(target: TapTarget, transforms: tuple) -> tuple[str, str] | None:
   """``(name, spec)`` of a tap of a function by name, or None: lowered by
   id (not registered, a per-shard tap, or what cannot be written down)."""
-  if target.partitioned:
-    return None
+  name = ""
   try:
     described = _function(target.func)
     if described is None:
@@ -215,14 +254,27 @@ def tap_spec(target: TapTarget, transforms: tuple) -> tuple[str, str] | None:
             "tree": tree_to_json(target.treedef),
             "with_device": bool(target.with_device),
             "prints": bool(target.prints),
+            "partitioned": bool(target.partitioned),
             "transforms": _transforms_to_json(transforms)}
-  except NotExportable:  # lowered by id, as an unregistered function
-    return None
+  except NotExportable as e:  # lowered by id, as an unregistered function
+    return _by_id_because(name, e)
   return name, _dumps(spec)
+
+
+def note_by_id(target: TapTarget, reason: str) -> None:
+  """A tap that the lowering keeps by id for ``reason``: warns if its
+  function is registered (see :class:`NotExportableWarning`)."""
+  try:
+    described = _function(target.func)
+  except NotExportable as e:
+    described = (e.name, None)
+  if described is not None and described[0]:
+    _by_id_because(described[0], NotExportable(reason))
 
 
 def call_spec(target: CallTarget) -> tuple[str, str] | None:
   """``(name, spec)`` of a call of a function by name, or None."""
+  name = ""
   try:
     described = _function(target.func)
     if described is None:
@@ -237,8 +289,8 @@ def call_spec(target: CallTarget) -> tuple[str, str] | None:
             # JAX's callbacks (rules) fail their computation only; legacy's
             # call also reports to the next barrier_wait.
             "barrier": target.rules is None}
-  except NotExportable:
-    return None
+  except NotExportable as e:  # lowered by id, as an unregistered function
+    return _by_id_because(name, e)
   return name, _dumps(spec)
 
 
@@ -279,7 +331,8 @@ def _build(name: str, spec: dict) -> Any:
 
 def _tap_entry(name: str, spec: dict) -> Any:
   target = TapTarget(_build(name, spec), tree_from_json(spec["tree"]),
-                     spec["with_device"], prints=spec["prints"])
+                     spec["with_device"], prints=spec["prints"],
+                     partitioned=spec["partitioned"])
   return target.engine_entry(unpack_transforms(
       _transforms_from_json(spec["transforms"])))
 
