@@ -185,6 +185,22 @@ def test_a_registered_per_shard_tap_is_lowered_by_id_with_a_warning():
   assert "hostcb_tap_v1" not in text
 
 
+@pytest.mark.multidevice
+def test_a_registered_call_in_a_jit_over_several_devices_warns():
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+  if jax.device_count() < 2:
+    pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
+  fn = hostcb.register("test_export.gathered", lambda x: x)
+  mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
+  x = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("d")))
+  with pytest.warns(named.NotExportableWarning,
+                    match="'test_export.gathered' .* a callback in a jit "
+                    "over several devices"):
+    text = _text(lambda x: hostcb.call(fn, x, result_shape=x), x)
+  assert "hostcb_call_v1" not in text
+
+
 def test_a_registered_partitioned_tap_on_one_device_goes_by_name():
   seen = []
   fn = hostcb.register("test_export.one_shard", lambda x, t, **kw: seen.append(

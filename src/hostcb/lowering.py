@@ -94,7 +94,14 @@ def _by_name(ctx, spec) -> bool:
     return False
   platforms = ji.lowering_platforms(ctx)
   if len(platforms) == 1:
-    return _native(ctx)
+    if _native(ctx):
+      return True
+    named.warn_not_by_name(spec[0], (
+        "a callback in a jit over several devices, which runs on one of them"
+        if ji.runs_on_one_of_several_devices(ctx) else
+        f"XLA's Python callbacks on {platforms[0]}, where hostcb's engine "
+        "does not serve it (or its dtypes)"))
+    return False
   engine.note_lowered()
   if ("cuda" in platforms and engine.gpu.has_local_gpu()
       and not engine.serves("cuda")):

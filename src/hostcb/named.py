@@ -147,9 +147,16 @@ def _by_id_because(name: str, e: NotExportable) -> None:
     warnings.warn(
         f"hostcb: the host function registered as {name!r} is lowered by a "
         f"process-local id, not by its name, here: it needs {e}, which a "
-        "program cannot carry; this program cannot be exported or run in "
-        "another process (docs/export.md)", NotExportableWarning,
+        "program by name cannot carry; this program cannot be exported or "
+        "run in another process (docs/export.md)", NotExportableWarning,
         stacklevel=2)
+
+
+def warn_not_by_name(name: str, reason: str) -> None:
+  """The lowering could not use the function by name for ``reason``: says
+  so, once (see :class:`NotExportableWarning`)."""
+  if name:
+    _by_id_because(name, NotExportable(reason))
 
 
 def json_scalar(value: Any) -> bool:
