@@ -133,6 +133,20 @@ def test_registering_a_name_again_rebinds_it_for_compiled_programs():
   assert seen == [1]
 
 
+def test_registering_a_tap_name_again_sends_later_taps_to_the_new_function():
+  first, second = [], []
+  tap = hostcb.register("test_export.rebound_tap",
+                        lambda x, t: first.append(float(x)))
+  f = jax.jit(lambda x: hostcb.id_tap(tap, x))
+  jax.block_until_ready(f(np.float32(1)))
+  hostcb.barrier_wait()
+  hostcb.register("test_export.rebound_tap",
+                  lambda x, t: second.append(float(x)))
+  jax.block_until_ready(f(np.float32(2)))
+  hostcb.barrier_wait()
+  assert (first, second) == ([1.0], [2.0])
+
+
 def test_values_and_records_by_name_equal_those_by_id():
   by_id, by_name = [], []
 
