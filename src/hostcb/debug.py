@@ -36,10 +36,9 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import engine
+from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb import named
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options

@@ -191,11 +191,6 @@ class HostCall:
     return results[0] if len(results) == 1 else tuple(results)
 
 
-named.define_kind("jax_callback", lambda name, fn, spec: HostCall(
-    named.lookup(name), named.tree_from_json(fn["in_tree"]), fn["n_in"],
-    named.result_avals_of(spec), fn["function"], fn["jax_arrays"]))
-
-
 def call_target(callback: Callable, in_tree: Any, n_in: int,
                 result_avals: tuple, name: str, rules: Any) -> CallTarget:
   """The :class:`~hostcb.primitives.CallTarget` of one callback."""
@@ -203,6 +198,11 @@ def call_target(callback: Callable, in_tree: Any, n_in: int,
                              config.read(config.JAX_ARRAYS)),
                     flat_treedef(n_in), flat_treedef(len(result_avals)),
                     result_avals, False, rules)
+
+
+named.define_kind("jax_callback", lambda name, fn, spec: HostCall(
+    named.lookup(name), named.tree_from_json(fn["in_tree"]), fn["n_in"],
+    named.result_avals_of(spec), fn["function"], fn["jax_arrays"]))
 
 
 def _check_shape_dtype(leaf) -> None:

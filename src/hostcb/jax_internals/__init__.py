@@ -46,10 +46,10 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
+from hostcb.jax_internals.custom_calls import lowering_platforms
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
-                                          lowering_platform,
-                                          lowering_platforms)
+                                          lowering_platform)
 from hostcb.jax_internals.partitioned import (ShardLayout,
                                              emit_manual_tap,
                                              emit_per_shard_custom_call)
