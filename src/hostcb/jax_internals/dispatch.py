@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 from jax._src import config as _config
+from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
@@ -216,6 +217,17 @@ def _devices(module: Any) -> int:
   return n
 
 
+def _for_export(args: tuple, kwargs: dict) -> bool:
+  """Whether a lowering is ``jax.export``'s (its ``LoweringParameters``
+  say so; looked up by type, the argument's position differing between
+  versions).  An exported program keeps JAX's signature, its tokens as
+  tokens: ``Exported.call`` passes them so (docs/export.md)."""
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, _mlir.LoweringParameters):
+      return bool(getattr(a, "for_export", False))
+  return False
+
+
 def _install() -> None:
   original = require(_pxla, "_cached_lowering_to_hlo",
                      "to lower one-device tapping executables for jit's "
@@ -233,9 +245,11 @@ def _install() -> None:
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     if _devices(module) > 1:
       # Keeps its token, as a bool[0] array that jaxlib can serialize
-      # (the persistent compilation cache; see .token_arrays).
-      with module.context:
-        tokens_as_arrays(module, num_dim_vars)
+      # (the persistent compilation cache; see .token_arrays); as a token
+      # in an exported program.
+      if not _for_export(args, kwargs):
+        with module.context:
+          tokens_as_arrays(module, num_dim_vars)
       return result
     if not _fast[0] or _in_tap_function.value:
       return result
