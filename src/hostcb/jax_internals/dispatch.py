@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 from jax._src import config as _config
-from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
+from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
@@ -243,13 +243,13 @@ def _install() -> None:
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if _devices(module) > 1 and _for_export(args, kwargs):
+      return result  # an exported program keeps its tokens as tokens
     if _devices(module) > 1:
       # Keeps its token, as a bool[0] array that jaxlib can serialize
-      # (the persistent compilation cache; see .token_arrays); as a token
-      # in an exported program.
-      if not _for_export(args, kwargs):
-        with module.context:
-          tokens_as_arrays(module, num_dim_vars)
+      # (the persistent compilation cache; see .token_arrays).
+      with module.context:
+        tokens_as_arrays(module, num_dim_vars)
       return result
     if not _fast[0] or _in_tap_function.value:
       return result
