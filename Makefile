@@ -28,6 +28,13 @@ $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
 	touch $@
 
+# jax.export's serialization of programs with host functions by name
+# (tests/test_export.py, docs/export.md): hostcb's `export` extra.  Its own
+# stamp, so that a .venv made before it gets it too.
+$(VENV)/.deps-export: | $(BIN)/python
+	$(BIN)/pip install -q "flatbuffers>=24"
+	touch $@
+
 # Legacy JAX 0.4.30 needs Python 3.11 (or older) and numpy<2.  Where it cannot
 # be made (no $(LEGACY_PYTHON), no network) the harness tests skip and say
 # what is missing; `make test` does not fail for it.
@@ -53,7 +60,7 @@ lint: $(VENV)/.ruff-$(RUFF_VERSION)
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).
-install: $(VENV)/.deps-$(JAX_VERSION)
+install: $(VENV)/.deps-$(JAX_VERSION) $(VENV)/.deps-export
 	$(BIN)/pip install -q --no-deps --no-build-isolation --force-reinstall .
 
 demo: install

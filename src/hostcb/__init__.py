@@ -9,6 +9,11 @@ current JAX.  ``hostcb.install()`` makes legacy imports resolve to hostcb.
 on hostcb's engine; ``hostcb.install(jax_callbacks=True)`` puts them in place
 of JAX's, ``hostcb.uninstall()`` puts JAX's back.
 
+``hostcb.register(name, fn)``: host functions by name, so that programs
+that call them can be exported (``jax.export`` with
+``disabled_checks=hostcb.export_checks()``), cached and serialized, and run
+in another process (``docs/export.md``).
+
 ``hostcb.progress``: tqdm progress bars for ``scan``, ``fori_loop`` and
 ``while_loop`` (imported on first use; needs ``pip install hostcb[progress]``).
 ``hostcb.metrics``: metrics from compiled loops to TensorBoard, W&B and
@@ -24,6 +29,7 @@ from hostcb.import_hook import install, uninstall
 from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
+from hostcb.named import export_checks, register
 
 # The one place that states hostcb's version: pyproject.toml reads it
 # (``[tool.setuptools.dynamic]``), and ``hostcb info`` prints it.
@@ -53,4 +59,5 @@ __all__ = [
     "install", "xla_computation", "XlaComputation", "buffer_callback",
     "Buffer", "ExecutionContext", "ExecutionStage",
     "debug", "io_callback", "pure_callback", "uninstall",
+    "register", "export_checks",
 ]

@@ -6,6 +6,7 @@
 //              and returns; waits only while that queue is full.
 // (hostcb_call, which runs a `call`'s Python function on the device thread,
 // is in call.cc.)
+// (hostcb_tap_v1 and hostcb_call_v1, the same by name, are in named.cc.)
 // hostcb_noop  does nothing: the cost of an empty custom call (benchmarks).
 //
 // Device identification: the handlers bind the FFI execution context's
@@ -136,11 +137,9 @@ ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload) {
                         " bytes for a tap");
 }
 
-namespace {
-
 // Queues one tap record of the array operands (tokens skipped).
-ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
-                   size_t first) {
+ffi::Error EnqueueTap(int32_t device, int64_t target_id,
+                      const XLA_FFI_Args* args, size_t first) {
   Queue* q = GetQueue(device);
   if (q == nullptr) return OutOfRange(device);
   TapLayout layout;
@@ -162,13 +161,15 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   return ffi::Error::Success();
 }
 
+namespace {
+
 ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   RawRets rr(rets);
   ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
   if (e.failure()) return e;
   RawArgs ra(args);
-  return Enqueue(device, target_id, ra.raw(), ra.first());
+  return EnqueueTap(device, target_id, ra.raw(), ra.first());
 }
 
 ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
@@ -229,6 +230,7 @@ void ResetAfterFork() {
   for (auto& q : g_queues) q.store(nullptr, std::memory_order_relaxed);
   tl_consumer_queue = nullptr;
   ForgetGpuStateAfterFork();
+  NamedAfterForkInChild();
 }
 
 }  // namespace hostcb

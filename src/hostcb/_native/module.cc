@@ -29,6 +29,8 @@ extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
 extern PyObject* g_call_formatter;
 
+// named.cc: Python's resolver of host functions by name (GIL held).
+void SetNameResolver(PyObject* resolver);
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
@@ -50,8 +52,10 @@ Queue* QueueArg(long device) {
 
 PyObject* Py_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N,s:N,s:N}",
       "hostcb_tap", PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
+      "hostcb_tap_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbTapV1), nullptr, nullptr),
+      "hostcb_call_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallV1), nullptr, nullptr),
       "hostcb_call", PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
       "hostcb_call_one", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
       "hostcb_noop", PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
@@ -413,6 +417,28 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+PyObject* Py_set_name_resolver(PyObject*, PyObject* resolver) {
+  if (!PyCallable_Check(resolver)) {
+    PyErr_SetString(PyExc_TypeError, "set_name_resolver takes a callable");
+    return nullptr;
+  }
+  SetNameResolver(resolver);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_set_named(PyObject*, PyObject* args) {
+  const char *name, *spec;
+  Py_ssize_t name_size, spec_size;
+  long long value;
+  if (!PyArg_ParseTuple(args, "s#s#L", &name, &name_size, &spec, &spec_size,
+                        &value)) {
+    return nullptr;
+  }
+  SetNamed(std::string_view(name, name_size), std::string_view(spec, spec_size),
+           value);
+  Py_RETURN_NONE;
+}
+
 PyObject* g_consumer_starter = nullptr;  // starter(device_ordinal)
 
 PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
@@ -519,6 +545,12 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"set_name_resolver", Py_set_name_resolver, METH_O,
+     "set_name_resolver(resolver): hostcb_tap_v1 and hostcb_call_v1 call "
+     "resolver(name, spec) -> target id * 2 + one_array, once per (name, "
+     "spec) and process."},
+    {"set_named", Py_set_named, METH_VARARGS,
+     "set_named(name, spec, value): what the resolver would return."},
     {"set_consumer_starter", Py_set_consumer_starter, METH_O,
      "set_consumer_starter(starter): a device's first producer calls "
      "starter(device_ordinal) once, on its device thread with the GIL "

@@ -56,6 +56,7 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
+from hostcb.jax_internals.custom_calls import lowering_platforms
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)

@@ -42,6 +42,21 @@ class HostCallbackEffect(_effects.Effect):
   def __str__(self) -> str:
     return "HostCallback"
 
+  # jax.export serializes an effect that a program keeps in its signature
+  # (a tap in shard_map code, for one) by its class's text, and makes it
+  # again with the class's nullary constructor, which must give an equal
+  # effect (checked with jax 0.8.0, 0.10.2 and 0.12.0.1): every instance
+  # is the same effect.
+  def __eq__(self, other) -> bool:
+    return type(other) is HostCallbackEffect
+
+  def __hash__(self) -> int:
+    return hash(HostCallbackEffect.__qualname__)
+
+
+# An exported program names the effect by str(HostCallbackEffect): a text
+# that must not change when this module moves (docs/export.md).
+HostCallbackEffect.__module__ = "hostcb"
 
 host_callback_effect = HostCallbackEffect()
 

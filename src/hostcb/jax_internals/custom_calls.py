@@ -192,6 +192,12 @@ def _emit_ffi_call(ctx, target: str, host_fn: Callable | None, operands,
   return results
 
 
+def lowering_platforms(ctx) -> tuple[str, ...]:
+  """The platforms a lowering runs for (several for a multi-platform
+  ``jax.export``)."""
+  return tuple(ctx.module_context.platforms)
+
+
 def lowering_platform(ctx) -> str:
   """The one platform a lowering runs for (``cpu``, ``cuda``, ``rocm``...)."""
   platforms = ctx.module_context.platforms

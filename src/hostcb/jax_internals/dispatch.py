@@ -66,6 +66,7 @@ import numpy as np
 from jax._src import config as _config
 from jax._src import stages as _stages
 from jax._src.interpreters import pxla as _pxla
+from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
@@ -260,6 +261,17 @@ def note_print_lowered() -> None:
   _lowering.prints = getattr(_lowering, "prints", 0) + 1
 
 
+def _for_export(args: tuple, kwargs: dict) -> bool:
+  """Whether a lowering is ``jax.export``'s (its ``LoweringParameters``
+  say so; looked up by type, the argument's position differing between
+  versions).  An exported program keeps JAX's signature, its tokens as
+  tokens: ``Exported.call`` passes them so (docs/export.md)."""
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, _mlir.LoweringParameters):
+      return bool(getattr(a, "for_export", False))
+  return False
+
+
 def _install() -> None:
   """Wraps ``_cached_lowering_to_hlo`` (the module docstring); installed on
   the first bind of a hostcb primitive (:mod:`.patches`)."""
@@ -278,6 +290,8 @@ def _install() -> None:
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if _devices(module) > 1 and _for_export(args, kwargs):
+      return result  # an exported program keeps its tokens as tokens
     if _devices(module) > 1:
       # Keeps its token, as a bool[0] array that jaxlib can serialize
       # (the persistent compilation cache; see .token_arrays).
@@ -289,6 +303,7 @@ def _install() -> None:
       _kept_token[0] = True
       return result
     if module in _print_modules:
+      _kept_token[0] = True
       return result  # keeps its token (see _print_modules)
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
