@@ -4,12 +4,13 @@
 // a token and an f32[4] per call.  A consumer thread drains the queue as
 // run_batch does (TakeReady, NoteRan per record, Release), spending
 // --work-ns per record (the Python tap function).  Built and run by
-// tests/test_native_bench.py (one short run, values checked); used for the
+// tests/test_tap_path_bench.py (short runs, values checked); used for the
 // figures of issue 38 with larger --calls and under
 // `valgrind --tool=callgrind` (--consumer=inline: one thread, the queue
 // drained every 256 taps, so that instruction counts cover both sides).
 //
 //   tap_path_bench [--calls N] [--consumer=thread|inline] [--work-ns W]
+//   tap_path_bench --errors   (checks the errors of unusual call frames)
 //
 // Prints "noop_ns=... tap_ns=... noop_cpu_ns=... tap_cpu_ns=... records=...
 // checked=1": per call, wall-clock and the calling thread's CPU time.
@@ -43,6 +44,14 @@ XLA_FFI_Error* DeviceOrdinalGet(XLA_FFI_DeviceOrdinal_Get_Args* args) {
   return nullptr;
 }
 
+// The errors that the handlers create: the last message, and a non-null
+// error that is never dereferenced.
+std::string g_error;
+XLA_FFI_Error* ErrorCreate(XLA_FFI_Error_Create_Args* args) {
+  g_error = args->message;
+  return reinterpret_cast<XLA_FFI_Error*>(&g_error);
+}
+
 struct Frame {
   XLA_FFI_Api api{};
   float value[4] = {1, 2, 3, 4};
@@ -69,6 +78,7 @@ struct Frame {
   Frame() {
     api.struct_size = XLA_FFI_Api_STRUCT_SIZE;
     api.XLA_FFI_DeviceOrdinal_Get = DeviceOrdinalGet;
+    api.XLA_FFI_Error_Create = ErrorCreate;
     frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
     frame.api = &api;
     frame.ctx = reinterpret_cast<XLA_FFI_ExecutionContext*>(this);
@@ -143,13 +153,51 @@ Timing NsPerCall(XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*), Frame* f,
       (c1 - c0) / calls};
 }
 
+// The call frames that hostcb_tap does not decode itself go to XLA FFI's
+// binding, whose errors they get; its own errors are the engine's.
+bool ErrorsAreChecked(hostcb::Queue* q) {
+  bool ok = true;
+  auto expect = [&](Frame& f, const char* part, const char* what) {
+    g_error.clear();
+    const auto before = q->GetCounters().records_in;
+    if (HostcbTap(&f.frame) == nullptr ||
+        g_error.find(part) == std::string::npos ||
+        q->GetCounters().records_in != before) {
+      std::fprintf(stderr, "%s: got \"%s\"\n", what, g_error.c_str());
+      ok = false;
+    }
+  };
+  {
+    Frame f;  // another stage: the binding's error
+    f.frame.stage = XLA_FFI_ExecutionStage_PREPARE;
+    expect(f, "Wrong execution stage", "stage");
+  }
+  {
+    Frame f;  // another attribute name: the binding's error
+    f.name = XLA_FFI_ByteSpan{"target_ix", 9};
+    expect(f, "target_id", "attribute name");
+  }
+  {
+    Frame f;  // a dtype the consumer cannot convert: the engine's error
+    f.arr.dtype = XLA_FFI_DataType_C128;
+    expect(f, "cannot pass arrays of XLA dtype", "dtype");
+  }
+  {
+    Frame f;  // a result that is not the token
+    f.token_out.dtype = XLA_FFI_DataType_F32;
+    expect(f, "its only result may be the XLA token", "result");
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long calls = 200000, work_ns = 0;
-  bool inline_consumer = false;
+  bool inline_consumer = false, errors_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--errors") { errors_only = true; continue; }
     if (a == "--calls" && i + 1 < argc) calls = std::atol(argv[++i]);
     else if (a == "--work-ns" && i + 1 < argc) work_ns = std::atol(argv[++i]);
     else if (a == "--consumer=inline") inline_consumer = true;
@@ -159,6 +207,11 @@ int main(int argc, char** argv) {
   hostcb::g_dtype_supported[XLA_FFI_DataType_F32].store(true);
   Frame f;
   hostcb::Queue* q = hostcb::GetQueue(0);
+  if (errors_only) {
+    const bool ok = ErrorsAreChecked(q);
+    std::printf("errors_checked=%d\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+  }
   std::atomic<bool> stop{false};
   bool ok = true;
   std::thread consumer;
