@@ -291,9 +291,10 @@ class Queue {
  public:
   // ----------------------------------------------------------- consumer
   // Copies out the longest ready prefix of the FIFO (at most max_records
-  // records and, past the first, max_bytes payload bytes).  Waits up to
-  // timeout_s (< 0: forever) for a first ready record; polls for
-  // poll_s (timed waits the producers need not signal) before sleeping.
+  // records and, past the first, max_bytes payload bytes; 0: the
+  // capacity).  Waits up to timeout_s (< 0: forever) for a first ready
+  // record; polls for poll_s (timed waits the producers need not signal)
+  // before sleeping.
   // Returns kTimeout if nothing is ready in time, kBusy if another consumer is
   // active.  Records stay in the FIFO until Release(taken).
   enum class Take { kRecords, kTimeout, kBusy };
@@ -330,6 +331,7 @@ class Queue {
       }
       consumer_state_ = kRunning;
     }
+    if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
     for (uint64_t seq = records_.front_seq(); seq < records_.end_seq(); ++seq) {
       const Record& r = records_.at(seq);
