@@ -3,7 +3,8 @@
 // hostcb_tap   attrs: target_id (int64).  Operands: an optional XLA token
 //              first, then any arrays.  Results: the token, if one came in.
 //              Copies the arrays into the queue of the device it runs on
-//              and returns; waits only while that queue is full.
+//              and returns; waits only while that queue is full.  Its
+//              usual call frame is decoded by hand (HostcbTap, below).
 // (hostcb_call, which runs a `call`'s Python function on the device thread,
 // is in call.cc.)
 // hostcb_noop  does nothing: the cost of an empty custom call (benchmarks).
@@ -254,6 +255,19 @@ const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs) {
   return static_cast<const int64_t*>(scalar->value);
 }
 
+// Whether every result is a buffer of the XLA token (else the binding
+// reports CheckOnlyTokens' error).
+bool OnlyTokens(const XLA_FFI_Rets& rets) {
+  for (int64_t i = 0; i < rets.size; ++i) {
+    if (rets.types[i] != XLA_FFI_RetType_BUFFER ||
+        static_cast<const XLA_FFI_Buffer*>(rets.rets[i])->dtype !=
+            XLA_FFI_DataType_TOKEN) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // An ffi::Error as the C API's error (what the binding returns for it).
 XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
   XLA_FFI_Error_Create_Args args;
@@ -268,7 +282,7 @@ XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
 }  // namespace hostcb
 
 // hostcb_tap.  The execute stage's usual call frame (no extension, the one
-// attribute) is decoded here, straight from the C structs: the binding's
+// attribute, token results only) is decoded here, straight from the C structs: the binding's
 // decoding (a diagnostic engine, optionals and the attribute looked up by
 // name on every call) cost about a quarter of a tap's instructions (issue
 // 38).  Anything else goes through the binding (kTapBound), which checks
@@ -277,7 +291,8 @@ extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   const int64_t* target_id = nullptr;
   if (call_frame->struct_size >= XLA_FFI_CallFrame_STRUCT_SIZE &&
       call_frame->extension_start == nullptr &&
-      call_frame->stage == XLA_FFI_ExecutionStage_EXECUTE) {
+      call_frame->stage == XLA_FFI_ExecutionStage_EXECUTE &&
+      hostcb::OnlyTokens(call_frame->rets)) {
     target_id = hostcb::TargetIdAttr(call_frame->attrs);
   }
   if (target_id == nullptr) return (*hostcb::kTapBound)(call_frame);
@@ -288,10 +303,8 @@ extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   dev.ctx = call_frame->ctx;
   dev.device_ordinal = -1;
   if (XLA_FFI_Error* err = api->XLA_FFI_DeviceOrdinal_Get(&dev)) return err;
-  ffi::Error e = hostcb::CheckOnlyTokens(&call_frame->rets, 0);
-  if (e.success()) {
-    e = hostcb::Enqueue(dev.device_ordinal, *target_id, &call_frame->args, 0);
-  }
+  const ffi::Error e =
+      hostcb::Enqueue(dev.device_ordinal, *target_id, &call_frame->args, 0);
   return e.success() ? nullptr : hostcb::ToCError(api, e);
 }
 
