@@ -23,7 +23,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm tensorboard
+	$(BIN)/pip install -q wandb || echo "wandb not installed: the W&B sink's test of hostcb.metrics will say so"
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
 	touch $@
 

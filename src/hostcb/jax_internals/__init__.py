@@ -49,9 +49,8 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
-from hostcb.jax_internals.partitioned import (ShardLayout,
-                                             emit_manual_tap,
-                                             emit_per_shard_custom_call)
+from hostcb.jax_internals.partitioned import (emit_per_shard_custom_call,
+                                             slice_bounds)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
                                           tiled_sharding_text,
                                           to_xla_computation,
