@@ -232,7 +232,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   tl_consumer_queue = q;
-  if (max_bytes == 0) max_bytes = q->GetCounters().capacity;
+  // max_bytes 0: the queue's capacity (TakeReady reads it under the lock
+  // that it takes anyway).
   if (max_records < 1) max_records = 1;
   std::vector<Record> records;
   Queue::Take got;
