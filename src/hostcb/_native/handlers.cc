@@ -312,7 +312,7 @@ extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   dev.device_ordinal = -1;
   if (XLA_FFI_Error* err = api->XLA_FFI_DeviceOrdinal_Get(&dev)) return err;
   const ffi::Error e =
-      hostcb::Enqueue(dev.device_ordinal, *target_id, &call_frame->args, 0);
+      hostcb::EnqueueTap(dev.device_ordinal, *target_id, &call_frame->args, 0);
   return e.success() ? nullptr : hostcb::ToCError(api, e);
 }
 
