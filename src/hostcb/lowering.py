@@ -128,10 +128,15 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
         "partitioned=False, or shard_map, where every device taps its own "
         "operand")
   unpacked = unpack_transforms(transforms)
+  # The leases of the ids, kept by emit_tap, which the executable keeps.
+  leases = []
 
   def emit_tap(operands, layout):
-    tid = engine.target_id(("shard tap", target, transforms, layout.key()),
-                           lambda: target.engine_entry(unpacked, layout))
+    lease = engine.target_id(("shard tap", target, transforms, layout.key()),
+                             lambda: target.engine_entry(unpacked, layout),
+                             target.func)
+    leases.append(lease)
+    tid = lease.tid
     if target.prints:
       engine.mark_print(tid)
     return ji.emit_manual_tap(engine.ffi_target_name, operands,
@@ -147,9 +152,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
     return _per_shard_tap_lowering(ctx, args, target, transforms)
   if _native(ctx):
-    tid = engine.target_id(
+    lease = engine.target_id(
         ("tap", target, transforms),
-        lambda: target.engine_entry(unpack_transforms(transforms)))
+        lambda: target.engine_entry(unpack_transforms(transforms)),
+        target.func)
+    ji.keep_alive_with_executable(ctx, lease)
+    tid = lease.tid
     if target.prints:
       engine.mark_print(tid)
     ji.emit_custom_call(ctx, engine.ffi_target_name, args,
@@ -298,8 +306,11 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)
   if _native(ctx):
-    tid = engine.call_target_id(("call", target),
-                                lambda: _native_call_runner(target))
+    lease = engine.call_target_id(("call", target),
+                                  lambda: _native_call_runner(target),
+                                  target.func)
+    ji.keep_alive_with_executable(ctx, lease)
+    tid = lease.tid
     name = (engine.call_one_target_name if target.one_array is not None
             else engine.call_target_name)
     return ji.emit_custom_call(ctx, name, args,

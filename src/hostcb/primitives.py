@@ -19,7 +19,9 @@ be differentiated (use ``jax.custom_vjp``) and is batched only for the
 
 The parameters ``target`` are :class:`TapTarget` / :class:`CallTarget`:
 hashable descriptions of what the host runs, so that the same function on
-the same shapes hits JAX's compilation caches.
+the same shapes hits JAX's compilation caches.  Their functions compare by
+identity (:mod:`hostcb.identity`): two callables that compare equal are
+two functions, and an unhashable callable is accepted.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
+from hostcb.identity import function_hash, same_function
 
 __all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
 
@@ -48,7 +51,7 @@ def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class TapTarget:
   """A tap function with the pytree structure of its argument.
 
@@ -80,6 +83,20 @@ class TapTarget:
   effects: tuple = ()
   prints: bool = False
   partitioned: bool = False
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is TapTarget
+            and same_function(self.func, other.func)
+            and same_function(self.eager, other.eager)
+            and self.treedef == other.treedef
+            and self.with_device == other.with_device
+            and self.effects == other.effects
+            and self.prints == other.prints
+            and self.partitioned == other.partitioned)
+
+  def __hash__(self) -> int:
+    return hash((function_hash(self.func), self.treedef, self.with_device,
+                 self.effects, self.prints, self.partitioned))
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -156,7 +173,7 @@ def _trim(index: tuple) -> tuple:
                for s in index)
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CallTarget:
   """A host function of ``call``, with its argument and result structure.
 
@@ -175,6 +192,20 @@ class CallTarget:
   result_avals: tuple
   with_device: bool
   rules: Any = None
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is CallTarget
+            and same_function(self.func, other.func)
+            and self.in_treedef == other.in_treedef
+            and self.out_treedef == other.out_treedef
+            and self.result_avals == other.result_avals
+            and self.with_device == other.with_device
+            and self.rules == other.rules)
+
+  def __hash__(self) -> int:
+    return hash((function_hash(self.func), self.in_treedef,
+                 self.out_treedef, self.result_avals, self.with_device,
+                 self.rules))
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""

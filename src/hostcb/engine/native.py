@@ -203,6 +203,8 @@ def register_targets(capacity: int) -> None:
     native.set_consumer_hooks(_marker_arrived, _tap_failed,
                               dispatch_finished)
     native.set_consumer_starter(_start_consumer)
+    registry.queue_positions = _queue_positions
+    registry.queue_done = _queue_done
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     native.set_capacity(int(capacity))
@@ -238,6 +240,17 @@ def supports(dtypes: Iterable[Any]) -> bool:
     return all(np.dtype(d) in _supported_dtypes for d in dtypes)
   except TypeError:  # not a NumPy dtype (e.g. an extended JAX dtype)
     return False
+
+
+def _queue_positions() -> dict[int, int]:
+  """Records queued so far, per queue with a consumer (the registry frees
+  a retired target id once its queues have run that many)."""
+  return {o: _native.counters(o)["records_in"] for o in list(_consumers)}
+
+
+def _queue_done(ordinal: int) -> int:
+  """Records of queue ``ordinal`` whose tap functions have run."""
+  return _native.counters(ordinal)["records_run"]
 
 
 def _check_call(tid: int, result: Any) -> tuple:
@@ -358,6 +371,8 @@ class _Consumer:
       # interpreter's switches), calling the tap functions and the hooks.
       run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
                 _POLL_SECONDS)
+      if registry.pending():  # ids that wait for queued records to run
+        registry.collect()
 
 
 def _marker_arrived(marker: int) -> None:
@@ -460,8 +475,9 @@ def set_capacity(nbytes: int) -> None:
 
 
 def counters(ordinal: int) -> dict[str, int]:
-  """records_in, records_out, bytes_held, records_held, capacity and
-  space_waiters of the queue of a device ordinal (for tests)."""
+  """records_in, records_out, bytes_held, records_held, capacity,
+  space_waiters and records_run (tap functions run) of the queue of a
+  device ordinal (for tests)."""
   return _require().counters(ordinal)
 
 

@@ -4,8 +4,7 @@ A native tap or call carries an integer ``target_id`` attribute; the
 engine reads three tables indexed by it directly (no Python int is built
 per tap or call to look one up).  Ids come from one sequence and one key
 table shared by taps and calls, so each table has None where the other
-kind has its ids.  Entries live as long as the process: a compiled
-executable may run again at any time.
+kind has its ids.
 
 * taps: id -> entry.  An entry ``(func, second)`` is called as
   ``func(arrays[0], second)`` (a tap function of one array that takes no
@@ -14,36 +13,113 @@ executable may run again at any time.
 * calls: id -> ``run(arrays, device_ordinal)`` and id -> ``check(result)``
   (see :func:`call_id`).
 
+Keys.  The key table maps an opaque key to a target id.  The lowering
+keys a process-local function by what it *is* (the primitive's target,
+whose function compares by identity, see :mod:`hostcb.primitives`): two
+callables that compare equal but are different objects get two ids.  A
+key of another kind (a function registered under a stable name) can sit
+beside those keys: nothing here looks inside a key.
+
+Lifetime.  Each lowering that uses an id takes a :class:`Lease` and hands
+it to JAX with the lowered module (its keep-alive list), which lives as
+long as the compiled executable.  When the last lease of an id is gone
+(``jax.clear_caches()``, the jitted function dropped), the id retires: its
+entry is freed once every record that the engine's queues held at that
+moment has run, so a queued tap still finds its function.  Ids are never
+reused: a computation that runs after its executable was freed (one
+still running when it was dropped) finds no function under its id, which
+the engine reports as an error, and never another function.  A freed id
+leaves an empty slot (one list item per table).
+
+A lease cannot be pickled: an executable that holds one cannot be
+serialized (``jax.experimental.serialize_executable``), since its ids
+mean nothing in another process (:class:`ProcessLocalFunctionError`).
+
 Standard library only: the tables are plain lists.
 """
 from __future__ import annotations
 
+import collections
 import itertools
+import pickle
 import threading
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
-           "call_id"]
+           "call_id", "Lease", "ProcessLocalFunctionError",
+           "live_ids", "collect"]
 
 tap_functions: list[Any] = [None]
 call_runners: list[Callable[[tuple, int], Any] | None] = [None]
 call_checks: list[Callable[[Any], tuple] | None] = [None]
 _ids: dict[Any, int] = {}  # key -> target id
+_keys: dict[int, Any] = {}  # target id -> key
+_leases: dict[int, int] = {}  # target id -> live leases
+_names: dict[int, str] = {}  # target id -> the function, for messages
+_released: collections.deque = collections.deque()  # ids of dead leases
+_retiring: list[tuple[int, dict[int, int]]] = []  # (id, records_in by queue)
 _next_id = itertools.count(1)
 _lock = threading.Lock()
 
+# ``queue_positions() -> {queue: records queued so far}`` and
+# ``queue_done(queue) -> records run so far``: set by the native back end
+# (:mod:`.native`), whose queues hold records by target id.
+queue_positions: Callable[[], dict[int, int]] = dict
+queue_done: Callable[[int], int] = lambda queue: 0  # noqa: E731
 
-def _assign_id(key: Any, install: Callable[[int], None]) -> int:
-  """The target id of ``key``; a new one is passed to ``install`` first."""
-  tid = _ids.get(key)
-  if tid is None:
-    with _lock:
-      tid = _ids.get(key)
-      if tid is None:
-        tid = next(_next_id)
-        install(tid)
-        _ids[key] = tid
-  return tid
+
+class ProcessLocalFunctionError(pickle.PicklingError):
+  """A compiled executable that calls process-local host functions was
+  serialized: in another process, its target ids would name other
+  functions, or none."""
+
+
+class Lease:
+  """Keeps target id ``tid`` alive while this object lives; the lowering
+  hands it to JAX's keep-alive list of the lowered module."""
+  __slots__ = ("tid", "__weakref__")
+
+  def __init__(self, tid: int):
+    self.tid = tid
+
+  def __del__(self):
+    try:
+      _released.append(self.tid)
+      _collect_if_free()
+    except Exception:  # noqa: BLE001  (interpreter exit: nothing to free)
+      pass
+
+  def __reduce__(self):
+    raise ProcessLocalFunctionError(
+        "hostcb: this executable calls the host function "
+        f"{_names.get(self.tid, '?')} (hostcb target id {self.tid}), which "
+        "exists only in the process that compiled it: in another process "
+        "that id would call another function, or none, so an executable "
+        "with hostcb taps or calls of process-local functions cannot be "
+        "serialized. Register the function under a stable name "
+        "(hostcb.register(name, fn)) to call it from a serialized "
+        "executable, or serialize a program without it.")
+
+  def __repr__(self) -> str:
+    return f"<hostcb target {self.tid}: {_names.get(self.tid, '?')}>"
+
+
+def _assign_id(key: Any, install: Callable[[int], None], name: str
+               ) -> Lease:
+  """A lease of the target id of ``key``; a new id is passed to
+  ``install`` first."""
+  with _lock:
+    freed = _collect_locked()
+    tid = _ids.get(key)
+    if tid is None:
+      tid = next(_next_id)
+      install(tid)
+      _ids[key] = tid
+      _keys[tid] = key
+      _names[tid] = name
+    _leases[tid] = _leases.get(tid, 0) + 1
+  del freed  # the functions freed, out of the lock (their __del__ may run)
+  return Lease(tid)
 
 
 def _put(table: list, tid: int, value: Any) -> None:
@@ -53,15 +129,25 @@ def _put(table: list, tid: int, value: Any) -> None:
   table[tid] = value
 
 
-def tap_id(key: Any, make: Callable[[], Any]) -> int:
-  """The target id of the tap entry that ``make()`` builds, one per
-  ``key`` (a tap function with its tree structure and transforms), so that
-  recompiling a function does not grow the registry."""
-  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()))
+def _name(func: Any) -> str:
+  try:
+    return repr(func)[:200]
+  except Exception:  # noqa: BLE001  (a broken __repr__: the type says enough)
+    return f"<{type(func).__name__} object>"
 
 
-def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
-  """The target id of a call, one per ``key``.
+def tap_id(key: Any, make: Callable[[], Any], func: Any = None) -> Lease:
+  """A lease of the target id (``.tid``) of the tap entry that ``make()``
+  builds, one per ``key`` (a tap function with its tree structure and
+  transforms), so that recompiling a live function does not grow the
+  registry.  ``func``: the function, named in error messages."""
+  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()),
+                    _name(func))
+
+
+def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
+            func: Any = None) -> Lease:
+  """A lease of the target id of a call, one per ``key``.
 
   ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
   calls the host function and returns its flat, checked results (or, for a
@@ -74,7 +160,66 @@ def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
     _put(call_checks, tid, check)
     _put(call_runners, tid, run)
 
-  return _assign_id(key, install)
+  return _assign_id(key, install, _name(func))
+
+
+def live_ids() -> int:
+  """How many target ids have an entry (for tests)."""
+  return len(_keys)
+
+
+def collect() -> None:
+  """Frees the entries of retired ids whose queued records have all run."""
+  with _lock:
+    freed = _collect_locked()
+  del freed  # out of the lock
+
+
+def _collect_if_free() -> None:
+  # A lease may die inside a registry call of the same thread (a garbage
+  # collection): the lock is then held, and the next call collects.
+  if _lock.acquire(blocking=False):
+    try:
+      freed = _collect_locked()
+    finally:
+      _lock.release()
+    del freed  # out of the lock
+
+
+def _collect_locked() -> list:
+  """Retires the ids of dead leases, frees what can be; returns the freed
+  entries, to drop once the lock is released."""
+  while _released:
+    tid = _released.popleft()
+    n = _leases.get(tid, 0) - 1
+    if n > 0:
+      _leases[tid] = n
+      continue
+    _leases.pop(tid, None)
+    key = _keys.get(tid)
+    if key is not None and _ids.get(key) == tid:
+      del _ids[key]  # a new lowering of it gets a new id
+    _retiring.append((tid, queue_positions()))
+  if not _retiring:
+    return []
+  kept, freed = [], []
+  for tid, positions in _retiring:
+    if any(queue_done(q) < n for q, n in positions.items()):
+      kept.append((tid, positions))
+      continue
+    _keys.pop(tid, None)
+    _names.pop(tid, None)
+    for table in (tap_functions, call_runners, call_checks):
+      if tid < len(table):
+        freed.append(table[tid])
+        table[tid] = None
+  _retiring[:] = kept
+  return freed
+
+
+def pending() -> bool:
+  """Whether retired ids wait for their queued records to run."""
+  return bool(_retiring or _released)
 
 
 def after_fork_in_child() -> None:

@@ -12,6 +12,7 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
+* :mod:`.keepalive`: objects that live as long as a compiled executable;
 * :mod:`.partitioned`: per-shard taps in sharded ``jit`` (no gather);
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
@@ -49,6 +50,7 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
+from hostcb.jax_internals.keepalive import keep_alive_with_executable
 from hostcb.jax_internals.partitioned import (ShardLayout,
                                              emit_manual_tap,
                                              emit_per_shard_custom_call)
