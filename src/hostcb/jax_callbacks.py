@@ -161,6 +161,11 @@ class HostCall:
       raise RuntimeError(
           "Mismatched number of outputs from callback. "
           f"Expected: {len(expected)}, Actual: {len(results)}")
+    for r in results:  # JAX checks every value's dtype before the shapes
+      if not _is_jax_dtype(r.dtype):
+        raise TypeError(
+            f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
+            "numeric types are supported by JAX.")
     for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
       if r.dtype != dtype:
         canonical = jax.dtypes.canonicalize_dtype(r.dtype)
@@ -175,6 +180,15 @@ class HostCall:
             f"Incorrect output dtype for return value #{i}: "
             f"Expected: {dtype}, Actual: {r.dtype}")
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _is_jax_dtype(dtype: np.dtype) -> bool:
+  """Whether JAX has arrays of ``dtype``: booleans and numbers, with the
+  ML dtypes (``bfloat16``, ``float8_*``, ``int4``...), which NumPy sees as
+  kind ``V`` with their own scalar type; not strings, objects, dates or
+  plain bytes."""
+  return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type is not
+                                   np.void)
 
 
 def call_target(callback: Callable, in_tree: Any, n_in: int,

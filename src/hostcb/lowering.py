@@ -181,6 +181,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   return list(args)  # the tap is an identity: its results are its operands
 
 
+def _record_call_failure(e: BaseException, what: str) -> None:
+  """A legacy ``call`` failed: it fails its computation (its caller gets
+  it), and, as in legacy, the next ``barrier_wait`` raises it too."""
+  engine.record_exception(e, what, reaches_caller=True)
+
+
 def _keep_out(e: BaseException, what: str = "") -> None:
   """A front end's call (``target.rules``, e.g. ``hostcb.pure_callback``)
   fails its computation only, as JAX's callbacks do: its failure is not
@@ -197,7 +203,7 @@ def _call_runner(target):
   """
   invoke = target.invoker()
   drain = engine.drain_device
-  record = engine.record_exception if target.rules is None else _keep_out
+  record = _record_call_failure if target.rules is None else _keep_out
 
   def run(arrays, device):
     drain(device)  # the taps that came before run first
@@ -228,7 +234,7 @@ def _native_call_runner(target):
   check_results = target.check_results
   python_queues = engine.python_queues  # the same dict for the process
   drain = engine.drain_device
-  record = engine.record_exception if target.rules is None else _keep_out
+  record = _record_call_failure if target.rules is None else _keep_out
   what = f"the call to {target.func!r} failed"
 
   def run(arrays, ordinal):

@@ -270,12 +270,14 @@ class CallTarget:
           f"Callback func {_name(self.func)} should have returned a result "
           f"with pytree {self.out_treedef} but returned {treedef}")
     out = []
-    for i, (value, aval) in enumerate(zip(flat, self.result_avals)):
-      a = np.asarray(value)
+    # Each value converted once: what is checked and shown is what the
+    # value gives as an array (its ``__array__``), not its ``shape``.
+    arrays = [np.asarray(v) for v in flat]
+    for i, (a, aval) in enumerate(zip(arrays, self.result_avals)):
       dtype = jax.dtypes.canonicalize_dtype(a.dtype)
       if a.shape != aval.shape or dtype != aval.dtype:
-        actual = [ji.ShapedArray(np.shape(v), jax.dtypes.canonicalize_dtype(
-            np.asarray(v).dtype)) for v in flat]
+        actual = [ji.ShapedArray(v.shape, jax.dtypes.canonicalize_dtype(
+            v.dtype)) for v in arrays]
         expected_text = _avals_text(self.out_treedef, self.result_avals)
         actual_text = _avals_text(self.out_treedef, actual)
         detail = ""

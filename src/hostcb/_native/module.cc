@@ -82,7 +82,7 @@ struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
 // run_batch fail as if out of memory (_fail_next_allocations).
 long g_failing_allocations = 0;
 
-// The tuple of fresh arrays of a tap record; appends the byte copies to do
+// The tuple of fresh read-only arrays of a tap record; appends the byte copies to do
 // to `copies`.  A record whose payload could not be allocated has no
 // operands and target_id -1 (see Enqueue): its tuple is empty.
 PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
@@ -100,6 +100,9 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
     PyObject* a = NewArray(d.dtype, d.rank, dims);
     dims += d.rank;
     if (!a) { Py_DECREF(arrays); return nullptr; }
+    // Read-only, as legacy's tap arrays and those of XLA's Python callbacks
+    // (the fallback): the bytes are copied in below, through the pointer.
+    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a), NPY_ARRAY_WRITEABLE);
     if (d.nbytes) {
       copies->push_back(Copy{PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)),
                              r.data + d.offset, d.nbytes});

@@ -76,6 +76,8 @@ _MAX_BATCH = 256
 # After its last batch a consumer polls for this long (timed waits that
 # producers need not signal) before sleeping until a producer wakes it.
 _POLL_SECONDS = 0.05
+# A consumer frees the retired entries of the registry at most this often.
+_COLLECT_SECONDS = 0.05
 
 _FIX_BUILD = ("install a C++ compiler (e.g. g++) and reinstall hostcb: "
               "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
@@ -366,13 +368,19 @@ class _Consumer:
     run_batch = _native.run_batch
     functions = registry.tap_functions
     device, ordinal = self.device, self.ordinal
+    last_collect = 0.0
     while True:
       # Each batch in order, the GIL held throughout (less the
       # interpreter's switches), calling the tap functions and the hooks.
       run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
                 _POLL_SECONDS)
-      if registry.pending():  # ids that wait for queued records to run
-        registry.collect()
+      # Retired ids that wait for their records to run: checked at most
+      # every _COLLECT_SECONDS (the check may look at every live array).
+      if registry.pending():
+        now = time.monotonic()
+        if now - last_collect >= _COLLECT_SECONDS:
+          last_collect = now
+          registry.collect()
 
 
 def _marker_arrived(marker: int) -> None:

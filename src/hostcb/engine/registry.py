@@ -23,13 +23,15 @@ beside those keys: nothing here looks inside a key.
 Lifetime.  Each lowering that uses an id takes a :class:`Lease` and hands
 it to JAX with the lowered module (its keep-alive list), which lives as
 long as the compiled executable.  When the last lease of an id is gone
-(``jax.clear_caches()``, the jitted function dropped), the id retires: its
-entry is freed once every record that the engine's queues held at that
-moment has run, so a queued tap still finds its function.  Ids are never
-reused: a computation that runs after its executable was freed (one
-still running when it was dropped) finds no function under its id, which
-the engine reports as an error, and never another function.  A freed id
-leaves an empty slot (one list item per table).
+(``jax.clear_caches()``, the jitted function dropped), the id retires.
+Its entry is freed once the computations that may still queue records of
+it have finished (one dispatched just before its executable was dropped
+may still run: :data:`computations_finished`, or a barrier) and every
+record queued until then has run, so that a queued tap still finds its
+function.  Ids are never reused: were an entry freed too early, its
+record would find no function under its id, which the engine reports as
+an error, never another function.  A freed id leaves an empty slot (one
+list item per table).
 
 A lease cannot be pickled: an executable that holds one cannot be
 serialized (``jax.experimental.serialize_executable``), since its ids
@@ -57,7 +59,11 @@ _keys: dict[int, Any] = {}  # target id -> key
 _leases: dict[int, int] = {}  # target id -> live leases
 _names: dict[int, str] = {}  # target id -> the function, for messages
 _released: collections.deque = collections.deque()  # ids of dead leases
-_retiring: list[tuple[int, dict[int, int]]] = []  # (id, records_in by queue)
+# [id, retired at (_retire_seq), records_in by queue once the computations
+# that could queue records of it have finished, else None]
+_retiring: list[list] = []
+_retire_seq = itertools.count(1)
+_last_retire_seq = [0]
 _next_id = itertools.count(1)
 _lock = threading.Lock()
 
@@ -65,7 +71,11 @@ _lock = threading.Lock()
 # ``queue_done(queue) -> records run so far``: set by the native back end
 # (:mod:`.native`), whose queues hold records by target id.
 queue_positions: Callable[[], dict[int, int]] = dict
-queue_done: Callable[[int], int] = lambda queue: 0  # noqa: E731
+queue_done: Callable[[int], int] = lambda queue: 0
+# ``computations_finished() -> bool``: whether every computation dispatched
+# so far that may tap has finished (without waiting; set by the engine):
+# only then have the records of a freed executable all been queued.
+computations_finished: Callable[[], bool] = lambda: True
 
 
 class ProcessLocalFunctionError(pickle.PicklingError):
@@ -199,13 +209,22 @@ def _collect_locked() -> list:
     key = _keys.get(tid)
     if key is not None and _ids.get(key) == tid:
       del _ids[key]  # a new lowering of it gets a new id
-    _retiring.append((tid, queue_positions()))
+    seq = next(_retire_seq)
+    _last_retire_seq[0] = seq
+    _retiring.append([tid, seq, None])
   if not _retiring:
     return []
+  if any(r[2] is None for r in _retiring) and computations_finished():
+    positions = queue_positions()
+    for r in _retiring:
+      if r[2] is None:
+        r[2] = positions
   kept, freed = [], []
-  for tid, positions in _retiring:
-    if any(queue_done(q) < n for q, n in positions.items()):
-      kept.append((tid, positions))
+  for r in _retiring:
+    tid, _, positions = r
+    if positions is None or any(queue_done(q) < n
+                                for q, n in positions.items()):
+      kept.append(r)
       continue
     _keys.pop(tid, None)
     _names.pop(tid, None)
@@ -220,6 +239,25 @@ def _collect_locked() -> list:
 def pending() -> bool:
   """Whether retired ids wait for their queued records to run."""
   return bool(_retiring or _released)
+
+
+def barrier_started() -> int:
+  """Called as a barrier starts: returns the mark to pass to
+  :func:`barrier_done` (the ids whose last lease died so far retire now)."""
+  collect()
+  return _last_retire_seq[0]
+
+
+def barrier_done(mark: int) -> None:
+  """A barrier that started at ``mark`` has seen every computation
+  dispatched before it finish and every record they queued run: the ids
+  retired before it need wait for nothing more."""
+  with _lock:
+    for r in _retiring:
+      if r[1] <= mark and r[2] is None:
+        r[2] = {}
+    freed = _collect_locked()
+  del freed  # out of the lock
 
 
 def after_fork_in_child() -> None:
