@@ -295,6 +295,21 @@ def _free_after_clear_caches(api):
   assert registry.live_ids() == before
 
 
+@pytest.mark.parametrize("api", ["id_tap", "call", "io_callback",
+                                 "debug_callback"])
+def test_dropping_a_jitted_function_frees_its_host_function(api):
+  # As JAX's own callbacks: no clear_caches needed (JAX's caches keyed by
+  # primitive parameters hold hostcb's targets weakly).
+  f = Big()
+  ref = weakref.ref(f)
+  g = _build(api, f)
+  g(1.0)
+  del f, g
+  hcb.barrier_wait()
+  gc.collect()
+  assert ref() is None
+
+
 def test_a_live_program_keeps_its_host_function():
   f = Big()
   ref = weakref.ref(f)

@@ -36,7 +36,7 @@ from typing import Callable
 import jax
 import jax.experimental
 
-from hostcb import debug, host_callback, jax_callbacks
+from hostcb import debug, host_callback, jax_callbacks, primitives
 from hostcb.xla_computation import xla_computation
 
 __all__ = ["install", "uninstall", "legacy_module", "LEGACY_NAME",
@@ -112,13 +112,16 @@ def uninstall() -> None:
   wherever ``install(jax_callbacks=True)`` rebound them, and the legacy
   names it set (``sys.modules["jax.experimental.host_callback"]``,
   ``jax.experimental.host_callback``, ``jax.xla_computation``) are put back
-  as they were, unless something else changed them since.
+  as they were, unless something else changed them since.  JAX's caches
+  hold hostcb's primitive parameters strongly again, as before the first
+  tap (see :mod:`hostcb.jax_internals.keepalive`).
 
   Functions traced while it was installed keep hostcb's callbacks until
   they are traced again.  A ``.pth``-installed hook still resolves a later
   ``import jax.experimental.host_callback``.
   """
   uninstall_jax_callbacks()
+  primitives.release_targets()
   with _lock:
     while _legacy_set:
       obj, name, previous, value = _legacy_set.pop()

@@ -84,6 +84,10 @@ class TapTarget:
   prints: bool = False
   partitioned: bool = False
 
+  def __post_init__(self):
+    if not _held_weakly:
+      _hold_targets_weakly()
+
   def __eq__(self, other) -> bool:
     return (type(other) is TapTarget
             and same_function(self.func, other.func)
@@ -166,6 +170,25 @@ class TapTarget:
     return invoke
 
 
+# Whether JAX's caches hold the targets weakly (installed at the first
+# target: importing hostcb changes nothing of JAX's; hostcb.uninstall()
+# undoes it, see release_targets).
+_held_weakly = []
+
+
+def _hold_targets_weakly() -> None:
+  ji.hold_weakly_in_jax_caches(TapTarget)
+  ji.hold_weakly_in_jax_caches(CallTarget)
+  _held_weakly.append(True)
+
+
+def release_targets() -> None:
+  """JAX's caches hold targets strongly again (``hostcb.uninstall()``);
+  the next target installs it again."""
+  ji.release_jax_caches_hold()
+  _held_weakly.clear()
+
+
 def _trim(index: tuple) -> tuple:
   """Selects, in a shard's buffer, the part that holds its slice ``index``
   (the buffer of an uneven sharding's last shards has padding)."""
@@ -192,6 +215,10 @@ class CallTarget:
   result_avals: tuple
   with_device: bool
   rules: Any = None
+
+  def __post_init__(self):
+    if not _held_weakly:
+      _hold_targets_weakly()
 
   def __eq__(self, other) -> bool:
     return (type(other) is CallTarget

@@ -51,7 +51,9 @@ from hostcb.jax_internals.dispatch import (declares_no_effect,
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
-from hostcb.jax_internals.keepalive import keep_alive_with_executable
+from hostcb.jax_internals.keepalive import (hold_weakly_in_jax_caches,
+                                           keep_alive_with_executable,
+                                           release_jax_caches_hold)
 from hostcb.jax_internals.partitioned import (ShardLayout,
                                              emit_manual_tap,
                                              emit_per_shard_custom_call)

@@ -1,4 +1,5 @@
-"""Objects that live exactly as long as a compiled executable.
+"""Objects that live exactly as long as a compiled executable; primitive
+parameters that JAX's caches hold weakly.
 
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
 checked against jax 0.8.0, 0.10.2 and 0.12.0.1, where the lowering context
@@ -13,16 +14,31 @@ leases of its engine's target ids (:mod:`hostcb.engine.registry`).
 ``jax.experimental.serialize_executable.serialize`` pickles that list
 with the executable: an object in it that refuses pickling refuses the
 serialization.
+
+JAX caches the abstract evaluation of each primitive by its parameters
+(``jax._src.interpreters.partial_eval._cached_abstract_eval``, a
+``multi_weakref_lru_cache`` of up to 2048 entries, cleared by
+``jax.clear_caches()``).  It holds a parameter weakly when it is callable
+(JAX's own callbacks) or its type is in ``jax._src.util.
+weakref_cache_key_types``; any other parameter strongly, so that a tap's
+target (and the function it holds, and what that captured) would outlive
+every program that uses it until 2048 other evaluations pushed it out.
+:func:`hold_weakly_in_jax_caches` adds hostcb's target types to that set
+(on the first tap or call, undone by ``hostcb.uninstall()``), so that the
+entry goes with the last jaxpr that holds the target, as JAX's own
+callbacks' do.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from jax._src import util as _util
 from jax._src.interpreters import mlir as _mlir
 
 from hostcb.jax_internals.versions import require
 
-__all__ = ["keep_alive_with_executable"]
+__all__ = ["keep_alive_with_executable", "hold_weakly_in_jax_caches",
+           "release_jax_caches_hold"]
 
 _add = require(getattr(_mlir, "ModuleContext", None), "add_keepalive",
                "to free the host functions of an executable with it",
@@ -33,3 +49,25 @@ def keep_alive_with_executable(ctx: Any, obj: Any) -> None:
   """Keeps ``obj`` alive as long as the executable that the lowering
   context ``ctx`` (of a primitive's lowering rule) builds."""
   _add(ctx.module_context, obj)
+
+
+_held: list[type] = []  # the types hostcb added
+
+
+def hold_weakly_in_jax_caches(cls: type) -> None:
+  """Makes JAX's caches keyed by primitive parameters hold ``cls``
+  instances weakly (see above); ``cls`` must support weak references."""
+  types = require(_util, "weakref_cache_key_types",
+                  "so that JAX's caches do not keep tap functions alive")
+  if cls not in types:
+    types.add(cls)
+    _held.append(cls)
+
+
+def release_jax_caches_hold() -> None:
+  """Undoes :func:`hold_weakly_in_jax_caches` (``hostcb.uninstall()``)."""
+  types = getattr(_util, "weakref_cache_key_types", None)
+  while _held:
+    cls = _held.pop()
+    if types is not None:
+      types.discard(cls)
