@@ -54,7 +54,7 @@ class EqualRecorder:
   calls: list = dataclasses.field(compare=False, default_factory=list)
 
   def __call__(self, arg, *rest, **kwargs):
-    self.calls.append(float(np.asarray(arg)))
+    self.calls.append(np.asarray(arg).tolist())
 
 
 class Unhashable:
@@ -121,6 +121,21 @@ def test_equal_tap_functions_each_get_their_own_taps(tap):
   jax.jit(lambda x: tap(b, x))(2.0)
   hcb.barrier_wait()
   assert (a.calls, b.calls) == ([1.0], [2.0])
+
+
+@pytest.mark.multidevice
+def test_equal_tap_functions_each_get_their_own_shards():
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+  n = jax.device_count()
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  x = jax.device_put(np.arange(n, dtype=np.float32),
+                     NamedSharding(mesh, PartitionSpec("d")))
+  a, b = EqualRecorder("r"), EqualRecorder("r")
+  jax.jit(lambda v: hcb.id_tap(a, v, partitioned=True))(x)
+  jax.jit(lambda v: hcb.id_tap(b, v + 10, partitioned=True))(x)
+  hcb.barrier_wait()
+  assert sorted(a.calls) == [[float(i)] for i in range(n)]
+  assert sorted(b.calls) == [[float(i + 10)] for i in range(n)]
 
 
 def test_equal_output_streams_of_id_print_each_get_their_prints():
@@ -558,3 +573,51 @@ def test_a_call_failure_that_reached_its_caller_is_not_reported_at_exit():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "caller got JaxRuntimeError\n"
   assert "at exit" not in proc.stderr
+
+
+# ------------------------------------------- JAX internals it needs
+def test_a_jax_without_the_keepalive_list_fails_naming_it_at_import():
+  proc = run_python(
+      "from jax._src.interpreters import mlir\n"
+      "del mlir.ModuleContext.add_keepalive\n"
+      "try:\n"
+      "  import hostcb\n"
+      "except ImportError as e:\n"
+      "  print(type(e).__name__ + ': ' + str(e))\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      "jax._src.interpreters.mlir.ModuleContext.add_keepalive, which hostcb "
+      "uses to free the host functions of an executable with it. hostcb was "
+      "checked against jax 0.8.0 to 0.12.0.1; install a jax in that range "
+      f"or a hostcb release that supports jax {jax.__version__}.\n")
+
+
+def test_a_jax_without_weak_cache_keys_fails_naming_them_at_the_first_tap():
+  proc = run_python(
+      "from jax._src import util\n"
+      "del util.weakref_cache_key_types\n"
+      "import jax, hostcb\n"
+      "print('imported')\n"
+      "try:\n"
+      "  hostcb.id_tap(lambda x, t: None, 1.0)\n"
+      "except ImportError as e:\n"
+      "  print(type(e).__name__ + ': ' + str(e))\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      "imported\n"
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      "jax._src.util.weakref_cache_key_types, which hostcb patches so that "
+      "JAX's caches do not keep tap functions alive. hostcb was checked "
+      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+      f"hostcb release that supports jax {jax.__version__}.\n")
+
+
+def test_uninstall_gives_jax_caches_back_their_strong_hold():
+  from jax._src import util  # the set that hostcb adds its targets to
+  hcb.id_tap(lambda x, t: None, 1.0)
+  assert hostcb.primitives.TapTarget in util.weakref_cache_key_types
+  hostcb.uninstall()
+  assert hostcb.primitives.TapTarget not in util.weakref_cache_key_types
+  hcb.id_tap(lambda x, t: None, 1.0)  # the next tap installs it again
+  assert hostcb.primitives.TapTarget in util.weakref_cache_key_types

@@ -1,8 +1,11 @@
 """Objects that live exactly as long as a compiled executable; primitive
 parameters that JAX's caches hold weakly.
 
-Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
-checked against jax 0.8.0, 0.10.2 and 0.12.0.1, where the lowering context
+Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
+Checked against the sources of jax 0.8.0 and 0.10.2 (jax 0.12.0.1 was not
+at hand: ``make check-newest`` runs these paths there, and a missing
+symbol raises :class:`~hostcb.jax_internals.versions.MissingJaxInternal`).
+In both, the lowering context
 of a primitive (``ctx.module_context``, a ``jax._src.interpreters.mlir.
 ModuleContext``) has ``add_keepalive(obj)``: JAX appends ``obj`` to the
 lowered module's keep-alive list, which the compiled executable holds
