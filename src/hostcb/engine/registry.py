@@ -26,12 +26,14 @@ long as the compiled executable.  When the last lease of an id is gone
 (``jax.clear_caches()``, the jitted function dropped), the id retires.
 Its entry is freed once the computations that may still queue records of
 it have finished (one dispatched just before its executable was dropped
-may still run: :data:`computations_finished`, or a barrier) and every
-record queued until then has run, so that a queued tap still finds its
-function.  Ids are never reused: were an entry freed too early, its
-record would find no function under its id, which the engine reports as
-an error, never another function.  A freed id leaves an empty slot (one
-list item per table).
+may still run) and every record queued until then has run, so that a
+queued tap still finds its function.  Who sees that: a barrier (it waits
+for both), a consumer (between batches, and every ``_COLLECT_SECONDS``
+while idle), a lowering (:func:`collect`, which asks
+:data:`computations_finished` without waiting).  Ids are never reused:
+were an entry freed too early, its record would find no function under
+its id, which the engine reports as an error, never another function.  A
+freed id leaves an empty slot (one list item per table).
 
 A lease cannot be pickled: an executable that holds one cannot be
 serialized (``jax.experimental.serialize_executable``), since its ids
@@ -45,6 +47,7 @@ import collections
 import itertools
 import pickle
 import threading
+import time
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
@@ -76,6 +79,10 @@ queue_done: Callable[[int], int] = lambda queue: 0
 # so far that may tap has finished (without waiting; set by the engine):
 # only then have the records of a freed executable all been queued.
 computations_finished: Callable[[], bool] = lambda: True
+# ``wake_collector()``: makes a thread that may call JAX run :func:`collect`
+# soon (set by the native back end: its consumers); called from a
+# finalizer, so it must neither wait nor call JAX.
+wake_collector: Callable[[], None] = lambda: None
 
 
 class ProcessLocalFunctionError(pickle.PicklingError):
@@ -94,8 +101,11 @@ class Lease:
 
   def __del__(self):
     try:
+      first = not _released
       _released.append(self.tid)
       _collect_if_free()
+      if first:
+        wake_collector()
     except Exception:  # noqa: BLE001  (interpreter exit: nothing to free)
       pass
 
@@ -119,7 +129,8 @@ def _assign_id(key: Any, install: Callable[[int], None], name: str
   """A lease of the target id of ``key``; a new id is passed to
   ``install`` first."""
   with _lock:
-    freed = _collect_locked()
+    # (A lowering may ask JAX: it is no finalizer.)
+    freed = _collect_locked(check_computations=True)
     tid = _ids.get(key)
     if tid is None:
       tid = next(_next_id)
@@ -179,9 +190,14 @@ def live_ids() -> int:
 
 
 def collect() -> None:
-  """Frees the entries of retired ids whose queued records have all run."""
+  """Frees the entries of retired ids whose queued records have all run.
+
+  Asks :data:`computations_finished` (JAX), at most every
+  :data:`CHECK_SECONDS`: call it where JAX may be called (a consumer
+  between batches, a barrier, a lowering), never from a finalizer.
+  """
   with _lock:
-    freed = _collect_locked()
+    freed = _collect_locked(check_computations=True)
   del freed  # out of the lock
 
 
@@ -196,9 +212,17 @@ def _collect_if_free() -> None:
     del freed  # out of the lock
 
 
-def _collect_locked() -> list:
+# collect() asks JAX whether the computations finished at most this often.
+CHECK_SECONDS = 0.05
+_last_check = [-CHECK_SECONDS]
+
+
+def _collect_locked(check_computations: bool = False) -> list:
   """Retires the ids of dead leases, frees what can be; returns the freed
-  entries, to drop once the lock is released."""
+  entries, to drop once the lock is released.  Only with
+  ``check_computations`` does it ask JAX (:data:`computations_finished`):
+  a lease dies in a garbage collection, which may run inside JAX code
+  that holds a lock that JAX would take again."""
   while _released:
     tid = _released.popleft()
     n = _leases.get(tid, 0) - 1
@@ -214,16 +238,29 @@ def _collect_locked() -> list:
     _retiring.append([tid, seq, None])
   if not _retiring:
     return []
-  if any(r[2] is None for r in _retiring) and computations_finished():
-    positions = queue_positions()
-    for r in _retiring:
-      if r[2] is None:
-        r[2] = positions
+  if (check_computations and any(r[2] is None for r in _retiring)
+      and time.monotonic() - _last_check[0] >= CHECK_SECONDS):
+    _last_check[0] = time.monotonic()
+    if computations_finished():
+      positions = queue_positions()
+      for r in _retiring:
+        if r[2] is None:
+          r[2] = positions
   kept, freed = [], []
+  done: dict[int, int] = {}  # records run, per queue, read once
   for r in _retiring:
     tid, _, positions = r
-    if positions is None or any(queue_done(q) < n
-                                for q, n in positions.items()):
+    if positions is None:
+      kept.append(r)
+      continue
+    passed = True
+    for q, n in positions.items():
+      if q not in done:
+        done[q] = queue_done(q)
+      if done[q] < n:
+        passed = False
+        break
+    if not passed:
       kept.append(r)
       continue
     _keys.pop(tid, None)
@@ -237,7 +274,7 @@ def _collect_locked() -> list:
 
 
 def pending() -> bool:
-  """Whether retired ids wait for their queued records to run."""
+  """Whether retired ids wait for their computations or queued records."""
   return bool(_retiring or _released)
 
 
@@ -254,7 +291,7 @@ def barrier_done(mark: int) -> None:
   retired before it need wait for nothing more."""
   with _lock:
     for r in _retiring:
-      if r[1] <= mark and r[2] is None:
+      if r[1] <= mark:
         r[2] = {}
     freed = _collect_locked()
   del freed  # out of the lock
