@@ -11,6 +11,8 @@ of JAX's, ``hostcb.uninstall()`` puts JAX's back.
 
 ``hostcb.progress``: tqdm progress bars for ``scan``, ``fori_loop`` and
 ``while_loop`` (imported on first use; needs ``pip install hostcb[progress]``).
+``hostcb.metrics``: metrics from compiled loops to TensorBoard, W&B and
+files (imported on first use).
 """
 from hostcb import config
 from hostcb.host_callback import (CallbackException, CallbackFlavor,
@@ -27,11 +29,12 @@ __version__ = "0.3.0"
 
 
 def __getattr__(name: str):
-  # hostcb.progress (tqdm bars for compiled loops) is imported when first
-  # used: it needs tqdm, an optional dependency.
-  if name == "progress":
+  # hostcb.progress (tqdm bars for compiled loops) and hostcb.metrics are
+  # imported when first used: tqdm is an optional dependency, and the
+  # metrics' writer is not needed by programs that do not log.
+  if name in ("progress", "metrics"):
     import importlib  # noqa: PLC0415  (tqdm only when used)
-    return importlib.import_module("hostcb.progress")
+    return importlib.import_module(f"hostcb.{name}")
   raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
 
 

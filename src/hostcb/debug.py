@@ -215,7 +215,7 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
                      eager=_Eagerly(call), effects=effects, prints=True,
-                     partitioned=partitioned)
+                     partitioned=partitioned, per_element=partitioned)
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 

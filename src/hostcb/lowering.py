@@ -127,22 +127,20 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
         f"{engine.unavailable_reason() or 'available'}); use "
         "partitioned=False, or shard_map, where every device taps its own "
         "operand")
-  unpacked = unpack_transforms(transforms)
-  # The leases of the ids, kept by emit_tap, which the executable keeps.
-  leases = []
-
-  def emit_tap(operands, layout):
-    lease = engine.target_id(("shard tap", target, transforms, layout.key()),
-                             lambda: target.engine_entry(unpacked, layout),
-                             target.func)
-    leases.append(lease)
-    tid = lease.tid
-    if target.prints:
-      engine.mark_print(tid)
-    return ji.emit_manual_tap(engine.ffi_target_name, operands,
-                              {"target_id": tid})
-
-  ji.emit_per_shard_custom_call(ctx, args, emit_tap=emit_tap)
+  # The target id is fixed here, in the lowered module, not when XLA
+  # partitions it: JAX's persistent compilation cache keys the lowered
+  # module, and a cache hit is never partitioned again.
+  shapes = tuple(tuple(a.shape) for a in ctx.avals_in)
+  lease = engine.target_id(
+      ("shard tap", target, transforms, shapes),
+      lambda: target.shard_entry(unpack_transforms(transforms), shapes),
+      target.func)
+  ji.keep_alive_with_executable(ctx, lease)
+  tid = lease.tid
+  if target.prints:
+    engine.mark_print(tid)
+  ji.emit_per_shard_custom_call(ctx, args, target=engine.ffi_target_name,
+                                target_id=tid)
   return list(args)  # the tap is an identity: its results are its operands
 
 

@@ -115,11 +115,13 @@ xla::ffi::Error OutOfRange(int32_t device);
 // args[first:] into *layout and reserves its record in q (*r, `lock` then
 // holding q's mutex).  On failure nothing is reserved, or the record went
 // through as a lost tap (LostTap), and the handler returns the error.
+// `own_block_from`: as Queue::Reserve's.
 xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
                            const XLA_FFI_Args* args, size_t first,
                            TapLayout* layout,
                            std::unique_lock<std::mutex>& lock,
-                           Queue::Reservation* r);
+                           Queue::Reservation* r,
+                           uint64_t own_block_from = Queue::kNoOwnBlock);
 // The error of hostcb_tap if a result other than the token is asked for.
 xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost

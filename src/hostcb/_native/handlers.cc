@@ -42,6 +42,11 @@ std::atomic<uint64_t> g_default_capacity{kDefaultQueueBytes};
 // round trip); larger ones are copied with it released.
 constexpr uint64_t kCopyUnderLock = 4096;
 
+// CPU tap payloads of this size or more get their own block (queue.h: own
+// blocks), which the consumer hands to the tap function without a second
+// copy.  Below it, copying out of the ring costs less than an allocation.
+constexpr uint64_t kOwnBlockBytes = uint64_t{1} << 20;
+
 bool SubByte(int dtype) {
   switch (dtype) {
     case XLA_FFI_DataType_S1: case XLA_FFI_DataType_S2:
@@ -97,12 +102,12 @@ ffi::Error OutOfRange(int32_t device) {
 ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
                       size_t first, TapLayout* layout,
                       std::unique_lock<std::mutex>& lock,
-                      Queue::Reservation* r) {
+                      Queue::Reservation* r, uint64_t own_block_from) {
   RequestConsumer(q);
   ffi::Error e = MeasureTap(args, first, layout);
   if (e.failure()) return e;
   *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
-                  /*never_wait=*/tl_consumer_queue == q);
+                  /*never_wait=*/tl_consumer_queue == q, own_block_from);
   if (IsPrintTarget(target_id)) q->NotePrintLocked();
   if (r->data == nullptr) return LostTap(q, *r, layout->payload);
   return ffi::Error::Success();
@@ -141,7 +146,8 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   TapLayout layout;
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r);
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
+                            kOwnBlockBytes);
   if (e.failure()) return e;
   const bool copy_unlocked = layout.payload > kCopyUnderLock;
   if (copy_unlocked) lock.unlock();

@@ -6,9 +6,14 @@
 //
 // Copy semantics: run_batch makes ONE copy of each operand, out of the
 // ring into a fresh NumPy array that Python owns (callbacks may keep it);
-// the ring bytes are freed as soon as the batch is copied.  Memory is thus
-// bounded by the ring capacity plus one batch (run_batch's max_bytes,
-// default the capacity): within 2x the queue size.
+// the ring bytes are freed as soon as the batch is copied.  A record with
+// its own block (queue.h: own blocks; large CPU taps) is not copied at
+// all: its arrays view the block, which they keep alive through their
+// base (a capsule that frees it when the last of them goes), and the
+// queue forgets it.  Either way a tap function gets arrays of its own,
+// whose values nothing changes after it returns.  Memory is thus bounded
+// by the ring capacity plus one batch (run_batch's max_bytes, default
+// the capacity), plus what tap functions keep: within 2x the queue size.
 #define HOSTCB_IMPORTS_NUMPY
 #include "pyarrays.h"
 
@@ -82,10 +87,20 @@ struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
 // run_batch fail as if out of memory (_fail_next_allocations).
 long g_failing_allocations = 0;
 
-// The tuple of fresh read-only arrays of a tap record; appends the byte copies to do
-// to `copies`.  A record whose payload could not be allocated has no
-// operands and target_id -1 (see Enqueue): its tuple is empty.
-PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
+constexpr const char* kBlockName = "hostcb.record_block";
+
+void FreeBlock(PyObject* capsule) {
+  std::free(PyCapsule_GetPointer(capsule, kBlockName));
+}
+
+// The tuple of read-only arrays of a tap record; appends the byte copies to
+// do to
+// `copies`, or, for a record with its own block, sets *adopted and views
+// the block instead (see the copy semantics above).  A record whose
+// payload could not be allocated has no operands and target_id -1 (see
+// Enqueue): its tuple is empty.
+PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
+                      uint8_t* adopted) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
   auto* dims = reinterpret_cast<const int64_t*>(r.data +
                                                 r.num_operands * sizeof(OperandDesc));
@@ -93,21 +108,46 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
     --g_failing_allocations;
     return PyErr_NoMemory();
   }
+  // The block's owner, without a destructor until every array holds it:
+  // on a failure before that, the queue still frees the block.
+  PyObject* owner = nullptr;
+  if (r.external_bytes && r.data && r.num_operands) {
+    owner = PyCapsule_New(r.data, kBlockName, nullptr);
+    if (!owner) return nullptr;
+  }
   PyObject* arrays = PyTuple_New(r.num_operands);
-  if (!arrays) return nullptr;
+  if (!arrays) { Py_XDECREF(owner); return nullptr; }
   for (uint16_t i = 0; i < r.num_operands; ++i) {
     const OperandDesc& d = descs[i];
-    PyObject* a = NewArray(d.dtype, d.rank, dims);
+    PyObject* a = NewArray(d.dtype, d.rank, dims,
+                           owner ? r.data + d.offset : nullptr);
     dims += d.rank;
-    if (!a) { Py_DECREF(arrays); return nullptr; }
+    if (a && owner) {
+      Py_INCREF(owner);
+      if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a),
+                                owner) < 0) {  // steals owner, even then
+        Py_CLEAR(a);
+      }
+    }
+    if (!a) {
+      Py_DECREF(arrays);
+      Py_XDECREF(owner);
+      return nullptr;
+    }
     // Read-only, as legacy's tap arrays and those of XLA's Python callbacks
-    // (the fallback): the bytes are copied in below, through the pointer.
+    // (the fallback): copied bytes are written through the pointer below.
     PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a), NPY_ARRAY_WRITEABLE);
-    if (d.nbytes) {
+    if (!owner && d.nbytes) {
       copies->push_back(Copy{PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)),
                              r.data + d.offset, d.nbytes});
     }
     PyTuple_SET_ITEM(arrays, i, a);
+  }
+  if (owner) {
+    // Cannot fail: `owner` is a valid capsule.
+    PyCapsule_SetDestructor(owner, FreeBlock);
+    Py_DECREF(owner);  // the arrays hold it
+    *adopted = 1;
   }
   return arrays;
 }
@@ -210,6 +250,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   // Build every array of the batch, copy the bytes, free the ring; then run.
   std::vector<Copy> copies;
   std::vector<Built> built;
+  std::vector<uint8_t> adopted(records.size(), 0);
   built.reserve(records.size());
   for (const Record& r : records) {
     if (r.kind == kMarker) {
@@ -217,7 +258,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       continue;
     }
     const size_t copies_before = copies.size();
-    PyObject* arrays = BuildArrays(r, &copies);
+    PyObject* arrays = BuildArrays(r, &copies, &adopted[built.size()]);
     if (arrays == nullptr) {
       // Out of memory for this tap's arrays: the tap is lost, and reported
       // (target -1, see RunTap) at its place in the batch; the markers and
@@ -238,7 +279,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   } else {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
   }
-  q->Release(records.size());
+  q->Release(records.size(), adopted.data());
   for (Built& b : built) {
     if (b.kind == kMarker) {
       if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {

@@ -32,8 +32,11 @@ inline bool PythonIsFinalizing() {
 extern PyArray_Descr* g_descr[kMaxDtype];
 
 // A new C-contiguous NumPy array of XLA dtype `dtype` and shape `dims`
-// (uninitialised), or nullptr with a Python error set.  Needs the GIL.
-inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims) {
+// (uninitialised), or nullptr with a Python error set; with `data`, an
+// array over those bytes (16-byte aligned; the caller keeps them alive
+// through the array's base).  Needs the GIL.
+inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
+                          void* data = nullptr) {
   PyArray_Descr* descr =
       dtype >= 0 && dtype < kMaxDtype ? g_descr[dtype] : nullptr;
   if (rank > NPY_MAXDIMS || descr == nullptr) {
@@ -46,7 +49,7 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims) {
   for (int k = 0; k < rank; ++k) shape[k] = static_cast<npy_intp>(dims[k]);
   Py_INCREF(descr);  // PyArray_NewFromDescr steals it
   return PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape, nullptr,
-                              nullptr, 0, nullptr);
+                              data, data ? NPY_ARRAY_CARRAY : 0, nullptr);
 }
 
 // The pending Python exception, normalized and with its traceback set, as

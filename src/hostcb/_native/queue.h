@@ -53,6 +53,15 @@
 //    dropped.
 //  * When the queue becomes empty, head_ and tail_ go back to 0, so a
 //    consumer that keeps up keeps touching the same first pages of the ring.
+//  * Own blocks: a producer may ask (Reserve's own_block_from) that a
+//    payload of at least that many bytes get its own allocation even when
+//    it fits the ring, admitted and counted as a ring payload would be.
+//    The consumer may then adopt an external payload instead of copying
+//    it (Release's `adopted`): Release forgets it without freeing it, and
+//    from then on the consumer alone owns the block (module.cc frees it
+//    when the last array that views it goes).  Nothing else ever writes
+//    to an external payload after its commit, so an adopted block holds
+//    the tapped values for as long as it lives.
 #pragma once
 
 #include <sys/mman.h>
@@ -194,10 +203,13 @@ class Queue {
   // Waits while the queue is full unless `never_wait`.  Returns with mu_
   // held in `lock` (the caller copies small payloads under it, or unlocks
   // for large ones) and the record not yet ready.  data is nullptr if an
-  // external allocation failed.
+  // external allocation failed.  A payload of `own_block_from` bytes or
+  // more gets its own allocation (see the invariants: own blocks).
+  static constexpr uint64_t kNoOwnBlock = ~uint64_t{0};
   Reservation Reserve(std::unique_lock<std::mutex>& lock, RecordKind kind,
                       int64_t target_id, uint16_t num_operands,
-                      uint64_t payload_bytes, bool never_wait) {
+                      uint64_t payload_bytes, bool never_wait,
+                      uint64_t own_block_from = kNoOwnBlock) {
     lock = std::unique_lock<std::mutex>(mu_);
     payload_bytes = AlignUp(payload_bytes);
     if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
@@ -210,6 +222,12 @@ class Queue {
         // Larger than the whole ring: its own allocation, admitted when the
         // queue is empty (so the bound is exceeded by this record only).
         if (held == 0 || never_wait || consumer_dispatching_) {
+          external = true;
+          break;
+        }
+      } else if (payload_bytes >= own_block_from) {
+        if (held + payload_bytes + sizeof(Record) <= capacity_ || never_wait ||
+            consumer_dispatching_) {
           external = true;
           break;
         }
@@ -334,13 +352,15 @@ class Queue {
     return Take::kRecords;
   }
 
-  // Frees the first n records, which the active consumer has read.
-  void Release(size_t n) {
+  // Frees the first n records, which the active consumer has read.  Where
+  // `adopted` (n flags, or nullptr) is set, the record's external payload
+  // is the consumer's now: forgotten, not freed (see own blocks).
+  void Release(size_t n, const uint8_t* adopted = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
       Record& r = records_.front();
       if (r.external_bytes) {
-        std::free(r.data);
+        if (adopted == nullptr || !adopted[i]) std::free(r.data);
         external_held_ -= r.external_bytes;
       }
       if (r.ring_bytes) tail_ = r.ring_pos + r.ring_bytes;

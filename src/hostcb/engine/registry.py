@@ -2,9 +2,20 @@
 
 A native tap or call carries an integer ``target_id`` attribute; the
 engine reads three tables indexed by it directly (no Python int is built
-per tap or call to look one up).  Ids come from one sequence and one key
-table shared by taps and calls, so each table has None where the other
-kind has its ids.
+per tap or call to look one up).  Ids come from one key table shared by
+taps and calls, so each table has None where the other kind has its ids.
+
+Ids are part of the lowered program, and so of the key of JAX's
+persistent compilation cache.  To let a program lowered in another
+process (of the same code) find its cache entry whatever else either
+process registered before, a key's id does not count registrations: it is
+the first id never taken at or after a hash of the key's text (its
+``repr`` without memory addresses), among ``SPREAD`` ids.  Keys of the
+same text (two closures of one ``lambda``, a retraced function) take the
+next ids in the order they come; in another order they get each other's
+ids, and the programs then miss the cache, which is safe: a cache entry is
+found only by a program lowered with the same ids, that is, bound to this
+process's functions.
 
 * taps: id -> entry.  An entry ``(func, second)`` is called as
   ``func(arrays[0], second)`` (a tap function of one array that takes no
@@ -44,8 +55,10 @@ Standard library only: the tables are plain lists.
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import pickle
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -67,8 +80,45 @@ _released: collections.deque = collections.deque()  # ids of dead leases
 _retiring: list[list] = []
 _retire_seq = itertools.count(1)
 _last_retire_seq = [0]
-_next_id = itertools.count(1)
+# Every id ever given (freed ones too: an id is never reused), one bit
+# each, and, per first choice, where the search for a free id goes on from.
+_taken = bytearray()
+_probe_from: dict[int, int] = {}
 _lock = threading.Lock()
+
+# Ids start in [1, SPREAD]: the tables stay lists that small (and below
+# the engine's table of print targets, 2**20), plus one slot per id given.
+SPREAD = 1 << 16
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _text(key: Any) -> str:
+  """The key's text, the same in every process that runs the same code."""
+  try:
+    text = repr(key)
+  except Exception:  # noqa: BLE001  (a failing repr: only the spread is lost)
+    text = type(key).__qualname__
+  return _ADDRESS.sub("", text)
+
+
+def _first_choice(key: Any) -> int:
+  digest = hashlib.blake2b(_text(key).encode("utf-8", "replace"),
+                           digest_size=8).digest()
+  return 1 + int.from_bytes(digest, "little") % SPREAD
+
+
+def _new_id(key: Any) -> int:
+  """An id never given before, from the key's first choice on (under the
+  lock)."""
+  first = _first_choice(key)
+  tid = _probe_from.get(first, first)
+  while tid >> 3 < len(_taken) and _taken[tid >> 3] >> (tid & 7) & 1:
+    tid += 1
+  if tid >> 3 >= len(_taken):
+    _taken.extend(bytes((tid >> 3) + 1 - len(_taken)))
+  _taken[tid >> 3] |= 1 << (tid & 7)
+  _probe_from[first] = tid + 1
+  return tid
 
 # ``queue_positions() -> {queue: records queued so far}`` and
 # ``queue_done(queue) -> records run so far``: set by the native back end
@@ -133,7 +183,7 @@ def _assign_id(key: Any, install: Callable[[int], None], name: str
     freed = _collect_locked(check_computations=True)
     tid = _ids.get(key)
     if tid is None:
-      tid = next(_next_id)
+      tid = _new_id(key)
       install(tid)
       _ids[key] = tid
       _keys[tid] = key

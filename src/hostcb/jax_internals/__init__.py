@@ -54,9 +54,8 @@ from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
 from hostcb.jax_internals.keepalive import (hold_weakly_in_jax_caches,
                                            keep_alive_with_executable,
                                            release_jax_caches_hold)
-from hostcb.jax_internals.partitioned import (ShardLayout,
-                                             emit_manual_tap,
-                                             emit_per_shard_custom_call)
+from hostcb.jax_internals.partitioned import (emit_per_shard_custom_call,
+                                             slice_bounds)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
                                           tiled_sharding_text,
                                           to_xla_computation,

@@ -71,6 +71,7 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
+from hostcb.jax_internals.token_arrays import tokens_as_arrays
 from hostcb.jax_internals.versions import require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
@@ -226,10 +227,17 @@ def _install() -> None:
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
     result = original(*args, **kwargs)
-    if not _fast[0] or _in_tap_function.value:
-      return result
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
+      return result
+    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if _devices(module) > 1:
+      # Keeps its token, as a bool[0] array that jaxlib can serialize
+      # (the persistent compilation cache; see .token_arrays).
+      with module.context:
+        tokens_as_arrays(module, num_dim_vars)
+      return result
+    if not _fast[0] or _in_tap_function.value:
       return result
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
@@ -238,10 +246,7 @@ def _install() -> None:
     # above hold for the whole executable, so JAX's go too.
     mine = [i for i, e in enumerate(ordered)
             if isinstance(e, HostCallbackEffect) or is_jax_callback_effect(e)]
-    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
-      if _devices(module) > 1:
-        return result  # keeps its token (see the module's docstring)
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
         for i in reversed(mine):
