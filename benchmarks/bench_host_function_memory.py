@@ -5,8 +5,9 @@ One mode per process (peak RSS is per process), each run as:
     python benchmarks/bench_host_function_memory.py MODE
 
 * ``hostcb``: 20 jitted functions, each a ``hostcb.debug.callback`` of an
-  object holding 40 MB, run and dropped one after the other; then
-  ``jax.clear_caches()`` and ``gc.collect()``;
+  object holding 40 MB, run and dropped one after the other, each followed
+  by a barrier; then ``jax.clear_caches()``, ``gc.collect()`` and a
+  barrier;
 * ``jax``: the same with JAX's own ``jax.debug.callback``;
 * ``install``: 50 jitted functions whose ``jax.debug.callback`` holds
   8 MB, under ``hostcb.install(jax_callbacks=True)``.
@@ -59,6 +60,8 @@ def main(mode: str) -> None:
     del f, holder
     barrier()
   jax.clear_caches()
+  gc.collect()
+  barrier()  # (hostcb frees a dropped program's entries at a barrier)
   gc.collect()
   alive = sum(r() is not None for r in refs)
   peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

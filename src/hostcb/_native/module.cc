@@ -93,10 +93,9 @@ void FreeBlock(PyObject* capsule) {
   std::free(PyCapsule_GetPointer(capsule, kBlockName));
 }
 
-// The tuple of read-only arrays of a tap record; appends the byte copies to
-// do to
-// `copies`, or, for a record with its own block, sets *adopted and views
-// the block instead (see the copy semantics above).  A record whose
+// The tuple of read-only arrays of a tap record; appends the byte copies
+// to do to `copies`, or, for a record with its own block, sets *adopted and
+// views the block instead (see the copy semantics above).  A record whose
 // payload could not be allocated has no operands and target_id -1 (see
 // Enqueue): its tuple is empty.
 PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
@@ -364,14 +363,13 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   Queue::Counters c = q->GetCounters();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "records_in",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "records_in",
                        (unsigned long long)c.records_in, "records_out",
                        (unsigned long long)c.records_out, "bytes_held",
                        (unsigned long long)c.bytes_held, "records_held",
                        (unsigned long long)c.records_held, "capacity",
                        (unsigned long long)c.capacity, "space_waiters",
-                       (unsigned long long)c.space_waiters, "records_run",
-                       (unsigned long long)c.records_run);
+                       (unsigned long long)c.space_waiters);
 }
 
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
@@ -487,7 +485,7 @@ PyMethodDef kMethods[] = {
      "may wait for it)."},
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
-     "capacity, space_waiters, records_run}."},
+     "capacity, space_waiters}."},
     {"mark_print_target", Py_mark_print_target, METH_O,
      "mark_print_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},

@@ -477,16 +477,12 @@ class Queue {
   struct Counters {
     uint64_t records_in, records_out, bytes_held, records_held, capacity,
         space_waiters;
-    // Records whose tap functions (or markers) have run: at most
-    // records_out, which counts the records taken out of the queue.
-    uint64_t records_run;
   };
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
     return Counters{records_in_, records_out_, HeldLocked(),
                     records_.size(), capacity_,
-                    static_cast<uint64_t>(space_waiters_),
-                    ran_.load(std::memory_order_seq_cst)};
+                    static_cast<uint64_t>(space_waiters_)};
   }
 
  private:

@@ -166,6 +166,5 @@ def _set_strict_barrier(strict: bool) -> None:
 
 
 ji.set_dispatch_hook(_dispatch_started)
-registry.computations_finished = ji.dispatched_computations_finished
 config.subscribe(config.MAX_QUEUE_BYTE_SIZE, _set_max_queue_bytes)
 config.subscribe(config.STRICT_BARRIER, _set_strict_barrier)

@@ -76,10 +76,6 @@ _MAX_BATCH = 256
 # After its last batch a consumer polls for this long (timed waits that
 # producers need not signal) before sleeping until a producer wakes it.
 _POLL_SECONDS = 0.05
-# While retired ids of the registry wait, an idle consumer looks at them
-# this often (registry.collect, which asks JAX at most every
-# registry.CHECK_SECONDS).
-_COLLECT_SECONDS = 0.05
 
 _FIX_BUILD = ("install a C++ compiler (e.g. g++) and reinstall hostcb: "
               "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
@@ -207,9 +203,6 @@ def register_targets(capacity: int) -> None:
     native.set_consumer_hooks(_marker_arrived, _tap_failed,
                               dispatch_finished)
     native.set_consumer_starter(_start_consumer)
-    registry.queue_positions = _queue_positions
-    registry.queue_done = _queue_done
-    registry.wake_collector = _wake_consumers
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     native.set_capacity(int(capacity))
@@ -245,26 +238,6 @@ def supports(dtypes: Iterable[Any]) -> bool:
     return all(np.dtype(d) in _supported_dtypes for d in dtypes)
   except TypeError:  # not a NumPy dtype (e.g. an extended JAX dtype)
     return False
-
-
-def _queue_positions() -> dict[int, int]:
-  """Records queued so far, per queue with a consumer (the registry frees
-  a retired target id once its queues have run that many)."""
-  return {o: _native.counters(o)["records_in"] for o in list(_consumers)}
-
-
-def _wake_consumers() -> None:
-  """Wakes every consumer (an empty marker, id 0, which no barrier
-  waits for): a retired id waits, which a consumer frees between batches
-  (see :mod:`.registry`).  From a finalizer: ``put_marker`` never waits
-  and runs no Python."""
-  for o in list(_consumers):
-    _native.put_marker(o, 0)
-
-
-def _queue_done(ordinal: int) -> int:
-  """Records of queue ``ordinal`` whose tap functions have run."""
-  return _native.counters(ordinal)["records_run"]
 
 
 def _check_call(tid: int, result: Any) -> tuple:
@@ -380,18 +353,11 @@ class _Consumer:
     run_batch = _native.run_batch
     functions = registry.tap_functions
     device, ordinal = self.device, self.ordinal
-    pending = registry.pending
     while True:
       # Each batch in order, the GIL held throughout (less the
       # interpreter's switches), calling the tap functions and the hooks.
-      # While retired ids wait (for their computations to finish, for
-      # their records to run), the wait for a batch ends after
-      # _COLLECT_SECONDS, so that an idle consumer frees them too.
-      waiting = pending()
-      run_batch(ordinal, functions, device, _MAX_BATCH,
-                _COLLECT_SECONDS if waiting else None, 0, _POLL_SECONDS)
-      if waiting or pending():
-        registry.collect()
+      run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
+                _POLL_SECONDS)
 
 
 def _marker_arrived(marker: int) -> None:
@@ -494,9 +460,8 @@ def set_capacity(nbytes: int) -> None:
 
 
 def counters(ordinal: int) -> dict[str, int]:
-  """records_in, records_out, bytes_held, records_held, capacity,
-  space_waiters and records_run (tap functions run) of the queue of a
-  device ordinal (for tests)."""
+  """records_in, records_out, bytes_held, records_held, capacity and
+  space_waiters of the queue of a device ordinal (for tests)."""
   return _require().counters(ordinal)
 
 

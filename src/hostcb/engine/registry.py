@@ -35,16 +35,17 @@ Lifetime.  Each lowering that uses an id takes a :class:`Lease` and hands
 it to JAX with the lowered module (its keep-alive list), which lives as
 long as the compiled executable.  When the last lease of an id is gone
 (``jax.clear_caches()``, the jitted function dropped), the id retires.
-Its entry is freed once the computations that may still queue records of
-it have finished (one dispatched just before its executable was dropped
-may still run) and every record queued until then has run, so that a
-queued tap still finds its function.  Who sees that: a barrier (it waits
-for both), a consumer (between batches, and every ``_COLLECT_SECONDS``
-while idle), a lowering (:func:`collect`, which asks
-:data:`computations_finished` without waiting).  Ids are never reused:
-were an entry freed too early, its record would find no function under
-its id, which the engine reports as an error, never another function.  A
-freed id leaves an empty slot (one list item per table).
+A retired id's entry is freed by the next barrier (:func:`barrier_done`):
+a computation of its executable may still be running (one dispatched just
+before the executable was dropped, its results dropped too, is visible to
+nothing but a barrier of its thread), and a barrier waits for those and
+for the records they queued, so that a queued tap still finds its
+function.  Nothing else frees an entry: a finalizer (where a lease dies)
+must not call JAX, and a check without waiting cannot see such a
+computation.  Ids are never reused: were an entry freed too early, its
+record would find no function under its id, which the engine reports as
+an error, never another function.  A freed id leaves an empty slot (one
+list item per table).
 
 A lease cannot be pickled: an executable that holds one cannot be
 serialized (``jax.experimental.serialize_executable``), since its ids
@@ -60,7 +61,6 @@ import itertools
 import pickle
 import re
 import threading
-import time
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
@@ -75,9 +75,8 @@ _keys: dict[int, Any] = {}  # target id -> key
 _leases: dict[int, int] = {}  # target id -> live leases
 _names: dict[int, str] = {}  # target id -> the function, for messages
 _released: collections.deque = collections.deque()  # ids of dead leases
-# [id, retired at (_retire_seq), records_in by queue once the computations
-# that could queue records of it have finished, else None]
-_retiring: list[list] = []
+# (id, retired at: _retire_seq), freed by the next barrier
+_retiring: list[tuple[int, int]] = []
 _retire_seq = itertools.count(1)
 _last_retire_seq = [0]
 # Every id ever given (freed ones too: an id is never reused), one bit
@@ -120,21 +119,6 @@ def _new_id(key: Any) -> int:
   _probe_from[first] = tid + 1
   return tid
 
-# ``queue_positions() -> {queue: records queued so far}`` and
-# ``queue_done(queue) -> records run so far``: set by the native back end
-# (:mod:`.native`), whose queues hold records by target id.
-queue_positions: Callable[[], dict[int, int]] = dict
-queue_done: Callable[[int], int] = lambda queue: 0
-# ``computations_finished() -> bool``: whether every computation dispatched
-# so far that may tap has finished (without waiting; set by the engine):
-# only then have the records of a freed executable all been queued.
-computations_finished: Callable[[], bool] = lambda: True
-# ``wake_collector()``: makes a thread that may call JAX run :func:`collect`
-# soon (set by the native back end: its consumers); called from a
-# finalizer, so it must neither wait nor call JAX.
-wake_collector: Callable[[], None] = lambda: None
-
-
 class ProcessLocalFunctionError(pickle.PicklingError):
   """A compiled executable that calls process-local host functions was
   serialized: in another process, its target ids would name other
@@ -151,11 +135,8 @@ class Lease:
 
   def __del__(self):
     try:
-      first = not _released
       _released.append(self.tid)
       _collect_if_free()
-      if first:
-        wake_collector()
     except Exception:  # noqa: BLE001  (interpreter exit: nothing to free)
       pass
 
@@ -179,8 +160,7 @@ def _assign_id(key: Any, install: Callable[[int], None], name: str
   """A lease of the target id of ``key``; a new id is passed to
   ``install`` first."""
   with _lock:
-    # (A lowering may ask JAX: it is no finalizer.)
-    freed = _collect_locked(check_computations=True)
+    _collect_locked()
     tid = _ids.get(key)
     if tid is None:
       tid = _new_id(key)
@@ -189,7 +169,6 @@ def _assign_id(key: Any, install: Callable[[int], None], name: str
       _keys[tid] = key
       _names[tid] = name
     _leases[tid] = _leases.get(tid, 0) + 1
-  del freed  # the functions freed, out of the lock (their __del__ may run)
   return Lease(tid)
 
 
@@ -240,39 +219,25 @@ def live_ids() -> int:
 
 
 def collect() -> None:
-  """Frees the entries of retired ids whose queued records have all run.
-
-  Asks :data:`computations_finished` (JAX), at most every
-  :data:`CHECK_SECONDS`: call it where JAX may be called (a consumer
-  between batches, a barrier, a lowering), never from a finalizer.
-  """
+  """Retires the ids whose last lease died (their entries wait for the
+  next barrier)."""
   with _lock:
-    freed = _collect_locked(check_computations=True)
-  del freed  # out of the lock
+    _collect_locked()
 
 
 def _collect_if_free() -> None:
   # A lease may die inside a registry call of the same thread (a garbage
-  # collection): the lock is then held, and the next call collects.
+  # collection): the lock is then held, and that call collects.
   if _lock.acquire(blocking=False):
     try:
-      freed = _collect_locked()
+      _collect_locked()
     finally:
       _lock.release()
-    del freed  # out of the lock
 
 
-# collect() asks JAX whether the computations finished at most this often.
-CHECK_SECONDS = 0.05
-_last_check = [-CHECK_SECONDS]
-
-
-def _collect_locked(check_computations: bool = False) -> list:
-  """Retires the ids of dead leases, frees what can be; returns the freed
-  entries, to drop once the lock is released.  Only with
-  ``check_computations`` does it ask JAX (:data:`computations_finished`):
-  a lease dies in a garbage collection, which may run inside JAX code
-  that holds a lock that JAX would take again."""
+def _collect_locked() -> None:
+  """Retires the ids of dead leases (JAX is not called: a lease dies in a
+  garbage collection, which may run inside JAX code)."""
   while _released:
     tid = _released.popleft()
     n = _leases.get(tid, 0) - 1
@@ -285,46 +250,11 @@ def _collect_locked(check_computations: bool = False) -> list:
       del _ids[key]  # a new lowering of it gets a new id
     seq = next(_retire_seq)
     _last_retire_seq[0] = seq
-    _retiring.append([tid, seq, None])
-  if not _retiring:
-    return []
-  if (check_computations and any(r[2] is None for r in _retiring)
-      and time.monotonic() - _last_check[0] >= CHECK_SECONDS):
-    _last_check[0] = time.monotonic()
-    if computations_finished():
-      positions = queue_positions()
-      for r in _retiring:
-        if r[2] is None:
-          r[2] = positions
-  kept, freed = [], []
-  done: dict[int, int] = {}  # records run, per queue, read once
-  for r in _retiring:
-    tid, _, positions = r
-    if positions is None:
-      kept.append(r)
-      continue
-    passed = True
-    for q, n in positions.items():
-      if q not in done:
-        done[q] = queue_done(q)
-      if done[q] < n:
-        passed = False
-        break
-    if not passed:
-      kept.append(r)
-      continue
-    _keys.pop(tid, None)
-    _names.pop(tid, None)
-    for table in (tap_functions, call_runners, call_checks):
-      if tid < len(table):
-        freed.append(table[tid])
-        table[tid] = None
-  _retiring[:] = kept
-  return freed
+    _retiring.append((tid, seq))
 
 
 def pending() -> bool:
-  """Whether retired ids wait for their computations or queued records."""
+  """Whether retired ids wait for a barrier."""
   return bool(_retiring or _released)
 
 
@@ -337,14 +267,24 @@ def barrier_started() -> int:
 
 def barrier_done(mark: int) -> None:
   """A barrier that started at ``mark`` has seen every computation
-  dispatched before it finish and every record they queued run: the ids
-  retired before it need wait for nothing more."""
+  dispatched before it finish (those it covers: see
+  :func:`hostcb.barrier_wait`) and every record they queued run: frees the
+  entries of the ids retired before it."""
+  freed = []
   with _lock:
-    for r in _retiring:
-      if r[1] <= mark:
-        r[2] = {}
-    freed = _collect_locked()
-  del freed  # out of the lock
+    kept = []
+    for tid, seq in _retiring:
+      if seq > mark:
+        kept.append((tid, seq))
+        continue
+      _keys.pop(tid, None)
+      _names.pop(tid, None)
+      for table in (tap_functions, call_runners, call_checks):
+        if tid < len(table):
+          freed.append(table[tid])
+          table[tid] = None
+    _retiring[:] = kept
+  del freed  # the functions, out of the lock (their __del__ may run)
 
 
 def after_fork_in_child() -> None:

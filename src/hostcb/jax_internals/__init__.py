@@ -41,7 +41,6 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       set_dispatch_hook,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
-                                      dispatched_computations_finished,
                                       forget_dispatched_computations)
 from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           drain_this_thread, fast_dispatch,

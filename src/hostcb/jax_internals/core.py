@@ -140,35 +140,6 @@ def wait_for_dispatched_computations() -> None:
       _latest_tokens.pop(ident, None)
 
 
-def dispatched_computations_finished() -> bool:
-  """Whether every tapping computation dispatched so far has finished, as
-  far as can be told without waiting: the latest token of each thread
-  (computations with a runtime token) and every live array of the local
-  devices (one-device computations of fast dispatch, which have none) are
-  ready.  A computation whose results were all dropped while it runs is
-  not seen (as by :func:`hostcb.barrier_wait`)."""
-  import jax  # noqa: PLC0415  (public API)
-  for token in list(_latest_tokens.values()):
-    try:
-      if not token._buf.is_ready():
-        return False
-    except Exception:  # noqa: BLE001  (deleted or failed: not running)
-      pass
-  platforms = {d.platform for d in jax.local_devices()} | {"cpu"}
-  for platform in platforms:
-    try:
-      arrays = jax.live_arrays(platform)
-    except RuntimeError:  # no such backend (JAX_PLATFORMS without cpu)
-      continue
-    for a in arrays:
-      try:
-        if not a.is_ready():
-          return False
-      except Exception:  # noqa: BLE001  (deleted meanwhile: not running)
-        pass
-  return True
-
-
 def forget_dispatched_computations() -> None:
   """In a forked child: the parent's computations are not ours to wait for."""
   _latest_tokens.clear()
