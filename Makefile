@@ -23,9 +23,16 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm tensorboard
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm tensorboard "sybil>=9"
 	$(BIN)/pip install -q wandb || echo "wandb not installed: the W&B sink's test of hostcb.metrics will say so"
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
+	touch $@
+
+# jax.export's serialization of programs with host functions by name
+# (tests/test_export.py, docs/export.md): hostcb's `export` extra.  Its own
+# stamp, so that a .venv made before it gets it too.
+$(VENV)/.deps-export: | $(BIN)/python
+	$(BIN)/pip install -q "flatbuffers>=24"
 	touch $@
 
 # Legacy JAX 0.4.30 needs Python 3.11 (or older) and numpy<2.  Where it cannot
@@ -53,7 +60,7 @@ lint: $(VENV)/.ruff-$(RUFF_VERSION)
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).
-install: $(VENV)/.deps-$(JAX_VERSION)
+install: $(VENV)/.deps-$(JAX_VERSION) $(VENV)/.deps-export
 	$(BIN)/pip install -q --no-deps --no-build-isolation --force-reinstall .
 
 demo: install

@@ -364,7 +364,8 @@ def test_retracing_keeps_the_registry_bounded():
     f(float(i))
   # The executable of the last trace is alive (f's cache); each retired one
   # was freed once its tap had run, and left one empty slot per table.
-  assert _settled_live_ids() == before + 1
+  # (<=: programs of earlier tests may be collected meanwhile)
+  assert _settled_live_ids() <= before + 1
   assert sum(e is not None for e in registry.tap_functions) <= before + 1
   assert rec.args == [float(i) for i in range(200)]
 

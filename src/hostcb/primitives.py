@@ -70,6 +70,11 @@ class TapTarget:
   a host read of a result waits for such taps queued before it
   (:mod:`hostcb.engine.print_order`), not for the others.
 
+  ``text``: the function is a print's own formatter (``id_print``,
+  ``hostcb.debug.print``), not a callback that may print: its executable
+  keeps JAX's runtime token, so that the next write of the dispatching
+  thread waits for it (:mod:`hostcb.engine.output_order`).
+
   ``partitioned``: in a ``jit`` over several devices, every device taps its
   own shard (``id_tap(..., partitioned=True)``, see
   ``docs/partitioned.md``) instead of one device the whole, gathered,
@@ -91,10 +96,7 @@ class TapTarget:
   prints: bool = False
   partitioned: bool = False
   per_element: bool = False
-
-  def __post_init__(self):
-    if not _held_weakly:
-      _hold_targets_weakly()
+  text: bool = False
 
   def __eq__(self, other) -> bool:
     return (type(other) is TapTarget
@@ -191,25 +193,6 @@ class TapTarget:
     return invoke
 
 
-# Whether JAX's caches hold the targets weakly (installed at the first
-# target: importing hostcb changes nothing of JAX's; hostcb.uninstall()
-# undoes it, see release_targets).
-_held_weakly = []
-
-
-def _hold_targets_weakly() -> None:
-  ji.hold_weakly_in_jax_caches(TapTarget)
-  ji.hold_weakly_in_jax_caches(CallTarget)
-  _held_weakly.append(True)
-
-
-def release_targets() -> None:
-  """JAX's caches hold targets strongly again (``hostcb.uninstall()``);
-  the next target installs it again."""
-  ji.release_jax_caches_hold()
-  _held_weakly.clear()
-
-
 def _trim(index: tuple) -> tuple:
   """The extent of each dimension of the slice ``index`` (None where the
   dimension is not split)."""
@@ -245,10 +228,6 @@ class CallTarget:
   result_avals: tuple
   with_device: bool
   rules: Any = None
-
-  def __post_init__(self):
-    if not _held_weakly:
-      _hold_targets_weakly()
 
   def __eq__(self, other) -> bool:
     return (type(other) is CallTarget
@@ -382,6 +361,11 @@ def _eager_args(args, device_index: int):
     return args
   return jax.device_put(args, jax.local_devices()[device_index])
 
+
+# JAX's caches keyed by primitive parameters hold targets weakly, from the
+# first bind on: a dropped program frees its functions without
+# jax.clear_caches() (hostcb.jax_internals.keepalive).
+ji.hold_weakly_in_jax_caches(TapTarget, CallTarget)
 
 # --------------------------------------------------------------------- tap
 tap_p = ji.new_primitive("hostcb_tap")

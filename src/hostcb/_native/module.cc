@@ -29,10 +29,13 @@ extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
 extern PyObject* g_call_formatter;
 
+// named.cc: Python's resolver of host functions by name (GIL held).
+void SetNameResolver(PyObject* resolver);
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
 int InstallExitGuard();
+bool UninstallExitGuard();
 void ExitGuardAfterForkInChild();
 
 namespace {
@@ -49,8 +52,10 @@ Queue* QueueArg(long device) {
 
 PyObject* Py_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N,s:N,s:N}",
       "hostcb_tap", PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
+      "hostcb_tap_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbTapV1), nullptr, nullptr),
+      "hostcb_call_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallV1), nullptr, nullptr),
       "hostcb_call", PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
       "hostcb_call_one", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
       "hostcb_noop", PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
@@ -230,7 +235,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   tl_consumer_queue = q;
-  if (max_bytes == 0) max_bytes = q->GetCounters().capacity;
+  // max_bytes 0: the queue's capacity (TakeReady reads it under the lock
+  // that it takes anyway).
   if (max_records < 1) max_records = 1;
   std::vector<Record> records;
   Queue::Take got;
@@ -375,17 +381,24 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
   long device;
   int prints_only = 0;
-  if (!PyArg_ParseTuple(args, "l|p", &device, &prints_only)) return nullptr;
+  double timeout_s = -1;
+  if (!PyArg_ParseTuple(args, "l|pd", &device, &prints_only, &timeout_s)) {
+    return nullptr;
+  }
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
+  // Nothing pending (the common case): no release of the GIL.
+  if (prints_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
+  bool ok = true;
   Py_BEGIN_ALLOW_THREADS
   if (prints_only) {
-    q->WaitForEarlierPrints();
+    ok = q->WaitForEarlierPrints(timeout_s);
   } else {
     q->WaitForEarlierRecords();
   }
   Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
 }
 
 PyObject* Py_set_call_server(PyObject*, PyObject* args) {
@@ -405,6 +418,28 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_XSETREF(g_call_checker, checker);
   Py_INCREF(formatter);
   Py_XSETREF(g_call_formatter, formatter);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_set_name_resolver(PyObject*, PyObject* resolver) {
+  if (!PyCallable_Check(resolver)) {
+    PyErr_SetString(PyExc_TypeError, "set_name_resolver takes a callable");
+    return nullptr;
+  }
+  SetNameResolver(resolver);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_set_named(PyObject*, PyObject* args) {
+  const char *name, *spec;
+  Py_ssize_t name_size, spec_size;
+  long long value;
+  if (!PyArg_ParseTuple(args, "s#s#L", &name, &name_size, &spec, &spec_size,
+                        &value)) {
+    return nullptr;
+  }
+  SetNamed(std::string_view(name, name_size), std::string_view(spec, spec_size),
+           value);
   Py_RETURN_NONE;
 }
 
@@ -439,6 +474,15 @@ PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
   if (n == -1 && PyErr_Occurred()) return nullptr;
   g_failing_allocations = n;
   Py_RETURN_NONE;
+}
+
+PyObject* Py_install_exit_guard(PyObject*, PyObject*) {
+  if (InstallExitGuard() < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
+  return PyBool_FromLong(UninstallExitGuard());
 }
 
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
@@ -490,11 +534,12 @@ PyMethodDef kMethods[] = {
      "mark_print_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},
     {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_VARARGS,
-     "wait_for_earlier_records(device, prints_only=False): waits (GIL "
-     "released) until the device's consumer has run every record queued "
-     "before the call (prints_only: up to the latest print tap), or runs a "
-     "tap function that dispatched a computation.  Not from the consumer's "
-     "own thread."},
+     "wait_for_earlier_records(device, prints_only=False, timeout_s=-1): "
+     "waits (GIL released) until the device's consumer has run every record "
+     "queued before the call (prints_only: up to the latest print tap), or "
+     "runs a tap function that dispatched a computation; with prints_only "
+     "and timeout_s >= 0, at most that many seconds (returns False if they "
+     "passed first).  Not from the consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,
      "set_call_server(runners, checker, formatter): hostcb_call runs "
      "runners[target_id](arrays, device_ordinal) (runners a list, None "
@@ -504,6 +549,12 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"set_name_resolver", Py_set_name_resolver, METH_O,
+     "set_name_resolver(resolver): hostcb_tap_v1 and hostcb_call_v1 call "
+     "resolver(name, spec) -> target id * 2 + one_array, once per (name, "
+     "spec) and process."},
+    {"set_named", Py_set_named, METH_VARARGS,
+     "set_named(name, spec, value): what the resolver would return."},
     {"set_consumer_starter", Py_set_consumer_starter, METH_O,
      "set_consumer_starter(starter): a device's first producer calls "
      "starter(device_ordinal) once, on its device thread with the GIL "
@@ -511,6 +562,12 @@ PyMethodDef kMethods[] = {
     {"_fail_next_allocations", Py_fail_next_allocations, METH_O,
      "_fail_next_allocations(n): fault injection for tests; run_batch fails "
      "to allocate the arrays of the next n taps, as if out of memory."},
+    {"install_exit_guard", Py_install_exit_guard, METH_NOARGS,
+     "Installs the std::terminate handler of exit_guard.cc (threads that "
+     "Python ends at shutdown do not abort the process)."},
+    {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
+     "Puts back the std::terminate handler that was there before; False "
+     "where another one replaced hostcb's since."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue and takes this thread as the main one (for "
      "os.register_at_fork)."},
@@ -556,7 +613,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
                               static_cast<long>(hostcb::kDefaultQueueBytes))
           < 0 ||
-      hostcb::AddCudaFunctions(m) < 0 || hostcb::InstallExitGuard() < 0) {
+      hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -291,3 +291,49 @@ def after_fork_in_child() -> None:
   """The child keeps the tables (its executables use the same ids)."""
   global _lock
   _lock = threading.Lock()
+
+
+# ------------------------------------------------ host functions by name
+# Beside the ids above, the ids of host functions registered by name
+# (hostcb.register, docs/export.md), keyed by (name, spec): the text that a
+# program carries instead of an id, so that it may run in another process.
+# Their entries are rebuilt when the name is bound again, and live as long
+# as the process: a program that names them may be loaded at any time.
+__all__ += ["named_id", "rebind", "put_tap", "put_call"]
+
+_named: dict[tuple[str, str], tuple[int, Callable[[int], None]]] = {}
+
+
+def named_id(name: str, spec: str, install: Callable[[int], None]) -> int:
+  """The target id of ``(name, spec)``; ``install(tid)`` puts its entry in
+  the tables, now for a new id, and again at each :func:`rebind` of
+  ``name``."""
+  key = (name, spec)
+  found = _named.get(key)
+  if found is None:
+    with _lock:
+      found = _named.get(key)
+      if found is None:
+        tid = _new_id(("named", name, spec))
+        install(tid)
+        found = _named[key] = (tid, install)
+  return found[0]
+
+
+def rebind(name: str) -> None:
+  """Rebuilds the entries of every id of ``name`` (bound again)."""
+  with _lock:
+    entries = [v for (n, _), v in _named.items() if n == name]
+  for tid, install in entries:
+    install(tid)
+
+
+def put_tap(tid: int, entry: Any) -> None:
+  """Sets the tap entry of ``tid``."""
+  _put(tap_functions, tid, entry)
+
+
+def put_call(tid: int, run: Callable, check: Callable) -> None:
+  """Sets the runner and the check of call ``tid``."""
+  _put(call_checks, tid, check)
+  _put(call_runners, tid, run)

@@ -27,9 +27,9 @@ weakref_cache_key_types``; any other parameter strongly, so that a tap's
 target (and the function it holds, and what that captured) would outlive
 every program that uses it until 2048 other evaluations pushed it out.
 :func:`hold_weakly_in_jax_caches` adds hostcb's target types to that set
-(on the first tap or call, undone by ``hostcb.uninstall()``), so that the
-entry goes with the last jaxpr that holds the target, as JAX's own
-callbacks' do.
+(on the first bind of a hostcb primitive, undone by ``hostcb.uninstall()``,
+through :mod:`.patches`), so that the entry goes with the last jaxpr that
+holds the target, as JAX's own callbacks' do.
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ from typing import Any
 from jax._src import util as _util
 from jax._src.interpreters import mlir as _mlir
 
+from hostcb.jax_internals import patches
 from hostcb.jax_internals.versions import require
 
-__all__ = ["keep_alive_with_executable", "hold_weakly_in_jax_caches",
-           "release_jax_caches_hold"]
+__all__ = ["keep_alive_with_executable", "hold_weakly_in_jax_caches"]
 
 _add = require(getattr(_mlir, "ModuleContext", None), "add_keepalive",
                "to free the host functions of an executable with it",
@@ -54,23 +54,19 @@ def keep_alive_with_executable(ctx: Any, obj: Any) -> None:
   _add(ctx.module_context, obj)
 
 
-_held: list[type] = []  # the types hostcb added
+def hold_weakly_in_jax_caches(*classes: type) -> None:
+  """Makes JAX's caches keyed by primitive parameters hold instances of
+  ``classes`` weakly (see above), from the first bind of a hostcb
+  primitive on (:func:`.patches.when_first_needed`; undone by
+  ``hostcb.uninstall()``).  Called at import; changes nothing by itself.
+  The classes must support weak references."""
 
+  def install() -> None:
+    types = require(_util, "weakref_cache_key_types",
+                    "so that JAX's caches do not keep tap functions alive")
+    added = [cls for cls in classes if cls not in types]
+    types.update(added)
+    patches.record("weak cache keys", "jax._src.util.weakref_cache_key_types",
+                   lambda: types.difference_update(added))
 
-def hold_weakly_in_jax_caches(cls: type) -> None:
-  """Makes JAX's caches keyed by primitive parameters hold ``cls``
-  instances weakly (see above); ``cls`` must support weak references."""
-  types = require(_util, "weakref_cache_key_types",
-                  "so that JAX's caches do not keep tap functions alive")
-  if cls not in types:
-    types.add(cls)
-    _held.append(cls)
-
-
-def release_jax_caches_hold() -> None:
-  """Undoes :func:`hold_weakly_in_jax_caches` (``hostcb.uninstall()``)."""
-  types = getattr(_util, "weakref_cache_key_types", None)
-  while _held:
-    cls = _held.pop()
-    if types is not None:
-      types.discard(cls)
+  patches.when_first_needed(install)

@@ -38,6 +38,7 @@ passes its own row (selected by its partition id) to the tap as one more
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,20 +57,28 @@ __all__ = ["emit_per_shard_custom_call", "slice_bounds"]
 
 PLACEHOLDER_TARGET = "hostcb_partitioned_tap"
 
-_registered = False
+_registered = [False]
+# Two threads lowering their first per-shard tap register the partitioner
+# once (XLA keeps the first registration of a name).
+_register_lock = threading.Lock()
 
 
 def _register() -> None:
-  global _registered
-  if _registered:
+  """Registers the placeholder's partitioner with XLA, once per process
+  (a registration of hostcb's own custom call, which changes nothing of
+  JAX's and cannot be undone; made when the first per-shard tap lowers)."""
+  if _registered[0]:
     return
-  register = require(_xc, "register_custom_call_partitioner",
-                     "to run hostcb taps per shard in a sharded jit "
-                     "(partitioned=True)", verb="uses")
-  register(PLACEHOLDER_TARGET, _propagate_user_sharding, _partition,
-           _infer_sharding_from_operands,
-           can_side_effecting_have_replicated_sharding=True)
-  _registered = True
+  with _register_lock:
+    if _registered[0]:
+      return
+    register = require(_xc, "register_custom_call_partitioner",
+                       "to run hostcb taps per shard in a sharded jit "
+                       "(partitioned=True)", verb="uses")
+    register(PLACEHOLDER_TARGET, _propagate_user_sharding, _partition,
+             _infer_sharding_from_operands,
+             can_side_effecting_have_replicated_sharding=True)
+    _registered[0] = True
 
 
 def emit_per_shard_custom_call(ctx, args: Sequence[Any], *, target: str,

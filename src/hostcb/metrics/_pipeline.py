@@ -35,6 +35,7 @@ from typing import Any
 
 from hostcb.engine import wait_for_taps
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
+from hostcb.jax_internals import patches
 from hostcb.metrics._types import Batch, MetricsError, Record
 
 __all__ = ["put", "add", "remove", "flush", "configure", "stats",
@@ -83,6 +84,7 @@ class _Marker:
 def note_traced() -> None:
   """A ``log`` was traced: the exit handler will flush."""
   _traced[0] = True
+  _install_hooks()
 
 
 # ------------------------------------------------- consumer threads
@@ -247,6 +249,7 @@ def _record_error(e: BaseException, where: str) -> None:
 
 # ------------------------------------------------------- the API
 def add(sink, processes: str) -> None:
+  _install_hooks()
   with _state_lock:
     _sinks.append(_Entry(sink, processes))
   _start_writer()
@@ -370,6 +373,25 @@ def _after_fork_in_child() -> None:
   _process[0] = None
 
 
-if hasattr(os, "register_at_fork"):
-  os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_at_exit)
+_fork_hook = [False]  # registered (Python cannot unregister it)
+
+
+def _install_hooks() -> None:
+  """The exit handler and the fork handler, when the first ``log`` is
+  traced or the first sink added (importing hostcb.metrics registers
+  neither).  The exit handler is recorded in
+  :mod:`hostcb.jax_internals.patches` and ``hostcb.uninstall()`` removes
+  it; the fork handler, which only resets this module's state in a child,
+  stays once registered."""
+  if patches.is_installed("metrics: at exit"):
+    return
+  with patches.lock:
+    if patches.is_installed("metrics: at exit"):
+      return
+    atexit.register(_at_exit)
+    patches.record("metrics: at exit",
+                   "atexit (hostcb.metrics._pipeline._at_exit)",
+                   lambda: atexit.unregister(_at_exit))
+    if hasattr(os, "register_at_fork") and not _fork_hook[0]:
+      os.register_at_fork(after_in_child=_after_fork_in_child)
+      _fork_hook[0] = True
