@@ -29,3 +29,19 @@ def _clean_barrier():
     except hostcb.CallbackException:
       pass
   yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_recorded_at_exit():
+  """The session leaves no tap failure for the exit handler: a failed
+  JAX-callback drop-in left unreported makes the process exit with status
+  1, as JAX's does (a test that checks only the log of one would fail
+  the whole run)."""
+  yield
+  import sys
+  hostcb = sys.modules.get("hostcb")
+  if hostcb is not None:
+    try:
+      hostcb.barrier_wait()
+    except hostcb.CallbackException:
+      pass

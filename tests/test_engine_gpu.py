@@ -98,19 +98,27 @@ def stream(fake):
   s.sync()
 
 
+# The leases of the entries these tests make: kept for the process, as no
+# executable keeps them.
+_leases = []
+
+
 def _recording_tap():
   """(target id, list of (arrays, device)) of a fresh tap entry."""
   seen = []
-  tid = registry.tap_id(("test_engine_gpu", next(_ids)),
-                        lambda: (lambda arrays, device: seen.append(
-                            (arrays, device))))
-  return tid, seen
+  lease = registry.tap_id(("test_engine_gpu", next(_ids)),
+                          lambda: (lambda arrays, device: seen.append(
+                              (arrays, device))))
+  _leases.append(lease)
+  return lease.tid, seen
 
 
 def _call(run):
   """The target id of a call whose runner is ``run(arrays, ordinal)``."""
-  return registry.call_id(("test_engine_gpu", next(_ids)),
-                          lambda: (run, lambda r: r))
+  lease = registry.call_id(("test_engine_gpu", next(_ids)),
+                           lambda: (run, lambda r: r))
+  _leases.append(lease)
+  return lease.tid
 
 
 def _wait_until(predicate, what, timeout=30.0):

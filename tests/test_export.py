@@ -243,7 +243,10 @@ def test_export_checks_name_the_versioned_targets():
 
 
 def test_export_refuses_a_tap_by_id():
-  with pytest.raises(ValueError, match="hostcb_tap"):
+  # The program keeps its function's entry alive (JAX's keep-alive list),
+  # which JAX refuses to export, as it refuses its own callbacks.
+  with pytest.raises(NotImplementedError,
+                     match="serialization of host_callbacks"):
     jax.export.export(jax.jit(lambda x: hostcb.id_tap(
         lambda a, t: None, x)), disabled_checks=hostcb.export_checks())(
             jnp.ones(2))

@@ -167,6 +167,7 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "fast dispatch",
         "compiled-call guard",
         "while lowering",
+        "weak cache keys",
         "engine: at exit",
         "exit guard",
         "effects barrier",

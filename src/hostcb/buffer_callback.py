@@ -45,6 +45,7 @@ import jax
 import numpy as np
 
 from hostcb import jax_internals as ji
+from hostcb.identity import function_hash, same_function
 from hostcb.signatures import VMAP_METHODS, result_avals, unsupported_vmap
 
 __all__ = ["buffer_callback", "Buffer", "ExecutionContext", "ExecutionStage"]
@@ -238,17 +239,30 @@ class ExecutionContext:
     return f"hostcb.ExecutionContext(stage={self.stage}, {self._platform})"
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Target:
   """The user's callback with the pytree structures of its arguments.
 
   Hashable, so that the same callback on the same shapes reuses JAX's
-  compilation caches.
+  compilation caches; the callback compares by identity
+  (:mod:`hostcb.identity`), so that two callbacks that compare equal are
+  never merged, and an unhashable one is accepted.
   """
   callback: Callable
   in_tree: Any
   out_tree: Any
   aliased_inputs: frozenset = frozenset()
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is _Target
+            and same_function(self.callback, other.callback)
+            and self.in_tree == other.in_tree
+            and self.out_tree == other.out_tree
+            and self.aliased_inputs == other.aliased_inputs)
+
+  def __hash__(self) -> int:
+    return hash((function_hash(self.callback), self.in_tree, self.out_tree,
+                 self.aliased_inputs))
 
   def run(self, platform: str, raw_ctx: Any, raw_buffers) -> None:
     """Calls the callback on the buffers of one execution."""

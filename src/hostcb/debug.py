@@ -39,6 +39,7 @@ from hostcb import config
 from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
+from hostcb.engine.errors import mark_jax_callback_failure
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -139,8 +140,14 @@ class _DebugCall:
 
   def __call__(self, arg, transforms=()) -> None:
     """Runs the staged callback (the engine's call): a PRNG key operand
-    arrives as its key data, as JAX's staged callback receives it."""
-    self.run(arg, transforms, False)
+    arrives as its key data, as JAX's staged callback receives it.  A
+    failure fails the program at exit, as JAX's does, unless a barrier
+    raised it first (:func:`hostcb.engine.errors.mark_jax_callback_failure`)."""
+    try:
+      self.run(arg, transforms, False)
+    except BaseException as e:
+      mark_jax_callback_failure(e)
+      raise
 
   def run(self, arg, transforms, wrap_keys: bool) -> None:
     """Calls the function once, or once per batch element under ``vmap``;

@@ -172,7 +172,12 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
 
 @dataclasses.dataclass(frozen=True)
 class _Printer:
-  """The tap function of one ``id_print`` site (hashable, for caching)."""
+  """The tap function of one ``id_print`` site (hashable, for caching).
+
+  Equal to another only for the same stream (the same object) and keyword
+  values that are equal and print the same (:mod:`hostcb.identity`).
+  """
+  hostcb_same_by_value = True
   output_stream: Any
   threshold: int | None
   kwargs: tuple
@@ -213,6 +218,8 @@ class _Printer:
             and self.output_stream is other.output_stream
             and self.threshold == other.threshold
             and self.kwargs == other.kwargs
+            and [(type(v), str(v)) for _, v in self.kwargs]
+            == [(type(v), str(v)) for _, v in other.kwargs]
             and self.print_options == other.print_options)
 
 

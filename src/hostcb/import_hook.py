@@ -121,7 +121,8 @@ def uninstall() -> None:
   (:mod:`hostcb.jax_internals.patches`, which ``hostcb info`` lists):
   ``jax.effects_barrier``, JAX's cached lowering and compiled-call
   functions, its runtime-token functions, the ``while_p`` lowering rule,
-  the read hooks of ``jax.Array``, hostcb's exit handlers and
+  the read hooks of ``jax.Array``, the types that JAX's caches hold weakly
+  (hostcb's primitives' targets), hostcb's exit handlers and
   ``sys.excepthook`` (``hostcb.progress``).  Programs compiled before keep
   running their taps (they need none of these to run), without the
   guarantees these gave: ``jax.effects_barrier()`` no longer waits for

@@ -36,6 +36,7 @@ from hostcb import named
 from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
+from hostcb.identity import function_hash, same_function
 from hostcb.primitives import CallTarget, call_p
 from hostcb.signatures import (VMAP_METHODS, is_key, result_avals,
                                unsupported_vmap)
@@ -78,13 +79,6 @@ def wait_for_earlier_callbacks() -> None:
     _wait_for_taps()
 
 
-def _safe_hash(values: tuple, fallback: object) -> int:
-  try:
-    return hash(values)
-  except TypeError:  # an unhashable callable: equal to itself only
-    return id(fallback)
-
-
 def flat_treedef(n: int):
   """The pytree structure of ``n`` flat operands as the engine hands them
   to a target: the array itself for one, else a tuple."""
@@ -97,10 +91,12 @@ class HostCall:
   callback with the arguments rebuilt from the flat operands, and checks
   its result as JAX does (same errors, same words).
 
-  Value-equal for the same callback, argument structure and result, so
-  that an eager call of the same callback reuses its compiled computation,
-  as JAX's own does.
+  Equal for the same callback (the same object, :mod:`hostcb.identity`),
+  argument structure and result, so that an eager call of the same
+  callback reuses its compiled computation, as JAX's own does; two
+  callbacks that compare equal are two functions.
   """
+  hostcb_same_by_value = True  # compares the callback by identity
   __slots__ = ("callback", "in_tree", "n_in", "result_avals", "name",
                "jax_arrays", "_positional", "_expected", "_one", "_hash")
 
@@ -118,8 +114,8 @@ class HostCall:
         ((0,) * n_in, {}))
     self._expected = [(a.shape, np.dtype(a.dtype)) for a in result_avals]
     self._one = self._expected[0] if len(self._expected) == 1 else None
-    self._hash = _safe_hash((callback, in_tree, result_avals, name,
-                             jax_arrays), self)
+    self._hash = hash((function_hash(callback), in_tree, result_avals,
+                       name, jax_arrays))
 
   def __hash__(self) -> int:
     return self._hash
@@ -127,7 +123,7 @@ class HostCall:
   def __eq__(self, other) -> bool:
     return (type(other) is HostCall and self._hash == other._hash
             and (self is other or (
-                self.callback == other.callback
+                same_function(self.callback, other.callback)
                 and self.in_tree == other.in_tree
                 and self.result_avals == other.result_avals
                 and self.name == other.name
@@ -175,6 +171,11 @@ class HostCall:
       raise RuntimeError(
           "Mismatched number of outputs from callback. "
           f"Expected: {len(expected)}, Actual: {len(results)}")
+    for r in results:  # JAX checks every value's dtype before the shapes
+      if not _is_jax_dtype(r.dtype):
+        raise TypeError(
+            f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
+            "numeric types are supported by JAX.")
     for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
       if r.dtype != dtype:
         canonical = jax.dtypes.canonicalize_dtype(r.dtype)
@@ -189,6 +190,15 @@ class HostCall:
             f"Incorrect output dtype for return value #{i}: "
             f"Expected: {dtype}, Actual: {r.dtype}")
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _is_jax_dtype(dtype: np.dtype) -> bool:
+  """Whether JAX has arrays of ``dtype``: booleans and numbers, with the
+  ML dtypes (``bfloat16``, ``float8_*``, ``int4``...), which NumPy sees as
+  kind ``V`` with their own scalar type; not strings, objects, dates or
+  plain bytes."""
+  return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type is not
+                                   np.void)
 
 
 def call_target(callback: Callable, in_tree: Any, n_in: int,

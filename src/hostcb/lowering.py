@@ -179,9 +179,12 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
   # partitions it: JAX's persistent compilation cache keys the lowered
   # module, and a cache hit is never partitioned again.
   shapes = tuple(tuple(a.shape) for a in ctx.avals_in)
-  tid = engine.target_id(
+  lease = engine.target_id(
       ("shard tap", target, transforms, shapes),
-      lambda: target.shard_entry(unpack_transforms(transforms), shapes))
+      lambda: target.shard_entry(unpack_transforms(transforms), shapes),
+      target.func)
+  ji.keep_alive_with_executable(ctx, lease)
+  tid = lease.tid
   if target.prints:
     engine.mark_print(tid)
   ji.emit_per_shard_custom_call(ctx, args, target=engine.ffi_target_name,
@@ -206,9 +209,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
                         attributes={"name": name, "spec": text})
     return list(args)  # the tap is an identity: its results are its operands
   if _native(ctx):
-    tid = engine.target_id(
+    lease = engine.target_id(
         ("tap", target, transforms),
-        lambda: target.engine_entry(unpack_transforms(transforms)))
+        lambda: target.engine_entry(unpack_transforms(transforms)),
+        target.func)
+    ji.keep_alive_with_executable(ctx, lease)
+    tid = lease.tid
     if target.prints:
       engine.mark_print(tid)
     ji.emit_custom_call(ctx, engine.ffi_target_name, args,
@@ -232,6 +238,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   return list(args)  # the tap is an identity: its results are its operands
 
 
+def _record_call_failure(e: BaseException, what: str) -> None:
+  """A legacy ``call`` failed: it fails its computation (its caller gets
+  it), and, as in legacy, the next ``barrier_wait`` raises it too."""
+  engine.record_exception(e, what, reaches_caller=True)
+
+
 def _keep_out(e: BaseException, what: str = "") -> None:
   """A front end's call (``target.rules``, e.g. ``hostcb.pure_callback``)
   fails its computation only, as JAX's callbacks do: its failure is not
@@ -248,7 +260,7 @@ def _call_runner(target):
   """
   invoke = target.invoker()
   drain = engine.drain_device
-  record = engine.record_exception if target.rules is None else _keep_out
+  record = _record_call_failure if target.rules is None else _keep_out
 
   def run(arrays, device):
     drain(device)  # the taps that came before run first
@@ -279,7 +291,7 @@ def _native_call_runner(target):
   check_results = target.check_results
   python_queues = engine.python_queues  # the same dict for the process
   drain = engine.drain_device
-  record = engine.record_exception if target.rules is None else _keep_out
+  record = _record_call_failure if target.rules is None else _keep_out
   what = f"the call to {target.func!r} failed"
 
   def run(arrays, ordinal):
@@ -366,8 +378,11 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)
   if _native(ctx):
-    tid = engine.call_target_id(("call", target),
-                                lambda: _native_call_runner(target))
+    lease = engine.call_target_id(("call", target),
+                                  lambda: _native_call_runner(target),
+                                  target.func)
+    ji.keep_alive_with_executable(ctx, lease)
+    tid = lease.tid
     name = (engine.call_one_target_name if target.one_array is not None
             else engine.call_target_name)
     return ji.emit_custom_call(ctx, name, args,

@@ -19,7 +19,9 @@ be differentiated (use ``jax.custom_vjp``) and is batched only for the
 
 The parameters ``target`` are :class:`TapTarget` / :class:`CallTarget`:
 hashable descriptions of what the host runs, so that the same function on
-the same shapes hits JAX's compilation caches.
+the same shapes hits JAX's compilation caches.  Their functions compare by
+identity (:mod:`hostcb.identity`): two callables that compare equal are
+two functions, and an unhashable callable is accepted.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
+from hostcb.identity import function_hash, same_function
 
 __all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
 
@@ -48,7 +51,7 @@ def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class TapTarget:
   """A tap function with the pytree structure of its argument.
 
@@ -94,6 +97,22 @@ class TapTarget:
   partitioned: bool = False
   per_element: bool = False
   text: bool = False
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is TapTarget
+            and same_function(self.func, other.func)
+            and same_function(self.eager, other.eager)
+            and self.treedef == other.treedef
+            and self.with_device == other.with_device
+            and self.effects == other.effects
+            and self.prints == other.prints
+            and self.partitioned == other.partitioned
+            and self.per_element == other.per_element)
+
+  def __hash__(self) -> int:
+    return hash((function_hash(self.func), self.treedef, self.with_device,
+                 self.effects, self.prints, self.partitioned,
+                 self.per_element))
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -190,7 +209,7 @@ def _trimmed(array: np.ndarray, extents: tuple) -> np.ndarray:
                      for e in extents)]
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CallTarget:
   """A host function of ``call``, with its argument and result structure.
 
@@ -209,6 +228,20 @@ class CallTarget:
   result_avals: tuple
   with_device: bool
   rules: Any = None
+
+  def __eq__(self, other) -> bool:
+    return (type(other) is CallTarget
+            and same_function(self.func, other.func)
+            and self.in_treedef == other.in_treedef
+            and self.out_treedef == other.out_treedef
+            and self.result_avals == other.result_avals
+            and self.with_device == other.with_device
+            and self.rules == other.rules)
+
+  def __hash__(self) -> int:
+    return hash((function_hash(self.func), self.in_treedef,
+                 self.out_treedef, self.result_avals, self.with_device,
+                 self.rules))
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""
@@ -273,12 +306,14 @@ class CallTarget:
           f"Callback func {_name(self.func)} should have returned a result "
           f"with pytree {self.out_treedef} but returned {treedef}")
     out = []
-    for i, (value, aval) in enumerate(zip(flat, self.result_avals)):
-      a = np.asarray(value)
+    # Each value converted once: what is checked and shown is what the
+    # value gives as an array (its ``__array__``), not its ``shape``.
+    arrays = [np.asarray(v) for v in flat]
+    for i, (a, aval) in enumerate(zip(arrays, self.result_avals)):
       dtype = jax.dtypes.canonicalize_dtype(a.dtype)
       if a.shape != aval.shape or dtype != aval.dtype:
-        actual = [ji.ShapedArray(np.shape(v), jax.dtypes.canonicalize_dtype(
-            np.asarray(v).dtype)) for v in flat]
+        actual = [ji.ShapedArray(v.shape, jax.dtypes.canonicalize_dtype(
+            v.dtype)) for v in arrays]
         expected_text = _avals_text(self.out_treedef, self.result_avals)
         actual_text = _avals_text(self.out_treedef, actual)
         detail = ""
@@ -326,6 +361,11 @@ def _eager_args(args, device_index: int):
     return args
   return jax.device_put(args, jax.local_devices()[device_index])
 
+
+# JAX's caches keyed by primitive parameters hold targets weakly, from the
+# first bind on: a dropped program frees its functions without
+# jax.clear_caches() (hostcb.jax_internals.keepalive).
+ji.hold_weakly_in_jax_caches(TapTarget, CallTarget)
 
 # --------------------------------------------------------------------- tap
 tap_p = ji.new_primitive("hostcb_tap")

@@ -98,9 +98,9 @@ void FreeBlock(PyObject* capsule) {
   std::free(PyCapsule_GetPointer(capsule, kBlockName));
 }
 
-// The tuple of arrays of a tap record; appends the byte copies to do to
-// `copies`, or, for a record with its own block, sets *adopted and views
-// the block instead (see the copy semantics above).  A record whose
+// The tuple of read-only arrays of a tap record; appends the byte copies
+// to do to `copies`, or, for a record with its own block, sets *adopted and
+// views the block instead (see the copy semantics above).  A record whose
 // payload could not be allocated has no operands and target_id -1 (see
 // Enqueue): its tuple is empty.
 PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
@@ -138,6 +138,9 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
       Py_XDECREF(owner);
       return nullptr;
     }
+    // Read-only, as legacy's tap arrays and those of XLA's Python callbacks
+    // (the fallback): copied bytes are written through the pointer below.
+    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a), NPY_ARRAY_WRITEABLE);
     if (!owner && d.nbytes) {
       copies->push_back(Copy{PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)),
                              r.data + d.offset, d.nbytes});

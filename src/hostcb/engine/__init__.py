@@ -47,6 +47,7 @@ from hostcb.engine.native import (call_v1_target_name, set_name_resolver,
 from hostcb.engine.print_order import prints_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
+from hostcb.engine.registry import ProcessLocalFunctionError
 
 __all__ = [
     "tap_v1_target_name", "call_v1_target_name", "named_target_id",
@@ -59,6 +60,7 @@ __all__ = [
     "queue_for", "python_queues", "record_exception",
     "CallbackException", "barrier_wait", "stop_outfeed_receiver",
     "wait_for_taps", "note_lowered", "prints_staged", "mark_print",
+    "ProcessLocalFunctionError",
 ]
 
 
@@ -91,19 +93,23 @@ def serves(platform: str) -> bool:
   return False
 
 
-def target_id(key: Any, make: Callable[[], Any]) -> int:
-  """The native target id of the tap entry that ``make()`` builds, one per
-  ``key`` (see :mod:`.registry`); registers the handlers on first use."""
+def target_id(key: Any, make: Callable[[], Any], func: Any = None
+              ) -> registry.Lease:
+  """A lease (:class:`.registry.Lease`) of the native target id
+  (``.tid``) of the tap entry that ``make()`` builds, one per ``key`` (see
+  :mod:`.registry`); registers the handlers on first use.  The id lives
+  while a lease of it does: keep the lease with the executable
+  (:func:`hostcb.jax_internals.keep_alive_with_executable`)."""
   native.register_targets(_capacity())
-  return registry.tap_id(key, make)
+  return registry.tap_id(key, make, func)
 
 
-def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]]
-                   ) -> int:
-  """The native target id of a call, one per ``key`` (see
-  :func:`.registry.call_id`)."""
+def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
+                   func: Any = None) -> registry.Lease:
+  """A lease of the native target id of a call, one per ``key`` (see
+  :func:`.registry.call_id` and :func:`target_id`)."""
   native.register_targets(_capacity())
-  return registry.call_id(key, make)
+  return registry.call_id(key, make, func)
 
 
 def drain_device(device: Any, engine_records: bool = True) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 
 from hostcb import jax_internals as ji
-from hostcb.engine import errors, native, pyqueue
+from hostcb.engine import errors, native, pyqueue, registry
 from hostcb.engine.consumers import is_consumer
 from hostcb.engine.sync import Arrivals
 
@@ -56,6 +56,7 @@ def wait_for_taps(timeout: float | None = None) -> bool:
         "barrier_wait() was called from a tap function; it would wait for "
         "that function itself. Call it from the thread that runs the "
         "computation.")
+  retired = registry.barrier_started()
   ji.wait_for_dispatched_computations()
   if ji.fast_dispatch_used():
     ji.drain_this_thread()
@@ -63,10 +64,13 @@ def wait_for_taps(timeout: float | None = None) -> bool:
   waits = [a for a in (native.put_markers(Arrivals),
                        pyqueue.put_markers(Arrivals)) if a is not None]
   try:
-    return all([a.wait(timeout) for a in waits])
+    done = all([a.wait(timeout) for a in waits])
   finally:
     for a in waits:
       native.forget_markers(a)
+  if done:  # the ids retired before it need wait for nothing more
+    registry.barrier_done(retired)
+  return done
 
 
 def barrier_wait(logging_name: str | None = None, *,

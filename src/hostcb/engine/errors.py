@@ -12,7 +12,8 @@ import logging
 import threading
 import traceback
 
-__all__ = ["CallbackException", "record_exception", "take_last_exception"]
+__all__ = ["CallbackException", "record_exception", "take_last_exception",
+           "mark_jax_callback_failure", "take_for_exit"]
 
 logger = logging.getLogger("hostcb")
 
@@ -28,29 +29,60 @@ class CallbackException(Exception):
 
 _lock = threading.Lock()
 _last: tuple[BaseException, str] | None = None
+# How the last recorded exception was seen: it failed a computation, so
+# its caller got it already; it is a failure of a JAX-callback drop-in
+# (hostcb.debug), which makes the process exit with status 1 as JAX does.
+_last_reached_caller = False
+_last_is_jax_callback = False
+_marked: BaseException | None = None  # see mark_jax_callback_failure
+
+
+def mark_jax_callback_failure(e: BaseException) -> None:
+  """``e``, about to be raised, is the failure of a callback of JAX's API
+  (``hostcb.debug.callback``, ``jax.debug.callback`` under
+  ``hostcb.install(jax_callbacks=True)``), where JAX fails the program."""
+  global _marked
+  _marked = e
 
 
 def record_exception(e: BaseException,
-                     what: str = "a tap function raised an exception") -> None:
-  """Logs ``e`` and keeps it for the next barrier (``barrier_wait``)."""
-  global _last
+                     what: str = "a tap function raised an exception", *,
+                     reaches_caller: bool = False) -> None:
+  """Logs ``e`` and keeps it for the next barrier (``barrier_wait``).
+
+  ``reaches_caller``: ``e`` also fails the computation (a ``call``), so
+  the caller sees it; the exit handler does not report it again.
+  """
+  global _last, _last_reached_caller, _last_is_jax_callback, _marked
   text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
   logger.error("hostcb: %s:\n%s", what, text)
   with _lock:
     _last = (e, text)
+    _last_reached_caller = reaches_caller
+    _last_is_jax_callback = e is _marked
+    if e is _marked:
+      _marked = None
 
 
 def take_last_exception() -> tuple[BaseException, str] | None:
   """The last recorded exception since the previous call (and its
   formatted traceback), or None; clears it."""
+  return take_for_exit()[0]
+
+
+def take_for_exit() -> tuple[tuple[BaseException, str] | None, bool, bool]:
+  """:func:`take_last_exception`, with whether that exception reached its
+  caller and whether it is the failure of a JAX-callback drop-in (see
+  :func:`mark_jax_callback_failure`)."""
   global _last
   with _lock:
     last, _last = _last, None
-  return last
+    return last, _last_reached_caller, _last_is_jax_callback
 
 
 def after_fork_in_child() -> None:
   """A forked child starts with nothing recorded and a fresh lock."""
-  global _lock, _last
+  global _lock, _last, _marked
   _lock = threading.Lock()
   _last = None
+  _marked = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 
 from hostcb import jax_internals as ji
 from hostcb.engine import barrier, errors, native, pyqueue, registry
@@ -59,9 +60,36 @@ def _at_exit() -> None:
     # Raising here would only print an "Exception ignored in atexit"
     # without hostcb's context; the log says what failed, with the trace.
     logger.exception("hostcb: at exit, waiting for the taps failed")
-  last = errors.take_last_exception()
-  if last is not None:
+  last, reached_caller, jax_callback = errors.take_for_exit()
+  if last is None:
+    return
+  if not reached_caller:  # (a call's failure was raised to its caller)
     logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])
+  if jax_callback:
+    _exit_as_jax_does()
+
+
+def _exit_as_jax_does() -> None:
+  """A callback of JAX's API failed (``jax.debug.callback`` under
+  ``install(jax_callbacks=True)``, ``hostcb.debug.callback``): JAX raises
+  that failure in the program, which exits with status 1, and so does
+  ``hostcb run``, whose barrier raises it at the end of the script.  An
+  exit handler cannot change the status Python exits with, so this one
+  ends the process with status 1, once JAX's cluster (if any) is shut
+  down and the output flushed: the exit handlers registered before
+  hostcb was imported (JAX's cleanup among them) do not run."""
+  try:
+    import jax  # noqa: PLC0415  (public API; loaded when taps were lowered)
+    jax.distributed.shutdown()
+  except Exception:  # exiting with status 1 anyway: logged
+    logger.exception("hostcb: at exit, shutting down jax.distributed failed")
+  logging.shutdown()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except Exception:  # noqa: BLE001  (a closed stream: nothing to flush)
+      pass
+  os._exit(1)
 
 
 _fork_hook = [False]  # registered (Python cannot unregister it)

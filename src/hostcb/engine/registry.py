@@ -2,21 +2,20 @@
 
 A native tap or call carries an integer ``target_id`` attribute; the
 engine reads three tables indexed by it directly (no Python int is built
-per tap or call to look one up).  Ids come from one sequence and one key
-table shared by taps and calls, so each table has None where the other
-kind has its ids.  Entries live as long as the process: a compiled
-executable may run again at any time.
+per tap or call to look one up).  Ids come from one key table shared by
+taps and calls, so each table has None where the other kind has its ids.
 
 Ids are part of the lowered program, and so of the key of JAX's
 persistent compilation cache.  To let a program lowered in another
 process (of the same code) find its cache entry whatever else either
 process registered before, a key's id does not count registrations: it is
-the first free id at or after a hash of the key's text (its ``repr``
-without memory addresses), among ``SPREAD`` ids.  Keys of the same text
-(two closures of one ``lambda``) take the next free ids in the order they
-come; in another order they get each other's ids, and the programs then
-miss the cache, which is safe: a cache entry is found only by a program
-lowered with the same ids, that is, bound to this process's functions.
+the first id never taken at or after a hash of the key's text (its
+``repr`` without memory addresses), among ``SPREAD`` ids.  Keys of the
+same text (two closures of one ``lambda``, a retraced function) take the
+next ids in the order they come; in another order they get each other's
+ids, and the programs then miss the cache, which is safe: a cache entry is
+found only by a program lowered with the same ids, that is, bound to this
+process's functions.
 
 * taps: id -> entry.  An entry ``(func, second)`` is called as
   ``func(arrays[0], second)`` (a tap function of one array that takes no
@@ -25,27 +24,69 @@ lowered with the same ids, that is, bound to this process's functions.
 * calls: id -> ``run(arrays, device_ordinal)`` and id -> ``check(result)``
   (see :func:`call_id`).
 
+Keys.  The key table maps an opaque key to a target id.  The lowering
+keys a process-local function by what it *is* (the primitive's target,
+whose function compares by identity, see :mod:`hostcb.primitives`): two
+callables that compare equal but are different objects get two ids.  A
+key of another kind (a function registered under a stable name) can sit
+beside those keys: nothing here looks inside a key.
+
+Lifetime.  Each lowering that uses an id takes a :class:`Lease` and hands
+it to JAX with the lowered module (its keep-alive list), which lives as
+long as the compiled executable.  When the last lease of an id is gone
+(``jax.clear_caches()``, the jitted function dropped), the id retires.
+A retired id's entry is freed by the next barrier (:func:`barrier_done`):
+a computation of its executable may still be running (one dispatched just
+before the executable was dropped, its results dropped too, is visible to
+nothing but a barrier of its thread), and a barrier waits for those and
+for the records they queued, so that a queued tap still finds its
+function.  Nothing else frees an entry: a finalizer (where a lease dies)
+must not call JAX, and a check without waiting cannot see such a
+computation.  Ids are never reused: were an entry freed too early, its
+record would find no function under its id, which the engine reports as
+an error, never another function.  A freed id leaves an empty slot (one
+list item per table).
+
+A lease cannot be pickled: an executable that holds one cannot be
+serialized (``jax.experimental.serialize_executable``), since its ids
+mean nothing in another process (:class:`ProcessLocalFunctionError`).
+
 Standard library only: the tables are plain lists.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
+import pickle
 import re
 import threading
 from typing import Any, Callable
 
 __all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
-           "call_id"]
+           "call_id", "Lease", "ProcessLocalFunctionError",
+           "live_ids", "collect"]
 
 tap_functions: list[Any] = [None]
 call_runners: list[Callable[[tuple, int], Any] | None] = [None]
 call_checks: list[Callable[[Any], tuple] | None] = [None]
 _ids: dict[Any, int] = {}  # key -> target id
-_taken: set[int] = set()  # the values of _ids
+_keys: dict[int, Any] = {}  # target id -> key
+_leases: dict[int, int] = {}  # target id -> live leases
+_names: dict[int, str] = {}  # target id -> the function, for messages
+_released: collections.deque = collections.deque()  # ids of dead leases
+# (id, retired at: _retire_seq), freed by the next barrier
+_retiring: list[tuple[int, int]] = []
+_retire_seq = itertools.count(1)
+_last_retire_seq = [0]
+# Every id ever given (freed ones too: an id is never reused), one bit
+# each, and, per first choice, where the search for a free id goes on from.
+_taken = bytearray()
+_probe_from: dict[int, int] = {}
 _lock = threading.Lock()
 
 # Ids start in [1, SPREAD]: the tables stay lists that small (and below
-# the engine's table of print targets, 2**20).
+# the engine's table of print targets, 2**20), plus one slot per id given.
 SPREAD = 1 << 16
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -65,20 +106,70 @@ def _first_choice(key: Any) -> int:
   return 1 + int.from_bytes(digest, "little") % SPREAD
 
 
-def _assign_id(key: Any, install: Callable[[int], None]) -> int:
-  """The target id of ``key``; a new one is passed to ``install`` first."""
-  tid = _ids.get(key)
-  if tid is None:
-    with _lock:
-      tid = _ids.get(key)
-      if tid is None:
-        tid = _first_choice(key)
-        while tid in _taken:
-          tid += 1
-        install(tid)
-        _ids[key] = tid
-        _taken.add(tid)
+def _new_id(key: Any) -> int:
+  """An id never given before, from the key's first choice on (under the
+  lock)."""
+  first = _first_choice(key)
+  tid = _probe_from.get(first, first)
+  while tid >> 3 < len(_taken) and _taken[tid >> 3] >> (tid & 7) & 1:
+    tid += 1
+  if tid >> 3 >= len(_taken):
+    _taken.extend(bytes((tid >> 3) + 1 - len(_taken)))
+  _taken[tid >> 3] |= 1 << (tid & 7)
+  _probe_from[first] = tid + 1
   return tid
+
+class ProcessLocalFunctionError(pickle.PicklingError):
+  """A compiled executable that calls process-local host functions was
+  serialized: in another process, its target ids would name other
+  functions, or none."""
+
+
+class Lease:
+  """Keeps target id ``tid`` alive while this object lives; the lowering
+  hands it to JAX's keep-alive list of the lowered module."""
+  __slots__ = ("tid", "__weakref__")
+
+  def __init__(self, tid: int):
+    self.tid = tid
+
+  def __del__(self):
+    try:
+      _released.append(self.tid)
+      _collect_if_free()
+    except Exception:  # noqa: BLE001  (interpreter exit: nothing to free)
+      pass
+
+  def __reduce__(self):
+    raise ProcessLocalFunctionError(
+        "hostcb: this executable calls the host function "
+        f"{_names.get(self.tid, '?')} (hostcb target id {self.tid}), which "
+        "exists only in the process that compiled it: in another process "
+        "that id would call another function, or none, so an executable "
+        "with hostcb taps or calls of process-local functions cannot be "
+        "serialized. Register the function under a stable name "
+        "(hostcb.register(name, fn)) to call it from a serialized "
+        "executable, or serialize a program without it.")
+
+  def __repr__(self) -> str:
+    return f"<hostcb target {self.tid}: {_names.get(self.tid, '?')}>"
+
+
+def _assign_id(key: Any, install: Callable[[int], None], name: str
+               ) -> Lease:
+  """A lease of the target id of ``key``; a new id is passed to
+  ``install`` first."""
+  with _lock:
+    _collect_locked()
+    tid = _ids.get(key)
+    if tid is None:
+      tid = _new_id(key)
+      install(tid)
+      _ids[key] = tid
+      _keys[tid] = key
+      _names[tid] = name
+    _leases[tid] = _leases.get(tid, 0) + 1
+  return Lease(tid)
 
 
 def _put(table: list, tid: int, value: Any) -> None:
@@ -88,15 +179,25 @@ def _put(table: list, tid: int, value: Any) -> None:
   table[tid] = value
 
 
-def tap_id(key: Any, make: Callable[[], Any]) -> int:
-  """The target id of the tap entry that ``make()`` builds, one per
-  ``key`` (a tap function with its tree structure and transforms), so that
-  recompiling a function does not grow the registry."""
-  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()))
+def _name(func: Any) -> str:
+  try:
+    return repr(func)[:200]
+  except Exception:  # noqa: BLE001  (a broken __repr__: the type says enough)
+    return f"<{type(func).__name__} object>"
 
 
-def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
-  """The target id of a call, one per ``key``.
+def tap_id(key: Any, make: Callable[[], Any], func: Any = None) -> Lease:
+  """A lease of the target id (``.tid``) of the tap entry that ``make()``
+  builds, one per ``key`` (a tap function with its tree structure and
+  transforms), so that recompiling a live function does not grow the
+  registry.  ``func``: the function, named in error messages."""
+  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()),
+                    _name(func))
+
+
+def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
+            func: Any = None) -> Lease:
+  """A lease of the target id of a call, one per ``key``.
 
   ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
   calls the host function and returns its flat, checked results (or, for a
@@ -109,7 +210,81 @@ def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]]) -> int:
     _put(call_checks, tid, check)
     _put(call_runners, tid, run)
 
-  return _assign_id(key, install)
+  return _assign_id(key, install, _name(func))
+
+
+def live_ids() -> int:
+  """How many target ids have an entry (for tests)."""
+  return len(_keys)
+
+
+def collect() -> None:
+  """Retires the ids whose last lease died (their entries wait for the
+  next barrier)."""
+  with _lock:
+    _collect_locked()
+
+
+def _collect_if_free() -> None:
+  # A lease may die inside a registry call of the same thread (a garbage
+  # collection): the lock is then held, and that call collects.
+  if _lock.acquire(blocking=False):
+    try:
+      _collect_locked()
+    finally:
+      _lock.release()
+
+
+def _collect_locked() -> None:
+  """Retires the ids of dead leases (JAX is not called: a lease dies in a
+  garbage collection, which may run inside JAX code)."""
+  while _released:
+    tid = _released.popleft()
+    n = _leases.get(tid, 0) - 1
+    if n > 0:
+      _leases[tid] = n
+      continue
+    _leases.pop(tid, None)
+    key = _keys.get(tid)
+    if key is not None and _ids.get(key) == tid:
+      del _ids[key]  # a new lowering of it gets a new id
+    seq = next(_retire_seq)
+    _last_retire_seq[0] = seq
+    _retiring.append((tid, seq))
+
+
+def pending() -> bool:
+  """Whether retired ids wait for a barrier."""
+  return bool(_retiring or _released)
+
+
+def barrier_started() -> int:
+  """Called as a barrier starts: returns the mark to pass to
+  :func:`barrier_done` (the ids whose last lease died so far retire now)."""
+  collect()
+  return _last_retire_seq[0]
+
+
+def barrier_done(mark: int) -> None:
+  """A barrier that started at ``mark`` has seen every computation
+  dispatched before it finish (those it covers: see
+  :func:`hostcb.barrier_wait`) and every record they queued run: frees the
+  entries of the ids retired before it."""
+  freed = []
+  with _lock:
+    kept = []
+    for tid, seq in _retiring:
+      if seq > mark:
+        kept.append((tid, seq))
+        continue
+      _keys.pop(tid, None)
+      _names.pop(tid, None)
+      for table in (tap_functions, call_runners, call_checks):
+        if tid < len(table):
+          freed.append(table[tid])
+          table[tid] = None
+    _retiring[:] = kept
+  del freed  # the functions, out of the lock (their __del__ may run)
 
 
 def after_fork_in_child() -> None:
@@ -139,11 +314,8 @@ def named_id(name: str, spec: str, install: Callable[[int], None]) -> int:
     with _lock:
       found = _named.get(key)
       if found is None:
-        tid = _first_choice(("named", name, spec))
-        while tid in _taken:
-          tid += 1
+        tid = _new_id(("named", name, spec))
         install(tid)
-        _taken.add(tid)
         found = _named[key] = (tid, install)
   return found[0]
 

@@ -14,6 +14,7 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
+* :mod:`.keepalive`: objects that live as long as a compiled executable;
 * :mod:`.partitioned`: per-shard taps in sharded ``jit`` (no gather);
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
@@ -60,6 +61,8 @@ from hostcb.jax_internals.custom_calls import lowering_platforms
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
+from hostcb.jax_internals.keepalive import (hold_weakly_in_jax_caches,
+                                           keep_alive_with_executable)
 from hostcb.jax_internals.partitioned import (emit_per_shard_custom_call,
                                              slice_bounds)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,

@@ -1,0 +1,85 @@
+"""Memory held by dropped programs' host functions (issue 40's reproduction).
+
+One mode per process (peak RSS is per process), each run as:
+
+    python benchmarks/bench_host_function_memory.py MODE
+
+* ``hostcb``: 20 jitted functions, each a ``hostcb.debug.callback`` of an
+  object holding 40 MB, run and dropped one after the other, each followed
+  by a barrier; then ``jax.clear_caches()``, ``gc.collect()`` and a
+  barrier;
+* ``jax``: the same with JAX's own ``jax.debug.callback``;
+* ``install``: 50 jitted functions whose ``jax.debug.callback`` holds
+  8 MB, under ``hostcb.install(jax_callbacks=True)``.
+
+Prints how many of the objects are still alive, the process's peak RSS,
+and how many entries the engine's registry holds after re-running a
+``debug.print`` function 200 times after ``jax.clear_caches()`` and a
+barrier (``hostcb.barrier_wait()``; ``jax.effects_barrier()`` for JAX's).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import resource
+import sys
+import weakref
+
+import jax
+import numpy as np
+
+import hostcb
+from hostcb.engine import registry
+
+
+class Holder:
+  """A callback that holds ``mb`` megabytes."""
+
+  def __init__(self, mb: int):
+    self.data = np.ones(mb << 17)  # float64: 8 bytes each
+
+  def __call__(self, *args):
+    return None
+
+
+def main(mode: str) -> None:
+  if mode == "install":
+    hostcb.install(jax_callbacks=True)
+  callback = hostcb.debug.callback if mode == "hostcb" else jax.debug.callback
+  printer = hostcb.debug.print if mode == "hostcb" else jax.debug.print
+  # (under install, jax.effects_barrier() waits for hostcb's callbacks too)
+  barrier = hostcb.barrier_wait if mode == "hostcb" else jax.effects_barrier
+  n, mb = (50, 8) if mode == "install" else (20, 40)
+  refs = []
+  for _ in range(n):
+    holder = Holder(mb)
+    refs.append(weakref.ref(holder))
+    f = jax.jit(lambda x, h=holder: (callback(h, x), x)[1])
+    f(1.0)
+    del f, holder
+    barrier()
+  jax.clear_caches()
+  gc.collect()
+  barrier()  # (hostcb frees a dropped program's entries at a barrier)
+  gc.collect()
+  alive = sum(r() is not None for r in refs)
+  peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+  print(f"{mode}: {alive} of {n} alive, peak RSS {peak_mb} MB")
+  g = jax.jit(lambda x: (printer("{}", x), x)[1])
+  with contextlib.redirect_stdout(io.StringIO()):
+    for _ in range(200):
+      jax.clear_caches()
+      g(1.0)
+    barrier()
+  gc.collect()
+  barrier()
+  # (hostcb before issue 40 had no live_ids(): its key table, never freed)
+  live = getattr(registry, "live_ids", lambda: len(registry._ids))()
+  print(f"{mode}: {live} registry entries after 200 retraces")
+
+
+if __name__ == "__main__":
+  if len(sys.argv) != 2 or sys.argv[1] not in ("hostcb", "jax", "install"):
+    sys.exit("usage: bench_host_function_memory.py hostcb|jax|install")
+  main(sys.argv[1])

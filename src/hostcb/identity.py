@@ -1,0 +1,47 @@
+"""Which host function a callback is: by what it is, not what it equals.
+
+hostcb keys its compiled callbacks (the primitives' parameters, which JAX
+caches by equality, and the engine's registry of target ids) by the
+function they call.  Two callables that compare equal may still compute
+different things (a dataclass whose equality leaves out a field), and a
+callable need not be hashable at all: keyed by equality, the second would
+run the first's code.  So a host function is the same as another only if
+it is the same object, or:
+
+* a bound method of the same object and the same function (``obj.f``
+  builds a new method object at each access);
+* one of hostcb's own wrappers, marked ``hostcb_same_by_value = True``,
+  which compare the user's functions inside them by identity (through
+  :func:`same_function`), and so may compare by value themselves.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+__all__ = ["same_function", "function_hash"]
+
+
+def same_function(a: Any, b: Any) -> bool:
+  """Whether ``a`` and ``b`` are the same host function (see above)."""
+  if a is b:
+    return True
+  if type(a) is not type(b):
+    return False
+  if type(a) is types.MethodType:
+    return a.__self__ is b.__self__ and a.__func__ is b.__func__
+  if getattr(type(a), "hostcb_same_by_value", False):
+    return a == b
+  return False
+
+
+def function_hash(f: Any) -> int:
+  """A hash consistent with :func:`same_function`; for any callable,
+  hashable or not."""
+  if type(f) is types.MethodType:
+    return hash((id(f.__self__), id(f.__func__)))
+  if getattr(type(f), "hostcb_same_by_value", False):
+    return hash(f)
+  return id(f)
