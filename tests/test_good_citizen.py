@@ -75,6 +75,9 @@ def snapshot():
       "ArrayImpl.item": own(_array.ArrayImpl, "item"),
       "xla_client.batched_block_until_ready": _xc.batched_block_until_ready,
       "sys.excepthook": sys.excepthook,
+      "sys.stdout": sys.stdout,
+      "sys.stderr": sys.stderr,
+      "type(sys)": type(sys),
       "std::terminate handler": _get_terminate(),
       # Other libraries register theirs as they go (tqdm, weakref).
       "atexit handlers": tuple(
@@ -175,6 +178,7 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "host reads (block_until_ready)",
         "host reads (item)",
         "host reads (several arrays)",
+        "output order",
       ]
     )
   )
@@ -192,6 +196,9 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "ArrayImpl.item",
         "xla_client.batched_block_until_ready",
         "atexit handlers",
+        "sys.stdout",
+        "sys.stderr",
+        "type(sys)",
         *(["std::terminate handler"] if TERMINATE else []),
       ]
     )

@@ -28,11 +28,12 @@
 #include "engine.h"
 
 namespace hostcb {
-// The two functions of the rest of the engine that handlers.cc calls.
+// The functions of the rest of the engine that handlers.cc calls.
 void RequestConsumerSlow(Queue* q) {
   q->consumer_requested.store(true, std::memory_order_release);
 }
 void ForgetGpuStateAfterFork() {}
+void NamedAfterForkInChild() {}  // named.cc (hostcb_tap_v1), not built here
 }  // namespace hostcb
 
 namespace {

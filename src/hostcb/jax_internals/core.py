@@ -53,12 +53,23 @@ class HostCallbackEffect(_effects.Effect):
   def __hash__(self) -> int:
     return hash(HostCallbackEffect.__qualname__)
 
+  # Pickled (jax.experimental.serialize_executable of a program that keeps
+  # the effect) as a call of a function of this module, not by the class's
+  # name, which says "hostcb" for export's sake (below).
+  def __reduce__(self):
+    return (the_host_callback_effect, ())
+
 
 # An exported program names the effect by str(HostCallbackEffect): a text
 # that must not change when this module moves (docs/export.md).
 HostCallbackEffect.__module__ = "hostcb"
 
 host_callback_effect = HostCallbackEffect()
+
+
+def the_host_callback_effect() -> HostCallbackEffect:
+  """The effect (what an unpickled one is)."""
+  return host_callback_effect
 
 
 def _chain_tokens_between_computations() -> None:

@@ -302,9 +302,13 @@ def _install() -> None:
     if not _fast[0] or _in_tap_function.value:
       _kept_token[0] = True
       return result
-    if module in _print_modules:
+    if module in _print_modules and not _for_export(args, kwargs):
+      # Keeps its token (see _print_modules).  Not a program for
+      # jax.export: that one is run by Exported.call, which dispatches it
+      # inside a program of its own, and it must carry no JAX effect that
+      # export cannot serialize (JAX's IO effect of hostcb's io_callback).
       _kept_token[0] = True
-      return result  # keeps its token (see _print_modules)
+      return result
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
     # (.own_callbacks), which would keep the executable off the fast path
