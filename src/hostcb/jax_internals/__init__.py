@@ -10,6 +10,7 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
+* :mod:`.host_arrays`: ``jax.Array`` s on the CPU made from host arrays;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
 * :mod:`.partitioned`: per-shard taps in sharded ``jit`` (no gather);
@@ -58,6 +59,7 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           xla_computation_from_proto)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
+from hostcb.jax_internals.host_arrays import cpu_arrays, prepare_cpu_arrays
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.own_callbacks import (is_jax_value,

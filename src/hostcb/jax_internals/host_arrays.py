@@ -1,0 +1,101 @@
+"""``jax.Array`` s on the CPU made straight from the engine's host arrays.
+
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.10.2 (run) and,
+by reading their sources, 0.8.0 and 0.12.0.1, which have the same
+``xla_client.batched_device_put(aval, sharding, xs, devices, committed)``.
+
+JAX's own callbacks hand their functions ``jax.Array`` s on the first CPU
+device, made by ``jax.device_put`` of the host values: tens of
+microseconds per call, mostly spent deciding what to do with the value
+(its type, its sharding, the default device, the trace state).  The
+values that hostcb's engine delivers need none of that: each is a
+C-contiguous NumPy array of a known shape and dtype, fresh (no one else
+holds it), on the host.  :func:`cpu_arrays` makes the ``jax.Array`` of each
+with the one call of jaxlib that builds an array from host memory,
+``batched_device_put``, given the aval, the sharding and the device, which
+are looked up once per process (the device, the sharding) or once per
+shape and dtype (the aval), never per call:
+
+* the ``jax.Array`` is committed to the CPU device and not weakly typed,
+  as ``jax.device_put`` of a NumPy array makes it in JAX's callbacks;
+* where the memory is 64-byte aligned (the engine allocates the data of
+  arrays of 1 KiB and more so), the CPU client takes it without a copy,
+  and the ``jax.Array`` holds a reference to the NumPy array, which holds
+  the record's memory: the array keeps its record alive;
+* elsewhere (small or unaligned arrays, strided views) the client copies.
+
+Only arrays whose memory hostcb owns are aliased (the engine's fresh
+arrays and views of them); any other array is copied, so that a later
+change of a buffer that hostcb does not own can never change a value the
+callback saw.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+from jax._src import core as _core
+from jax._src.lib import xla_client as _xc
+
+from hostcb.jax_internals.versions import require
+
+__all__ = ["cpu_arrays", "prepare_cpu_arrays"]
+
+_WHAT = "to hand callbacks jax.Arrays made from the host values"
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}  # "put", "sharding", "devices": set once
+_avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
+
+
+def prepare_cpu_arrays() -> dict[str, Any]:
+  """Looks up, once, what :func:`cpu_arrays` needs; a JAX that lacks it
+  fails here, with :class:`MissingJaxInternal`, when a callback that gets
+  ``jax.Array`` s is traced (not in the callback, later, on the engine's
+  thread).  Cheap after the first call."""
+  if _state:
+    return _state
+  with _lock:
+    if not _state:
+      import jax  # noqa: PLC0415  (public API; hostcb imports it anyway)
+      put = require(_xc, "batched_device_put", _WHAT, verb="uses")
+      device = jax.local_devices(backend="cpu")[0]
+      _state.update(put=put, devices=[device],
+                    sharding=jax.sharding.SingleDeviceSharding(device))
+  return _state
+
+
+def _aval(a: np.ndarray) -> Any:
+  key = (a.shape, a.dtype)
+  aval = _avals.get(key)
+  if aval is None:
+    aval = _avals[key] = _core.ShapedArray(a.shape, a.dtype)
+  return aval
+
+
+def _hostcb_owns(a: np.ndarray) -> bool:
+  """Whether ``a``'s memory is the engine's: a fresh array, or a view of
+  one (NumPy's ``base`` of a view is the array that owns the memory)."""
+  if a.flags.owndata:
+    return True
+  base = a.base
+  return type(base) is np.ndarray and base.flags.owndata
+
+
+def cpu_arrays(leaves: Sequence[Any]) -> list:
+  """The ``jax.Array`` on the first local CPU device of each leaf (a NumPy
+  array, or a value ``np.asarray`` takes), in one call for all of them."""
+  state = _state or prepare_cpu_arrays()
+  put, sharding, devices = state["put"], state["sharding"], state["devices"]
+  out = []
+  for a in leaves:
+    if type(a) is not np.ndarray:
+      a = np.asarray(a)
+    copy = not _hostcb_owns(a)
+    if copy:
+      out.append(put(_aval(a), sharding, [a], devices, True, True))
+    else:
+      out.append(put(_aval(a), sharding, [a], devices, True))
+  return out
+
