@@ -262,11 +262,17 @@ def cb_raises_then_next_call(ctx, api):
   g(np.float32(3))
 
 
-@scenario
+@scenario(ours=_STAGED_ERRORS,
+          expect=("log jax._src.debugging ERROR: jax.debug.callback failed "
+                  "[ValueError: boom]\n"
+                  "cb(float32[]=3.0)\n"
+                  "other work: Array(float32[]=6.0, weak=False)\n"
+                  "done\n"))
 def cb_raises_then_barrier_for_other_work(ctx, api):
   """A callback that raises under jit, in a computation whose result is
-  read, then other work and a barrier: the failure is logged, and the
-  barrier (which waits for the other work) returns, as JAX's."""
+  read, then other work and a barrier: the failure is logged, the other
+  work runs and the barrier returns, as JAX's (JAX's also fails the
+  computation whose callback raised)."""
   def cb(x):
     raise ValueError("boom")
   f = jax.jit(lambda x: (api.debug_callback(cb, x), x + 1)[1])
