@@ -40,7 +40,6 @@ from hostcb import config
 from hostcb import engine
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.engine import errors as _errors
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -142,9 +141,8 @@ class _DebugCall:
         self.func(*leaves)
       else:
         self.run(arg, transforms, False)
-    except Exception as e:  # noqa: BLE001  (logged with its traceback)
+    except Exception:  # noqa: BLE001  (logged with its traceback: the rule)
       _jc.debug_logger.exception("jax.debug.callback failed")
-      _errors.note_drop_in_failure(e)
     except BaseException:
       _jc.debug_logger.exception("jax.debug.callback failed")
       raise

@@ -12,8 +12,7 @@ import logging
 import threading
 import traceback
 
-__all__ = ["CallbackException", "record_exception", "take_last_exception",
-           "note_drop_in_failure", "take_drop_in_failure"]
+__all__ = ["CallbackException", "record_exception", "take_last_exception"]
 
 logger = logging.getLogger("hostcb")
 
@@ -29,10 +28,6 @@ class CallbackException(Exception):
 
 _lock = threading.Lock()
 _last: tuple[BaseException, str] | None = None
-# The last staged failure of a drop-in for JAX's callbacks (hostcb.debug):
-# logged where JAX logs it, never raised by a barrier; ``hostcb run
-# --jax-callbacks`` exits with status 1 when there was one.
-_drop_in: BaseException | None = None
 
 
 def record_exception(e: BaseException,
@@ -54,27 +49,8 @@ def take_last_exception() -> tuple[BaseException, str] | None:
   return last
 
 
-def note_drop_in_failure(e: BaseException) -> None:
-  """A staged ``hostcb.debug`` callback raised ``e`` (already logged where
-  JAX logs it): kept for :func:`take_drop_in_failure`, not for the
-  barrier (docs/jax_callbacks.md, "When a callback fails")."""
-  global _drop_in
-  with _lock:
-    _drop_in = e
-
-
-def take_drop_in_failure() -> BaseException | None:
-  """The last exception passed to :func:`note_drop_in_failure` since the
-  previous call, or None; clears it."""
-  global _drop_in
-  with _lock:
-    e, _drop_in = _drop_in, None
-  return e
-
-
 def after_fork_in_child() -> None:
   """A forked child starts with nothing recorded and a fresh lock."""
-  global _lock, _last, _drop_in
+  global _lock, _last
   _lock = threading.Lock()
   _last = None
-  _drop_in = None
