@@ -45,57 +45,59 @@ __all__ = ["cpu_arrays", "prepare_cpu_arrays"]
 _WHAT = "to hand callbacks jax.Arrays made from the host values"
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {}  # "put", "sharding", "devices": set once
+# Set once by prepare_cpu_arrays: jaxlib's function, the CPU device's
+# sharding and the list of that one device.
+_put: Any = None
+_sharding: Any = None
+_devices: list = []
 _avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
 
 
-def prepare_cpu_arrays() -> dict[str, Any]:
+def prepare_cpu_arrays() -> None:
   """Looks up, once, what :func:`cpu_arrays` needs; a JAX that lacks it
   fails here, with :class:`MissingJaxInternal`, when a callback that gets
   ``jax.Array`` s is traced (not in the callback, later, on the engine's
   thread).  Cheap after the first call."""
-  if _state:
-    return _state
+  global _put, _sharding, _devices
+  if _put is not None:
+    return
   with _lock:
-    if not _state:
+    if _put is None:
       import jax  # noqa: PLC0415  (public API; hostcb imports it anyway)
       put = require(_xc, "batched_device_put", _WHAT, verb="uses")
       device = jax.local_devices(backend="cpu")[0]
-      _state.update(put=put, devices=[device],
-                    sharding=jax.sharding.SingleDeviceSharding(device))
-  return _state
+      _sharding = jax.sharding.SingleDeviceSharding(device)
+      _devices = [device]
+      _put = put
 
 
-def _aval(a: np.ndarray) -> Any:
-  key = (a.shape, a.dtype)
-  aval = _avals.get(key)
-  if aval is None:
-    aval = _avals[key] = _core.ShapedArray(a.shape, a.dtype)
+def _new_aval(key: tuple) -> Any:
+  aval = _avals[key] = _core.ShapedArray(*key)
   return aval
-
-
-def _hostcb_owns(a: np.ndarray) -> bool:
-  """Whether ``a``'s memory is the engine's: a fresh array, or a view of
-  one (NumPy's ``base`` of a view is the array that owns the memory)."""
-  if a.flags.owndata:
-    return True
-  base = a.base
-  return type(base) is np.ndarray and base.flags.owndata
 
 
 def cpu_arrays(leaves: Sequence[Any]) -> list:
   """The ``jax.Array`` on the first local CPU device of each leaf (a NumPy
-  array, or a value ``np.asarray`` takes), in one call for all of them."""
-  state = _state or prepare_cpu_arrays()
-  put, sharding, devices = state["put"], state["sharding"], state["devices"]
+  array, or a value ``np.asarray`` takes), in one call for all of them.
+
+  The memory of an array that hostcb owns (a fresh array, whose ``base``
+  is None, or a view of one: NumPy's ``base`` of a view is the array that
+  owns the memory) is aliased where the CPU client can; any other array's
+  is copied."""
+  if _put is None:
+    prepare_cpu_arrays()
+  put, sharding, devices, avals = _put, _sharding, _devices, _avals
   out = []
   for a in leaves:
     if type(a) is not np.ndarray:
       a = np.asarray(a)
-    copy = not _hostcb_owns(a)
-    if copy:
-      out.append(put(_aval(a), sharding, [a], devices, True, True))
+    key = (a.shape, a.dtype)
+    aval = avals.get(key)
+    if aval is None:
+      aval = _new_aval(key)
+    base = a.base
+    if base is None or (type(base) is np.ndarray and base.base is None):
+      out.append(put(aval, sharding, [a], devices, True))
     else:
-      out.append(put(_aval(a), sharding, [a], devices, True))
+      out.append(put(aval, sharding, [a], devices, True, True))
   return out
-
