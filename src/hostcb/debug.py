@@ -48,6 +48,7 @@ from hostcb.signatures import is_key
 __all__ = ["print", "callback"]
 
 _JAX_CALLBACK = _jc.jax_function("debug_callback")
+_cpu_array = ji.cpu_array
 _JAX_PRINT = _jc.jax_function("debug_print")
 
 
@@ -135,10 +136,10 @@ class _DebugCall:
     try:
       if not transforms and self.positional:
         # The common case, in one frame: positional array arguments.
-        leaves = (arg,) if self.n == 1 else arg
-        if self.to_jax is not None:
-          leaves = self.to_jax(leaves)
-        self.func(*leaves)
+        if self.n == 1:
+          self.func(arg if self.to_jax is None else _cpu_array(arg))
+        else:
+          self.func(*(arg if self.to_jax is None else self.to_jax(arg)))
       else:
         self.run(arg, transforms, False)
     except Exception:  # noqa: BLE001  (logged with its traceback: the rule)

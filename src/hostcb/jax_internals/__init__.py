@@ -59,7 +59,8 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           xla_computation_from_proto)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
-from hostcb.jax_internals.host_arrays import cpu_arrays, prepare_cpu_arrays
+from hostcb.jax_internals.host_arrays import (cpu_array, cpu_arrays,
+                                             prepare_cpu_arrays)
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.own_callbacks import (is_jax_value,

@@ -40,7 +40,7 @@ from jax._src.lib import xla_client as _xc
 
 from hostcb.jax_internals.versions import require
 
-__all__ = ["cpu_arrays", "prepare_cpu_arrays"]
+__all__ = ["cpu_array", "cpu_arrays", "prepare_cpu_arrays"]
 
 _WHAT = "to hand callbacks jax.Arrays made from the host values"
 
@@ -76,9 +76,9 @@ def _new_aval(key: tuple) -> Any:
   return aval
 
 
-def cpu_arrays(leaves: Sequence[Any]) -> list:
-  """The ``jax.Array`` on the first local CPU device of each leaf (a NumPy
-  array, or a value ``np.asarray`` takes), in one call for all of them.
+def cpu_array(a: Any) -> Any:
+  """The ``jax.Array`` on the first local CPU device of ``a`` (a NumPy
+  array, or a value ``np.asarray`` takes).
 
   The memory of an array that hostcb owns (a fresh array, whose ``base``
   is None, or a view of one: NumPy's ``base`` of a view is the array that
@@ -86,18 +86,18 @@ def cpu_arrays(leaves: Sequence[Any]) -> list:
   is copied."""
   if _put is None:
     prepare_cpu_arrays()
-  put, sharding, devices, avals = _put, _sharding, _devices, _avals
-  out = []
-  for a in leaves:
-    if type(a) is not np.ndarray:
-      a = np.asarray(a)
-    key = (a.shape, a.dtype)
-    aval = avals.get(key)
-    if aval is None:
-      aval = _new_aval(key)
-    base = a.base
-    if base is None or (type(base) is np.ndarray and base.base is None):
-      out.append(put(aval, sharding, [a], devices, True))
-    else:
-      out.append(put(aval, sharding, [a], devices, True, True))
-  return out
+  if type(a) is not np.ndarray:
+    a = np.asarray(a)
+  key = (a.shape, a.dtype)
+  aval = _avals.get(key)
+  if aval is None:
+    aval = _new_aval(key)
+  base = a.base
+  if base is None or (type(base) is np.ndarray and base.base is None):
+    return _put(aval, _sharding, [a], _devices, True)
+  return _put(aval, _sharding, [a], _devices, True, True)
+
+
+def cpu_arrays(leaves: Sequence[Any]) -> list:
+  """:func:`cpu_array` of each leaf, in one call for all of them."""
+  return [cpu_array(a) for a in leaves]
