@@ -15,15 +15,24 @@ TORCH_VERSION ?= 2.13.0
 # ruff, the linter (configured in pyproject.toml).
 RUFF_VERSION ?= 0.17.6
 
-.PHONY: demo test lint install bench check-oldest check-newest check-wheel clean .venv-legacy
+.PHONY: demo test lint install bench check-oldest check-newest wheels \
+  check-wheels check-wheel clean .venv-legacy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.deps-$(JAX_VERSION): | $(BIN)/python
-	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm
+	$(BIN)/pip install -q "jax==$(JAX_VERSION)" numpy "pytest>=8" pytest-timeout graphviz hypothesis "setuptools>=77" wheel tqdm tensorboard "sybil>=9"
+	$(BIN)/pip install -q wandb || echo "wandb not installed: the W&B sink's test of hostcb.metrics will say so"
 	$(BIN)/pip install -q "torch==$(TORCH_VERSION)" || echo "torch not installed: the PyTorch DLPack tests will say so"
+	touch $@
+
+# jax.export's serialization of programs with host functions by name
+# (tests/test_export.py, docs/export.md): hostcb's `export` extra.  Its own
+# stamp, so that a .venv made before it gets it too.
+$(VENV)/.deps-export: | $(BIN)/python
+	$(BIN)/pip install -q "flatbuffers>=24"
 	touch $@
 
 # Legacy JAX 0.4.30 needs Python 3.11 (or older) and numpy<2.  Where it cannot
@@ -51,7 +60,7 @@ lint: $(VENV)/.ruff-$(RUFF_VERSION)
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).
-install: $(VENV)/.deps-$(JAX_VERSION)
+install: $(VENV)/.deps-$(JAX_VERSION) $(VENV)/.deps-export
 	$(BIN)/pip install -q --no-deps --no-build-isolation --force-reinstall .
 
 demo: install
@@ -75,12 +84,30 @@ check-oldest:
 check-newest:
 	bash scripts/check_newest_jax.sh
 
-# What `pip install` and `pip wheel` give a user with pip's defaults (build
-# isolation): one wheel, checked under the oldest and the newest JAX, and a
-# plain `pip install .`; each must tap through the native engine (CI runs it).
-check-wheel:
-	PYTHON=$(PYTHON) bash scripts/check_wheel.sh
+# The release's files in dist/: the sdist, and from it one manylinux wheel
+# per CPython 3.11, 3.12, 3.13 (3.14 where found), each repaired by
+# auditwheel and tagged as `auditwheel show` reports.  Without a container
+# runtime it uses this machine's interpreters (pyenv); a real CI uses
+# cibuildwheel (.github/workflows/wheels.yml).
+# The time budgets (seconds): each half took 5-8 minutes on 2 busy cores
+# with warm pip caches (277 s to build, 490 s to check).
+WHEELS_BUDGET_S ?= 1200
+CHECK_WHEELS_BUDGET_S ?= 1200
+wheels:
+	timeout $(WHEELS_BUDGET_S) bash scripts/build_wheels.sh
+
+# What users install (CI runs it): each wheel of `make wheels` in fresh
+# environments with no compiler reachable, under the oldest and the newest
+# JAX of its Python; the repository by a plain `pip install` and the sdist
+# by `uv pip install` (build isolation).  Each must tap and call through
+# the native engine.
+check-wheels: wheels
+	timeout $(CHECK_WHEELS_BUDGET_S) bash scripts/check_wheels.sh
+
+# The former name of check-wheels (one cp311 wheel then).
+check-wheel: check-wheels
 
 clean:
-	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-newest .venv-wheel build src/*.egg-info \
+	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-newest .venv-wheel .venv-wheels dist \
+	  build src/*.egg-info \
 	  src/hostcb/_native/*.so src/hostcb/_native/_build_failure.txt

@@ -194,7 +194,8 @@ engine = Extension(
     "hostcb._native._engine",
     sources=[os.path.join(NATIVE, f)
              for f in ("handlers.cc", "call.cc", "module.cc", "cuda.cc",
-                       "cuda_fake.cc", "cuda_py.cc", "exit_guard.cc")],
+                       "cuda_fake.cc", "cuda_py.cc", "exit_guard.cc",
+                       "named.cc")],
     depends=[os.path.join(NATIVE, f)
              for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h",
                        "cuda_fake.h")],

@@ -15,17 +15,21 @@ steps (``x = x * c + 1``); each step taps ``x`` with, in turn:
   cost per step;
 * the physical limit of a tap that does not hold the device up: one more
   pass over the array per step on the devices (``y = x + 1``, kept in the
-  loop's carry), the read and write that copying each shard out costs.
+  loop's carry), the read and write that copying each shard out costs;
+* one host copy of the array per step (``np.copyto`` of the whole array
+  between two preallocated NumPy arrays, in the benchmark's thread): what
+  a tap that copies each shard out of the device once costs at least
+  (issue 32's goal: the partitioned tap's cost <= 1.5x this at 16 MB).
 
 Each timing runs the loop once and waits for every tap
 (``jax.effects_barrier``, which also waits for hostcb's), so the host's
 work is counted.  The methods run in interleaved rounds; the medians and
 their ratios are printed, with the two goals of issue 28: partitioned
 hostcb <= 1/3 of the gathering tap's cost, and >= 10x cheaper than JAX's
-partitioned callback.
+partitioned callback; and issue 32's: <= 1.5x one host copy.
 
 Usage: ``python benchmarks/bench_partitioned.py [--rounds N] [--steps K]
-[--mb MB]``.
+[--mb MB | --kb KB]`` (issue 32's two sizes: ``--mb 16`` and ``--kb 4``).
 """
 from __future__ import annotations
 
@@ -88,6 +92,19 @@ def _loops(steps: int) -> dict[str, Callable]:
 
 
 COPY = "one more pass over the array (limit)"
+HOST_COPY = "np.copyto of the array (one host copy)"
+
+
+def _host_copies(steps: int, nbytes: int) -> Callable:
+  """A stand-in for a loop: ``steps`` host copies of the array."""
+  src = np.ones(nbytes // 4, np.float32)
+  dst = np.empty_like(src)
+
+  def copies(x):
+    for _ in range(steps):
+      np.copyto(dst, src)
+    return x
+  return copies
 
 
 def _time_once(f, x) -> float:
@@ -102,15 +119,20 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--steps", type=int, default=8)
   parser.add_argument("--mb", type=int, default=64)
+  parser.add_argument("--kb", type=int, default=None,
+                      help="the array's size in KB (instead of --mb)")
   opts = parser.parse_args(argv)
   devices = jax.devices()
   if len(devices) != 4:
     raise SystemExit(f"expected 4 CPU devices, got {devices}")
-  n = opts.mb * (1 << 20) // 4
+  nbytes = (opts.kb << 10) if opts.kb is not None else opts.mb << 20
+  size = f"{opts.kb} KB" if opts.kb is not None else f"{opts.mb} MB"
+  n = nbytes // 4
   mesh = Mesh(np.array(devices), ("d",))
   x = jax.device_put(jnp.zeros((4, n // 4), jnp.float32),
                      NamedSharding(mesh, P("d")))
   loops = _loops(opts.steps)
+  loops[HOST_COPY] = _host_copies(opts.steps, nbytes)
   for f in loops.values():  # compile and warm up
     _time_once(f, x)
     _time_once(f, x)
@@ -123,15 +145,16 @@ def main(argv: list[str] | None = None) -> int:
   med = {name: statistics.median(t) for name, t in times.items()}
   base = med["no tap"]
   cost = {name: max(m - base, 1e-9) for name, m in med.items()}
-  print(f"jax {jax.__version__}, 4 CPU devices, {opts.mb} MB float32 split "
+  cost[HOST_COPY] = med[HOST_COPY]  # no loop to subtract
+  print(f"jax {jax.__version__}, 4 CPU devices, {size} float32 split "
         f"4 ways, {opts.steps} steps per loop, {opts.rounds} interleaved "
         "rounds; median per step, and the tap's cost (minus the loop "
         "without a tap)\n")
   print("| | per step | tap cost per step |")
   print("|---|---|---|")
   for name in loops:
-    extra = "" if name == "no tap" else f"{cost[name] * 1e3:.2f} ms"
-    print(f"| {name} | {med[name] * 1e3:.2f} ms | {extra} |")
+    extra = "" if name == "no tap" else f"{cost[name] * 1e3:.3f} ms"
+    print(f"| {name} | {med[name] * 1e3:.3f} ms | {extra} |")
   ours = cost["hostcb id_tap partitioned"]
   gather = cost["hostcb id_tap (gathers)"]
   theirs = cost["jax.debug.callback partitioned"]
@@ -144,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
   print(f"jax.debug.callback(partitioned) / hostcb.debug.callback"
         f"(partitioned) = {theirs / drop_in:.1f}")
   print(f"hostcb partitioned tap / the limit = {ours / cost[COPY]:.1f}")
+  print(f"hostcb partitioned tap / one host copy = "
+        f"{ours / cost[HOST_COPY]:.2f} (issue 32's goal at 16 MB: <= 1.5: "
+        f"{'met' if ours / cost[HOST_COPY] <= 1.5 else 'MISSED'})")
   return 0
 
 

@@ -8,7 +8,9 @@ It starts itself twice on a free port of 127.0.0.1 and prefixes each line
 with the process that wrote it (``--verbose`` also shows the runtime's own
 log lines: gloo connections, and XLA's warning that the operand of a
 callback in ``jit`` is gathered whole on one device, which is the point).
-From a source checkout, it uses the checkout's ``src/hostcb``.
+It runs the hostcb that this Python imports (the installed one, with its
+engine); only where none is installed does it use a source checkout's
+``src/hostcb``.
 
 On a cluster, start one copy per host (or per GPU) in worker mode and let
 ``jax.distributed.initialize()`` read the cluster's environment (SLURM,
@@ -18,7 +20,7 @@ Open MPI), or give the coordinator explicitly (e.g. on Kubernetes)::
     python examples/multiprocess.py --worker --coordinator HOST:PORT \\
         --num-processes N --process-id I
 
-What it shows (see docs/cluster.md):
+What it shows (see docs/multiprocess.md):
 
 * ``id_print`` under ``jit`` over the global mesh prints once, in the
   process owning the mesh's device 0, the whole global value;
@@ -108,7 +110,12 @@ _NOISE = ("[Gloo] ", "spmd_partitioner.cc")
 
 
 def _checkout_src() -> str | None:
-  """This checkout's ``src/`` if the script runs from one, else None."""
+  """This checkout's ``src/`` if the script runs from one and this Python
+  has no hostcb installed, else None: an installed hostcb has its native
+  engine, a checkout's ``src/`` has none until built in place."""
+  import importlib.util
+  if importlib.util.find_spec("hostcb") is not None:
+    return None
   src = os.path.join(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))), "src")
   return src if os.path.isfile(os.path.join(src, "hostcb",

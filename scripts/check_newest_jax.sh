@@ -155,7 +155,7 @@ fi
 # what the suite needs, as the Makefile installs it (no PyTorch: its DLPack
 # tests skip and say so).
 "$VENV/bin/pip" install -q --upgrade jax jaxlib numpy "pytest>=8" \
-  pytest-timeout hypothesis graphviz tqdm
+  pytest-timeout hypothesis graphviz tqdm flatbuffers
 "$VENV/bin/python" -c "import jax, jaxlib, numpy, sys
 print('== jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'numpy',
       numpy.__version__, 'python', sys.version.split()[0])"

@@ -14,7 +14,8 @@ fi
 # pyproject.toml's isolated build pins too.  setuptools>=77 as there (the
 # SPDX license string).
 "$VENV/bin/pip" install -q "jax==$JAX_OLDEST" "jaxlib==$JAX_OLDEST" numpy \
-  "pytest>=8" pytest-timeout hypothesis "setuptools>=77" wheel tqdm
+  "pytest>=8" pytest-timeout hypothesis "setuptools>=77" wheel tqdm \
+  flatbuffers
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
 "$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
 "$VENV/bin/python" -c "from hostcb import engine; print('native engine:', engine.available() or engine.unavailable_reason())"

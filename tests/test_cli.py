@@ -71,7 +71,8 @@ def test_demo_shows_every_part_of_the_tour():
   res = _hostcb("demo")
   assert res.returncode == 0, res.stderr
   out = res.stdout
-  assert "what: x,x^2\n( 3. 9. )\n" in out
+  # The computation's print, then the caller's label: JAX's order.
+  assert "what: x,x^2\n( 3. 9. )\nresult: 27.0\n" in out
   assert ("transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
           "( [2. 3.] [4. 9.] )\n") in out
   # One tap per device, in any order; devices print as the running JAX
@@ -133,6 +134,18 @@ def test_run_jax_callbacks_routes_jax_callbacks_through_hostcb(tmp_path):
   assert res.stdout == (
       "installed True True ['a', '--b']\n"
       "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
+
+
+def test_run_jax_callbacks_prints_a_labelled_result_after_its_prints(
+    tmp_path):
+  script = tmp_path / "labelled.py"
+  script.write_text(
+      "import jax, jax.numpy as jnp\n"
+      "f = jax.jit(lambda x: (jax.debug.print('x = {x}', x=x), x * 2)[1])\n"
+      "print('result:', f(jnp.arange(3.)))\n")
+  res = _hostcb("run", "--jax-callbacks", str(script))
+  assert res.returncode == 0, res.stderr
+  assert res.stdout == "x = [0. 1. 2.]\nresult: [0. 2. 4.]\n"
 
 
 def test_run_without_jax_callbacks_leaves_jax_callbacks_alone(tmp_path):

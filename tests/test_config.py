@@ -55,6 +55,15 @@ def test_an_unknown_option_names_the_known_ones():
     hostcb.config.read("hostcb_no_such_option")
 
 
+def test_an_unknown_option_names_the_fast_dispatch_alias_too():
+  with pytest.raises(KeyError) as info:
+    hostcb.config.update("hostcb_no_such_option", True)
+  for name in ("jax_host_callback_inline", "jax_host_callback_max_queue_byte_size",
+               "hostcb_strict_barrier", "hostcb_gpu_engine",
+               "hostcb_callback_jax_arrays", "hostcb_fast_dispatch"):
+    assert repr(name) in str(info.value)
+
+
 def test_inline_eager_tap_runs_in_calling_thread(inline):
   threads = []
   hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.)

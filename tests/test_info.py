@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hostcb
-from _helpers import hostcb_root
+from _helpers import hostcb_root, run_python
 from hostcb import _native, engine
 from hostcb.tools import info
 
@@ -54,7 +54,8 @@ def test_info_prints_the_facts_in_order_without_the_engine():
               "native engine unavailable"]
   if _native.build_failure() is not None:
     expected.append("native engine build failure")
-  assert list(out) == [*expected, "GPU engine", "dispatch", "queue bound"]
+  assert list(out) == [*expected, "GPU engine", "dispatch", "queue bound",
+                       "changed by hostcb"]
 
 
 def test_info_says_the_gpu_engine_is_off_by_default():
@@ -131,6 +132,29 @@ def test_info_names_fast_dispatch_by_default():
 def test_info_names_the_queue_bound():
   out = _info(JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE="32000000")
   assert out["queue bound"] == "32000000 bytes per device"
+
+
+def test_info_says_the_command_changed_nothing():
+  # Importing hostcb changes none of JAX's objects and none of Python's
+  # hooks; the command traces no program.
+  assert _info()["changed by hostcb"] == "nothing in this process"
+
+
+def test_report_in_process_lists_what_a_traced_tap_changed():
+  proc = run_python(
+      "import jax, numpy as np, hostcb\n"
+      "from hostcb.tools import info\n"
+      "jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x))(np.float32(1))\n"
+      "hostcb.barrier_wait()\n"
+      "line = [l for l in info.report().splitlines()\n"
+      "        if l.startswith('changed by hostcb: ')][0]\n"
+      "print('jax.effects_barrier (effects barrier)' in line)\n"
+      "hostcb.uninstall()\n"
+      "print([l for l in info.report().splitlines()\n"
+      "       if l.startswith('changed by hostcb: ')])\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      "True\n['changed by hostcb: nothing in this process']\n")
 
 
 def test_report_in_process_starts_with_hostcb_and_ends_each_line():

@@ -298,3 +298,17 @@ def test_barrier_timeout_can_be_changed():
     assert hostcb.distributed.get_timeout() == 12.5
   finally:
     hostcb.distributed.set_timeout(old)
+
+
+def test_example_uses_the_installed_hostcb_not_the_checkouts_unbuilt_src():
+  # Run from a clone, the example's workers import the hostcb this Python
+  # has installed (with its engine): no "install a C++ compiler" warning.
+  example = os.path.join(os.path.dirname(HERE), "examples", "multiprocess.py")
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  env.pop("PYTHONPATH", None)
+  proc = subprocess.run([sys.executable, example, "--timeout", "90"],
+                        env=env, capture_output=True, text=True, timeout=120,
+                        cwd=os.path.dirname(HERE))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "native engine is not available" not in proc.stdout + proc.stderr

@@ -56,7 +56,9 @@ class Bars(tqdm.tqdm):
 
   def update(self, n=1):
     self.updates += 1
-    return super().update(n)
+    out = super().update(n)
+    self.peak = max(getattr(self, "peak", 0), self.n)
+    return out
 
   @property
   def closed(self) -> bool:
@@ -294,6 +296,127 @@ def test_nested_vmap_batch_each_shows_one_bar_per_element():
                     ("[#2]", 17, 17, True), ("[#3]", 5, 5, True)]
 
 
+def test_the_issue_example_shows_one_bar_per_element_at_its_own_count():
+  def count(n):
+    return progress.while_loop(lambda c: c[0] < n,
+                               lambda c: (c[0] + 1, c[1] + 1.0), (0, 0.0),
+                               batch="each", **OPTS)
+  out = jax.jit(jax.vmap(count))(jnp.array([10, 20, 30]))
+  assert_trees_equal(out, (np.array([10, 20, 30]), np.array([10., 20., 30.])))
+  assert bars() == [("[#0]", 10, 10, True), ("[#1]", 20, 20, True),
+                    ("[#2]", 30, 30, True)]
+  # No bar went past its element's count while the loop ran.
+  assert [b.peak for b in sorted(Bars.made, key=lambda b: b.desc)] == [
+      10, 20, 30]
+
+
+def test_scan_batched_only_through_a_closure_shows_one_bar_per_element():
+  def f(a):
+    return progress.scan(lambda c, x: (c + a * x, c), 0., jnp.arange(50.),
+                         batch="each", **OPTS)
+  assert_trees_equal(jax.jit(jax.vmap(f))(jnp.arange(3.)),
+                     jax.vmap(lambda a: lax.scan(
+                         lambda c, x: (c + a * x, c), 0., jnp.arange(50.)))(
+                             jnp.arange(3.)))
+  assert bars() == [(f"[#{i}]", 50, 50, True) for i in range(3)]
+
+
+# Every combination of docs/progress.md's "What each transformation
+# shows" for vmap: each loop, batched through its operands (carry, bounds,
+# predicate) or only through a closure, with batch="combined" (one bar:
+# the longest element) and batch="each" (one bar per element, each at its
+# own count, never past it).
+_NS = [5, 40, 17]
+
+
+class _Lax:
+  """lax's loops, taking (and dropping) the bars' options."""
+
+  @staticmethod
+  def scan(f, init, xs, **kw):
+    return lax.scan(f, init, xs)
+
+  @staticmethod
+  def fori_loop(lo, hi, f, init, **kw):
+    return lax.fori_loop(lo, hi, f, init)
+
+  @staticmethod
+  def while_loop(cond, f, init, total=None, **kw):
+    return lax.while_loop(cond, f, init)
+
+
+# name: (loop(n, p, **options) with p progress or _Lax, each element's count)
+_LOOPS = {
+    "scan, batched carry": (
+        lambda n, p, **kw: p.scan(body, n * 1., jnp.arange(40.), **kw),
+        [40, 40, 40]),
+    "scan, batched through a closure": (
+        lambda n, p, **kw: p.scan(lambda c, x: (c + n * x, c), 0.,
+                                  jnp.arange(40.), **kw),
+        [40, 40, 40]),
+    "fori_loop, batched bounds": (
+        lambda n, p, **kw: p.fori_loop(0, n, lambda i, c: c + i, 0, **kw),
+        _NS),
+    "fori_loop, batched through a closure": (
+        lambda n, p, **kw: p.fori_loop(0, 40, lambda i, c: c + n, 0, **kw),
+        [40, 40, 40]),
+    "while_loop, batched predicate": (
+        lambda n, p, **kw: p.while_loop(lambda c: c < n, lambda c: c + 1, 0,
+                                        **kw),
+        _NS),
+    "while_loop, batched predicate, total=": (
+        lambda n, p, **kw: p.while_loop(lambda c: c < n, lambda c: c + 1, 0,
+                                        total=n, **kw),
+        _NS),
+    "while_loop, batched through a closure in the body": (
+        lambda n, p, **kw: p.while_loop(lambda c: c[0] < 40,
+                                        lambda c: (c[0] + 1, c[1] + n),
+                                        (0, 0), **kw),
+        [40, 40, 40]),
+}
+
+
+@pytest.mark.parametrize("name", list(_LOOPS))
+def test_vmap_batch_combined_shows_one_bar_at_the_longest_count(name):
+  loop, counts = _LOOPS[name]
+  jax.jit(jax.vmap(lambda n: loop(n, progress, **OPTS)))(jnp.array(_NS))
+  longest = max(counts)
+  assert bars() == [("", longest, longest, True)]
+
+
+@pytest.mark.parametrize("name", list(_LOOPS))
+def test_vmap_batch_each_shows_one_bar_per_element_at_its_count(name):
+  loop, counts = _LOOPS[name]
+  jax.jit(jax.vmap(lambda n: loop(n, progress, batch="each", **OPTS)))(
+      jnp.array(_NS))
+  assert bars() == [(f"[#{i}]", c, c, True) for i, c in enumerate(counts)]
+  assert all(b.peak <= b.total for b in Bars.made)
+
+
+@pytest.mark.parametrize("name", list(_LOOPS))
+@pytest.mark.parametrize("batch", ["combined", "each"])
+def test_vmap_values_equal_lax(name, batch):
+  loop, _ = _LOOPS[name]
+  ns = jnp.array(_NS)
+  assert_trees_equal(
+      jax.jit(jax.vmap(lambda n: loop(n, progress, batch=batch, **OPTS)))(ns),
+      jax.jit(jax.vmap(lambda n: loop(n, _Lax)))(ns))
+
+
+def test_batch_each_outside_vmap_shows_one_bar():
+  progress.scan(body, 1., jnp.arange(30.), batch="each", **OPTS)
+  assert bars() == [("[#0]", 30, 30, True)]
+
+
+def test_a_batch_each_loop_run_twice_shows_a_fresh_bar_per_element_each_run():
+  f = jax.jit(jax.vmap(lambda n: progress.scan(
+      lambda c, x: (c + n * x, c), 0., jnp.arange(20.), batch="each",
+      **OPTS)))
+  f(jnp.arange(2.))
+  f(jnp.arange(2.))
+  assert bars() == [("[#0]", 20, 20, True)] * 2 + [("[#1]", 20, 20, True)] * 2
+
+
 # ---------------------------------------------------------- the end
 def test_close_all_closes_open_bars_where_they_stand():
   opts = progress._options(None, None, 10, "combined", "combined", "each",
@@ -506,3 +629,28 @@ def test_nested_loops_under_pmap_give_nested_bars_per_run():
 
 def test_expected_device_count_is_one_outside_per_device_code():
   assert progress._tapping_devices() == 1
+
+
+def _count_to(n, **kw):
+  return progress.while_loop(lambda c: c < n, lambda c: c + 1, 0, **OPTS,
+                             **kw)
+
+
+@pytest.mark.multidevice
+def test_pmap_of_vmap_batch_each_shows_one_combined_bar_per_element():
+  ns = jnp.tile(jnp.array([5, 12]), (N, 1))  # the same elements everywhere
+  out = jax.pmap(jax.vmap(lambda n: _count_to(n, batch="each")))(ns)
+  np.testing.assert_array_equal(out, ns)
+  where = f"{N} devices, " if N > 1 else ""
+  assert bars() == [(f"[{where}#0]", 5, 5, True),
+                    (f"[{where}#1]", 12, 12, True)]
+
+
+@pytest.mark.multidevice
+def test_pmap_of_vmap_devices_each_batch_each_shows_a_bar_per_both():
+  ns = jnp.tile(jnp.array([5, 12]), (N, 1))
+  jax.pmap(jax.vmap(lambda n: _count_to(n, batch="each", devices="each")))(
+      ns)
+  assert bars() == sorted(
+      (f"{d[:-1]}, #{i}]", c, c, True) for d in _device_names()
+      for i, c in enumerate([5, 12]))

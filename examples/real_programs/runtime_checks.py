@@ -83,8 +83,8 @@ def main() -> None:
                       help="hostcb's functions, and call and id_tap")
   args = parser.parse_args()
   if args.hostcb:
-    # Before anything looks up jax.effects_barrier: importing hostcb makes
-    # that name wait for hostcb's callbacks too.
+    # jax.effects_barrier() (looked up when called) waits for hostcb's
+    # callbacks too once a program has traced one of them.
     import hostcb
   checks = mechanisms(args.hostcb)
   print("# io_callback from", (hostcb.io_callback if args.hostcb else

@@ -114,7 +114,8 @@ def _check(name: str, value: Any) -> Any:
     return value
   raise KeyError(f"unknown hostcb option {name!r}; expected one of "
                  f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
-                 f"{GPU_ENGINE!r}, {JAX_ARRAYS!r}")
+                 f"{GPU_ENGINE!r}, {JAX_ARRAYS!r} (or {FAST_DISPATCH!r}, "
+                 f"hostcb 0.2's name for the opposite of {STRICT_BARRIER!r})")
 
 
 def _strict_from_env() -> bool:

@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import engine
+from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
@@ -122,6 +122,27 @@ class _DebugCall:
 
   def __repr__(self) -> str:
     return f"jax.debug.callback({self.func!r})"
+
+  def _hostcb_export(self) -> tuple[str, dict] | None:
+    """By name when its function is registered, or is a ``debug.print``'s
+    (:mod:`hostcb.named`); its host-side arguments must be JSON scalars."""
+    if isinstance(self.func, _Format):
+      name, described = "", self.func.export_description()
+      if described is None:
+        return None
+    else:
+      name, described = named.name_of(self.func), {}
+      if name is None:
+        return None
+    if not all(named.json_scalar(v) for _, v in self.static):
+      if not name:
+        return None
+      raise named.NotExportable(
+          "host-side arguments that are not str, numbers, bool or None", name)
+    fn = {"in_tree": named.tree_json_of(self.in_tree, name),
+          "static": [list(iv) for iv in self.static], "n": self.n,
+          "as_jax_arrays": bool(self.as_jax_arrays), **described}
+    return name, {"kind": "debug_callback" if name else "debug_print", **fn}
 
   def __call__(self, arg, transforms=()) -> None:
     """Runs the staged callback (the engine's call): a PRNG key operand
@@ -210,6 +231,18 @@ class _Eagerly:
       raise
 
 
+def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
+  """The :class:`_DebugCall` that :meth:`_DebugCall._hostcb_export`
+  described, calling ``func`` (PRNG keys arrive as key data when staged)."""
+  return _DebugCall(func, named.tree_from_json(fn["in_tree"]),
+                    tuple((i, v) for i, v in fn["static"]), fn["n"],
+                    (None,) * fn["n"], fn["as_jax_arrays"])
+
+
+named.define_kind("debug_callback", lambda name, fn, spec: _rebuilt_debug_call(
+    named.lookup(name), fn))
+
+
 def _canonical_array(a) -> np.ndarray:
   """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
   ``int32``, a NumPy ``float64`` a ``float32`` without x64)."""
@@ -240,7 +273,8 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
                      eager=_Eagerly(call), effects=effects, prints=True,
-                     partitioned=partitioned)
+                     partitioned=partitioned, per_element=partitioned,
+                     text=isinstance(func, _Format))
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 
@@ -405,6 +439,16 @@ class _Format:
   def __repr__(self) -> str:
     return f"jax.debug.print({self.fmt!r})"
 
+  def export_description(self) -> dict | None:
+    """What :mod:`hostcb.named` writes down of it, or None (NumPy options
+    that JSON cannot hold)."""
+    options = self.options or ()
+    if not all(named.json_scalar(v) for _, v in options):
+      return None
+    return {"fmt": self.fmt, "placeholders": self.placeholders,
+            "options": None if self.options is None
+            else [list(kv) for kv in options]}
+
   def __call__(self, *args, **kwargs) -> None:
     if self.placeholders:
       with numpy_print_options(self.options):
@@ -412,6 +456,12 @@ class _Format:
     else:
       text = " ".join((self.fmt, *(str(a) for a in args)))
     sys.stdout.write(text + "\n")
+
+
+named.define_kind("debug_print", lambda name, fn, spec: _rebuilt_debug_call(
+    _Format(fn["fmt"], fn["placeholders"],
+            None if fn["options"] is None
+            else tuple(tuple(kv) for kv in fn["options"])), fn))
 
 
 def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,

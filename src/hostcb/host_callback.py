@@ -17,6 +17,7 @@ import numpy as np
 from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+from hostcb import named
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
 from hostcb.printing import (caller_print_options, numpy_print_options,
                              print_tap)
@@ -158,7 +159,8 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
   flat, treedef, key_impls = _operands(arg, "id_tap")
   target = TapTarget(tap_func, treedef, bool(tap_with_device),
                      prints=isinstance(tap_func, _Printer),
-                     partitioned=partitioned)
+                     partitioned=partitioned,
+                     text=isinstance(tap_func, _Printer))
   outs = tap_p.bind(*flat, target=target, transforms=(),
                     device_index=device_index)
   if result is not None:
@@ -191,12 +193,33 @@ class _Printer:
     except TypeError:  # an unhashable keyword value: no cache sharing
       return id(self)
 
+  def _hostcb_export(self) -> tuple[str, dict] | None:
+    """By name (no registration: the name is ""), when it prints to
+    ``sys.stdout`` with keywords and NumPy options that JSON can hold
+    (:mod:`hostcb.named`)."""
+    if self.output_stream is not None:
+      return None
+    values = [v for _, v in self.kwargs] + [
+        v for _, v in (self.print_options or ())]
+    if not all(named.json_scalar(v) for v in values):
+      return None
+    return "", {"kind": "id_print", "threshold": self.threshold,
+                "kwargs": [list(kv) for kv in self.kwargs],
+                "print_options": (None if self.print_options is None else
+                                  [list(kv) for kv in self.print_options])}
+
   def __eq__(self, other):
     return (isinstance(other, _Printer)
             and self.output_stream is other.output_stream
             and self.threshold == other.threshold
             and self.kwargs == other.kwargs
             and self.print_options == other.print_options)
+
+
+named.define_kind("id_print", lambda name, fn, spec: _Printer(
+    None, fn["threshold"], tuple(tuple(kv) for kv in fn["kwargs"]),
+    None if fn["print_options"] is None
+    else tuple(tuple(kv) for kv in fn["print_options"])))
 
 
 def id_print(arg, *, result=None, tap_with_device=False, device_index=0,

@@ -37,6 +37,7 @@ import jax
 import jax.experimental
 
 from hostcb import debug, host_callback, jax_callbacks
+from hostcb import jax_internals as ji
 from hostcb.xla_computation import xla_computation
 
 __all__ = ["install", "uninstall", "legacy_module", "LEGACY_NAME",
@@ -108,17 +109,34 @@ def install(jax_callbacks: bool = False) -> None:
 
 
 def uninstall() -> None:
-  """Undoes :func:`install`: JAX's callback functions are bound back
+  """Gives JAX and Python back every object hostcb changed in this process.
+
+  Undoes :func:`install`: JAX's callback functions are bound back
   wherever ``install(jax_callbacks=True)`` rebound them, and the legacy
   names it set (``sys.modules["jax.experimental.host_callback"]``,
   ``jax.experimental.host_callback``, ``jax.xla_computation``) are put back
   as they were, unless something else changed them since.
+
+  Also puts back what hostcb changed when its first program was traced
+  (:mod:`hostcb.jax_internals.patches`, which ``hostcb info`` lists):
+  ``jax.effects_barrier``, JAX's cached lowering and compiled-call
+  functions, its runtime-token functions, the ``while_p`` lowering rule,
+  the read hooks of ``jax.Array``, hostcb's exit handlers and
+  ``sys.excepthook`` (``hostcb.progress``).  Programs compiled before keep
+  running their taps (they need none of these to run), without the
+  guarantees these gave: ``jax.effects_barrier()`` no longer waits for
+  their taps (``hostcb.barrier_wait()`` still does), and a host read no
+  longer waits for their prints.  The next program that binds one of
+  hostcb's primitives installs them again.
+  Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
+  prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
 
   Functions traced while it was installed keep hostcb's callbacks until
   they are traced again.  A ``.pth``-installed hook still resolves a later
   ``import jax.experimental.host_callback``.
   """
   uninstall_jax_callbacks()
+  ji.uninstall_all()  # output_order's hook among them
   with _lock:
     while _legacy_set:
       obj, name, previous, value = _legacy_set.pop()

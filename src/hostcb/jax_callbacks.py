@@ -30,6 +30,7 @@ import numpy as np
 from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+from hostcb import named
 # The engine's barrier and consumer test: imported here only (the one place
 # to change if the engine renames them).
 from hostcb.engine import barrier_wait as _barrier_wait
@@ -139,6 +140,15 @@ class HostCall:
   def __repr__(self) -> str:
     return f"{self.name}({self.callback!r})"
 
+  def _hostcb_export(self) -> tuple[str, dict] | None:
+    """By name when its callback is registered (:mod:`hostcb.named`)."""
+    name = named.name_of(self.callback)
+    if name is None:
+      return None
+    return name, {"kind": "jax_callback", "function": self.name,
+                  "in_tree": named.tree_json_of(self.in_tree, name),
+                  "n_in": self.n_in, "jax_arrays": bool(self.jax_arrays)}
+
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb.engine.print_order): the computation waits for this call.
@@ -202,6 +212,11 @@ def call_target(callback: Callable, in_tree: Any, n_in: int,
                              config.read(config.JAX_ARRAYS)),
                     flat_treedef(n_in), flat_treedef(len(result_avals)),
                     result_avals, False, rules)
+
+
+named.define_kind("jax_callback", lambda name, fn, spec: HostCall(
+    named.lookup(name), named.tree_from_json(fn["in_tree"]), fn["n_in"],
+    named.result_avals_of(spec), fn["function"], fn["jax_arrays"]))
 
 
 def _check_shape_dtype(leaf) -> None:
@@ -456,4 +471,7 @@ def _wait_in_effects_barrier() -> None:
     _barrier_wait()
 
 
-ji.patch_effects_barrier(_wait_in_effects_barrier)
+# jax.effects_barrier() waits for hostcb's callbacks too, from the first
+# bind of a hostcb primitive on (not at import: hostcb.jax_internals.patches).
+ji.when_first_needed(
+    functools.partial(ji.patch_effects_barrier, _wait_in_effects_barrier))

@@ -23,6 +23,14 @@ host function first lets the taps queued before it on its device run
 tap function of its device (the consumer thread), it runs at once, as part
 of that function.
 
+A tap or call of a function registered by name (``hostcb.register``,
+:mod:`hostcb.named`) lowers, where the engine serves it, to the versioned
+custom calls ``hostcb_tap_v1`` / ``hostcb_call_v1`` instead, whose
+attributes name the function and say how it is called (no process-local
+id): such a program can be exported, cached and serialized, and run in
+another process (``docs/export.md``); for several platforms at once
+(``jax.export(..., platforms=("cpu", "cuda"))``) too.
+
 Where a callback runs:
 
 * one-device and sharded ``jit``/``pjit`` code: once, on the computation's
@@ -46,6 +54,7 @@ import numpy as np
 
 from hostcb import engine
 from hostcb import jax_internals as ji
+from hostcb import named
 from hostcb.buffer_callback import advise_huge_pages
 from hostcb.primitives import call_p, tap_p, unpack_transforms
 
@@ -66,6 +75,45 @@ def _native(ctx) -> bool:
   # XLA's SPMD partitioner (Shardy) keeps that placement only for its own
   # Python callbacks.
   return (not ji.runs_on_one_of_several_devices(ctx)
+          and engine.supports(a.dtype for a in (*ctx.avals_in,
+                                                *ctx.avals_out)))
+
+
+# The platforms whose back ends have the handlers by name (named.cc).
+_NAMED_PLATFORMS = ("cpu", "cuda")
+
+
+def _by_name(ctx, spec) -> bool:
+  """Whether a callback of a function by name (``spec`` not None) lowers
+  to the versioned targets: for one platform, where the engine serves it
+  (as :func:`_native`); for several (a multi-platform ``jax.export``),
+  where each is CPU or CUDA and the native engine is built, the program
+  being compiled and run elsewhere (hostcb cannot check here that the
+  other platform's back end serves it)."""
+  if spec is None:
+    return False
+  platforms = ji.lowering_platforms(ctx)
+  if len(platforms) == 1:
+    if _native(ctx):
+      return True
+    named.warn_not_by_name(spec[0], (
+        "a callback in a jit over several devices, which runs on one of them"
+        if ji.runs_on_one_of_several_devices(ctx) else
+        f"XLA's Python callbacks on {platforms[0]}, where hostcb's engine "
+        "does not serve it (or its dtypes)"))
+    return False
+  engine.note_lowered()
+  if ("cuda" in platforms and engine.gpu.has_local_gpu()
+      and not engine.serves("cuda")):
+    # It would run here, on a GPU where hostcb's CUDA handlers are not
+    # registered.
+    raise NotImplementedError(
+        "hostcb: a program for several platforms with host functions by name "
+        "runs on this machine's GPU through the engine's GPU back end, which "
+        "is off; turn it on: hostcb.config.update('hostcb_gpu_engine', True) "
+        f"(platforms={platforms})")
+  return (all(p in _NAMED_PLATFORMS for p in platforms) and engine.available()
+          and not ji.runs_on_one_of_several_devices(ctx)
           and engine.supports(a.dtype for a in (*ctx.avals_in,
                                                 *ctx.avals_out)))
 
@@ -127,25 +175,36 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
         f"{engine.unavailable_reason() or 'available'}); use "
         "partitioned=False, or shard_map, where every device taps its own "
         "operand")
-  unpacked = unpack_transforms(transforms)
-
-  def emit_tap(operands, layout):
-    tid = engine.target_id(("shard tap", target, transforms, layout.key()),
-                           lambda: target.engine_entry(unpacked, layout))
-    if target.prints:
-      engine.mark_print(tid)
-    return ji.emit_manual_tap(engine.ffi_target_name, operands,
-                              {"target_id": tid})
-
-  ji.emit_per_shard_custom_call(ctx, args, emit_tap=emit_tap)
+  # The target id is fixed here, in the lowered module, not when XLA
+  # partitions it: JAX's persistent compilation cache keys the lowered
+  # module, and a cache hit is never partitioned again.
+  shapes = tuple(tuple(a.shape) for a in ctx.avals_in)
+  tid = engine.target_id(
+      ("shard tap", target, transforms, shapes),
+      lambda: target.shard_entry(unpack_transforms(transforms), shapes))
+  if target.prints:
+    engine.mark_print(tid)
+  ji.emit_per_shard_custom_call(ctx, args, target=engine.ffi_target_name,
+                                target_id=tid)
   return list(args)  # the tap is an identity: its results are its operands
 
 
 def _tap_lowering(ctx, *args, target, transforms, device_index):
   if target.prints:  # host reads wait for prints from now on
     engine.prints_staged()
+  if target.text:  # this executable keeps its token (output order)
+    ji.note_print_lowered()
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
+    named.note_by_id(target, "a tap per shard in a jit over several devices")
     return _per_shard_tap_lowering(ctx, args, target, transforms)
+  spec = named.tap_spec(target, transforms)
+  if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
+    name, text = spec
+    named.target_id(name, text)
+    ji.emit_custom_call(ctx, engine.tap_v1_target_name, args,
+                        device_index=device_index,
+                        attributes={"name": name, "spec": text})
+    return list(args)  # the tap is an identity: its results are its operands
   if _native(ctx):
     tid = engine.target_id(
         ("tap", target, transforms),
@@ -294,6 +353,15 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
 
 def _call_lowering(ctx, *args, target, device_index, effectful):
   engine.note_lowered()
+  spec = named.call_spec(target)
+  if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
+    name, text = spec
+    named.target_id(name, text, _native_call_runner)
+    return ji.emit_custom_call(ctx, engine.call_v1_target_name, args,
+                               device_index=device_index,
+                               attributes={"name": name, "spec": text},
+                               avals_out=ctx.avals_out,
+                               has_side_effect=effectful)
   if _uses_buffers(ctx):
     return _call_lowering_on_buffers(ctx, args, target, device_index,
                                      effectful)
@@ -315,5 +383,6 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
                                has_side_effect=effectful)
 
 
+named.set_call_runner(_native_call_runner)
 ji.register_lowering(tap_p, _tap_lowering)
 ji.register_lowering(call_p, _call_lowering)

@@ -67,11 +67,23 @@ class TapTarget:
   a host read of a result waits for such taps queued before it
   (:mod:`hostcb.engine.print_order`), not for the others.
 
+  ``text``: the function is a print's own formatter (``id_print``,
+  ``hostcb.debug.print``), not a callback that may print: its executable
+  keeps JAX's runtime token, so that the next write of the dispatching
+  thread waits for it (:mod:`hostcb.engine.output_order`).
+
   ``partitioned``: in a ``jit`` over several devices, every device taps its
   own shard (``id_tap(..., partitioned=True)``, see
   ``docs/partitioned.md``) instead of one device the whole, gathered,
   value; with ``with_device`` the function also gets ``index=``, the
   shard's slice of the global array.
+
+  ``per_element``: under ``vmap`` the tap is bound again once per batch
+  element, on that element's slices, instead of once on the batched
+  operands (JAX's rule for its debug callbacks).  For a partitioned
+  debug callback: each device then gets its shards of each element, as
+  from JAX's, and the host never has to pair elements up from shards
+  that the devices hold along different batch axes.
   """
   func: Callable
   treedef: Any
@@ -80,29 +92,35 @@ class TapTarget:
   effects: tuple = ()
   prints: bool = False
   partitioned: bool = False
+  per_element: bool = False
+  text: bool = False
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
     self.invoker(transforms)(arrays, device)
 
-  def engine_entry(self, transforms, layout=None) -> Any:
+  def engine_entry(self, transforms) -> Any:
     """What the native engine's consumers call per tap: ``(func,
     transforms)``, called as ``func(arrays[0], transforms)``, when the
     argument is one array and the function takes no device, else
-    :meth:`invoker`.  ``layout``: the shards' layout of a per-shard tap
-    (:class:`hostcb.jax_internals.ShardLayout`)."""
-    if ((layout is None or not layout.padded) and not self.with_device
-        and self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1):
+    :meth:`invoker`."""
+    if (not self.with_device and self.treedef.num_leaves == 1
+        and self.treedef.num_nodes == 1):
       return (self.func, transforms)
-    return self.invoker(transforms, layout)
+    return self.invoker(transforms)
 
-  def invoker(self, transforms, layout=None) -> Callable[[tuple, Any], None]:
+  def shard_entry(self, transforms, shapes: tuple) -> Callable:
+    """What the engine's consumers call for a per-shard tap in a sharded
+    ``jit`` (:mod:`hostcb.jax_internals.partitioned`): the arrays are the
+    device's shards of operands of global ``shapes``, followed, when one
+    of them has a dimension, by the shard's slice bounds."""
+    return self._shard_invoker(transforms, shapes)
+
+  def invoker(self, transforms) -> Callable[[tuple, Any], None]:
     """:meth:`invoke` for these ``transforms``, with its lookups done once:
-    the engine's consumers call it once per tap.  ``layout``: as for
-    :meth:`engine_entry`."""
-    if self.partitioned and (self.with_device or (layout is not None
-                                                  and layout.padded)):
-      return self._shard_invoker(transforms, layout)
+    the engine's consumers call it once per tap."""
+    if self.partitioned and self.with_device:
+      return self._shard_invoker(transforms, None)
     func = self.func
     if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
       if self.with_device:  # the argument is one array
@@ -115,45 +133,61 @@ class TapTarget:
                                          device=device)
     return lambda arrays, device: func(unflatten(arrays), transforms)
 
-  def _shard_invoker(self, transforms, layout) -> Callable[[tuple, Any],
-                                                            None]:
+  def _shard_invoker(self, transforms, shapes) -> Callable[[tuple, Any],
+                                                           None]:
     """The invoker of a per-shard tap: trims the padding of uneven shards
     and, with ``with_device``, passes the shard's ``index=`` (per leaf, a
     tuple of slices of the global array; all ``slice(None)`` where the
-    operand is not split: one device, ``shard_map``, ``pmap``)."""
+    operand is not split: one device, ``shard_map``, ``pmap``).
+
+    ``shapes``: the operands' global shapes in a sharded ``jit``, where
+    the last array holds the shard's slice bounds (when some operand has
+    a dimension); None elsewhere, where the arrays are whole."""
     func, with_device = self.func, self.with_device
     one = self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1
     unflatten = self.treedef.unflatten
-    indices = layout.indices if layout is not None else None
-    trims = None
-    if layout is not None and layout.padded:
-      trims = {d: tuple(_trim(index) for index in per_leaf)
-               for d, per_leaf in indices.items()}
-    if indices is not None:
-      shown = {d: per_leaf[0] if one else unflatten(list(per_leaf))
-               for d, per_leaf in indices.items()}
+    bounded = shapes is not None and any(len(s) for s in shapes)
+    slices: dict = {}  # bounds (bytes) -> (index shown, trims)
+
+    def slices_of(bounds) -> tuple:
+      key = bounds.tobytes()
+      found = slices.get(key)
+      if found is None:
+        index = ji.slice_bounds(bounds, shapes)
+        shown = index[0] if one else unflatten(list(index))
+        found = slices[key] = (shown, tuple(map(_trim, index)))
+      return found
 
     def invoke(arrays, device):
-      if trims is not None:
-        arrays = tuple(a[t] for a, t in zip(arrays, trims[device.id]))
+      if bounded:
+        *arrays, bounds = arrays
+        shown, trims = slices_of(bounds)
+        arrays = [_trimmed(a, t) for a, t in zip(arrays, trims)]
+      elif with_device:
+        whole = [(slice(None),) * np.ndim(a) for a in arrays]
+        shown = whole[0] if one else unflatten(whole)
       arg = arrays[0] if one else unflatten(arrays)
       if not with_device:
         return func(arg, transforms)
-      if indices is not None:
-        index = shown[device.id]
-      else:
-        whole = [(slice(None),) * np.ndim(a) for a in arrays]
-        index = whole[0] if one else unflatten(whole)
-      return func(arg, transforms, device=device, index=index)
+      return func(arg, transforms, device=device, index=shown)
 
     return invoke
 
 
 def _trim(index: tuple) -> tuple:
-  """Selects, in a shard's buffer, the part that holds its slice ``index``
-  (the buffer of an uneven sharding's last shards has padding)."""
-  return tuple(s if s == slice(None) else slice(0, s.stop - s.start)
+  """The extent of each dimension of the slice ``index`` (None where the
+  dimension is not split)."""
+  return tuple(None if s == slice(None) else s.stop - s.start
                for s in index)
+
+
+def _trimmed(array: np.ndarray, extents: tuple) -> np.ndarray:
+  """The part of a shard's buffer that holds its slice: the buffer of an
+  uneven sharding's last shards has padding past ``extents``."""
+  if all(e is None or e == n for e, n in zip(extents, array.shape)):
+    return array
+  return array[tuple(slice(None) if e is None else slice(0, e)
+                     for e in extents)]
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -343,6 +377,16 @@ def _tap_transpose(cts, *args, target, transforms, device_index):
 
 def _tap_batch(args, dims, *, target, transforms, device_index):
   batch_dims = tuple(None if d is ji.not_mapped else d for d in dims)
+  if target.per_element:
+    size = next(a.shape[d] for a, d in zip(args, batch_dims)
+                if d is not None)
+    for i in range(size):
+      tap_p.bind(*(a if d is None else
+                   jax.lax.index_in_dim(a, i, axis=d, keepdims=False)
+                   for a, d in zip(args, batch_dims)),
+                 target=target, device_index=device_index,
+                 transforms=transforms)
+    return list(args), list(dims)  # an identity: its operands
   outs = tap_p.bind(*args, target=target, device_index=device_index,
                     transforms=transforms + (("batch", batch_dims),))
   return outs, list(dims)

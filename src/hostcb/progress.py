@@ -64,6 +64,7 @@ except ImportError as _e:  # pragma: no cover  (tested in a subprocess)
       "pip install hostcb[progress]  (or: pip install tqdm)") from _e
 
 from hostcb.engine import wait_for_taps
+from hostcb.jax_internals import patches
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.host_callback import id_tap
 
@@ -87,7 +88,9 @@ def _custom_vmap_keeps_taps() -> bool:
   def _probe_batched(axis_size, in_batched, x):
     return probe(x), in_batched[0]
 
-  return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
+  # Only traced: the probe installs none of hostcb's patches.
+  with patches.tracing_only():
+    return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
 
 
 if not _custom_vmap_keeps_taps():
@@ -231,40 +234,43 @@ class _Site:
     self.expected = 1 if opts.devices == "each" else expected_devices
     self.depth = depth
     self.runs: dict = {}      # (group, run index) -> _Run
-    self.started: dict = {}   # (group, device) -> the run index it is in
+    self.started: dict = {}   # (where, device) -> the run index it is in
     self.devices: dict = {}   # group -> the devices that reported for it
+    self.done: set = set()    # (group, run index) of the runs that ended
 
   # Tap functions: ``arg`` is (steps, totals), of equal shapes: one entry
-  # per batch element with batch="each", else scalars.
+  # per batch element with batch="each", else scalars.  A group is
+  # (where, element): ``where`` the device with devices="each" (else
+  # None), ``element`` the batch element with batch="each" (else None).
+  # Every start tap of a device begins its next run, for all the elements
+  # it carries; an element that the start did not carry (the loop is
+  # batched only inside its body, e.g. through a closure) gets its bar at
+  # its first update.
   def on_start(self, arg, transforms, *, device=None) -> None:
     del transforms
     with _open_lock:
-      for group, step, total in self._entries(arg, device):
-        key = (group, device)
-        r = self.started.get(key, 0) + 1
-        self.started[key] = r
-        self.devices.setdefault(group, set()).add(device)
-        old = self.runs.get((group, r - 1))
-        if old is not None and device not in old.ended:
+      entries = self._entries(arg, device)
+      if not entries:
+        return
+      where = entries[0][0][0]
+      r = self.started.get((where, device), 0) + 1
+      self.started[(where, device)] = r
+      for (group, run_index), run in list(self.runs.items()):
+        if group[0] == where and run_index < r and device in run.steps \
+            and device not in run.ended:
           # This device started again without ending its previous run:
           # that run stopped (an exception); its bar stays where it was.
-          old.close()
-          del self.runs[(group, r - 1)]
-        run = self.runs.get((group, r))
-        if run is None:
-          run = self.runs[(group, r)] = _Run(self._bar(group, total),
-                                             self.expected)
-          _open_runs.add(run)
-        elif total > (run.bar.total or 0) >= 0:  # devices of other totals:
-          run.bar.total = total                  # the largest
-        run.steps[device] = step
-        self._grow(run, group)
+          run.close()
+          del self.runs[(group, run_index)]
+      self.done = {(g, i) for g, i in self.done if g[0] != where or i >= r}
+      for group, step, total in entries:
+        self._report(group, r, device, step, total)
 
   def on_update(self, arg, transforms, *, device=None) -> None:
     del transforms
     with _open_lock:
-      for group, step, _ in self._entries(arg, device):
-        run = self.runs.get((group, self.started.get((group, device))))
+      for group, step, total in self._entries(arg, device):
+        run = self._run(group, device, total)
         if run is None or run.closed:  # closed meanwhile (close_all, or
           continue                     # its device failed): not shown
         run.steps[device] = step
@@ -273,13 +279,14 @@ class _Site:
   def on_end(self, arg, transforms, *, device=None) -> None:
     del transforms
     with _open_lock:
-      for group, step, _ in self._entries(arg, device):
-        r = self.started.get((group, device))
-        run = self.runs.get((group, r))
+      for group, step, total in self._entries(arg, device):
+        run = self._run(group, device, total)
         if run is None:
           continue
+        r = self.started[(group[0], device)]
         if run.closed:  # by close_all: forgotten
           del self.runs[(group, r)]
+          self.done.add((group, r))
           continue
         run.steps[device] = step
         run.ended.add(device)
@@ -291,8 +298,36 @@ class _Site:
             run.bar.update(n - run.bar.n)
           run.close()
           del self.runs[(group, r)]
+          self.done.add((group, r))
         else:
           run.show()
+
+  def _run(self, group, device, total: int):
+    """The run that an update or end of ``group`` from ``device`` belongs
+    to, made now for an element that its run's start did not carry; None
+    if that device has not started or the run has ended."""
+    r = self.started.get((group[0], device))
+    if r is None or (group, r) in self.done:
+      return None
+    run = self.runs.get((group, r))
+    if run is None:
+      run = self._report(group, r, device, 0, total)
+    return run
+
+  def _report(self, group, r: int, device, step: int, total: int) -> _Run:
+    """Makes the run ``(group, r)`` if it has no bar yet and notes that
+    ``device`` is at ``step`` in it."""
+    self.devices.setdefault(group, set()).add(device)
+    run = self.runs.get((group, r))
+    if run is None:
+      run = self.runs[(group, r)] = _Run(self._bar(group, total),
+                                         self.expected)
+      _open_runs.add(run)
+    elif total > (run.bar.total or 0) >= 0:  # devices of other totals:
+      run.bar.total = total                  # the largest
+    run.steps.setdefault(device, step)
+    self._grow(run, group)
+    return run
 
   def _grow(self, run: _Run, group) -> None:
     # More devices than the trace saw (JAX without abstract meshes, where
@@ -356,7 +391,7 @@ def _at_exit() -> None:
   close_all()
 
 
-_previous_excepthook = sys.excepthook
+_previous_excepthook: list = []
 
 
 def _excepthook(kind, value, traceback) -> None:
@@ -365,12 +400,26 @@ def _excepthook(kind, value, traceback) -> None:
   try:
     close_all()
   finally:
-    _previous_excepthook(kind, value, traceback)
+    _previous_excepthook[0](kind, value, traceback)
 
 
-atexit.register(_at_exit)
-if sys.excepthook is sys.__excepthook__:  # not where another tool set one
-  sys.excepthook = _excepthook
+def _install_hooks() -> None:
+  """The exit handler and ``sys.excepthook`` of the bars: installed when
+  the first progress loop is traced (importing this module changes no
+  hook), recorded in :mod:`hostcb.jax_internals.patches`, undone by
+  ``hostcb.uninstall()``."""
+  if patches.is_installed("progress: at exit"):
+    return
+  with patches.lock:
+    if patches.is_installed("progress: at exit"):
+      return
+    atexit.register(_at_exit)
+    patches.record("progress: at exit", "atexit (hostcb.progress._at_exit)",
+                   lambda: atexit.unregister(_at_exit))
+    if sys.excepthook is sys.__excepthook__:  # not where a tool set one
+      _previous_excepthook[:] = [sys.excepthook]
+      patches.install("progress: excepthook", sys, "excepthook",
+                      _excepthook)
 
 
 # ---------------------------------------------------- the device's side
@@ -462,6 +511,7 @@ def _prepare(opts: _Options, static_total) -> _Ticks:
   traces the same program (multi-process SPMD code must be the same
   everywhere): with ``processes="first"`` the others' taps show nothing."""
   _traced[0] = True
+  _install_hooks()
   silent = opts.processes == "first" and jax.process_index() != 0
   site = _Site(opts, _tapping_devices(), _depth(), silent)
   return _Ticks(site, opts, static_total)
@@ -516,13 +566,13 @@ def scan(f: Callable, init, xs=None, length: int | None = None,
     step, c = carry
     c, y = f(c, x)
     step = step + 1
-    ticks.update(step, totals, _witness(opts, c))
+    ticks.update(step, totals, _witness(opts, c, y))
     return (step, c), y
 
   with _inside_loop():
     (step, out), ys = lax.scan(body, (jnp.int32(0), init), xs, length,
                                reverse, unroll, **extra)
-  ticks.end(step, totals, _witness(opts, out))
+  ticks.end(step, totals, _witness(opts, out, ys))
   return out, ys
 
 
@@ -560,7 +610,11 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *,
   def body(i, val):
     val = body_fun(i, val)
     step = (jnp.asarray(i) - jnp.asarray(lower) + 1).astype(jnp.int32)
-    ticks.update(step, totals, _witness(opts, val))
+    if static_total is None:
+      # Batched bounds under vmap: every element runs the body until the
+      # last one is done; a finished element's step stays at its total.
+      step = jnp.minimum(step, totals)
+    ticks.update(step, totals, _witness(opts, val, step))
     return val
 
   with _inside_loop():
@@ -586,19 +640,33 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val, *,
   opts = _options(desc, every, updates, devices, batch, processes,
                   tqdm_class, tqdm_kwargs)
   static_total = _NO_TOTAL if total is None else _static_int(total)
+  # The predicate travels in the carry: evaluated on the initial value
+  # here and at the end of each step, as often and in the same order as
+  # lax.while_loop evaluates it.  Under vmap with a batched predicate every
+  # element runs the body until the last one is done (lax then keeps the
+  # finished elements' values); the predicate in the carry says which
+  # elements are still running, so that each element's step stops at its
+  # own count (and its bar with batch="each").
+  pred = cond_fun(init_val)
+  if np.shape(pred) != () or jnp.result_type(pred) != jnp.bool_:
+    return lax.while_loop(cond_fun, body_fun, init_val)  # lax's error
   ticks = _prepare(opts, static_total)
   totals = _total_operand(total)
-  ticks.start(jnp.int32(0), totals, _witness(opts, init_val))
+  ticks.start(jnp.int32(0), totals, _witness(opts, init_val, pred))
 
   def body(carry):
-    step, val = carry
+    step, running, val = carry
     val = body_fun(val)
-    step = step + 1
-    ticks.update(step, totals, _witness(opts, val))
-    return step, val
+    step = step + running.astype(jnp.int32)
+    ticks.update(step, totals, _witness(opts, val, running))
+    return step, jnp.asarray(cond_fun(val), jnp.bool_), val
 
+  pred = jnp.asarray(pred, jnp.bool_)
+  # The counter starts as varying (shard_map) or batched as the predicate
+  # that moves it: a loop's carry keeps its type.
+  step0 = pred.astype(jnp.int32) * 0
   with _inside_loop():
-    step, out = lax.while_loop(lambda c: cond_fun(c[1]), body,
-                               (jnp.int32(0), init_val))
+    step, _, out = lax.while_loop(lambda c: c[1], body,
+                                  (step0, pred, init_val))
   ticks.end(step, totals, _witness(opts, out))
   return out

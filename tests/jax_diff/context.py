@@ -22,8 +22,10 @@ class Api:
   * ``installed``: JAX's public names after
     ``hostcb.install(jax_callbacks=True)``, which must then be hostcb's.
 
-  ``effects_barrier`` is ``jax.effects_barrier`` in each (hostcb's import
-  makes it wait for hostcb's callbacks too).
+  ``effects_barrier`` is ``jax.effects_barrier`` in each, looked up when
+  called: the first program that binds one of hostcb's callbacks makes it
+  wait for hostcb's callbacks too (importing hostcb changes nothing), so
+  the function held before then is JAX's.
   """
 
   def __init__(self, impl: str):
@@ -55,7 +57,11 @@ class Api:
         if wrong:
           raise RuntimeError("hostcb.install(jax_callbacks=True) did not "
                              f"replace JAX's {wrong}")
-    self.effects_barrier = jax.effects_barrier
+
+  @staticmethod
+  def effects_barrier():
+    import jax
+    return jax.effects_barrier()
 
 
 class Context:

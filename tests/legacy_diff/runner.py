@@ -97,7 +97,9 @@ def _setup(impl: str):
   if impl == "hostcb-buffer":
     import hostcb
     hostcb.install()
-  return jax.effects_barrier
+  # Looked up when called: hostcb wraps it when its first program is
+  # traced, not at import.
+  return lambda: jax.effects_barrier()
 
 
 def main(argv: list[str]) -> int:

@@ -22,8 +22,10 @@ PyObject* Capsule(void* fn) { return PyCapsule_New(fn, nullptr, nullptr); }
 
 PyObject* Py_cuda_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N,s:N,s:N}",
       "hostcb_tap", Capsule(reinterpret_cast<void*>(&HostcbTapCuda)),
+      "hostcb_tap_v1", Capsule(reinterpret_cast<void*>(&HostcbTapCudaV1)),
+      "hostcb_call_v1", Capsule(reinterpret_cast<void*>(&HostcbCallCudaV1)),
       "hostcb_noop", Capsule(reinterpret_cast<void*>(&HostcbNoop)),
       "hostcb_call", Capsule(reinterpret_cast<void*>(&HostcbCallCuda)),
       "hostcb_call_one", Capsule(reinterpret_cast<void*>(&HostcbCallOneCuda)));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "queue.h"
 #include "xla/ffi/api/c_api.h"
@@ -115,16 +116,32 @@ xla::ffi::Error OutOfRange(int32_t device);
 // args[first:] into *layout and reserves its record in q (*r, `lock` then
 // holding q's mutex).  On failure nothing is reserved, or the record went
 // through as a lost tap (LostTap), and the handler returns the error.
+// `own_block_from`: as Queue::Reserve's.
 xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
                            const XLA_FFI_Args* args, size_t first,
                            TapLayout* layout,
                            std::unique_lock<std::mutex>& lock,
-                           Queue::Reservation* r);
+                           Queue::Reservation* r,
+                           uint64_t own_block_from = Queue::kNoOwnBlock);
 // The error of hostcb_tap if a result other than the token is asked for.
 xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost
 // tap (`lock` from Reserve still held) and returns the handler's error.
 xla::ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload);
+
+// Queues one tap record of args[first:] for target_id on `device`'s queue
+// (what hostcb_tap does; handlers.cc).
+xla::ffi::Error EnqueueTap(int32_t device, int64_t target_id,
+                           const XLA_FFI_Args* args, size_t first);
+
+// Host functions by name (named.cc): the resolved value of (name, spec),
+// target id * 2 + (one-array call), or -1 with *error set; SetNamed seeds
+// it (the lowering knows it).  (SetNameResolver, in module.cc's terms,
+// sets Python's resolver(name, spec) -> value.)
+int64_t ResolveNamed(std::string_view name, std::string_view spec,
+                     std::string* error);
+void SetNamed(std::string_view name, std::string_view spec, int64_t value);
+void NamedAfterForkInChild();
 
 // Runs call target_id's Python runner on this thread (call.cc): waits for
 // the records queued before it on `device`'s queue, takes the GIL, passes
@@ -200,4 +217,8 @@ XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HostcbTapCuda(XLA_FFI_CallFrame* call_frame);      // cuda.cc
 XLA_FFI_Error* HostcbCallCuda(XLA_FFI_CallFrame* call_frame);     // cuda.cc
 XLA_FFI_Error* HostcbCallOneCuda(XLA_FFI_CallFrame* call_frame);  // cuda.cc
+XLA_FFI_Error* HostcbTapV1(XLA_FFI_CallFrame* call_frame);       // named.cc
+XLA_FFI_Error* HostcbCallV1(XLA_FFI_CallFrame* call_frame);      // named.cc
+XLA_FFI_Error* HostcbTapCudaV1(XLA_FFI_CallFrame* call_frame);   // named.cc
+XLA_FFI_Error* HostcbCallCudaV1(XLA_FFI_CallFrame* call_frame);  // named.cc
 }

@@ -13,22 +13,44 @@
 // handler blocks the thread for good when Python is finalizing and the
 // thread is not the main one (the one that finalizes).  Every other
 // std::terminate goes on to the handler installed before, unchanged.
+//
+// A parked thread may hold a lock of XLA's (it was unwinding from inside
+// jaxlib), and the main thread, finalizing, may then need that lock (a
+// jax.Array destroyed during teardown): parking for good would turn the
+// abort into a hang.  So a parked thread waits at most
+// kParkSeconds: if the main thread finishes finalizing in that time, the
+// process exits and the parked thread with it (the usual case: it holds
+// nothing the main thread needs); if not, the main thread is stuck, maybe
+// on that thread, and the parked thread goes on to the previous handler,
+// which aborts the process as it would have done without hostcb.  A hang
+// at exit is at most kParkSeconds long.
+//
+// The handler is installed when the first program that taps is traced
+// (hostcb.engine.lifecycle), not at import, and hostcb.uninstall() puts
+// the previous one back.
 #include "pyarrays.h"  // Python.h, PythonIsFinalizing
 #include <unistd.h>
 
+#include <ctime>
 #include <cstdlib>
 #include <exception>
 
 namespace hostcb {
 namespace {
 
+constexpr int kParkSeconds = 10;
+
 std::terminate_handler g_previous = nullptr;
+bool g_installed = false;
 unsigned long g_main_thread = 0;  // threading.main_thread().ident
 
 [[noreturn]] void OnTerminate() {
   // Both reads are safe without the GIL (an atomic load, pthread_self).
   if (PythonIsFinalizing() && PyThread_get_thread_ident() != g_main_thread) {
-    for (;;) pause();
+    // nanosleep resumes after a signal handler with the time left.
+    timespec left{kParkSeconds, 0};
+    while (nanosleep(&left, &left) != 0) {
+    }
   }
   if (g_previous != nullptr) g_previous();
   std::abort();
@@ -36,10 +58,9 @@ unsigned long g_main_thread = 0;  // threading.main_thread().ident
 
 }  // namespace
 
-// Installs the handler once; called with the GIL held (module init).
+// Installs the handler (once while installed); called with the GIL held.
 int InstallExitGuard() {
-  static bool installed = false;
-  if (installed) return 0;
+  if (g_installed) return 0;
   PyObject* threading = PyImport_ImportModule("threading");
   if (threading == nullptr) return -1;
   PyObject* main = PyObject_CallMethod(threading, "main_thread", nullptr);
@@ -51,9 +72,20 @@ int InstallExitGuard() {
   g_main_thread = PyLong_AsUnsignedLong(ident);
   Py_DECREF(ident);
   if (PyErr_Occurred()) return -1;
-  installed = true;
+  g_installed = true;
   g_previous = std::set_terminate(OnTerminate);
   return 0;
+}
+
+// Puts back the handler that was there before; returns false (and changes
+// nothing) where another handler replaced hostcb's since.
+bool UninstallExitGuard() {
+  if (!g_installed) return true;
+  std::terminate_handler current = std::get_terminate();
+  if (current != OnTerminate) return false;
+  std::set_terminate(g_previous);
+  g_installed = false;
+  return true;
 }
 
 // In a child after fork, the thread that forked is the child's main thread

@@ -3,9 +3,11 @@
 // hostcb_tap   attrs: target_id (int64).  Operands: an optional XLA token
 //              first, then any arrays.  Results: the token, if one came in.
 //              Copies the arrays into the queue of the device it runs on
-//              and returns; waits only while that queue is full.
+//              and returns; waits only while that queue is full.  Its
+//              usual call frame is decoded by hand (HostcbTap, below).
 // (hostcb_call, which runs a `call`'s Python function on the device thread,
 // is in call.cc.)
+// (hostcb_tap_v1 and hostcb_call_v1, the same by name, are in named.cc.)
 // hostcb_noop  does nothing: the cost of an empty custom call (benchmarks).
 //
 // Device identification: the handlers bind the FFI execution context's
@@ -41,6 +43,11 @@ std::atomic<uint64_t> g_default_capacity{kDefaultQueueBytes};
 // Payloads up to this size are copied with the queue mutex held (one lock
 // round trip); larger ones are copied with it released.
 constexpr uint64_t kCopyUnderLock = 4096;
+
+// CPU tap payloads of this size or more get their own block (queue.h: own
+// blocks), which the consumer hands to the tap function without a second
+// copy.  Below it, copying out of the ring costs less than an allocation.
+constexpr uint64_t kOwnBlockBytes = uint64_t{1} << 20;
 
 bool SubByte(int dtype) {
   switch (dtype) {
@@ -97,12 +104,12 @@ ffi::Error OutOfRange(int32_t device) {
 ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
                       size_t first, TapLayout* layout,
                       std::unique_lock<std::mutex>& lock,
-                      Queue::Reservation* r) {
+                      Queue::Reservation* r, uint64_t own_block_from) {
   RequestConsumer(q);
   ffi::Error e = MeasureTap(args, first, layout);
   if (e.failure()) return e;
   *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
-                  /*never_wait=*/tl_consumer_queue == q);
+                  /*never_wait=*/tl_consumer_queue == q, own_block_from);
   if (IsPrintTarget(target_id)) q->NotePrintLocked();
   if (r->data == nullptr) return LostTap(q, *r, layout->payload);
   return ffi::Error::Success();
@@ -131,17 +138,16 @@ ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload) {
                         " bytes for a tap");
 }
 
-namespace {
-
 // Queues one tap record of the array operands (tokens skipped).
-ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
-                   size_t first) {
+ffi::Error EnqueueTap(int32_t device, int64_t target_id,
+                      const XLA_FFI_Args* args, size_t first) {
   Queue* q = GetQueue(device);
   if (q == nullptr) return OutOfRange(device);
   TapLayout layout;
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r);
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
+                            kOwnBlockBytes);
   if (e.failure()) return e;
   const bool copy_unlocked = layout.payload > kCopyUnderLock;
   if (copy_unlocked) lock.unlock();
@@ -156,13 +162,15 @@ ffi::Error Enqueue(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   return ffi::Error::Success();
 }
 
+namespace {
+
 ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   RawRets rr(rets);
   ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
   if (e.failure()) return e;
   RawArgs ra(args);
-  return Enqueue(device, target_id, ra.raw(), ra.first());
+  return EnqueueTap(device, target_id, ra.raw(), ra.first());
 }
 
 ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
@@ -223,16 +231,90 @@ void ResetAfterFork() {
   for (auto& q : g_queues) q.store(nullptr, std::memory_order_relaxed);
   tl_consumer_queue = nullptr;
   ForgetGpuStateAfterFork();
+  NamedAfterForkInChild();
 }
 
 }  // namespace hostcb
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbTap, hostcb::TapImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Attr<int64_t>("target_id")
-                                  .RemainingArgs()
-                                  .RemainingRets());
+namespace hostcb {
+namespace {
+
+// hostcb_tap as XLA FFI's binding decodes it: every stage, the metadata
+// query, and the errors of a call frame that is not the usual one.
+XLA_FFI_DEFINE_HANDLER(kTapBound, TapImpl,
+                       ffi::Ffi::Bind()
+                           .Ctx<ffi::DeviceOrdinal>()
+                           .Attr<int64_t>("target_id")
+                           .RemainingArgs()
+                           .RemainingRets());
+
+// The `target_id` attribute of a call frame that has it alone, as a scalar
+// int64, or nullptr.
+const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs) {
+  if (attrs.size != 1 || attrs.types[0] != XLA_FFI_AttrType_SCALAR) {
+    return nullptr;
+  }
+  const XLA_FFI_ByteSpan* name = attrs.names[0];
+  auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[0]);
+  if (name->len != 9 || std::memcmp(name->ptr, "target_id", 9) != 0 ||
+      scalar->dtype != XLA_FFI_DataType_S64) {
+    return nullptr;
+  }
+  return static_cast<const int64_t*>(scalar->value);
+}
+
+// Whether every result is a buffer of the XLA token (else the binding
+// reports CheckOnlyTokens' error).
+bool OnlyTokens(const XLA_FFI_Rets& rets) {
+  for (int64_t i = 0; i < rets.size; ++i) {
+    if (rets.types[i] != XLA_FFI_RetType_BUFFER ||
+        static_cast<const XLA_FFI_Buffer*>(rets.rets[i])->dtype !=
+            XLA_FFI_DataType_TOKEN) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// An ffi::Error as the C API's error (what the binding returns for it).
+XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
+  XLA_FFI_Error_Create_Args args;
+  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.message = e.message().c_str();
+  args.errc = static_cast<XLA_FFI_Error_Code>(*e.errc());
+  return api->XLA_FFI_Error_Create(&args);
+}
+
+}  // namespace
+}  // namespace hostcb
+
+// hostcb_tap.  The execute stage's usual call frame (no extension, the one
+// attribute, token results only) is decoded here, straight from the C structs: the binding's
+// decoding (a diagnostic engine, optionals and the attribute looked up by
+// name on every call) cost about a quarter of a tap's instructions (issue
+// 38).  Anything else goes through the binding (kTapBound), which checks
+// what this does not and reports the errors in XLA's words.
+extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
+  const int64_t* target_id = nullptr;
+  if (call_frame->struct_size >= XLA_FFI_CallFrame_STRUCT_SIZE &&
+      call_frame->extension_start == nullptr &&
+      call_frame->stage == XLA_FFI_ExecutionStage_EXECUTE &&
+      hostcb::OnlyTokens(call_frame->rets)) {
+    target_id = hostcb::TargetIdAttr(call_frame->attrs);
+  }
+  if (target_id == nullptr) return (*hostcb::kTapBound)(call_frame);
+  const XLA_FFI_Api* api = call_frame->api;
+  XLA_FFI_DeviceOrdinal_Get_Args dev;
+  dev.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+  dev.extension_start = nullptr;
+  dev.ctx = call_frame->ctx;
+  dev.device_ordinal = -1;
+  if (XLA_FFI_Error* err = api->XLA_FFI_DeviceOrdinal_Get(&dev)) return err;
+  const ffi::Error e =
+      hostcb::EnqueueTap(dev.device_ordinal, *target_id, &call_frame->args, 0);
+  return e.success() ? nullptr : hostcb::ToCError(api, e);
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbNoop, hostcb::NoopImpl,
                               ffi::Ffi::Bind().RemainingArgs().RemainingRets());

@@ -6,9 +6,14 @@
 //
 // Copy semantics: run_batch makes ONE copy of each operand, out of the
 // ring into a fresh NumPy array that Python owns (callbacks may keep it);
-// the ring bytes are freed as soon as the batch is copied.  Memory is thus
-// bounded by the ring capacity plus one batch (run_batch's max_bytes,
-// default the capacity): within 2x the queue size.
+// the ring bytes are freed as soon as the batch is copied.  A record with
+// its own block (queue.h: own blocks; large CPU taps) is not copied at
+// all: its arrays view the block, which they keep alive through their
+// base (a capsule that frees it when the last of them goes), and the
+// queue forgets it.  Either way a tap function gets arrays of its own,
+// whose values nothing changes after it returns.  Memory is thus bounded
+// by the ring capacity plus one batch (run_batch's max_bytes, default
+// the capacity), plus what tap functions keep: within 2x the queue size.
 #define HOSTCB_IMPORTS_NUMPY
 #include "pyarrays.h"
 
@@ -24,10 +29,13 @@ extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
 extern PyObject* g_call_formatter;
 
+// named.cc: Python's resolver of host functions by name (GIL held).
+void SetNameResolver(PyObject* resolver);
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
 int InstallExitGuard();
+bool UninstallExitGuard();
 void ExitGuardAfterForkInChild();
 
 namespace {
@@ -44,8 +52,10 @@ Queue* QueueArg(long device) {
 
 PyObject* Py_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N}",
+      "{s:N,s:N,s:N,s:N,s:N,s:N}",
       "hostcb_tap", PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
+      "hostcb_tap_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbTapV1), nullptr, nullptr),
+      "hostcb_call_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallV1), nullptr, nullptr),
       "hostcb_call", PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
       "hostcb_call_one", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
       "hostcb_noop", PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
@@ -82,10 +92,19 @@ struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
 // run_batch fail as if out of memory (_fail_next_allocations).
 long g_failing_allocations = 0;
 
-// The tuple of fresh arrays of a tap record; appends the byte copies to do
-// to `copies`.  A record whose payload could not be allocated has no
-// operands and target_id -1 (see Enqueue): its tuple is empty.
-PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
+constexpr const char* kBlockName = "hostcb.record_block";
+
+void FreeBlock(PyObject* capsule) {
+  std::free(PyCapsule_GetPointer(capsule, kBlockName));
+}
+
+// The tuple of arrays of a tap record; appends the byte copies to do to
+// `copies`, or, for a record with its own block, sets *adopted and views
+// the block instead (see the copy semantics above).  A record whose
+// payload could not be allocated has no operands and target_id -1 (see
+// Enqueue): its tuple is empty.
+PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
+                      uint8_t* adopted) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
   auto* dims = reinterpret_cast<const int64_t*>(r.data +
                                                 r.num_operands * sizeof(OperandDesc));
@@ -93,18 +112,43 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies) {
     --g_failing_allocations;
     return PyErr_NoMemory();
   }
+  // The block's owner, without a destructor until every array holds it:
+  // on a failure before that, the queue still frees the block.
+  PyObject* owner = nullptr;
+  if (r.external_bytes && r.data && r.num_operands) {
+    owner = PyCapsule_New(r.data, kBlockName, nullptr);
+    if (!owner) return nullptr;
+  }
   PyObject* arrays = PyTuple_New(r.num_operands);
-  if (!arrays) return nullptr;
+  if (!arrays) { Py_XDECREF(owner); return nullptr; }
   for (uint16_t i = 0; i < r.num_operands; ++i) {
     const OperandDesc& d = descs[i];
-    PyObject* a = NewArray(d.dtype, d.rank, dims);
+    PyObject* a = NewArray(d.dtype, d.rank, dims,
+                           owner ? r.data + d.offset : nullptr);
     dims += d.rank;
-    if (!a) { Py_DECREF(arrays); return nullptr; }
-    if (d.nbytes) {
+    if (a && owner) {
+      Py_INCREF(owner);
+      if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a),
+                                owner) < 0) {  // steals owner, even then
+        Py_CLEAR(a);
+      }
+    }
+    if (!a) {
+      Py_DECREF(arrays);
+      Py_XDECREF(owner);
+      return nullptr;
+    }
+    if (!owner && d.nbytes) {
       copies->push_back(Copy{PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)),
                              r.data + d.offset, d.nbytes});
     }
     PyTuple_SET_ITEM(arrays, i, a);
+  }
+  if (owner) {
+    // Cannot fail: `owner` is a valid capsule.
+    PyCapsule_SetDestructor(owner, FreeBlock);
+    Py_DECREF(owner);  // the arrays hold it
+    *adopted = 1;
   }
   return arrays;
 }
@@ -188,7 +232,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   tl_consumer_queue = q;
-  if (max_bytes == 0) max_bytes = q->GetCounters().capacity;
+  // max_bytes 0: the queue's capacity (TakeReady reads it under the lock
+  // that it takes anyway).
   if (max_records < 1) max_records = 1;
   std::vector<Record> records;
   Queue::Take got;
@@ -207,6 +252,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   // Build every array of the batch, copy the bytes, free the ring; then run.
   std::vector<Copy> copies;
   std::vector<Built> built;
+  std::vector<uint8_t> adopted(records.size(), 0);
   built.reserve(records.size());
   for (const Record& r : records) {
     if (r.kind == kMarker) {
@@ -214,7 +260,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       continue;
     }
     const size_t copies_before = copies.size();
-    PyObject* arrays = BuildArrays(r, &copies);
+    PyObject* arrays = BuildArrays(r, &copies, &adopted[built.size()]);
     if (arrays == nullptr) {
       // Out of memory for this tap's arrays: the tap is lost, and reported
       // (target -1, see RunTap) at its place in the batch; the markers and
@@ -235,7 +281,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   } else {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
   }
-  q->Release(records.size());
+  q->Release(records.size(), adopted.data());
   for (Built& b : built) {
     if (b.kind == kMarker) {
       if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
@@ -332,17 +378,24 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
   long device;
   int prints_only = 0;
-  if (!PyArg_ParseTuple(args, "l|p", &device, &prints_only)) return nullptr;
+  double timeout_s = -1;
+  if (!PyArg_ParseTuple(args, "l|pd", &device, &prints_only, &timeout_s)) {
+    return nullptr;
+  }
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
+  // Nothing pending (the common case): no release of the GIL.
+  if (prints_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
+  bool ok = true;
   Py_BEGIN_ALLOW_THREADS
   if (prints_only) {
-    q->WaitForEarlierPrints();
+    ok = q->WaitForEarlierPrints(timeout_s);
   } else {
     q->WaitForEarlierRecords();
   }
   Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
 }
 
 PyObject* Py_set_call_server(PyObject*, PyObject* args) {
@@ -362,6 +415,28 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_XSETREF(g_call_checker, checker);
   Py_INCREF(formatter);
   Py_XSETREF(g_call_formatter, formatter);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_set_name_resolver(PyObject*, PyObject* resolver) {
+  if (!PyCallable_Check(resolver)) {
+    PyErr_SetString(PyExc_TypeError, "set_name_resolver takes a callable");
+    return nullptr;
+  }
+  SetNameResolver(resolver);
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_set_named(PyObject*, PyObject* args) {
+  const char *name, *spec;
+  Py_ssize_t name_size, spec_size;
+  long long value;
+  if (!PyArg_ParseTuple(args, "s#s#L", &name, &name_size, &spec, &spec_size,
+                        &value)) {
+    return nullptr;
+  }
+  SetNamed(std::string_view(name, name_size), std::string_view(spec, spec_size),
+           value);
   Py_RETURN_NONE;
 }
 
@@ -396,6 +471,15 @@ PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
   if (n == -1 && PyErr_Occurred()) return nullptr;
   g_failing_allocations = n;
   Py_RETURN_NONE;
+}
+
+PyObject* Py_install_exit_guard(PyObject*, PyObject*) {
+  if (InstallExitGuard() < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
+  return PyBool_FromLong(UninstallExitGuard());
 }
 
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
@@ -447,11 +531,12 @@ PyMethodDef kMethods[] = {
      "mark_print_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},
     {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_VARARGS,
-     "wait_for_earlier_records(device, prints_only=False): waits (GIL "
-     "released) until the device's consumer has run every record queued "
-     "before the call (prints_only: up to the latest print tap), or runs a "
-     "tap function that dispatched a computation.  Not from the consumer's "
-     "own thread."},
+     "wait_for_earlier_records(device, prints_only=False, timeout_s=-1): "
+     "waits (GIL released) until the device's consumer has run every record "
+     "queued before the call (prints_only: up to the latest print tap), or "
+     "runs a tap function that dispatched a computation; with prints_only "
+     "and timeout_s >= 0, at most that many seconds (returns False if they "
+     "passed first).  Not from the consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,
      "set_call_server(runners, checker, formatter): hostcb_call runs "
      "runners[target_id](arrays, device_ordinal) (runners a list, None "
@@ -461,6 +546,12 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"set_name_resolver", Py_set_name_resolver, METH_O,
+     "set_name_resolver(resolver): hostcb_tap_v1 and hostcb_call_v1 call "
+     "resolver(name, spec) -> target id * 2 + one_array, once per (name, "
+     "spec) and process."},
+    {"set_named", Py_set_named, METH_VARARGS,
+     "set_named(name, spec, value): what the resolver would return."},
     {"set_consumer_starter", Py_set_consumer_starter, METH_O,
      "set_consumer_starter(starter): a device's first producer calls "
      "starter(device_ordinal) once, on its device thread with the GIL "
@@ -468,6 +559,12 @@ PyMethodDef kMethods[] = {
     {"_fail_next_allocations", Py_fail_next_allocations, METH_O,
      "_fail_next_allocations(n): fault injection for tests; run_batch fails "
      "to allocate the arrays of the next n taps, as if out of memory."},
+    {"install_exit_guard", Py_install_exit_guard, METH_NOARGS,
+     "Installs the std::terminate handler of exit_guard.cc (threads that "
+     "Python ends at shutdown do not abort the process)."},
+    {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
+     "Puts back the std::terminate handler that was there before; False "
+     "where another one replaced hostcb's since."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue and takes this thread as the main one (for "
      "os.register_at_fork)."},
@@ -513,7 +610,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
                               static_cast<long>(hostcb::kDefaultQueueBytes))
           < 0 ||
-      hostcb::AddCudaFunctions(m) < 0 || hostcb::InstallExitGuard() < 0) {
+      hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

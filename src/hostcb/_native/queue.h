@@ -53,6 +53,15 @@
 //    dropped.
 //  * When the queue becomes empty, head_ and tail_ go back to 0, so a
 //    consumer that keeps up keeps touching the same first pages of the ring.
+//  * Own blocks: a producer may ask (Reserve's own_block_from) that a
+//    payload of at least that many bytes get its own allocation even when
+//    it fits the ring, admitted and counted as a ring payload would be.
+//    The consumer may then adopt an external payload instead of copying
+//    it (Release's `adopted`): Release forgets it without freeing it, and
+//    from then on the consumer alone owns the block (module.cc frees it
+//    when the last array that views it goes).  Nothing else ever writes
+//    to an external payload after its commit, so an adopted block holds
+//    the tapped values for as long as it lives.
 #pragma once
 
 #include <sys/mman.h>
@@ -113,18 +122,19 @@ class RecordFifo {
   Record& front() { return at(tail_); }
   uint64_t front_seq() const { return tail_; }
   uint64_t end_seq() const { return head_; }
-  Record& at(uint64_t seq) { return slots_[seq & (slots_.size() - 1)]; }
+  Record& at(uint64_t seq) { return slots_[seq & mask_]; }
   // Appends r; returns its sequence number (stable until it is popped).
   uint64_t push_back(const Record& r) {
-    if (size() == slots_.size()) Grow();
+    if (size() == num_slots_) Grow();
     const uint64_t seq = head_++;
     at(seq) = r;
     return seq;
   }
   void pop_front() {
-    if (++tail_ == head_ && slots_.size() > kKeptSlots) {
+    if (++tail_ == head_ && num_slots_ > kKeptSlots) {
       std::vector<Record>().swap(slots_);  // a burst is over: give it back
       head_ = tail_ = 0;
+      num_slots_ = mask_ = 0;
     }
   }
 
@@ -135,9 +145,14 @@ class RecordFifo {
       bigger[s & (bigger.size() - 1)] = at(s);
     }
     slots_.swap(bigger);
+    num_slots_ = slots_.size();
+    mask_ = num_slots_ - 1;
   }
   static constexpr size_t kKeptSlots = 1 << 16;  // kept when empty
   std::vector<Record> slots_;  // a power of two in size
+  // slots_.size() and that minus 1, kept: a Record is 56 bytes, so the
+  // vector's size() is a division (by a multiplication) on every access.
+  uint64_t num_slots_ = 0, mask_ = 0;
   uint64_t head_ = 0, tail_ = 0;  // sequence numbers
 };
 
@@ -194,10 +209,13 @@ class Queue {
   // Waits while the queue is full unless `never_wait`.  Returns with mu_
   // held in `lock` (the caller copies small payloads under it, or unlocks
   // for large ones) and the record not yet ready.  data is nullptr if an
-  // external allocation failed.
+  // external allocation failed.  A payload of `own_block_from` bytes or
+  // more gets its own allocation (see the invariants: own blocks).
+  static constexpr uint64_t kNoOwnBlock = ~uint64_t{0};
   Reservation Reserve(std::unique_lock<std::mutex>& lock, RecordKind kind,
                       int64_t target_id, uint16_t num_operands,
-                      uint64_t payload_bytes, bool never_wait) {
+                      uint64_t payload_bytes, bool never_wait,
+                      uint64_t own_block_from = kNoOwnBlock) {
     lock = std::unique_lock<std::mutex>(mu_);
     payload_bytes = AlignUp(payload_bytes);
     if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
@@ -213,9 +231,17 @@ class Queue {
           external = true;
           break;
         }
+      } else if (payload_bytes >= own_block_from) {
+        if (held + payload_bytes + sizeof(Record) <= capacity_ || never_wait ||
+            consumer_dispatching_) {
+          external = true;
+          break;
+        }
       } else {
         if (!EnsureRingLocked()) { external = true; break; }
-        const uint64_t phys = head_ % capacity_;
+        // (head_ is below capacity_ until the ring's first wrap: no
+        // division on the hot path then.)
+        const uint64_t phys = head_ < capacity_ ? head_ : head_ % capacity_;
         const uint64_t pad =
             phys + payload_bytes > capacity_ ? capacity_ - phys : 0;
         if (held + pad + payload_bytes + sizeof(Record) <= capacity_) {
@@ -273,9 +299,9 @@ class Queue {
  private:
   void CommitSeqLocked(uint64_t seq, bool urgent) {
     records_.at(seq).ready = true;
-    const uint64_t held = HeldLocked();
     if (consumer_state_ == kSleeping ||
-        (consumer_state_ == kPolling && (urgent || held > capacity_ / 2))) {
+        (consumer_state_ == kPolling &&
+         (urgent || HeldLocked() > capacity_ / 2))) {
       WakeConsumerLocked();
     }
   }
@@ -283,9 +309,10 @@ class Queue {
  public:
   // ----------------------------------------------------------- consumer
   // Copies out the longest ready prefix of the FIFO (at most max_records
-  // records and, past the first, max_bytes payload bytes).  Waits up to
-  // timeout_s (< 0: forever) for a first ready record; polls for
-  // poll_s (timed waits the producers need not signal) before sleeping.
+  // records and, past the first, max_bytes payload bytes; 0: the
+  // capacity).  Waits up to timeout_s (< 0: forever) for a first ready
+  // record; polls for poll_s (timed waits the producers need not signal)
+  // before sleeping.
   // Returns kTimeout if nothing is ready in time, kBusy if another consumer is
   // active.  Records stay in the FIFO until Release(taken).
   enum class Take { kRecords, kTimeout, kBusy };
@@ -322,6 +349,7 @@ class Queue {
       }
       consumer_state_ = kRunning;
     }
+    if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
     for (uint64_t seq = records_.front_seq(); seq < records_.end_seq(); ++seq) {
       const Record& r = records_.at(seq);
@@ -334,13 +362,15 @@ class Queue {
     return Take::kRecords;
   }
 
-  // Frees the first n records, which the active consumer has read.
-  void Release(size_t n) {
+  // Frees the first n records, which the active consumer has read.  Where
+  // `adopted` (n flags, or nullptr) is set, the record's external payload
+  // is the consumer's now: forgotten, not freed (see own blocks).
+  void Release(size_t n, const uint8_t* adopted = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
       Record& r = records_.front();
       if (r.external_bytes) {
-        std::free(r.data);
+        if (adopted == nullptr || !adopted[i]) std::free(r.data);
         external_held_ -= r.external_bytes;
       }
       if (r.ring_bytes) tail_ = r.ring_pos + r.ring_bytes;
@@ -417,7 +447,19 @@ class Queue {
   // queued before this call only, counted per record as the consumer runs
   // them (NoteRan): a slow or blocked tap function queued after that print,
   // in the same batch or later, is not waited for.
-  void WaitForEarlierPrints() {
+  // Whether WaitForEarlierPrints would return at once (no waiting: the
+  // caller may hold the GIL).
+  bool EarlierPrintsRun() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t target = last_print_in_;
+    return processed_ >= target ||
+           ran_.load(std::memory_order_seq_cst) >= target ||
+           consumer_dispatching_;
+  }
+
+  // `timeout_s` < 0: no deadline; else returns false if the prints were
+  // not all run within that many seconds.
+  bool WaitForEarlierPrints(double timeout_s = -1) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = last_print_in_;
     auto done = [&] {
@@ -425,7 +467,7 @@ class Queue {
              ran_.load(std::memory_order_seq_cst) >= target ||
              consumer_dispatching_;
     };
-    if (done()) return;
+    if (done()) return true;
     print_waiters_.fetch_add(1, std::memory_order_seq_cst);
     // The consumer wakes the waiters once it has run this many records
     // (the lowest target of the waiters; see NoteRan).  Written under mu_
@@ -434,10 +476,17 @@ class Queue {
       print_wake_at_.store(target, std::memory_order_seq_cst);
     }
     WakeConsumerLocked();  // it may be polling with taps not yet seen
-    processed_cv_.wait(lock, done);
+    bool ok = true;
+    if (timeout_s < 0) {
+      processed_cv_.wait(lock, done);
+    } else {
+      ok = processed_cv_.wait_for(
+          lock, std::chrono::duration<double>(timeout_s), done);
+    }
     if (print_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       print_wake_at_.store(kNever, std::memory_order_seq_cst);
     }
+    return ok;
   }
 
   // The consumer has run the functions of `n` more records of the batch it
@@ -526,15 +575,19 @@ class Queue {
   std::atomic<bool> consumer_dispatching_{false};
   uint64_t records_in_ = 0, records_out_ = 0;
   uint64_t last_print_in_ = 0;  // records_in_ after the latest print tap
-  // Records whose functions have run, counted per record by the consumer
-  // (NoteRan); host reads waiting for a print among them (print_waiters_).
-  std::atomic<uint64_t> ran_{0};
-  std::atomic<int> print_waiters_{0};
-  static constexpr uint64_t kNever = ~uint64_t{0};
-  std::atomic<uint64_t> print_wake_at_{kNever};  // see NoteRan
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
   uint64_t processed_ = 0;
+  // Records whose functions have run, counted per record by the consumer
+  // (NoteRan); host reads waiting for a print among them (print_waiters_).
+  // On a cache line of their own, the last of the object: the consumer
+  // writes ran_ once per record, and on the line of records_in_ and
+  // head_, which a producer writes on every tap, that cost the producer a
+  // cache miss per record the consumer ran (issue 38).
+  alignas(64) std::atomic<uint64_t> ran_{0};
+  std::atomic<int> print_waiters_{0};
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  std::atomic<uint64_t> print_wake_at_{kNever};  // see NoteRan
 };
 
 }  // namespace hostcb

@@ -42,11 +42,15 @@ from hostcb.engine.native import (call_one_target_name, call_target_name,
                                   supports,
                                   unavailable_reason, wait_for_device)
 from hostcb.engine.native import tap_target_name as ffi_target_name
+from hostcb.engine.native import (call_v1_target_name, set_name_resolver,
+                                  tap_v1_target_name)
 from hostcb.engine.print_order import prints_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 
 __all__ = [
+    "tap_v1_target_name", "call_v1_target_name", "named_target_id",
+    "set_name_resolver", "rebind_name",
     "available", "serves", "unavailable_reason", "EngineFallbackWarning",
     "warn_if_unavailable", "ffi_target_name", "call_target_name",
     "call_one_target_name", "noop_target_name", "target_id",
@@ -116,6 +120,22 @@ def drain_device(device: Any, engine_records: bool = True) -> None:
       wait_for_device(key)
 
 
+def named_target_id(name: str, spec: str, install: Callable[[int], None],
+                    value: Callable[[int], int]) -> int:
+  """The native target id of the host function by name ``(name, spec)``
+  (see :func:`.registry.named_id`); the handlers by name learn
+  ``value(tid)`` (the id * 2 + one-array call) now rather than asking."""
+  native.register_targets(_capacity())
+  tid = registry.named_id(name, spec, install)
+  native.set_named(name, spec, value(tid))
+  return tid
+
+
+def rebind_name(name: str) -> None:
+  """``name`` is bound to another function: rebuilds its entries."""
+  registry.rebind(name)
+
+
 # -------------------------------------------------- the fallback warning
 class EngineFallbackWarning(RuntimeWarning):
   """hostcb runs without its native engine (slower taps and calls)."""
@@ -158,6 +178,11 @@ def _set_max_queue_bytes(n: int) -> None:
 def _set_strict_barrier(strict: bool) -> None:
   ji.set_fast_dispatch(not strict)
 
+
+# Programs compiled, cached or exported elsewhere may run here before
+# anything is traced: the handlers are registered now (XLA's registry of
+# FFI targets, no JAX object; the backend is not started).
+native.register_at_import(_capacity())
 
 ji.set_dispatch_hook(_dispatch_started)
 config.subscribe(config.MAX_QUEUE_BYTE_SIZE, _set_max_queue_bytes)

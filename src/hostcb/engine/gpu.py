@@ -77,6 +77,16 @@ def available(capacity: int) -> bool:
   return True
 
 
+def has_local_gpu() -> bool:
+  """Whether JAX has NVIDIA GPUs in this process (its backend for them
+  started)."""
+  import jax  # noqa: PLC0415
+  try:
+    return bool(jax.local_devices(backend="cuda"))
+  except RuntimeError:  # no CUDA backend
+    return False
+
+
 def unavailable_reason() -> str | None:
   """Why the GPU back end could not be used (None if it can, or if
   nothing asked yet)."""

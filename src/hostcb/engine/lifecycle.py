@@ -64,6 +64,25 @@ def _at_exit() -> None:
     logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])
 
 
-if hasattr(os, "register_at_fork"):
-  os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_at_exit)
+_fork_hook = [False]  # registered (Python cannot unregister it)
+
+
+def _install_hooks() -> None:
+  """The exit handler and the fork handler, on the first bind of a hostcb
+  primitive (importing hostcb registers neither).  The exit handler is
+  recorded in :mod:`hostcb.jax_internals.patches` and ``hostcb.uninstall()``
+  removes it; the fork handler, which only resets hostcb's own state in a
+  child, stays once registered: Python has no way to remove one."""
+  if ji.is_installed("engine: at exit"):
+    return
+  atexit.register(_at_exit)
+  ji.record_patch("engine: at exit",
+                  "atexit (hostcb.engine.lifecycle._at_exit)",
+                  lambda: atexit.unregister(_at_exit))
+  if hasattr(os, "register_at_fork") and not _fork_hook[0]:
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _fork_hook[0] = True
+  native.install_exit_guard()
+
+
+ji.when_first_needed(_install_hooks)

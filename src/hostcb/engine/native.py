@@ -18,6 +18,14 @@ checks an exact NumPy array of the result in C++ and passes anything else
 to the call's ``check``).  An exception fails the computation with
 :func:`_call_failure_text`.
 
+Host functions by name (:mod:`hostcb.named`) are ``hostcb_tap_v1`` and
+``hostcb_call_v1`` (``named.cc``): their ``name`` and ``spec`` string
+attributes take the place of ``target_id``; the handlers turn them into
+this process's target id (asking Python once per process, through
+:func:`set_name_resolver`) and go on as the ones above.  All handlers are
+registered with XLA when hostcb is imported (:func:`register_at_import`),
+so that a program compiled, cached or exported elsewhere finds them.
+
 Consumers start when their device queues its first record, not when a
 function is lowered: the first producer of a device takes the GIL once and
 calls :func:`_start_consumer` (``set_consumer_starter``).  A consumer takes
@@ -51,6 +59,7 @@ ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 import traceback
@@ -59,15 +68,23 @@ from typing import Any, Iterable
 import numpy as np
 from _hostcb_env import env_flag
 
+from hostcb import jax_internals as ji
 from hostcb._native import shared_constant
 from hostcb.engine import errors, registry
 from hostcb.engine.consumers import this_thread
 from hostcb.engine.sync import Arrivals
 
+logger = logging.getLogger("hostcb")
+
 tap_target_name = "hostcb_tap"
 call_target_name = "hostcb_call"
 call_one_target_name = "hostcb_call_one"
 noop_target_name = "hostcb_noop"
+# The versioned targets of host functions by name (named.cc): what exported,
+# cached and serialized programs carry (docs/export.md).  Their names,
+# attributes and behaviour never change; a new behaviour is a new version.
+tap_v1_target_name = "hostcb_tap_v1"
+call_v1_target_name = "hostcb_call_v1"
 
 # Records handed out per batch, at most: the queue's lock is held briefly
 # by the consumer, so the device seldom waits for it (256 instead of 4096
@@ -178,9 +195,13 @@ def _dtype_table() -> dict[int, np.dtype]:
   return table
 
 
-def register_targets(capacity: int) -> None:
+def register_targets(capacity: int, check: bool = True) -> None:
   """Registers the FFI targets with XLA (CPU), once per process; raises
-  if XLA refuses them (e.g. a handler built for another jaxlib)."""
+  if XLA refuses them (e.g. a handler built for another jaxlib).
+
+  ``check``: start JAX's CPU client first, so that XLA checks each handler
+  now; ``import hostcb`` registers them without (it starts no backend:
+  a deserialized program may need them before anything is traced)."""
   global _registered
   if _registered:
     return
@@ -194,9 +215,11 @@ def register_targets(capacity: int) -> None:
     # client's start later.  (JAX_PLATFORMS may leave the CPU out: the
     # handlers then serve the GPU back end alone.)
     try:
-      jax.local_devices(backend="cpu")
+      if check:
+        jax.local_devices(backend="cpu")
     except RuntimeError:  # no CPU backend: nothing to check it against
       pass
+    native.set_name_resolver(_resolve_name)  # the handlers by name ask it
     native.set_dtypes(_dtype_table())
     native.set_call_server(registry.call_runners, _check_call,
                            _call_failure_text)
@@ -209,6 +232,50 @@ def register_targets(capacity: int) -> None:
     _registered = True
 
 
+def register_at_import(capacity: int) -> None:
+  """Registers the handlers when hostcb is imported (see
+  :func:`register_targets`), so that programs that were compiled, cached
+  or exported elsewhere find them; where XLA refuses them, the engine is
+  off and says why."""
+  if _native is None or _registered:
+    return
+  try:
+    register_targets(capacity, check=False)
+  except Exception as e:  # noqa: BLE001  (e.g. built for another jaxlib)
+    _refused(e)
+
+
+def _refused(e: BaseException) -> None:
+  _disable(f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
+           "reinstall hostcb to build it for the installed jaxlib: "
+           "pip install --force-reinstall --no-deps --no-cache-dir "
+           "hostcb")
+
+
+# resolver(name, spec) -> target id * 2 + one-array call: set by hostcb.named.
+_name_resolver: list[Any] = [None]
+
+
+def set_name_resolver(resolver: Any) -> None:
+  """Sets what the handlers by name ask, once per (name, spec) and process."""
+  _name_resolver[0] = resolver
+
+
+def _resolve_name(name: str, spec: str) -> int:
+  """The handlers' question (device thread, GIL held)."""
+  resolver = _name_resolver[0]
+  if resolver is None:
+    raise LookupError(
+        f"hostcb: no host function is registered under the name {name!r} in "
+        "this process (hostcb.named is not imported)")
+  return resolver(name, spec)
+
+
+def set_named(name: str, spec: str, value: int) -> None:
+  """Tells the handlers what (name, spec) resolves to, before they ask."""
+  _require().set_named(name, spec, int(value))
+
+
 def available(capacity: int) -> bool:
   """True if the engine is built, loadable, and XLA accepts its handlers
   (registering them on first use, with queues of ``capacity`` bytes)."""
@@ -218,10 +285,7 @@ def available(capacity: int) -> bool:
     try:
       register_targets(capacity)
     except Exception as e:  # noqa: BLE001  (e.g. built for another jaxlib)
-      _disable(f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
-               "reinstall hostcb to build it for the installed jaxlib: "
-               "pip install --force-reinstall --no-deps --no-cache-dir "
-               "hostcb")
+      _refused(e)
       return False
   return True
 
@@ -484,6 +548,26 @@ def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
   _native.wait_for_earlier_records(ordinal, prints_only)
 
 
+def prints_run_everywhere() -> bool:
+  """Whether every device's consumer has run the prints queued so far
+  (no waiting, and the GIL kept)."""
+  for ordinal in list(_consumers):
+    if not _native.wait_for_earlier_records(ordinal, True, 0.0):
+      return False
+  return True
+
+
+def wait_for_prints_everywhere(deadline: float) -> bool:
+  """``wait_for_device(o, prints_only=True)`` for every device ``o`` with
+  a consumer, until ``deadline`` (``time.monotonic()``); False if it
+  passed first.  Not from a consumer thread (the caller checks)."""
+  ok = True
+  for ordinal in list(_consumers):
+    ok = _native.wait_for_earlier_records(
+        ordinal, True, max(0.0, deadline - time.monotonic())) and ok
+  return ok
+
+
 def mark_print(tid: int) -> None:
   """Taps of target ``tid`` print: ``wait_for_device(..., prints_only=True)``
   waits for them.
@@ -507,3 +591,22 @@ def after_fork_in_child() -> None:
   this_thread.dispatching = False
   if _native is not None:
     _native.after_fork_in_child()
+
+
+def install_exit_guard() -> None:
+  """Installs the engine's ``std::terminate`` handler (``exit_guard.cc``:
+  a thread that Python ends at shutdown inside C++ code does not abort the
+  process), when the first program that taps is traced; recorded in
+  :mod:`hostcb.jax_internals.patches`, which puts the previous handler
+  back.  Nothing without the engine."""
+  if _native is None or ji.is_installed("exit guard"):
+    return
+  _native.install_exit_guard()
+
+  def undo() -> None:
+    if not _native.uninstall_exit_guard():
+      logger.warning("hostcb: another std::terminate handler replaced "
+                     "hostcb's exit guard since; left in place")
+
+  ji.record_patch("exit guard", "std::terminate handler (exit_guard.cc)",
+                  undo)

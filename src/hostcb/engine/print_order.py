@@ -6,8 +6,10 @@ queued them: the device never waits for them.  JAX's callbacks run while
 the computation runs, so a program that prints a result read on the host
 shows the computation's lines first.  hostcb keeps that order where a
 person sees it: once a print has been staged, each host read of a
-``jax.Array`` (``print(result)``, ``np.asarray``, ``.item()``,
-``block_until_ready()``; see :mod:`hostcb.jax_internals.array_reads`)
+``jax.Array`` (``print(result)``, ``.item()``, ``.tolist()``,
+``jax.device_get``, ``block_until_ready()``; see
+:mod:`hostcb.jax_internals.array_reads`, which names the read that escapes:
+``np.asarray`` of an array on the CPU, which reads its memory directly)
 waits, after the array is ready, until the consumers of the array's
 devices have run every print tap queued before the read (and so the taps
 queued before that print, which run first).  A tap function queued after
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostcb import jax_internals as ji
-from hostcb.engine import native, pyqueue
+from hostcb.engine import native, output_order, pyqueue
 from hostcb.engine.consumers import in_host_function, is_consumer
 
 __all__ = ["prints_staged"]
@@ -33,8 +35,11 @@ __all__ = ["prints_staged"]
 
 def prints_staged() -> None:
   """A print was staged: from now on, host reads wait for the prints
-  queued before them (module docstring).  Cheap after the first call."""
+  queued before them (module docstring), and so do writes to
+  ``sys.stdout``/``sys.stderr`` (:mod:`.output_order`).  Cheap after the
+  first call."""
   ji.after_host_reads(_wait_for_earlier_prints)
+  output_order.install()
 
 
 def _wait_for_earlier_prints(array: Any) -> None:

@@ -120,20 +120,20 @@ class DeviceQueue:
       self._cond.notify_all()
       return True
 
-  def wait_for_prints(self) -> None:
+  def wait_for_prints(self, timeout: float | None = None) -> bool:
     """Waits until the consumer has run every item up to the latest print
     tap queued so far; at once where a ``call`` would not wait
-    (:meth:`calls_wait`)."""
+    (:meth:`calls_wait`).  False if ``timeout`` seconds passed first."""
     if not self.calls_wait():
-      return
+      return True
     with self._cond:
       target = self._last_print
       if self._done >= target:
-        return
+        return True
       self._print_waiters += 1
       try:
-        while self._done < target and not self.dispatching:
-          self._cond.wait()
+        return self._cond.wait_for(
+            lambda: self._done >= target or self.dispatching, timeout)
       finally:
         self._print_waiters -= 1
 

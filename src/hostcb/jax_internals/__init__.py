@@ -9,6 +9,8 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.token_arrays`: runtime tokens of multi-device executables as
+  ``bool[0]`` arrays (the persistent compilation cache can write them);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
 * :mod:`.host_arrays`: ``jax.Array`` s on the CPU made from host arrays;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
@@ -16,7 +18,14 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.partitioned`: per-shard taps in sharded ``jit`` (no gather);
 * :mod:`.replicas`: per-replica lowering and shardings of ``xla_computation``;
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
-* :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches.
+* :mod:`.effects_barrier`: ``jax.effects_barrier()`` that also waits for
+  hostcb's callbacks;
+* :mod:`.own_callbacks`: JAX's own callback functions and their effects,
+  which hostcb's drop-ins take the place of;
+* :mod:`.patches`: the one list of what hostcb changed in this process
+  (each change made on first need, never at import) and its undo;
+* :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches, or
+  a private structure hostcb reads changed its shape.
 
 Checked against jax 0.8.0 to 0.12.0.1 (:mod:`.versions` names the range;
 ``make test`` runs the test suite on 0.10.2, ``scripts/check_oldest_jax.sh``
@@ -24,7 +33,6 @@ on 0.8.0, ``scripts/check_newest_jax.sh`` on the newest JAX that pip
 resolves, on Python 3.12 or newer).
 """
 from hostcb.jax_internals.array_reads import after_host_reads
-from hostcb.jax_internals.buffers import *  # noqa: F403
 from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
                                          emit_buffer_callback, ffi_batching,
                                          runs_on_one_of_several_devices,
@@ -41,18 +49,20 @@ from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
                                       set_dispatch_hook,
                                       wait_at_process_barrier,
                                       wait_for_dispatched_computations,
+                                      wait_for_this_threads_computation,
                                       forget_dispatched_computations)
 from hostcb.jax_internals.dispatch import (declares_no_effect,
                                           drain_this_thread, fast_dispatch,
+                                          note_print_lowered,
                                           fast_dispatch_used, local_devices,
                                           running_tap_functions,
                                           set_fast_dispatch)
+from hostcb.jax_internals.custom_calls import lowering_platforms
 from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
                                           emit_host_callback,
                                           lowering_platform)
-from hostcb.jax_internals.partitioned import (ShardLayout,
-                                             emit_manual_tap,
-                                             emit_per_shard_custom_call)
+from hostcb.jax_internals.partitioned import (emit_per_shard_custom_call,
+                                             slice_bounds)
 from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
                                           tiled_sharding_text,
                                           to_xla_computation,
@@ -67,3 +77,9 @@ from hostcb.jax_internals.own_callbacks import (is_jax_value,
                                                 jax_callback_functions,
                                                 jax_io_effect,
                                                 jax_ordered_debug_effect)
+from hostcb.jax_internals.patches import (ensure, installed, is_installed,
+                                          uninstall_all, when_first_needed)
+from hostcb.jax_internals.versions import (JaxInternalChanged,
+                                           MissingJaxInternal)
+from hostcb.jax_internals.patches import install as install_patch
+from hostcb.jax_internals.patches import record as record_patch

@@ -36,10 +36,12 @@ from typing import Any, Callable
 from jax._src import array as _array
 from jax._src.lib import xla_client as _xc
 
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals import patches
+from hostcb.jax_internals.versions import check_shape, require
 
 _WHAT = "to show hostcb's prints before the results they come with"
-_installed: list[Callable[[Any], None]] = []
+_NAME = "host reads"
+# JAX's own ArrayImpl.block_until_ready, once the hook was installed.
 _unhooked_block: list[Callable[[Any], Any]] = []
 
 
@@ -47,26 +49,34 @@ def block_without_hook(array: Any) -> Any:
   """``array.block_until_ready()`` without the hook: for hostcb's own waits
   on a computation (its runtime token), which are no read of a result and
   must not wait for the taps that the computation queued."""
-  if _unhooked_block:
-    return _unhooked_block[0](array)
+  unhooked = _unhooked_block[:1]
+  if unhooked:
+    return unhooked[0](array)
   return array.block_until_ready()
 
 
 def after_host_reads(hook: Callable[[Any], None]) -> None:
   """From now on, ``hook(array)`` runs after each host read of a ready
-  ``jax.Array`` (module docstring), in the reading thread.  Installed once;
-  later calls do nothing."""
-  if _installed:
+  ``jax.Array`` (module docstring), in the reading thread.  Installed once
+  (under :data:`.patches.lock`: two threads staging their first print
+  install it once), recorded in :mod:`.patches`, which undoes it; later
+  calls do nothing while it is in place."""
+  if patches.is_installed(_NAME):
     return
+  with patches.lock:
+    if patches.is_installed(_NAME):
+      return
+    _install(hook)
+
+
+def _install(hook: Callable[[Any], None]) -> None:
   impl = require(_array, "ArrayImpl", _WHAT)
   value = require(impl, "_value", _WHAT)
   block = require(impl, "block_until_ready", _WHAT)
   item = require(impl, "item", _WHAT)
   batched = require(_xc, "batched_block_until_ready", _WHAT)
-  if not isinstance(value, property):
-    raise TypeError(
-        "hostcb: jax's ArrayImpl._value is no longer a property, which "
-        f"hostcb patches {_WHAT}")
+  check_shape(value, "jax._src.array.ArrayImpl._value", _WHAT,
+              types=property)
   read_value = value.fget
 
   def _value(self):
@@ -89,9 +99,13 @@ def after_host_reads(hook: Callable[[Any], None]) -> None:
       hook(a)
     return out
 
-  _unhooked_block.append(block)
-  impl._value = property(_value, doc=value.__doc__)
-  impl.block_until_ready = block_until_ready
-  impl.item = functools.wraps(item)(item_)
-  _xc.batched_block_until_ready = batched_block_until_ready
-  _installed.append(hook)
+  # JAX's own function (what the class holds again after uninstall).
+  _unhooked_block[:] = [block]
+  patches.install(_NAME, impl, "_value",
+                  property(_value, doc=value.__doc__))
+  patches.install(f"{_NAME} (block_until_ready)", impl, "block_until_ready",
+                  block_until_ready)
+  patches.install(f"{_NAME} (item)", impl, "item",
+                  functools.wraps(item)(item_))
+  patches.install(f"{_NAME} (several arrays)", _xc,
+                  "batched_block_until_ready", batched_block_until_ready)

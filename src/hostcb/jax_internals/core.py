@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Any, Callable
 
 from jax._src import config as _config
@@ -18,7 +19,8 @@ from jax._src.interpreters import batching as _batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals import patches
+from hostcb.jax_internals.versions import check_shape, require
 
 ShapedArray = _core.ShapedArray
 Primitive = _core.Primitive
@@ -40,6 +42,21 @@ class HostCallbackEffect(_effects.Effect):
   def __str__(self) -> str:
     return "HostCallback"
 
+  # jax.export serializes an effect that a program keeps in its signature
+  # (a tap in shard_map code, for one) by its class's text, and makes it
+  # again with the class's nullary constructor, which must give an equal
+  # effect (checked with jax 0.8.0, 0.10.2 and 0.12.0.1): every instance
+  # is the same effect.
+  def __eq__(self, other) -> bool:
+    return type(other) is HostCallbackEffect
+
+  def __hash__(self) -> int:
+    return hash(HostCallbackEffect.__qualname__)
+
+
+# An exported program names the effect by str(HostCallbackEffect): a text
+# that must not change when this module moves (docs/export.md).
+HostCallbackEffect.__module__ = "hostcb"
 
 host_callback_effect = HostCallbackEffect()
 
@@ -67,9 +84,10 @@ def _chain_tokens_between_computations() -> None:
   cls = require(_dispatch, "RuntimeTokenSet", what)
   original_get = require(cls, "get_token_input", what)
   original_set = require(cls, "set_token_result", what)
-  if getattr(original_get, "_hostcb", False):
-    return  # already installed (the module was imported again)
+  if patches.is_installed("token chain"):
+    return
   fresh_tokens: dict = {}
+  symbol = "jax._src.dispatch.RuntimeTokenSet"
 
   def get_token_input(self, eff, devices):
     if not isinstance(eff, HostCallbackEffect):
@@ -77,30 +95,47 @@ def _chain_tokens_between_computations() -> None:
     if _dispatch_hook:
       _dispatch_hook[0]()
     key = tuple(devices)
-    token = self.current_tokens.get(eff)
-    if token is not None and not token._buf.is_ready():
+    current = _current_tokens(self)
+    token = current.get(eff)
+    if token is not None and not _token_buffer(token).is_ready():
       if getattr(self, "_hostcb_devices", None) == key:
         return token  # still running on the same devices: chain to it
       return original_get(self, eff, devices)  # a copy that waits for it
     token = fresh_tokens.get(key)
     if token is None:
-      self.current_tokens.pop(eff, None)
+      current.pop(eff, None)
       token = fresh_tokens[key] = original_get(self, eff, devices)
-    self.current_tokens[eff] = token
+    current[eff] = token
     return token
 
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
-      devices = tuple(token._buf.sharding._device_assignment)
+      sharding = check_shape(_token_buffer(token).sharding,
+                             "the sharding of jax._src.core.Token._buf",
+                             what, fields=("_device_assignment",))
+      devices = tuple(sharding._device_assignment)
       self._hostcb_devices = devices
       _latest_tokens[threading.get_ident()] = token
       if len(devices) > 1 and _after_multi_device_dispatch:
         _after_multi_device_dispatch[0](token)
 
-  get_token_input._hostcb = True
-  cls.get_token_input = get_token_input
-  cls.set_token_result = set_token_result
+  def _current_tokens(tokens) -> dict:
+    return check_shape(getattr(tokens, "current_tokens", None),
+                       f"{symbol}.current_tokens", what, types=dict)
+
+  patches.install("token chain", cls, "get_token_input", get_token_input)
+  patches.install("token chain (results)", cls, "set_token_result",
+                  set_token_result)
+
+
+def _token_buffer(token: Any) -> Any:
+  """The array behind one of JAX's tokens (``jax._src.core.Token._buf``),
+  checked for what hostcb reads of it."""
+  return check_shape(getattr(token, "_buf", None),
+                     "jax._src.core.Token._buf",
+                     "to tell whether a tapping computation finished",
+                     fields=("is_ready", "sharding", "block_until_ready"))
 
 
 # [started]: called by the dispatching thread just before every dispatched
@@ -121,7 +156,7 @@ def set_dispatch_hook(started: Callable[[], None]) -> None:
 # thread id -> the token of the last tapping computation it dispatched.
 _latest_tokens: dict[int, Any] = {}
 
-_chain_tokens_between_computations()
+patches.when_first_needed(_chain_tokens_between_computations)
 
 
 def wait_for_dispatched_computations() -> None:
@@ -140,6 +175,32 @@ def wait_for_dispatched_computations() -> None:
       _latest_tokens.pop(ident, None)
 
 
+def wait_for_this_threads_computation(timeout: float) -> bool:
+  """Waits until the latest computation that keeps a runtime token and
+  that this thread dispatched (see :mod:`.dispatch`: one that prints, or
+  any tapping one in the strict-barrier mode) has finished, and so every
+  such computation of this thread before it (their tokens chain them); at
+  once if there is none or it has finished.  False if ``timeout`` seconds
+  passed first: ``block_until_ready`` has no deadline."""
+  ident = threading.get_ident()
+  token = _latest_tokens.get(ident)
+  if token is None:
+    return True
+  buf = token._buf
+  if buf.is_ready():
+    if _latest_tokens.get(ident) is token:  # finished: nothing to wait for
+      _latest_tokens.pop(ident, None)     # (as the barrier forgets it)
+    return True
+  deadline = time.monotonic() + timeout
+  pause = 1e-5
+  while not buf.is_ready():
+    if time.monotonic() >= deadline:
+      return False
+    time.sleep(pause)
+    pause = min(pause * 2, 1e-3)
+  return True
+
+
 def forget_dispatched_computations() -> None:
   """In a forked child: the parent's computations are not ours to wait for."""
   _latest_tokens.clear()
@@ -156,9 +217,20 @@ for _effect_set in (_effects.ordered_effects,
 
 
 # -------------------------------------------------------------- primitives
+class _HostcbPrimitive(_core.Primitive):
+  """A primitive of hostcb's: its first bind in the process (and the first
+  after ``hostcb.uninstall()``) installs what programs that use it need
+  (:func:`.patches.ensure`); until then hostcb has changed nothing."""
+
+  def bind(self, *args, **params):
+    patches.ensure()
+    return super().bind(*args, **params)
+
+
 def new_primitive(name: str) -> Primitive:
-  """A multiple-results primitive whose lowering may ask for the devices."""
-  prim = _core.Primitive(name)
+  """A multiple-results primitive whose lowering may ask for the devices;
+  binding it installs hostcb's patches (:class:`_HostcbPrimitive`)."""
+  prim = _HostcbPrimitive(name)
   prim.multiple_results = True
   # Makes jit pass the device assignment to the lowering, even for a single
   # device, so the host side knows which device a callback comes from.
@@ -224,7 +296,15 @@ def instantiate_zeros(x: Any) -> Any:
 
 
 def register_lowering(prim: Primitive, rule: Callable) -> None:
-  _mlir.register_lowering(prim, rule)
+  """Registers the lowering of one of hostcb's primitives; lowering it
+  installs hostcb's patches if they are not in place (a program traced
+  before ``hostcb.uninstall()`` and lowered after it)."""
+  @functools.wraps(rule)
+  def lowering(*args, **kwargs):
+    patches.ensure()
+    return rule(*args, **kwargs)
+
+  _mlir.register_lowering(prim, lowering)
 
 
 # ----------------------------------------------------------- jax.config

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,8 +18,10 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals import patches
 from hostcb.jax_internals.core import (HostCallbackEffect, ShapedArray,
                                       host_callback_effect)
+from hostcb.jax_internals.versions import changed, check_shape, require
 
 
 # ---------------------------------------------------------------- lowering
@@ -36,18 +39,27 @@ class Placement:
   device_index: int
 
 
+_PLACEMENT_WHAT = "to tell which devices call the host"
+
+
 def _placement(ctx, device_index: int,
                avals_out: Sequence[Any] | None = None) -> tuple[Placement, Any]:
   if avals_out is None:
     avals_out = ctx.avals_out
   axis_context = ctx.module_context.axis_context
   if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
-    mesh = axis_context.mesh
-    devices = getattr(mesh, "_flat_devices_tuple", None)
+    mesh = check_shape(axis_context, "jax._src.sharding_impls."
+                       "SPMDAxisContext", _PLACEMENT_WHAT,
+                       fields=("mesh",)).mesh
+    devices = check_shape(mesh, "the mesh of an SPMDAxisContext",
+                          _PLACEMENT_WHAT,
+                          fields=("_flat_devices_tuple",))._flat_devices_tuple
     sharding = _callback._callback_op_sharding(axis_context, None,
                                                avals_out)
     return Placement(devices, True, 0), sharding
   if isinstance(axis_context, _sharding_impls.ShardingContext):
+    check_shape(axis_context, "jax._src.sharding_impls.ShardingContext",
+                _PLACEMENT_WHAT, fields=("device_assignment", "num_devices"))
     devices = axis_context.device_assignment
     n = axis_context.num_devices
     if n == 1:
@@ -180,6 +192,12 @@ def _emit_ffi_call(ctx, target: str, host_fn: Callable | None, operands,
   return results
 
 
+def lowering_platforms(ctx) -> tuple[str, ...]:
+  """The platforms a lowering runs for (several for a multi-platform
+  ``jax.export``)."""
+  return tuple(ctx.module_context.platforms)
+
+
 def lowering_platform(ctx) -> str:
   """The one platform a lowering runs for (``cpu``, ``cuda``, ``rocm``...)."""
   platforms = ctx.module_context.platforms
@@ -240,25 +258,71 @@ def _set_sharding(module_context, op, sharding) -> None:
 # with its own ordered effects (it refuses them under vmap); hostcb's taps
 # reach it.  The rule below lowers that one case with the same rewrite plus
 # the per-element select that the plain batched lowering does; every other
-# while loop goes to JAX's own rule.  Checked against jax 0.8.0, 0.10.2 and
-# 0.12.0.1.
+# while loop goes to the rule it replaced, JAX's or another library's (so
+# that two libraries that override this rule compose).  Installed on the
+# first bind of a hostcb primitive (a while loop that taps in its cond_fun
+# binds one first), undone by hostcb.uninstall().  Checked against jax
+# 0.8.0, 0.10.2 and 0.12.0.1 (``mlir._lowerings``: primitive -> an entry
+# whose ``rule`` field is the rule).
 from jax._src.lax.control_flow import loops as _loops  # noqa: E402
 
-_jax_while_lowering = _loops._while_lowering
+_WHILE_WHAT = "to tap in the cond_fun of a batched while_loop"
+logger = logging.getLogger("hostcb")
+# while_p's parameters, as hostcb's rule reads them.
+_WHILE_PARAMS = {"cond_jaxpr", "body_jaxpr", "cond_nconsts", "body_nconsts"}
 
 
 def _cond_taps(cond_jaxpr) -> bool:
   return any(isinstance(e, HostCallbackEffect) for e in cond_jaxpr.effects)
 
 
-def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                    body_nconsts):
-  params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                cond_nconsts=cond_nconsts, body_nconsts=body_nconsts)
-  pred_aval = cond_jaxpr.out_avals[0]
-  if not pred_aval.shape or not _cond_taps(cond_jaxpr):
-    return _jax_while_lowering(ctx, *args, **params)
+def _install_while_lowering() -> None:
+  if patches.is_installed("while lowering"):
+    return
+  while_p = require(_loops, "while_p", _WHILE_WHAT)
+  registry = check_shape(require(_mlir, "_lowerings", _WHILE_WHAT),
+                         "jax._src.interpreters.mlir._lowerings",
+                         _WHILE_WHAT, types=dict)
+  entry = registry.get(while_p)
+  previous = getattr(entry, "rule", entry)
+  if not callable(previous):
+    raise changed("jax._src.interpreters.mlir._lowerings[while_p]",
+                  "an entry with a callable rule",
+                  type(entry).__name__, _WHILE_WHAT)
 
+  def while_lowering(ctx, *args, **params):
+    cond_jaxpr = params.get("cond_jaxpr")
+    if cond_jaxpr is None or not _cond_taps(cond_jaxpr):
+      return previous(ctx, *args, **params)  # not hostcb's
+    if set(params) != _WHILE_PARAMS:
+      raise changed("the parameters of jax._src.lax.control_flow.loops."
+                    "while_p", ", ".join(sorted(_WHILE_PARAMS)),
+                    ", ".join(sorted(params)), _WHILE_WHAT)
+    if not cond_jaxpr.out_avals[0].shape:
+      return previous(ctx, *args, **params)  # unbatched: JAX's rewrite
+    return _batched_while_with_taps(ctx, args, **params)
+
+  _mlir.register_lowering(while_p, while_lowering)
+  mine = registry.get(while_p)
+
+  def undo() -> None:
+    if registry.get(while_p) is not mine:
+      # Another library's rule since, which may call hostcb's (and so the
+      # one before it): left in place rather than dropped.
+      logger.warning("hostcb: the while_p lowering rule was replaced since "
+                     "hostcb set it; left as it is")
+    elif entry is None:
+      registry.pop(while_p, None)
+    else:
+      registry[while_p] = entry
+
+  patches.record("while lowering",
+                 "jax._src.interpreters.mlir._lowerings[while_p]", undo,
+                 original=previous)
+
+
+def _batched_while_with_taps(ctx, args, *, cond_jaxpr, body_jaxpr,
+                             cond_nconsts, body_nconsts):
   from jax import lax  # noqa: PLC0415  (public API; in its own lowering)
 
   def cond(consts, carry):
@@ -295,4 +359,4 @@ def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
   return _mlir.lower_fun(loop, multiple_results=True)(ctx, *args)
 
 
-_mlir.register_lowering(_loops.while_p, _while_lowering)
+patches.when_first_needed(_install_while_lowering)

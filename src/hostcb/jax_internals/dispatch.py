@@ -57,11 +57,16 @@ tap function dispatches keeps its token
 from __future__ import annotations
 
 import functools
+import gc
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
 from jax._src import config as _config
+from jax._src import stages as _stages
 from jax._src.interpreters import pxla as _pxla
+from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
@@ -71,12 +76,16 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals import patches
+from hostcb.jax_internals.token_arrays import tokens_as_arrays
+from hostcb.jax_internals.versions import check_shape, require
 
 # Fast dispatch is the default (hostcb.config's hostcb_strict_barrier turns
 # it off); executables lowered before any change are in this mode.
 _fast = [True]
 _used = [False]  # an executable was lowered in fast-dispatch mode
+# A lowered module's tokens were made arrays (.token_arrays), in place.
+_rewritten = [False]
 
 # True in hostcb's consumer threads, where tap functions run.  A computation
 # that a tap function dispatches keeps its runtime token even in fast mode:
@@ -120,8 +129,27 @@ def fast_dispatch_used() -> bool:
 
 # _cached_lowering_to_hlo returns (module, keepalive, host_callbacks,
 # unordered_effects, ordered_effects, [nreps on jax 0.8,] tuple_args,
-# shape_poly_state).
+# shape_poly_state): 8 entries on jax 0.8, 7 on 0.10.2 and 0.12.0.1.
 _MODULE, _UNORDERED, _ORDERED = 0, 3, 4
+_LOWERING = "jax._src.interpreters.pxla._cached_lowering_to_hlo"
+_LOWERING_WHAT = ("to lower one-device tapping executables for jit's fast "
+                  "dispatch path")
+
+
+def _checked_lowering(result: Any) -> Any:
+  """The tuple that ``_cached_lowering_to_hlo`` returned, once its shape is
+  the one hostcb reads by position (else :class:`JaxInternalChanged`
+  naming the JAX version and the function)."""
+  check_shape(result, f"the result of {_LOWERING}", _LOWERING_WHAT,
+              types=tuple, lengths=(7, 8))
+  check_shape(result[_MODULE], f"{_LOWERING}(...)[{_MODULE}] (the module)",
+              _LOWERING_WHAT, types=_ir.Module)
+  for i, name in ((_UNORDERED, "unordered"), (_ORDERED, "ordered")):
+    check_shape(result[i], f"{_LOWERING}(...)[{i}] (the {name} effects)",
+                _LOWERING_WHAT, types=(list, tuple))
+  check_shape(result[-1], f"{_LOWERING}(...)[-1] (the shape_poly_state)",
+              _LOWERING_WHAT, fields=("dim_vars",))
+  return result
 
 
 def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
@@ -215,22 +243,68 @@ def _devices(module: Any) -> int:
   return n
 
 
+# Executables that print keep their runtime token in both modes: their
+# dispatch then goes through JAX's Python path, where hostcb sees it (the
+# token of the latest one of each thread, :mod:`.core`), so that what the
+# thread writes next waits for that computation and its prints
+# (:mod:`hostcb.engine.output_order`), as JAX's own prints are out before
+# the dispatch of a CPU computation returns.  A print's lowering calls
+# :func:`note_print_lowered`; the modules lowered with one are kept
+# (weakly: an id could be reused by a later module), since the cached
+# lowering returns the same module again without lowering it.
+_lowering = threading.local()  # .prints: prints lowered by this thread
+_print_modules: weakref.WeakSet = weakref.WeakSet()
+
+
+def note_print_lowered() -> None:
+  """The lowering running in this thread stages a print."""
+  _lowering.prints = getattr(_lowering, "prints", 0) + 1
+
+
+def _for_export(args: tuple, kwargs: dict) -> bool:
+  """Whether a lowering is ``jax.export``'s (its ``LoweringParameters``
+  say so; looked up by type, the argument's position differing between
+  versions).  An exported program keeps JAX's signature, its tokens as
+  tokens: ``Exported.call`` passes them so (docs/export.md)."""
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, _mlir.LoweringParameters):
+      return bool(getattr(a, "for_export", False))
+  return False
+
+
 def _install() -> None:
-  original = require(_pxla, "_cached_lowering_to_hlo",
-                     "to lower one-device tapping executables for jit's "
-                     "fast dispatch path")
-  if getattr(original, "_hostcb", False):
-    return  # already installed
+  """Wraps ``_cached_lowering_to_hlo`` (the module docstring); installed on
+  the first bind of a hostcb primitive (:mod:`.patches`)."""
+  original = require(_pxla, "_cached_lowering_to_hlo", _LOWERING_WHAT)
+  if patches.is_installed("fast dispatch"):
+    return
 
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
-    result = original(*args, **kwargs)
-    if not _fast[0] or _in_tap_function.value:
-      return result
+    prints_before = getattr(_lowering, "prints", 0)
+    result = _checked_lowering(original(*args, **kwargs))
+    if getattr(_lowering, "prints", 0) != prints_before:
+      _print_modules.add(result[_MODULE])
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
+    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if _devices(module) > 1 and _for_export(args, kwargs):
+      return result  # an exported program keeps its tokens as tokens
+    if _devices(module) > 1:
+      # Keeps its token, as a bool[0] array that jaxlib can serialize
+      # (the persistent compilation cache; see .token_arrays).
+      _kept_token[0] = _rewritten[0] = True
+      with module.context:
+        tokens_as_arrays(module, num_dim_vars)
+      return result
+    if not _fast[0] or _in_tap_function.value:
+      _kept_token[0] = True
+      return result
+    if module in _print_modules:
+      _kept_token[0] = True
+      return result  # keeps its token (see _print_modules)
     # hostcb's io_callback also carries JAX's io_callback effect, and its
     # ordered debug callbacks JAX's ordered debug effect
     # (.own_callbacks), which would keep the executable off the fast path
@@ -238,10 +312,7 @@ def _install() -> None:
     # above hold for the whole executable, so JAX's go too.
     mine = [i for i, e in enumerate(ordered)
             if isinstance(e, HostCallbackEffect) or is_jax_callback_effect(e)]
-    module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
     with module.context:
-      if _devices(module) > 1:
-        return result  # keeps its token (see the module's docstring)
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
         for i in reversed(mine):
@@ -254,11 +325,26 @@ def _install() -> None:
                           if not is_jax_callback_effect(e)]
     return tuple(result)
 
-  cached_lowering_to_hlo._hostcb = True
-  _pxla._cached_lowering_to_hlo = cached_lowering_to_hlo
+  patches.install("fast dispatch", _pxla, "_cached_lowering_to_hlo",
+                  cached_lowering_to_hlo,
+                  before_undo=functools.partial(_forget_rewritten_lowerings,
+                                                original))
 
 
-_install()
+def _forget_rewritten_lowerings(original: Any) -> None:
+  """Before JAX's own cached lowering (``original``) comes back: the
+  modules that the wrapper rewrote (no token argument, or tokens made
+  arrays) are still in its cache, beside the effects that JAX's lowering
+  gave them (with hostcb's); a later hit would compile a module that does
+  not match its calling convention.  So that cache is cleared (JAX's
+  caches of compiled executables are not: what they hold is consistent)."""
+  if _used[0] or _rewritten[0]:
+    require(original, "cache_clear",
+            "to forget the modules it rewrote at hostcb.uninstall()",
+            verb="uses")()
+
+
+patches.when_first_needed(_install)
 
 
 def _install_aot_guard() -> None:
@@ -275,21 +361,66 @@ def _install_aot_guard() -> None:
                        "to keep the runtime token of compiled functions")
   original = require(executable, "create_cpp_call",
                      "to keep the runtime token of compiled functions")
-  if getattr(original, "_hostcb", False):
+  if patches.is_installed("compiled-call guard"):
     return
 
   def create_cpp_call(self, params):
-    call = getattr(self, "unsafe_call", None)
-    if any(isinstance(e, HostCallbackEffect)
-           for e in getattr(call, "ordered_effects", ())):
+    if _keeps_token(self):
       return None  # JAX's Python path, which passes the token
     return original(self, params)
 
-  create_cpp_call._hostcb = True
-  executable.create_cpp_call = create_cpp_call
+  patches.install("compiled-call guard", executable, "create_cpp_call",
+                  create_cpp_call, before_undo=_settle_compiled_functions)
 
 
-_install_aot_guard()
+def _keeps_token(executable: Any) -> bool:
+  """Whether a ``MeshExecutable`` exchanges hostcb's runtime token.  An
+  executable whose call is not JAX's replicated call (no
+  ``ordered_effects``) has none: JAX's own ``create_cpp_call`` decides."""
+  call = getattr(executable, "unsafe_call", None)
+  return any(isinstance(e, HostCallbackEffect)
+             for e in getattr(call, "ordered_effects", ()))
+
+
+# Whether an executable that keeps hostcb's runtime token was lowered in
+# this process (strict mode, several devices, in a tap function).
+_kept_token = [False]
+_AOT_WHAT = "to keep compiled functions callable after hostcb.uninstall()"
+
+
+def _settle_compiled_functions() -> None:
+  """Before ``hostcb.uninstall()`` gives JAX its ``create_cpp_call`` back:
+  every live compiled function (``jit(f).lower(...).compile()``) whose
+  executable keeps hostcb's runtime token and that was never called gets
+  JAX's Python call path now, as the guard would have given it at its
+  first call; JAX's own ``create_cpp_call`` would give it the C++ path,
+  which fails it ("Execution supplied 1 arguments but compiled program
+  expected 2").  Looked for only where such an executable was lowered.
+  Checked on jax 0.10.2 (``stages.Compiled``: ``_executable``,
+  ``_params``, ``_call``; ``Compiled.call(params, *args, **kwargs)``
+  returns ``(outs, out_flat, args_flat)``)."""
+  if not _kept_token[0]:
+    return
+  compiled = require(_stages, "Compiled", _AOT_WHAT, verb="uses")
+  call = require(compiled, "call", _AOT_WHAT, verb="uses")
+  for obj in gc.get_objects():
+    if not isinstance(obj, compiled) or getattr(obj, "_call", 0) is not None:
+      continue
+    check_shape(obj, "jax._src.stages.Compiled", _AOT_WHAT,
+                fields=("_executable", "_params", "_call"))
+    if _keeps_token(obj._executable):
+      obj._call = functools.partial(_python_call, call, obj._params)
+
+
+def _python_call(call: Any, params: Any, *args, **kwargs) -> Any:
+  """JAX's Python call path of a compiled function: its outputs."""
+  result = check_shape(call(params, *args, **kwargs),
+                       "the result of jax._src.stages.Compiled.call",
+                       _AOT_WHAT, types=tuple, lengths=(3,))
+  return result[0]
+
+
+patches.when_first_needed(_install_aot_guard)
 
 
 def _wait_in_fast_mode(token: Any) -> None:

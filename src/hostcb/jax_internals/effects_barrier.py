@@ -7,8 +7,9 @@ tokens of the computations that the calling thread dispatched (JAX's own
 ordered callbacks).  hostcb's callbacks run on its own consumer threads,
 which that function knows nothing about.
 
-:func:`patch_effects_barrier` rebinds the public name ``jax.effects_barrier``
-to a function that first does what JAX's does, then calls the waiter it is
+:func:`patch_effects_barrier` (on the first bind of a hostcb primitive, not
+at import; :mod:`.patches` undoes it) rebinds the public name
+``jax.effects_barrier`` to a function that first does what JAX's does, then calls the waiter it is
 given (hostcb's barrier).  Only the public name: JAX's own callers of its
 barrier (``jax.clear_backends``) keep JAX's function, so that a failed tap
 cannot interrupt them.
@@ -21,6 +22,7 @@ from typing import Callable
 import jax
 from jax._src import api as _api
 
+from hostcb.jax_internals import patches
 from hostcb.jax_internals.versions import CHECKED_RANGE
 
 __all__ = ["patch_effects_barrier", "jax_effects_barrier"]
@@ -39,11 +41,13 @@ def jax_effects_barrier() -> Callable[[], None]:
 
 def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
   """Makes ``jax.effects_barrier()`` call ``also_wait()`` after JAX's own
-  wait (once per process; a second call changes nothing)."""
+  wait (recorded in :mod:`.patches`, which undoes it; a second call while
+  it is in place changes nothing).  Called on the first bind of a hostcb
+  primitive, not at import."""
   original = jax_effects_barrier()
+  if patches.is_installed("effects barrier"):
+    return
   current = getattr(jax, "effects_barrier", None)
-  if getattr(current, "_hostcb_waiter", None) is not None:
-    return  # already patched
   if current is not original:
     raise RuntimeError(
         f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
@@ -62,4 +66,4 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
       "call of hostcb's, such as hostcb.debug.print; raises "
       "hostcb.CallbackException if one of hostcb's callbacks failed since "
       "the previous barrier.")
-  jax.effects_barrier = effects_barrier
+  patches.install("effects barrier", jax, "effects_barrier", effects_barrier)

@@ -51,6 +51,9 @@ _put: Any = None
 _sharding: Any = None
 _devices: list = []
 _avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
+# The base of the engine's arrays over a record's own block (large taps:
+# module.cc's "hostcb.record_block" capsule, which frees the block).
+_CAPSULE = type(np.empty(0).__array_struct__)
 
 
 def prepare_cpu_arrays() -> None:
@@ -80,10 +83,11 @@ def cpu_array(a: Any) -> Any:
   """The ``jax.Array`` on the first local CPU device of ``a`` (a NumPy
   array, or a value ``np.asarray`` takes).
 
-  The memory of an array that hostcb owns (a fresh array, whose ``base``
-  is None, or a view of one: NumPy's ``base`` of a view is the array that
-  owns the memory) is aliased where the CPU client can; any other array's
-  is copied."""
+  The memory of an array that hostcb's engine made (a fresh array, whose
+  ``base`` is None; a view of one, whose ``base`` is the array that owns
+  the memory; an array over a record's own block, whose ``base`` is the
+  capsule that frees the block) is aliased where the CPU client can; any
+  other array's is copied."""
   if _put is None:
     prepare_cpu_arrays()
   if type(a) is not np.ndarray:
@@ -93,7 +97,8 @@ def cpu_array(a: Any) -> Any:
   if aval is None:
     aval = _new_aval(key)
   base = a.base
-  if base is None or (type(base) is np.ndarray and base.base is None):
+  if (base is None or type(base) is _CAPSULE
+      or (type(base) is np.ndarray and base.base is None)):
     return _put(aval, _sharding, [a], _devices, True)
   return _put(aval, _sharding, [a], _devices, True, True)
 

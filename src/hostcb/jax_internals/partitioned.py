@@ -19,17 +19,27 @@ resharded (the partitioner asks for the shardings the operands already
 have), so the compiled program has no all-gather and no collective.
 
 The placeholder takes and returns the token of hostcb's effect, as every
-tap does: a device's taps stay in program order.  The partitioner also
-learns, from the shardings, which slice of the global array each device
-holds: the caller's ``target_id_for`` gets that, per device, and returns
-the engine's target id for these shards.
+tap does: a device's taps stay in program order.
+
+Everything the partitioner needs is in the placeholder itself (its
+``backend_config``: the engine's target name and target id, chosen when
+the program was lowered, and the number of devices): it keeps no state
+of the lowering.  That matters for JAX's persistent compilation cache,
+whose key is computed from the lowered module, before XLA partitions it:
+on a cache hit XLA does not partition at all, so whatever the tap calls
+must be fixed by the lowered module.  It is: the target id is in it (a
+process whose lowering bound that id to another function computes
+another key), and which slice of the global array a device holds, which
+the partitioner learns from the shardings, is compiled into the program
+as data: a table of every device's slice bounds, from which each device
+passes its own row (selected by its partition id) to the tap as one more
+``int64`` operand (see :func:`slice_bounds`).
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import weakref
-from typing import Any, Callable, Sequence
+import json
+import threading
+from typing import Any, Sequence
 
 import numpy as np
 from jax._src import op_shardings as _op_shardings
@@ -43,81 +53,49 @@ from hostcb.jax_internals.core import host_callback_effect
 from hostcb.jax_internals.custom_calls import _placement, _set_sharding
 from hostcb.jax_internals.versions import require
 
-__all__ = ["emit_per_shard_custom_call", "emit_manual_tap", "ShardLayout"]
+__all__ = ["emit_per_shard_custom_call", "slice_bounds"]
 
 PLACEHOLDER_TARGET = "hostcb_partitioned_tap"
 
-Index = tuple  # of slices, one per dimension
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardLayout:
-  """What a device holds of each operand of a per-shard tap.
-
-  ``indices[device_id]``: per operand, the device's slice of the global
-  array (a tuple of slices, as ``jax.Array.addressable_shards[i].index``);
-  ``padded``: whether some device's buffer is larger than its slice (an
-  uneven sharding: XLA pads the last shards), so that the host must trim
-  the arrays it receives to the slice's extent.
-  """
-  indices: dict
-  padded: bool
-
-  def key(self) -> tuple:
-    """A hashable form (slices are not hashable before Python 3.12)."""
-    return (self.padded, tuple(sorted(
-        (d, tuple(tuple((s.start, s.stop) for s in index)
-                  for index in per_operand))
-        for d, per_operand in self.indices.items())))
-
-
-@dataclasses.dataclass(eq=False)
-class _Pending:
-  """A placeholder's state, from lowering until XLA partitions it."""
-  emit_tap: Callable[..., None]  # (operands, layout) -> emits the tap
-  devices: tuple  # the computation's device assignment
-  # Kept alive by the module context (the executable) it was lowered for.
-  __weakref__: Any = dataclasses.field(default=None, repr=False)
-
-
-_pending: "weakref.WeakValueDictionary[bytes, _Pending]" = (
-    weakref.WeakValueDictionary())
-_keys = itertools.count()
-_registered = False
+_registered = [False]
+# Two threads lowering their first per-shard tap register the partitioner
+# once (XLA keeps the first registration of a name).
+_register_lock = threading.Lock()
 
 
 def _register() -> None:
-  global _registered
-  if _registered:
+  """Registers the placeholder's partitioner with XLA, once per process
+  (a registration of hostcb's own custom call, which changes nothing of
+  JAX's and cannot be undone; made when the first per-shard tap lowers)."""
+  if _registered[0]:
     return
-  register = require(_xc, "register_custom_call_partitioner",
-                     "to run hostcb taps per shard in a sharded jit "
-                     "(partitioned=True)", verb="uses")
-  register(PLACEHOLDER_TARGET, _propagate_user_sharding, _partition,
-           _infer_sharding_from_operands,
-           can_side_effecting_have_replicated_sharding=True)
-  _registered = True
+  with _register_lock:
+    if _registered[0]:
+      return
+    register = require(_xc, "register_custom_call_partitioner",
+                       "to run hostcb taps per shard in a sharded jit "
+                       "(partitioned=True)", verb="uses")
+    register(PLACEHOLDER_TARGET, _propagate_user_sharding, _partition,
+             _infer_sharding_from_operands,
+             can_side_effecting_have_replicated_sharding=True)
+    _registered[0] = True
 
 
-def emit_per_shard_custom_call(ctx, args: Sequence[Any], *,
-                               emit_tap: Callable[..., Any]) -> None:
+def emit_per_shard_custom_call(ctx, args: Sequence[Any], *, target: str,
+                               target_id: int) -> None:
   """Lowers a tap that runs on every device with its shard of ``args``.
 
-  For a ``jit`` over several devices (a ``ShardingContext``).  ``emit_tap(
-  operands, layout)`` is called by XLA's SPMD partitioner, at compile time,
-  inside the module that replaces the placeholder: ``operands`` are the
-  token and the device's shards (MLIR values), ``layout`` a
-  :class:`ShardLayout`; it emits the tap with :func:`emit_manual_tap` and
-  returns its token.
+  For a ``jit`` over several devices (a ``ShardingContext``).  When XLA's
+  SPMD partitioner reaches it, every device gets the FFI custom call
+  ``target`` (with the integer attribute ``target_id``) of the token, its
+  shards of ``args`` and, when some operand has a dimension, its slice
+  bounds (:func:`slice_bounds`).
   """
   _register()
   axis_context = ctx.module_context.axis_context
-  pending = _Pending(emit_tap, tuple(axis_context.device_assignment or ()))
-  key = f"hostcb-ptap-{next(_keys)}".encode()
-  _pending[key] = pending
-  # XLA partitions when it compiles this module: keep the state until then
-  # (and as long as the executable lives).
-  ctx.module_context.add_keepalive(pending)
+  config = {"target": target, "target_id": int(target_id),
+            "devices": int(axis_context.num_devices),
+            "bounds": any(len(a.shape) for a in ctx.avals_in)}
   token = ctx.tokens_in.get(host_callback_effect)
   token_type = _hlo.TokenType.get()
   op = _hlo.CustomCallOp(
@@ -126,7 +104,7 @@ def emit_per_shard_custom_call(ctx, args: Sequence[Any], *,
       has_side_effect=_ir.BoolAttr.get(True),
       api_version=_mlir.i32_attr(2),
       called_computations=_ir.ArrayAttr.get([]),
-      backend_config=_ir.StringAttr.get(key.decode()),
+      backend_config=_ir.StringAttr.get(json.dumps(config, sort_keys=True)),
       operand_layouts=None, result_layouts=None)
   # A sharding on the op itself, without which XLA's SPMD partitioner does
   # not call the op's partitioner: the token's, on the first device.
@@ -137,11 +115,27 @@ def emit_per_shard_custom_call(ctx, args: Sequence[Any], *,
       _mlir.TokenSet({host_callback_effect: op.results[0]})))
 
 
-def emit_manual_tap(target: str, operands: Sequence[Any],
-                    attributes: dict[str, int]) -> Any:
-  """Emits the FFI custom call ``target`` of ``operands`` (the token first)
-  with integer ``attributes``, run by every device on its shard; returns
-  its token.  For ``emit_tap`` of :func:`emit_per_shard_custom_call`."""
+def slice_bounds(bounds: np.ndarray, shapes: Sequence[tuple]) -> list:
+  """Each operand's slice of the global array, from the ``int64`` bounds
+  that the tap receives last: per operand and dimension ``start, stop``,
+  where ``stop == -1`` marks a dimension that is not split
+  (``slice(None)``).  ``shapes``: the operands' global shapes."""
+  flat = bounds.tolist()
+  out, k = [], 0
+  for shape in shapes:
+    index = []
+    for _ in shape:
+      start, stop = flat[k], flat[k + 1]
+      k += 2
+      index.append(slice(None) if stop < 0 else slice(start, stop))
+    out.append(tuple(index))
+  return out
+
+
+def _emit_tap(target: str, operands: Sequence[Any],
+              attributes: dict[str, int]) -> Any:
+  """The FFI custom call ``target`` of ``operands`` (the token first), run
+  by every device on its shard; returns its token."""
   i64 = _ir.IntegerType.get_signless(64)
   op = _mlir.custom_call(
       target, result_types=[_hlo.TokenType.get()], operands=list(operands),
@@ -171,46 +165,55 @@ def _per_device(sharding) -> bool:
                                    or sharding.is_replicated())
 
 
-def _layout(shardings: Sequence[Any], shapes: Sequence[tuple],
-            tiles: Sequence[tuple], devices: tuple) -> ShardLayout:
-  """Each device's slice of each operand, from the operands' shardings
-  (indexed by the position of a device in ``devices``)."""
+def _bounds_table(shardings: Sequence[Any], shapes: Sequence[tuple],
+                  tiles: Sequence[tuple], n: int) -> np.ndarray:
+  """``int64[n, 2 * total rank]``: row ``p`` holds, for the device of
+  partition ``p``, each operand's slice bounds (see :func:`slice_bounds`)."""
   to_indices = require(_op_shardings, "op_sharding_to_indices",
                        "to give per-shard taps their slice of the array",
                        verb="uses")
-  per_operand = []
-  padded = False
+  columns = []
   for sharding, shape, tile in zip(shardings, shapes, tiles):
-    slices = []
     # JAX's indices need an even split: those of the padded shape, clipped.
     padded_shape = shape
     if sharding.is_tiled():
       ways = sharding.tile_assignment_dimensions()[:len(shape)]
       padded_shape = tuple(t * w for t, w in zip(tile, ways))
-    for index in to_indices(sharding, padded_shape, len(devices)):
-      # Clipped to the array (the last shards of an uneven sharding reach
-      # past its end); a dimension that is not split stays slice(None).
-      index = tuple(s if s == slice(None) else slice(*s.indices(n)[:2])
-                    for s, n in zip(index, shape))
-      extent = tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
-      padded = padded or extent != tile
-      slices.append(index)
-    per_operand.append(slices)
-  indices = {dev.id: tuple(p[i] for p in per_operand)
-             for i, dev in enumerate(devices)}
-  return ShardLayout(indices, padded)
+    rows = []
+    for index in to_indices(sharding, padded_shape, n):
+      row = []
+      for s, size in zip(index, shape):
+        if s == slice(None):
+          row += [0, -1]
+        else:  # clipped: an uneven sharding's last shards reach past the end
+          start, stop = s.indices(size)[:2]
+          row += [start, max(start, stop)]
+      rows.append(row)
+    columns.append(np.asarray(rows, np.int64).reshape(n, 2 * len(shape)))
+  return np.concatenate(columns, axis=1)
+
+
+def _own_row(table: np.ndarray) -> Any:
+  """The row of ``table`` of the device that runs the code: its bounds."""
+  i32 = _ir.IntegerType.get_signless(32)
+  scalar_i32 = _ir.RankedTensorType.get([], i32)
+  width = table.shape[1]
+  pid = _hlo.convert(scalar_i32, _hlo.PartitionIdOp().result)
+  zero = _hlo.constant(_ir.DenseElementsAttr.get(np.zeros((), np.int32)))
+  row = _hlo.dynamic_slice(
+      _hlo.constant(_ir.DenseElementsAttr.get(table)), [pid, zero],
+      _ir.DenseI64ArrayAttr.get([1, width]))
+  return _hlo.reshape(
+      _ir.RankedTensorType.get([width], _ir.IntegerType.get_signless(64)),
+      row)
 
 
 def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
-               key):
+               backend_config):
   """Called by XLA's SPMD partitioner: the module that replaces the
   placeholder, and the shardings it takes its operands and gives its
   result in."""
-  pending = _pending.get(bytes(key))
-  if pending is None:
-    raise RuntimeError(
-        "hostcb: XLA asked to partition a per-shard tap of a computation "
-        f"whose lowering is gone (key {bytes(key)!r})")
+  config = json.loads(bytes(backend_config).decode())
   token_sharding, *shardings = arg_shardings
   shapes = [tuple(s.dimensions()) for s in arg_shapes[1:]]
   dtypes = [np.dtype(s.numpy_dtype()) for s in arg_shapes[1:]]
@@ -220,7 +223,6 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
                for s in shardings]
   tiles = [tuple(sharding.tile(s).dimensions())
            for sharding, s in zip(shardings, arg_shapes[1:])]
-  layout = _layout(shardings, shapes, tiles, pending.devices)
   with _mlir.make_ir_context(), _ir.Location.unknown():
     module = _ir.Module.create()
     types = [_hlo.TokenType.get()]
@@ -233,7 +235,12 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
       main.attributes["sym_visibility"] = _ir.StringAttr.get("public")
       block = main.add_entry_block()
       with _ir.InsertionPoint(block):
-        token = pending.emit_tap(list(block.arguments), layout)
+        operands = list(block.arguments)
+        if config["bounds"]:
+          operands.append(_own_row(_bounds_table(
+              shardings, shapes, tiles, config["devices"])))
+        token = _emit_tap(config["target"], operands,
+                          {"target_id": config["target_id"]})
         _func.ReturnOp([token])
     code = _mlir.module_to_bytecode(module)
   return code, [token_sharding, *shardings], result_sharding

@@ -8,22 +8,19 @@ here, and CI checks each end (``scripts/check_oldest_jax.sh``, ``make
 test``, ``scripts/check_newest_jax.sh``).
 
 hostcb wraps a few private functions of JAX (the runtime-token exchange
-between dispatched computations, the cached lowering of executables).  A
-future JAX may rename or remove them; hostcb must then stop at import with
-a message that says which JAX and which symbol, instead of silently losing
-the guarantee the patch gave (a ``barrier_wait`` that no longer covers
-other threads' computations would look like it works).
+between dispatched computations, the cached lowering of executables) and
+reads a few private structures (the tuple that the cached lowering
+returns, JAX's runtime tokens).  A future JAX may rename, remove or
+reshape them; hostcb must then stop, when the first program that needs
+them is traced, with a message that says which JAX and which symbol
+(:class:`MissingJaxInternal`, :func:`require`; :class:`JaxInternalChanged`,
+:func:`check_shape`), instead of silently losing the guarantee the patch
+gave (a ``barrier_wait`` that no longer covers other threads' computations
+would look like it works) or misreading a tuple by position.
 """
 from __future__ import annotations
 
 from typing import Any
-
-# The JAX releases hostcb was checked against, oldest and newest: the range
-# that every message about an unsupported JAX names.
-OLDEST_CHECKED = "0.8.0"
-NEWEST_CHECKED = "0.12.0.1"
-CHECKED_RANGE = f"jax {OLDEST_CHECKED} to {NEWEST_CHECKED}"
-
 
 #: The oldest JAX hostcb supports (pyproject.toml: ``jax>=0.8``), checked by
 #: ``make check-oldest``.
@@ -57,4 +54,53 @@ def require(owner: Any, name: str, what: str, verb: str = "patches") -> Any:
         f"{verb} {what}. hostcb was checked against {CHECKED_RANGE}; "
         "install a jax in that range or a hostcb release that supports "
         f"jax {jax.__version__}.")
+  return value
+
+
+class JaxInternalChanged(MissingJaxInternal):
+  """A private structure of the running JAX that hostcb reads (a tuple, an
+  object's fields) no longer has the shape hostcb was written for."""
+
+
+def _jax_version() -> str:
+  import jax  # noqa: PLC0415  (public API, for its version)
+  return jax.__version__
+
+
+def changed(symbol: str, expected: str, found: str,
+            what: str) -> JaxInternalChanged:
+  """The error for a private structure of JAX that lost its shape: names
+  the JAX version, the symbol, what hostcb expected and found, and what
+  hostcb needs it for."""
+  version = _jax_version()
+  return JaxInternalChanged(
+      f"hostcb: in jax {version}, {symbol} is not what hostcb reads {what}: "
+      f"expected {expected}, found {found}. hostcb was checked against "
+      f"{CHECKED_RANGE}; install a jax in that range or a hostcb release "
+      f"that supports jax {version}.")
+
+
+def check_shape(value: Any, symbol: str, what: str, *,
+                types: type | tuple[type, ...] | None = None,
+                lengths: tuple[int, ...] | None = None,
+                fields: tuple[str, ...] = ()) -> Any:
+  """``value`` if it has the shape hostcb reads (an instance of ``types``,
+  of one of the ``lengths``, with the attributes ``fields``), else
+  :class:`JaxInternalChanged` naming the JAX version and ``symbol``."""
+  if types is not None and not isinstance(value, types):
+    names = (types,) if isinstance(types, type) else types
+    raise changed(symbol, " or ".join(t.__name__ for t in names),
+                  type(value).__name__, what)
+  if lengths is not None:
+    try:
+      n = len(value)
+    except TypeError:
+      n = None
+    if n not in lengths:
+      raise changed(symbol, "length " + " or ".join(map(str, lengths)),
+                    f"{type(value).__name__} of length {n}", what)
+  for field in fields:
+    if not hasattr(value, field):
+      raise changed(symbol, f"a field {field!r}",
+                    f"{type(value).__name__} without it", what)
   return value

@@ -2,7 +2,10 @@
 
 Versions (hostcb, JAX, jaxlib, NumPy, Python), the platform, JAX's backend
 and devices, whether the native tap engine is in use (and if not, why), and
-hostcb's dispatch mode and queue bound.  Each line is ``key: value``.
+hostcb's dispatch mode and queue bound, and what hostcb changed in JAX and
+Python in the process that makes the report (``report()`` called from a
+program lists that program's changes; the command itself changed
+nothing).  Each line is ``key: value``.
 """
 from __future__ import annotations
 
@@ -90,6 +93,17 @@ def _settings_lines() -> list[tuple[str, str]]:
           ("queue bound", f"{queue} bytes per device")]
 
 
+def _changes_lines() -> list[tuple[str, str]]:
+  """What hostcb changed in JAX and Python in this process (each change is
+  made when the first program that needs it is traced; none at import)."""
+  from hostcb import jax_internals as ji
+  changes = ji.installed()
+  if not changes:
+    return [("changed by hostcb", "nothing in this process")]
+  return [("changed by hostcb",
+           "; ".join(f"{p.target} ({p.name})" for p in changes))]
+
+
 def report() -> str:
   """The report, ``key: value`` lines ending with a newline."""
   import jax
@@ -109,6 +123,7 @@ def report() -> str:
       *_engine_lines(),
       *_gpu_engine_lines(),
       *_settings_lines(),
+      *_changes_lines(),
   ]
   return "".join(f"{key}: {value}\n" for key, value in lines)
 

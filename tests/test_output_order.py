@@ -1,0 +1,304 @@
+"""What a program writes after dispatching a computation comes after that
+computation's prints, as under JAX (``hostcb.engine.output_order``):
+``print("result:", f(x))`` shows ``f``'s ``jax.debug.print`` lines first.
+
+The differential tests run one script under JAX's own callbacks and under
+hostcb's (``install(jax_callbacks=True)``, and ``hostcb.debug.print``
+called directly), several times each, and compare the output byte for
+byte.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import subprocess
+import sys
+import threading
+import types
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import hostcb
+from _helpers import hostcb_root, run_python
+from hostcb import engine
+from hostcb.engine import output_order
+
+DEADLINE = 60.0  # seconds: every wait of these tests ends by then
+RUNS = 3  # runs of each side of the differential test
+
+_CASES = r"""
+import contextlib, io, sys
+import jax, jax.numpy as jnp
+MODE = sys.argv[1]
+if MODE == "install":
+  import hostcb
+  hostcb.install(jax_callbacks=True)
+if MODE == "hostcb.debug":
+  import hostcb
+  dprint = hostcb.debug.print
+else:
+  dprint = lambda *a, **k: jax.debug.print(*a, **k)
+
+@jax.jit
+def f(x):
+  dprint("x = {x}", x=x)
+  return x * 2
+
+@jax.jit
+def heavy(x, m):
+  dprint("before = {x}", x=x)
+  for _ in range(3):
+    m = jnp.tanh(m @ m)
+  dprint("after = {x}", x=x)
+  return x * 2 + m[0, :3]
+
+@jax.jit
+def loop(x):
+  def body(c, _):
+    dprint("c = {c}", c=c)
+    return c + 1, None
+  return jax.lax.scan(body, x, None, length=4)[0]
+
+x = jnp.arange(3.)
+m = jnp.ones((600, 600)) / 600
+print("result:", f(x))
+print("a", f(x), sep=" | ")
+sys.stdout.write("step 7: "); print(f(x))
+print("heavy:", heavy(x, m))
+y = heavy(x, m); print("dispatched, not read"); print(y)
+y = f(x); sys.stderr.write("to stderr\n"); print(y, file=sys.stderr)
+print("loop:", loop(1))
+for i in range(3):
+  print("i", i, f(x + i), end=";\n")
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+  print("redirected:", f(x))
+  y = heavy(x, m); print("redirected, not read")
+  print(y)
+print(buf.getvalue(), end="")
+print(f"f-string {f(x)}")
+jax.effects_barrier()
+"""
+
+
+def _outputs(mode: str) -> list[str]:
+  """The merged stdout and stderr (unbuffered) of RUNS runs of _CASES."""
+  env = dict(os.environ)
+  env.pop("PYTHONPATH", None)
+  env.update({"PYTHONPATH": hostcb_root(), "JAX_PLATFORMS": "cpu",
+              "PYTHONUNBUFFERED": "1"})
+  runs = []
+  for _ in range(RUNS):
+    proc = subprocess.run([sys.executable, "-c", _CASES, mode], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=DEADLINE * 4)
+    assert proc.returncode == 0, proc.stdout
+    runs.append(proc.stdout)
+  return runs
+
+
+@pytest.fixture(scope="module")
+def jax_output() -> str:
+  runs = _outputs("jax")
+  assert len(set(runs)) == 1, runs  # JAX's own order is the same each run
+  return runs[0]
+
+
+def test_the_cases_print_in_jax_order_under_jax_itself(jax_output):
+  # What "JAX's order" is, for the record: each label after the lines of
+  # the computation dispatched before it.
+  assert jax_output.startswith("x = [0. 1. 2.]\nresult: [0. 2. 4.]\n")
+  assert "after = [0. 1. 2.]\ndispatched, not read\n" in jax_output
+
+
+@pytest.mark.parametrize("mode", ["install", "hostcb.debug"])
+def test_output_is_jax_output_byte_for_byte_over_repeated_runs(mode,
+                                                               jax_output):
+  for out in _outputs(mode):
+    assert out == jax_output
+
+
+# ------------------------------------------------------------ in process
+def _f():
+  return jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+
+
+def test_a_label_printed_with_a_result_follows_the_prints(capsys):
+  f = _f()
+  for i in range(5):
+    print("result:", f(jnp.float32(i)))
+    print("b", f(jnp.float32(i)), sep=" | ")
+  assert capsys.readouterr().out == "".join(
+      f"x = {float(i)}\nresult: {float(2 * i)}\n"
+      f"x = {float(i)}\nb | {float(2 * i)}\n" for i in range(5))
+
+
+def test_a_stream_assigned_after_the_first_print_is_ordered_too():
+  f = _f()
+  f(jnp.float32(0)).block_until_ready()  # a print is staged
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    assert isinstance(sys.stdout, output_order.OrderedStream)
+    print("result:", f(jnp.float32(1)))
+  assert buf.getvalue() == "x = 1.0\nresult: 2.0\n"
+
+
+def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
+  # A print whose stream blocks: a write waits at most WAIT_SECONDS for
+  # it, then goes on, with a warning naming why.
+  release = threading.Event()
+
+  class Blocking:
+    def write(self, s):
+      release.wait(DEADLINE)
+
+  f = jax.jit(lambda x: hostcb.id_print(x, output_stream=Blocking()))
+  monkeypatch.setattr(output_order, "WAIT_SECONDS", 0.2)
+  monkeypatch.setattr(output_order, "_warned", [False])
+  buf = io.StringIO()
+  try:
+    with caplog.at_level(logging.WARNING, logger="hostcb"):
+      f(jnp.float32(1))
+      with contextlib.redirect_stdout(buf):
+        print("goes on")
+    assert buf.getvalue() == "goes on\n"
+    assert not release.is_set()
+    assert "waited 0.2 s for the computation before it" in caplog.text
+  finally:
+    release.set()
+  assert engine.wait_for_taps(DEADLINE)
+
+
+def test_a_host_function_that_prints_does_not_wait_for_its_computation(
+    capsys):
+  # The function runs in the middle of its computation (in the dispatching
+  # thread, or XLA's): its write must not wait for that computation.
+  _f()(jnp.float32(0)).block_until_ready()  # a print is staged
+  capsys.readouterr()
+
+  def host(x):
+    print("in the host function")
+    return x
+  g = jax.jit(lambda x: hostcb.pure_callback(
+      host, jax.ShapeDtypeStruct((), jnp.float32), x) + 1)
+  assert float(g(jnp.float32(1))) == 2.0
+  h = jax.jit(lambda x: (jax.debug.callback(lambda v: print("jax's", v), x),
+                         x)[1])
+  assert float(h(jnp.float32(3))) == 3.0
+  jax.effects_barrier()
+  assert capsys.readouterr().out == "in the host function\njax's 3.0\n"
+
+
+def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
+    monkeypatch, caplog):
+  # Fault injection: the computation that prints, dispatched before the
+  # write, never finishes (its host function waits): the write waits
+  # WAIT_SECONDS for it, then goes on, with the warning; the computation
+  # is left alone.
+  _f()(jnp.float32(0)).block_until_ready()  # a print is staged
+  monkeypatch.setattr(output_order, "WAIT_SECONDS", 0.2)
+  monkeypatch.setattr(output_order, "_warned", [False])
+  release = threading.Event()
+
+  def host(x):
+    release.wait(DEADLINE)
+    return x
+  def g(x, m):
+    y = (hostcb.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), x)
+         + jnp.tanh(m @ m)[0, 0] * 0)  # big enough to run asynchronously
+    hostcb.debug.print("g {}", y)  # after the host function returned
+    return y
+  g = jax.jit(g)
+  buf = io.StringIO()
+  try:
+    with caplog.at_level(logging.WARNING, logger="hostcb"):
+      y = g(jnp.float32(2), jnp.ones((600, 600)))
+      with contextlib.redirect_stdout(buf):
+        print("goes on")
+    assert buf.getvalue() == "goes on\n"
+    assert not release.is_set()
+    assert "waited 0.2 s for the computation before it" in caplog.text
+  finally:
+    release.set()
+  assert float(y) == 2.0
+
+
+def test_a_write_from_a_tap_function_does_not_wait_for_itself():
+  out = []
+  done = threading.Event()
+
+  def tap(x, transforms):
+    sys.stdout.write("")  # on the consumer thread: no wait for itself
+    out.append(float(x))
+    done.set()
+
+  _f()(jnp.float32(0)).block_until_ready()  # a print is staged
+  jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(5))
+  assert done.wait(DEADLINE)
+  assert out == [5.0]
+
+
+_INSTALL_SCRIPT = """
+import sys, types, io, contextlib
+import jax, jax.numpy as jnp, hostcb
+from hostcb.engine import output_order
+assert type(sys) is types.ModuleType and not output_order.installed()
+assert not isinstance(sys.stdout, output_order.OrderedStream)
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+f(jnp.float32(1)).block_until_ready()  # staged: installed
+assert output_order.installed()
+assert isinstance(sys.stdout, output_order.OrderedStream)
+assert isinstance(sys.stderr, output_order.OrderedStream)
+hostcb.uninstall()
+assert type(sys) is types.ModuleType and not output_order.installed()
+assert not isinstance(sys.stdout, output_order.OrderedStream)
+assert not isinstance(sys.stderr, output_order.OrderedStream)
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+  assert sys.stdout is buf
+print("ok")
+"""
+
+
+def test_the_hook_is_installed_by_the_first_print_and_removed_by_uninstall():
+  proc = run_python(_INSTALL_SCRIPT)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "x = 1.0\nok\n"
+
+
+def test_importing_hostcb_leaves_sys_alone():
+  proc = run_python("import sys, types, hostcb\n"
+                    "print(type(sys) is types.ModuleType, "
+                    "type(sys.stdout).__name__)")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "True TextIOWrapper\n"
+
+
+def test_an_ordered_stream_is_the_stream_for_everything_but_writes():
+  buf = io.StringIO()
+  s = output_order.OrderedStream(buf)
+  s.write("a")
+  s.writelines(["b", "c"])
+  assert buf.getvalue() == "abc" and s.getvalue() == "abc"
+  assert repr(s) == repr(buf)
+  assert isinstance(output_order._SysModule("x"), types.ModuleType)
+
+
+def test_only_functions_that_print_leave_jits_fast_path():
+  # A function that prints keeps its runtime token (its dispatch is what
+  # the next write waits for); one that taps or calls back does not.
+  from hostcb import jax_internals as ji
+  x = jnp.float32(1)
+  tapping = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)
+  calling = jax.jit(lambda x: (hostcb.debug.callback(lambda v: None, x),
+                               x + 1)[1])
+  printing = jax.jit(lambda x: (hostcb.debug.print("{}", x), x + 1)[1])
+  id_printing = jax.jit(lambda x: hostcb.id_print(x, output_stream=io.StringIO()))
+  assert ji.declares_no_effect(tapping, x)
+  assert ji.declares_no_effect(calling, x)
+  assert not ji.declares_no_effect(printing, x)
+  assert not ji.declares_no_effect(id_printing, x)
