@@ -6,6 +6,11 @@ For each of ``jax.debug.callback``, ``jax.debug.print``,
 ``hostcb.debug.print``, ``hostcb.io_callback``, ``hostcb.pure_callback``),
 every variant in the same process:
 
+0. one callback of an f32[] per step of a jitted ``lax.scan``:
+   ``hostcb.id_tap``, ``hostcb.debug.callback`` with ``jax.Array``
+   arguments (the default) and with NumPy arrays (the opt-out
+   ``hostcb_callback_jax_arrays=False``), and ``jax.debug.callback``,
+   with the type of argument each function got;
 1. per step of a jitted ``lax.scan`` over f32[4], end to end (until
    ``jax.effects_barrier()`` returns, which waits for JAX's callbacks and
    hostcb's): the untapped scan's time subtracted, the variants timed in
@@ -61,17 +66,41 @@ FUNCTIONS = [
 
 
 class Counter:
-  """Counts callback calls (the host functions of every variant)."""
+  """Counts callback calls (the host functions of every variant) and
+  notes the type of the argument they got (``jax.Array``: ``ArrayImpl``,
+  NumPy: ``ndarray``)."""
 
   def __init__(self):
     self.n = 0
+    self.type = ""
 
   def plain(self, *args) -> None:
     self.n += 1
+    self.type = type(args[0]).__name__
+
+  def tap(self, x, transforms) -> None:  # id_tap's function
+    self.n += 1
+    self.type = type(x).__name__
 
   def same(self, x):
     self.n += 1
+    self.type = type(x).__name__
     return x
+
+
+@contextlib.contextmanager
+def _jax_arrays(value: bool | None):
+  """``hostcb_callback_jax_arrays`` set to ``value`` (None: as it is): the
+  option is read when a callback is traced, i.e. at a variant's first
+  run."""
+  name = "hostcb_callback_jax_arrays"
+  before = hostcb.config.read(name)
+  if value is not None:
+    hostcb.config.update(name, value)
+  try:
+    yield
+  finally:
+    hostcb.config.update(name, before)
 
 
 class Sink:
@@ -132,6 +161,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
                      True))
   runs = [scan_of(step, steps) for _, step, _ in variants]
   delivered = [0] * len(variants)
+  types = [""] * len(variants)
 
   def once(i: int) -> float:
     counter.n = 0
@@ -141,6 +171,8 @@ def per_step(steps: int, repeats: int, sink: Sink):
     jax.effects_barrier()
     elapsed = time.perf_counter() - t0
     delivered[i] += counter.n + sink.lines - lines
+    if counter.n:
+      types[i] = counter.type
     return elapsed
 
   medians = _interleaved(variants, once, repeats)
@@ -148,13 +180,61 @@ def per_step(steps: int, repeats: int, sink: Sink):
   us = [max(m - base, 0.0) / steps * 1e6 for m in medians]
   ok = [d == steps * (repeats + 1) if counted else True
         for d, (_, _, counted) in zip(delivered, variants)]
-  by = {name: (u, o) for (name, _, _), u, o in zip(variants, us, ok)}
+  by = {name: (u, o, t)
+        for (name, _, _), u, o, t in zip(variants, us, ok, types)}
   rows = []
   for kind, _, _ in FUNCTIONS:
-    (j, jok), (h, hok) = by[("jax", kind)], by[("hostcb", kind)]
-    rows.append((kind, j, h, jok and hok))
+    (j, jok, jt), (h, hok, ht) = by[("jax", kind)], by[("hostcb", kind)]
+    rows.append((kind, j, jt, h, ht, jok and hok))
   limit = by["limit"][0] if has_limit else None
   return base / steps * 1e6, limit, rows
+
+
+def scalar_per_step(steps: int, repeats: int):
+  """Rows of (variant, argument type, µs per scan step beyond the empty
+  scan, all delivered) for one callback of an f32[] per step of a jitted
+  scan: ``id_tap``, hostcb's ``debug.callback`` with ``jax.Array``
+  arguments (the default) and with NumPy arrays (the opt-out), and JAX's
+  ``debug.callback``."""
+  counter = Counter()
+  x = jnp.float32(0)
+  # (name, step, counted, hostcb_callback_jax_arrays at tracing)
+  variants = [
+      ("empty scan", lambda c: c, False, None),
+      ("hostcb.id_tap", lambda c: hostcb.id_tap(counter.tap, c), True, None),
+      ("hostcb.debug.callback",
+       lambda c: (hostcb.debug.callback(counter.plain, c), c)[1], True, True),
+      ("hostcb.debug.callback, NumPy opt-out",
+       lambda c: (hostcb.debug.callback(counter.plain, c), c)[1], True,
+       False),
+      ("jax.debug.callback",
+       lambda c: (jax.debug.callback(counter.plain, c), c)[1], True, None),
+  ]
+  runs = [scan_of(step, steps) for _, step, _, _ in variants]
+  delivered = [0] * len(variants)
+  types = [""] * len(variants)
+
+  def once(i: int) -> float:
+    counter.n = 0
+    with _jax_arrays(variants[i][3]):
+      t0 = time.perf_counter()
+      jax.block_until_ready(runs[i](x))
+      jax.effects_barrier()
+      elapsed = time.perf_counter() - t0
+    delivered[i] += counter.n
+    if counter.n:
+      types[i] = counter.type
+    return elapsed
+
+  medians = _interleaved(variants, once, repeats)
+  base = medians[0]
+  rows = []
+  for (name, _, counted, _), m, d, t in zip(variants, medians, delivered,
+                                            types):
+    if counted:
+      rows.append((name, t, max(m - base, 0.0) / steps * 1e6,
+                   d == steps * (repeats + 1)))
+  return rows
 
 
 def dispatch(calls: int, rounds: int, sink: Sink):
@@ -224,22 +304,35 @@ def main() -> None:
   sink = Sink()
   t0 = time.perf_counter()
   with contextlib.redirect_stdout(sink):
+    srows = scalar_per_step(args.steps, args.repeats)
     empty, limit, rows = per_step(args.steps, args.repeats, sink)
     none, drows = dispatch(args.calls, args.rounds, sink)
   elapsed = time.perf_counter() - t0
 
+  print(f"\none callback of an f32[] per step of a jitted {args.steps}-step "
+        "lax.scan, end to end, beyond the empty scan; median of "
+        f"{args.repeats} interleaved rounds\n")
+  print("| per scan step | argument | µs | − id_tap's, µs "
+        "| JAX's / this | all delivered |")
+  print("|---|---|---:|---:|---:|:---:|")
+  tap_us = srows[0][2]
+  jax_us = srows[-1][2]
+  for name, arg, us, ok in srows:
+    print(f"| {name} | {arg} | {us:.2f} | {us - tap_us:+.2f} | "
+          f"{_ratio(jax_us, us)} | {'yes' if ok else 'NO'} |")
+
   print(f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
         "end to end, beyond the empty scan; median of "
         f"{args.repeats} interleaved rounds\n")
-  print("| per scan step | JAX's, µs | hostcb's, µs | JAX / hostcb "
-        "| all delivered |")
-  print("|---|---:|---:|---:|:---:|")
-  for kind, j, h, ok in rows:
-    print(f"| {kind} | {j:.2f} | {h:.2f} | {_ratio(j, h)} | "
-          f"{'yes' if ok else 'NO'} |")
+  print("| per scan step | JAX's, µs | argument | hostcb's, µs | argument "
+        "| JAX / hostcb | all delivered |")
+  print("|---|---:|---|---:|---|---:|:---:|")
+  for kind, j, jt, h, ht, ok in rows:
+    print(f"| {kind} | {j:.2f} | {jt or '-'} | {h:.2f} | {ht or '-'} | "
+          f"{_ratio(j, h)} | {'yes' if ok else 'NO'} |")
   if limit is not None:
-    print(f"| empty XLA FFI custom call (the limit) | | {limit:.2f} | | |")
-  print(f"| the empty scan itself | {empty:.3f} | | | |")
+    print(f"| empty XLA FFI custom call (the limit) | | | {limit:.2f} | | | |")
+  print(f"| the empty scan itself | {empty:.3f} | | | | | |")
 
   print(f"\none dispatch of a small jitted function (f32[] + 1) with one "
         f"callback, median of {args.rounds} interleaved rounds of "
@@ -252,7 +345,7 @@ def main() -> None:
     print(f"| {kind} | {j:.1f} | {j / none:.2f}× | {h:.1f} | "
           f"{h / none:.2f}× | {'yes' if ok else 'NO'} |")
   print(f"\n({elapsed:.0f} s)")
-  if not all(ok for *_, ok in rows + drows):
+  if not all(ok for *_, ok in rows + drows + srows):
     sys.exit("bench_jax_callbacks: a callback was not delivered")
 
 

@@ -160,7 +160,7 @@ def test_run_without_jax_callbacks_leaves_jax_callbacks_alone(tmp_path):
       "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
 
 
-def test_run_jax_callbacks_reports_a_failed_callback_and_fails(tmp_path):
+def test_run_jax_callbacks_logs_a_failed_callback(tmp_path):
   script = tmp_path / "fails.py"
   script.write_text(
       "import jax\n"
@@ -169,11 +169,12 @@ def test_run_jax_callbacks_reports_a_failed_callback_and_fails(tmp_path):
       "jax.jit(lambda x: jax.debug.callback(check, x))(2.0)\n"
       "print('script done')\n")
   res = _hostcb("run", "--jax-callbacks", str(script))
-  assert res.returncode == 1
+  # Logged where JAX logs it, with its traceback; no barrier raises it, the
+  # final one neither (docs/jax_callbacks.md, "When a callback fails").
+  assert res.returncode == 0, res.stderr
   assert res.stdout == "script done\n"
-  assert "hostcb run: There were exceptions during callback processing" in (
-      res.stderr)
-  assert "ValueError: bad value 2.0" in res.stderr
+  assert "jax.debug.callback failed\nTraceback" in res.stderr
+  assert "ValueError: bad value 2.0\n" in res.stderr
 
 
 def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):

@@ -21,7 +21,7 @@ def test_defaults():
   assert hostcb.config.read("jax_host_callback_inline") is False
   assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(256e6)
   assert hostcb.config.read("hostcb_strict_barrier") is False
-  assert hostcb.config.read("hostcb_callback_jax_arrays") is False
+  assert hostcb.config.read("hostcb_callback_jax_arrays") is True
 
 
 def test_a_subscriber_gets_the_value_now_and_at_every_change():
@@ -135,9 +135,9 @@ print(t == [threading.current_thread()])
   assert proc.stdout.split() == ["True", "20000000", "True"]
 
 
-def test_the_environment_sets_the_jax_arrays_option():
+def test_the_environment_opts_out_of_jax_arrays():
   proc = run_python(
       'import hostcb; print(hostcb.config.read("hostcb_callback_jax_arrays"))',
-      env_extra={"HOSTCB_CALLBACK_JAX_ARRAYS": "true"})
+      env_extra={"HOSTCB_CALLBACK_JAX_ARRAYS": "0"})
   assert proc.returncode == 0, proc.stderr
-  assert proc.stdout == "True\n"
+  assert proc.stdout == "False\n"

@@ -16,7 +16,12 @@ One test, one table.  A row is ``(mode, option, entry point)``:
 Each row checks that hostcb's program returns what the program without a
 callback returns and what JAX's returns, deletes the donated inputs that
 JAX's deletes, prints what JAX's prints and calls the callback as often and
-with the same values as JAX's calls its own.  A new entry point or option
+with the same values as JAX's calls its own, and with arguments of the type
+JAX's gets (``jax.Array``; NumPy arrays for legacy's ``id_tap`` and
+``call``).  A second table, one row per ``(mode, option)``, checks the
+exception rule of the drop-ins (docs/jax_callbacks.md, "When a callback
+fails"): a ``hostcb.debug.callback`` that raises is logged and fails no
+later work, neither the barrier nor the next program.  A new entry point or option
 is one more item of ``ENTRIES`` or ``OPTIONS``; a row that fails today is
 an item of ``KNOWN_FAILURES`` (strict xfail: the fix must remove it).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from typing import Any, Callable
 
@@ -49,12 +55,15 @@ class Seen:
 
   def __init__(self):
     self.items: list[np.ndarray] = []
+    self.types: set[str] = set()  # the Python types of the arguments
     self._lock = threading.Lock()
 
   def add(self, a) -> None:
+    kind = type(a).__name__
     a = np.array(np.asarray(a))  # a copy: a buffer is valid only now
     with self._lock:
       self.items.append(a)
+      self.types.add(kind)
 
   def twice(self, a):
     """Records ``a`` and returns ``2 * a`` (for callbacks with a result)."""
@@ -105,6 +114,9 @@ class Entry:
   seen, several_devices)`` JAX's own; both return ``x * 2``."""
   ours: Callable[[Any, Seen], Any]
   theirs: Callable[[Any, Seen, bool], Any]
+  # The type of the callback's arguments: JAX's (the drop-ins), "ndarray"
+  # (legacy's interface), or None (no array argument to compare).
+  arguments: str | None = "jax"
 
 
 def _buffer_twice(seen):
@@ -122,17 +134,20 @@ def _jax_io(x, seen, ordered):
 ENTRIES: dict[str, Entry] = {
     "id_tap": Entry(
         lambda x, s: hostcb.id_tap(lambda a, t: s.add(a), x) * 2,
-        lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1]),
+        lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1],
+        arguments="ndarray"),
     # id_print prints an array as jax.debug.print's "{}" does.
     "id_print": Entry(
         lambda x, s: hostcb.id_print(x) * 2,
-        lambda x, s, _: (_jax_own(jax.debug.print)("{}", x), x * 2)[1]),
+        lambda x, s, _: (_jax_own(jax.debug.print)("{}", x), x * 2)[1],
+        arguments=None),
     "call": Entry(
         lambda x, s: hostcb.call(s.twice, x, result_shape=_sds(x)),
-        lambda x, s, _: _jax_io(x, s, False)),
+        lambda x, s, _: _jax_io(x, s, False), arguments="ndarray"),
     "debug.print": Entry(
         lambda x, s: (hostcb.debug.print("x={x}", x=x), x * 2)[1],
-        lambda x, s, _: (_jax_own(jax.debug.print)("x={x}", x=x), x * 2)[1]),
+        lambda x, s, _: (_jax_own(jax.debug.print)("x={x}", x=x), x * 2)[1],
+        arguments=None),
     "debug.callback": Entry(
         lambda x, s: (hostcb.debug.callback(s.add, x), x * 2)[1],
         lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1]),
@@ -151,7 +166,7 @@ ENTRIES: dict[str, Entry] = {
     "buffer_callback": Entry(
         lambda x, s: hostcb.buffer_callback(_buffer_twice(s), _sds(x))(x),
         lambda x, s, _: _jax_buffer.buffer_callback(
-            _buffer_twice(s), _sds(x))(x)),
+            _buffer_twice(s), _sds(x))(x), arguments=None),
 }
 
 
@@ -347,6 +362,7 @@ class Observed:
   got: list         # per call: (results, [donated operand deleted])
   printed: list     # printed lines, sorted (devices print side by side)
   seen: list        # what the callback received, sorted
+  types: set        # the Python types of the callback's arguments
 
   @property
   def results(self):
@@ -369,7 +385,7 @@ def _observe(capsys, option: Option, body, barrier) -> Observed:
       hostcb.barrier_wait()
     raise
   printed = capsys.readouterr().out.splitlines()
-  return Observed(got, sorted(printed), seen.key())
+  return Observed(got, sorted(printed), seen.key(), seen.types)
 
 
 def _assert_same_results(a: list, b: list, what: str) -> None:
@@ -452,3 +468,63 @@ def test_matrix(capsys, mode_switch, mode, option_name, entry_name):
   assert ours.deleted == theirs.deleted == plain.deleted
   assert ours.printed == theirs.printed
   assert ours.seen == theirs.seen
+  if entry.arguments == "jax":
+    assert theirs.types == {"ArrayImpl"}, theirs.types
+    assert ours.types == theirs.types
+  elif entry.arguments is not None:
+    assert ours.types == {entry.arguments}
+
+
+# ------------------------------------------------- the exception rule
+def _raises(a):
+  raise ValueError("this callback fails")
+
+
+def _failure_rows():
+  for mode in MODES:
+    for option_name, option in OPTIONS.items():
+      marks = []
+      if option.several_devices:
+        marks.append(pytest.mark.multidevice)
+      if option.skip:
+        marks.append(pytest.mark.skip(reason=option.skip))
+      yield pytest.param(mode, option_name, marks=marks,
+                         id=f"{mode}-{option_name}")
+
+
+@pytest.mark.parametrize("mode, option_name", list(_failure_rows()))
+def test_a_failed_debug_callback_fails_no_later_work(
+    capsys, caplog, mode_switch, mode, option_name):
+  """Under the option, a ``hostcb.debug.callback`` that raises is logged
+  where JAX logs it, its program returns what the program without a
+  callback returns, the barrier after it returns, and the next program's
+  callbacks are JAX's calls."""
+  option = OPTIONS[option_name]
+  if option.several_devices and _n() < 2:
+    pytest.skip("needs at least 2 CPU devices (HOSTCB_TEST_DEVICES>=2)")
+  entry = ENTRIES["debug.callback"]
+  if option_name not in _plain:
+    _plain[option_name] = _observe(capsys, option, lambda x, s: x * 2,
+                                   _jax_barrier)
+  key = (option_name, "debug.callback")
+  if key not in _theirs:
+    _theirs[key] = _observe(capsys, option,
+                            lambda x, s: entry.theirs(x, s, option.several_devices),
+                            _jax_barrier)
+  mode_switch(MODES[mode])
+  caplog.set_level(logging.ERROR, logger="jax._src.debugging")
+  failing = _observe(capsys, option,
+                     lambda x, s: (hostcb.debug.callback(_raises, x),
+                                   x * 2)[1],
+                     hostcb.barrier_wait)  # returns: nothing to raise
+  jax.effects_barrier()
+  _assert_same_results(failing.results, _plain[option_name].results,
+                       "the failing program's vs none")
+  logged = [r for r in caplog.records if r.name == "jax._src.debugging"]
+  assert logged and all(
+      r.getMessage() == "jax.debug.callback failed"
+      and str(r.exc_info[1]) == "this callback fails" for r in logged)
+  later = _observe(capsys, option, entry.ours, hostcb.barrier_wait)
+  _assert_same_results(later.results, _plain[option_name].results,
+                       "the next program's vs none")
+  assert later.seen == _theirs[key].seen

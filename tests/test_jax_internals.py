@@ -201,3 +201,71 @@ def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
       "jax._src.config.abstract_mesh_context_manager, which hostcb uses to "
       "run hostcb's "
       "barrier outside the caller's context mesh\n")
+
+
+# ------------------------------------------ jax.Arrays from host arrays
+def _aligned(n: int):
+  """A float32[n] whose memory is its own base's and 64-byte aligned, as
+  the engine allocates arrays of 1 KiB and more."""
+  import numpy as np
+  raw = np.empty(4 * n + 64, np.uint8)
+  start = (-raw.ctypes.data) % 64
+  return raw[start:start + 4 * n].view(np.float32)
+
+
+def test_cpu_arrays_take_aligned_engine_memory_without_a_copy():
+  import numpy as np
+  from hostcb import jax_internals as ji
+  a = _aligned(1024)
+  a[:] = np.arange(1024)
+  out, = ji.cpu_arrays([a])
+  assert out.unsafe_buffer_pointer() == a.ctypes.data
+  assert out.committed and not out.weak_type
+  assert out.devices() == {jax.devices("cpu")[0]}
+  np.testing.assert_array_equal(out, np.arange(1024, dtype=np.float32))
+
+
+def test_cpu_arrays_copy_memory_hostcb_does_not_own():
+  # A buffer someone else owns may change later: its value is copied.
+  import numpy as np
+  from hostcb import jax_internals as ji
+  data = bytearray(np.arange(1024, dtype=np.float32).tobytes())
+  a = np.frombuffer(data, np.float32)
+  out, = ji.cpu_arrays([a])
+  data[:4] = np.float32(7).tobytes()
+  assert float(out[0]) == 0.
+  assert out.unsafe_buffer_pointer() != a.ctypes.data
+
+
+def test_a_cpu_array_keeps_its_memory_alive():
+  import gc
+  import numpy as np
+  from hostcb import jax_internals as ji
+  a = _aligned(1024)
+  a[:] = 5.
+  out, = ji.cpu_arrays([a])
+  del a
+  gc.collect()
+  for _ in range(50):  # memory freed too early would be reused here
+    np.full(1024 + 16, 1., np.float32)
+  assert float(out.sum()) == 5. * 1024
+
+
+def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():
+  # Fault injection: a jaxlib without batched_device_put.  The callback
+  # stops when it is traced, not later on the engine's thread.
+  proc = run_python(
+      "import jax, numpy as np, hostcb\n"
+      "from jax._src.lib import xla_client\n"
+      "del xla_client.batched_device_put\n"
+      "try:\n"
+      "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
+      "except ImportError as e:\n"
+      "    print(type(e).__name__ + ': ' + str(e))\n")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+      f"{_XLA_CLIENT}.batched_device_put, which hostcb uses to hand "
+      "callbacks jax.Arrays made from the host values. hostcb was checked "
+      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+      f"hostcb release that supports jax {jax.__version__}.\n")

@@ -42,12 +42,17 @@ and can be changed later from Python, in any of these equivalent ways::
     Changing it clears JAX's compilation caches.
 
 ``hostcb_callback_jax_arrays`` (environment: ``HOSTCB_CALLBACK_JAX_ARRAYS``)
-    hostcb's own.  ``True`` hands the functions of hostcb's drop-ins for
-    JAX's callbacks (``hostcb.debug.callback``, ``hostcb.io_callback``,
-    ``hostcb.pure_callback``) ``jax.Array`` s on the CPU, as JAX 0.10's own
-    callbacks do, instead of NumPy arrays.  Default ``False``: the
-    conversion costs a ``jax.device_put`` per call (see the README's
-    benchmark table).  Read when a callback is staged.
+    hostcb's own.  ``True`` (the default) hands the functions of hostcb's
+    drop-ins for JAX's callbacks (``hostcb.debug.callback``,
+    ``hostcb.io_callback``, ``hostcb.pure_callback``, and JAX's names under
+    ``hostcb.install(jax_callbacks=True)``) ``jax.Array`` s on the CPU, as
+    JAX's own callbacks do, made straight from the engine's host arrays
+    (no ``jax.device_put``; docs/jax_callbacks.md gives the cost).
+    ``False`` is the opt-out: NumPy arrays, as earlier hostcb releases
+    passed them, a little cheaper still.  ``id_tap``,
+    ``id_print`` and ``call`` always pass NumPy arrays (legacy's
+    interface), and ``hostcb.debug.print`` prints JAX's text either way.
+    Read when a callback is staged: set it before tracing.
 
 ``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
     The opt-in name of hostcb 0.2, kept working: it is the opposite of
@@ -127,7 +132,7 @@ _values: dict[str, Any] = {
                       shared_constant("DEFAULT_QUEUE_BYTES"))),
     STRICT_BARRIER: _strict_from_env(),
     GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
-    JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", False),
+    JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", True),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

@@ -19,11 +19,12 @@ A PRNG key argument reaches the callback as JAX hands it over: as a key
 outside ``jit``, as its key data (``uint32``) from staged code.  A failing
 callback is logged where JAX logs it (``jax._src.debugging``).
 
+The callback receives ``jax.Array`` s on the CPU, as JAX's does
+(``hostcb_callback_jax_arrays=False``, the opt-out, gives NumPy arrays).
 Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
-(and checked by the scenarios of ``tests/jax_diff``): the callback receives
-NumPy arrays rather than ``jax.Array`` s; the device never waits for it; an
-exception it raises under ``jit`` does not fail the computation but is
-logged and raised by the next barrier.  As JAX's, ``ordered=True`` is
+(and checked by the scenarios of ``tests/jax_diff``): the device never
+waits for it; an exception it raises under ``jit`` does not fail the
+computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
 refused in a computation over several devices (JAX's error).
 """
 from __future__ import annotations
@@ -39,7 +40,8 @@ from hostcb import config
 from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.engine.errors import mark_jax_callback_failure
+from hostcb.engine.errors import (mark_jax_callback_failure,
+                                  note_jax_callback_failure)
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -48,6 +50,7 @@ from hostcb.signatures import is_key
 __all__ = ["print", "callback"]
 
 _JAX_CALLBACK = _jc.jax_function("debug_callback")
+_cpu_array = ji.cpu_array
 _JAX_PRINT = _jc.jax_function("debug_print")
 
 
@@ -98,7 +101,9 @@ class _DebugCall:
 
   Called by the engine as ``f(arg, transforms)``; rebuilds the callback's
   arguments (the host-side ones put back in place), once per batch element
-  under ``vmap``, and calls it.
+  under ``vmap``, and calls it.  ``as_jax_arrays``: the array arguments as
+  ``jax.Array`` s on the CPU (JAX's), made straight from the engine's host
+  arrays (:func:`hostcb.jax_internals.cpu_arrays`), else NumPy arrays.
   """
 
   def __init__(self, func: Callable, in_tree: Any, static: tuple,
@@ -110,6 +115,9 @@ class _DebugCall:
     self.key_impls = key_impls if any(k is not None for k in key_impls) \
         else None
     self.as_jax_arrays = as_jax_arrays
+    self.to_jax = ji.cpu_arrays if as_jax_arrays else None
+    if as_jax_arrays:
+      ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
     # Positional operands only: call without rebuilding the tree.
     self.positional = (not static and in_tree == jax.tree_util.tree_structure(
         ((0,) * n_operands, {})))
@@ -140,42 +148,52 @@ class _DebugCall:
 
   def __call__(self, arg, transforms=()) -> None:
     """Runs the staged callback (the engine's call): a PRNG key operand
-    arrives as its key data, as JAX's staged callback receives it.  A
-    failure fails the program at exit, as JAX's does, unless a barrier
-    raised it first (:func:`hostcb.engine.errors.mark_jax_callback_failure`)."""
+    arrives as its key data, as JAX's staged callback receives it.
+
+    A failure is logged where JAX logs it, with its traceback, and goes no
+    further (the rule of docs/jax_callbacks.md, "When a callback fails"):
+    the computation that staged it went on long ago, and a barrier or a
+    computation after it is other work, which JAX's failure does not fail
+    either.  A ``BaseException`` that is no ``Exception`` (an interrupt)
+    goes on to the engine.  Either way the process exits with status 1, as
+    JAX's does after a failed callback
+    (:func:`hostcb.engine.errors.mark_jax_callback_failure`)."""
     try:
-      self.run(arg, transforms, False)
+      if not transforms and self.positional:
+        # The common case, in one frame: positional array arguments.
+        if self.n == 1:
+          self.func(arg if self.to_jax is None else _cpu_array(arg))
+        else:
+          self.func(*(arg if self.to_jax is None else self.to_jax(arg)))
+      else:
+        self.run(arg, transforms, False)
+    except Exception:  # noqa: BLE001  (logged with its traceback: the rule)
+      _jc.debug_logger.exception("jax.debug.callback failed")
+      note_jax_callback_failure()
     except BaseException as e:
+      _jc.debug_logger.exception("jax.debug.callback failed")
       mark_jax_callback_failure(e)
       raise
 
   def run(self, arg, transforms, wrap_keys: bool) -> None:
     """Calls the function once, or once per batch element under ``vmap``;
     ``wrap_keys``: PRNG key operands as key arrays (JAX's eager call) rather
-    than their key data (JAX's staged call).  A failure is logged where
-    JAX logs it, and raised."""
+    than their key data (JAX's staged call)."""
     leaves = (arg,) if self.n == 1 else arg
-    try:
-      if transforms:
-        levels = [params["batch_dims"] for name, params in transforms
-                  if name == "batch"]
-        if levels:
-          for element in _elements(tuple(leaves), levels):
-            self.call(element, wrap_keys)
-          return
-      self.call(leaves, wrap_keys)
-    except BaseException:
-      _jc.debug_logger.exception("jax.debug.callback failed")
-      raise
+    levels = [params["batch_dims"] for name, params in transforms
+              if name == "batch"]
+    for element in _elements(tuple(leaves), levels):
+      self.call(element, wrap_keys)
 
-  def call(self, leaves, wrap_keys: bool = False) -> None:
-    """Calls the function with one set of operands."""
+  def call(self, leaves, wrap_keys: bool = False,
+           converted: bool = False) -> None:
+    """Calls the function with one set of operands (``converted``: already
+    what the function gets)."""
+    if self.to_jax is not None and not converted:
+      leaves = self.to_jax(leaves)
     if wrap_keys and self.key_impls is not None:
       leaves = [a if impl is None else jax.random.wrap_key_data(a, impl=impl)
                 for a, impl in zip(leaves, self.key_impls)]
-    if self.as_jax_arrays:
-      cpu = jax.local_devices(backend="cpu")[0]
-      leaves = jax.device_put(list(leaves), cpu)
     if self.positional:
       self.func(*leaves)
       return
@@ -194,7 +212,8 @@ _ji_callbacks.rematerialize_as_jax_debug(
 class _Eagerly:
   """Runs a debug callback that is not staged (outside ``jit``) at once, in
   the calling thread, after hostcb's callbacks dispatched before it, as
-  JAX runs its own: its exception reaches the caller."""
+  JAX runs its own: its exception is logged where JAX logs it and reaches
+  the caller."""
 
   def __init__(self, call: _DebugCall):
     self.call = call
@@ -208,7 +227,14 @@ class _Eagerly:
       arrays = tuple(jax.device_put(a, cpu) for a in args)
     else:
       arrays = tuple(_canonical_array(a) for a in args)
-    call.run(arrays[0] if call.n == 1 else arrays, transforms, True)
+    levels = [params["batch_dims"] for name, params in transforms
+              if name == "batch"]
+    try:
+      for element in _elements(arrays, levels):
+        call.call(element, True, converted=True)
+    except BaseException:
+      _jc.debug_logger.exception("jax.debug.callback failed")
+      raise
 
 
 def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
@@ -232,7 +258,11 @@ def _canonical_array(a) -> np.ndarray:
 
 
 def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
-         as_jax_arrays: bool = False, partitioned: bool = False) -> None:
+         as_jax_arrays: bool | None = None,
+         partitioned: bool = False) -> None:
+  """Stages ``func(*args, **kwargs)``; ``as_jax_arrays``: whether its array
+  arguments are ``jax.Array`` s (None: as ``hostcb_callback_jax_arrays``
+  says, True by default)."""
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
   for i, x in enumerate(operands):
@@ -242,7 +272,8 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
     else:
       key_impls.append(None)
   call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
-                    as_jax_arrays or config.read(config.JAX_ARRAYS))
+                    config.read(config.JAX_ARRAYS) if as_jax_arrays is None
+                    else as_jax_arrays)
   # An ordered callback carries JAX's ordered debug effect too: JAX
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
@@ -290,18 +321,19 @@ def callback(callback: Callable[..., None] | None = None, *args: Any,
   """``jax.debug.callback`` on hostcb's engine: calls ``callback(*args,
   **kwargs)`` on the host from JAX code, for its side effects.
 
-  Array and number arguments come from the device, as NumPy arrays (JAX
-  passes ``jax.Array`` s); any other argument (a string, an object) is
-  passed as it was given.  Under ``jax.vmap`` the callback is called once
+  Array and number arguments come from the device as ``jax.Array`` s on
+  the CPU, as JAX passes them (NumPy arrays with the opt-out
+  ``hostcb_callback_jax_arrays=False``); any other argument (a string, an
+  object) is passed as it was given.  Under ``jax.vmap`` the callback is called once
   per batch element; under ``jvp``/``grad`` once, with the primal values;
   under ``jax.checkpoint`` again when the forward pass is recomputed.  The
   device does not wait for it: hostcb's consumer thread calls it, in
   program order with the other callbacks of its device;
   ``jax.effects_barrier()`` waits until it has run.  An exception it
-  raises is logged and raised by the next ``jax.effects_barrier()`` or
-  :func:`hostcb.barrier_wait`, as :class:`hostcb.CallbackException` (the
-  computation goes on).  Outside ``jit`` it runs at once, in the calling
-  thread, and its exception reaches the caller.
+  raises under ``jit`` is logged where JAX logs it and fails no later work
+  (no barrier raises it; the computation goes on).  Outside ``jit`` it
+  runs at once, in the calling thread, and its exception reaches the
+  caller.
 
   Two forms, as JAX's: ``callback(f, *args, ordered=..., **kwargs)``, and
   ``callback(ordered=...)`` returning a function that takes ``(f, *args,

@@ -36,6 +36,7 @@ from hostcb import named
 from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
+from hostcb.engine.consumers import this_thread as _this_thread
 from hostcb.identity import function_hash, same_function
 from hostcb.primitives import CallTarget, call_p
 from hostcb.signatures import (VMAP_METHODS, is_key, result_avals,
@@ -98,13 +99,17 @@ class HostCall:
   """
   hostcb_same_by_value = True  # compares the callback by identity
   __slots__ = ("callback", "in_tree", "n_in", "result_avals", "name",
-               "jax_arrays", "_positional", "_expected", "_one", "_hash")
+               "jax_arrays", "_to_jax", "_positional", "_expected", "_one",
+               "_hash")
 
   def __init__(self, callback: Callable, in_tree: Any, n_in: int,
                result_avals: tuple, name: str, jax_arrays: bool = False):
     self.callback = callback
     # ``jax.Array`` arguments on the CPU, as JAX's (hostcb_callback_jax_arrays)
     self.jax_arrays = jax_arrays
+    self._to_jax = ji.cpu_arrays if jax_arrays else None
+    if jax_arrays:
+      ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
     self.in_tree = in_tree
     self.n_in = n_in
     self.result_avals = result_avals
@@ -142,10 +147,20 @@ class HostCall:
                   "n_in": self.n_in, "jax_arrays": bool(self.jax_arrays)}
 
   def __call__(self, arg):
-    leaves = (arg,) if self.n_in == 1 else arg
-    if self.jax_arrays:
-      leaves = jax.device_put(list(leaves), jax.local_devices(backend="cpu")[0])
+    # A host read of a jax.Array in the callback does not wait for prints
+    # (hostcb.engine.print_order): the computation waits for this call.
+    thread = _this_thread
+    thread.host_functions += 1
     try:
+      return self._call(arg)
+    finally:
+      thread.host_functions -= 1
+
+  def _call(self, arg):
+    leaves = (arg,) if self.n_in == 1 else arg
+    try:
+      if self._to_jax is not None:
+        leaves = self._to_jax(leaves)
       if self._positional:
         result = self.callback(*leaves)
         one = self._one
@@ -376,8 +391,9 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   It cannot be differentiated (wrap it in ``jax.custom_jvp`` or
   ``jax.custom_vjp``).
 
-  Differences from JAX's (``docs/jax_callbacks.md``): the callback receives
-  NumPy arrays rather than ``jax.Array`` s; with ``sharding=`` given, or a
+  The callback receives ``jax.Array`` s on the CPU, as JAX's (NumPy arrays
+  with the opt-out ``hostcb_callback_jax_arrays=False``).  Differences
+  from JAX's (``docs/jax_callbacks.md``): with ``sharding=`` given, or a
   callback defined inside JAX, the call is JAX's own.
 
   Args:
@@ -425,10 +441,11 @@ def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   differentiated.
 
   hostcb runs every ``io_callback`` in program order with the other
-  callbacks of its device, ``ordered`` or not.  Differences from JAX's
-  (``docs/jax_callbacks.md``): the callback receives NumPy arrays rather
-  than ``jax.Array`` s; with ``sharding=`` given, or a callback defined
-  inside JAX, the call is JAX's own.
+  callbacks of its device, ``ordered`` or not.  The callback receives
+  ``jax.Array`` s on the CPU, as JAX's (NumPy arrays with the opt-out
+  ``hostcb_callback_jax_arrays=False``).  Differences from JAX's
+  (``docs/jax_callbacks.md``): with ``sharding=`` given, or a callback
+  defined inside JAX, the call is JAX's own.
 
   Args:
     callback: the host function.

@@ -324,12 +324,7 @@ def io_raises_then_next_call_works(ctx, api):
   return f(X3)
 
 
-@scenario(ours=("hostcb hands the callback NumPy arrays where JAX hands "
-                "jax.Array s on the CPU device (docs/jax_callbacks.md): "
-                "making a jax.Array of each argument costs more than the "
-                "whole callback does in hostcb; the values, dtypes and "
-                "shapes are the same"),
-          expect="eager: ndarray\njit: ndarray\n")
+@scenario
 def io_arg_types(ctx, api):
   """The Python type of the array arguments."""
   def cb(label):

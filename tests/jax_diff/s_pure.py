@@ -378,12 +378,7 @@ def pure_sharding_single_device(ctx, api):
                                              F32_3, x, sharding=s))(X3)
 
 
-@scenario(ours=("hostcb hands the callback NumPy arrays where JAX hands "
-                "jax.Array s on the CPU device (docs/jax_callbacks.md): "
-                "making a jax.Array of each argument costs more than the "
-                "whole callback does in hostcb; the values, dtypes and "
-                "shapes are the same"),
-          expect="eager: ndarray\njit: ndarray\n")
+@scenario
 def pure_arg_types(ctx, api):
   """The Python type of the array arguments."""
   def cb(label):

@@ -1,11 +1,10 @@
 """How the harness writes values down, and its one normalization.
 
-* :func:`see` writes what a callback receives: every array (``jax.Array``
-  or NumPy) as its dtype, shape and exact values, without its Python type;
-  hostcb hands callbacks NumPy arrays where JAX hands ``jax.Array`` s, a
-  documented difference that its own scenarios (``cb_arg_types``,
-  ``io_arg_types``, ``pure_arg_types``) record; everything else
-  (strings, objects, containers) is written with its type.
+* :func:`see` writes what a callback receives: a ``jax.Array`` as its
+  dtype, shape and exact values, a NumPy array or scalar the same after
+  its type (``ndarray:``), so that every scenario checks that a callback
+  gets the type of argument that JAX's gets; everything else (strings,
+  objects, containers) is written with its type.
 * :func:`fmt` writes a value a scenario returns or shows, with its type and
   weak type: both implementations return ``jax.Array`` s.
 * :func:`normalize` replaces the frames of a traceback embedded in an error
@@ -47,8 +46,10 @@ def _array_text(x) -> str:
 def see(x) -> str:
   """What a callback received (module doc): arrays by value and dtype."""
   import jax
-  if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+  if isinstance(x, jax.Array):
     return _array_text(x)
+  if isinstance(x, (np.ndarray, np.generic)):
+    return f"{type(x).__name__}:{_array_text(x)}"
   if isinstance(x, tuple):
     name = "" if type(x) is tuple else type(x).__name__
     return (f"{name}(" + ", ".join(see(v) for v in x)

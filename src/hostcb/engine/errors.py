@@ -13,7 +13,8 @@ import threading
 import traceback
 
 __all__ = ["CallbackException", "record_exception", "take_last_exception",
-           "mark_jax_callback_failure", "take_for_exit"]
+           "mark_jax_callback_failure", "note_jax_callback_failure",
+           "take_for_exit"]
 
 logger = logging.getLogger("hostcb")
 
@@ -35,6 +36,7 @@ _last: tuple[BaseException, str] | None = None
 _last_reached_caller = False
 _last_is_jax_callback = False
 _marked: BaseException | None = None  # see mark_jax_callback_failure
+_jax_callback_failed = False  # see note_jax_callback_failure
 
 
 def mark_jax_callback_failure(e: BaseException) -> None:
@@ -43,6 +45,15 @@ def mark_jax_callback_failure(e: BaseException) -> None:
   ``hostcb.install(jax_callbacks=True)``), where JAX fails the program."""
   global _marked
   _marked = e
+
+
+def note_jax_callback_failure() -> None:
+  """A staged callback of JAX's API failed, was logged, and is raised
+  nowhere (docs/jax_callbacks.md, "When a callback fails"): the process
+  exits with status 1 all the same, as a JAX program whose callback
+  failed does (:func:`take_for_exit`)."""
+  global _jax_callback_failed
+  _jax_callback_failed = True
 
 
 def record_exception(e: BaseException,
@@ -77,12 +88,14 @@ def take_for_exit() -> tuple[tuple[BaseException, str] | None, bool, bool]:
   global _last
   with _lock:
     last, _last = _last, None
-    return last, _last_reached_caller, _last_is_jax_callback
+    return (last, _last_reached_caller,
+            _jax_callback_failed or (last is not None and _last_is_jax_callback))
 
 
 def after_fork_in_child() -> None:
   """A forked child starts with nothing recorded and a fresh lock."""
-  global _lock, _last, _marked
+  global _lock, _last, _marked, _jax_callback_failed
   _lock = threading.Lock()
   _last = None
   _marked = None
+  _jax_callback_failed = False

@@ -62,6 +62,8 @@ def _at_exit() -> None:
     logger.exception("hostcb: at exit, waiting for the taps failed")
   last, reached_caller, jax_callback = errors.take_for_exit()
   if last is None:
+    if jax_callback:  # logged when it failed, raised nowhere
+      _exit_as_jax_does()
     return
   if not reached_caller:  # (a call's failure was raised to its caller)
     logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])

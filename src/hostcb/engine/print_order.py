@@ -17,7 +17,10 @@ the latest print, however slow or blocked, is not waited for; nor does the
 device ever wait.  A loop that never reads its results on the host pays
 nothing; one that does waits only where a print is still pending.
 
-Not in a tap function (a consumer thread), which would wait for itself.
+Not in a tap function (a consumer thread), which would wait for itself,
+nor in the host function of an ``io_callback``/``pure_callback`` (which
+reads its ``jax.Array`` arguments): its computation waits for it, and a
+consumer may be waiting for that computation.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Any
 
 from hostcb import jax_internals as ji
 from hostcb.engine import native, output_order, pyqueue
-from hostcb.engine.consumers import is_consumer
+from hostcb.engine.consumers import in_host_function, is_consumer
 
 __all__ = ["prints_staged"]
 
@@ -40,7 +43,7 @@ def prints_staged() -> None:
 
 
 def _wait_for_earlier_prints(array: Any) -> None:
-  if is_consumer():
+  if is_consumer() or in_host_function():
     return
   try:
     devices = array.devices()

@@ -12,6 +12,7 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.token_arrays`: runtime tokens of multi-device executables as
   ``bool[0]`` arrays (the persistent compilation cache can write them);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
+* :mod:`.host_arrays`: ``jax.Array`` s on the CPU made from host arrays;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
 * :mod:`.keepalive`: objects that live as long as a compiled executable;
@@ -71,6 +72,8 @@ from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replica
                                           xla_computation_from_proto)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
 from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
+from hostcb.jax_internals.host_arrays import (cpu_array, cpu_arrays,
+                                             prepare_cpu_arrays)
 from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
                                                   patch_effects_barrier)
 from hostcb.jax_internals.own_callbacks import (is_jax_value,

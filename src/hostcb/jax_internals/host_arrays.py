@@ -1,0 +1,108 @@
+"""``jax.Array`` s on the CPU made straight from the engine's host arrays.
+
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.10.2 (run) and,
+by reading their sources, 0.8.0 and 0.12.0.1, which have the same
+``xla_client.batched_device_put(aval, sharding, xs, devices, committed)``.
+
+JAX's own callbacks hand their functions ``jax.Array`` s on the first CPU
+device, made by ``jax.device_put`` of the host values: tens of
+microseconds per call, mostly spent deciding what to do with the value
+(its type, its sharding, the default device, the trace state).  The
+values that hostcb's engine delivers need none of that: each is a
+C-contiguous NumPy array of a known shape and dtype, fresh (no one else
+holds it), on the host.  :func:`cpu_arrays` makes the ``jax.Array`` of each
+with the one call of jaxlib that builds an array from host memory,
+``batched_device_put``, given the aval, the sharding and the device, which
+are looked up once per process (the device, the sharding) or once per
+shape and dtype (the aval), never per call:
+
+* the ``jax.Array`` is committed to the CPU device and not weakly typed,
+  as ``jax.device_put`` of a NumPy array makes it in JAX's callbacks;
+* where the memory is 64-byte aligned (the engine allocates the data of
+  arrays of 1 KiB and more so), the CPU client takes it without a copy,
+  and the ``jax.Array`` holds a reference to the NumPy array, which holds
+  the record's memory: the array keeps its record alive;
+* elsewhere (small or unaligned arrays, strided views) the client copies.
+
+Only arrays whose memory hostcb owns are aliased (the engine's fresh
+arrays and views of them); any other array is copied, so that a later
+change of a buffer that hostcb does not own can never change a value the
+callback saw.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+from jax._src import core as _core
+from jax._src.lib import xla_client as _xc
+
+from hostcb.jax_internals.versions import require
+
+__all__ = ["cpu_array", "cpu_arrays", "prepare_cpu_arrays"]
+
+_WHAT = "to hand callbacks jax.Arrays made from the host values"
+
+_lock = threading.Lock()
+# Set once by prepare_cpu_arrays: jaxlib's function, the CPU device's
+# sharding and the list of that one device.
+_put: Any = None
+_sharding: Any = None
+_devices: list = []
+_avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
+# The base of the engine's arrays over a record's own block (large taps:
+# module.cc's "hostcb.record_block" capsule, which frees the block).
+_CAPSULE = type(np.empty(0).__array_struct__)
+
+
+def prepare_cpu_arrays() -> None:
+  """Looks up, once, what :func:`cpu_arrays` needs; a JAX that lacks it
+  fails here, with :class:`MissingJaxInternal`, when a callback that gets
+  ``jax.Array`` s is traced (not in the callback, later, on the engine's
+  thread).  Cheap after the first call."""
+  global _put, _sharding, _devices
+  if _put is not None:
+    return
+  with _lock:
+    if _put is None:
+      import jax  # noqa: PLC0415  (public API; hostcb imports it anyway)
+      put = require(_xc, "batched_device_put", _WHAT, verb="uses")
+      device = jax.local_devices(backend="cpu")[0]
+      _sharding = jax.sharding.SingleDeviceSharding(device)
+      _devices = [device]
+      _put = put
+
+
+def _new_aval(key: tuple) -> Any:
+  aval = _avals[key] = _core.ShapedArray(*key)
+  return aval
+
+
+def cpu_array(a: Any) -> Any:
+  """The ``jax.Array`` on the first local CPU device of ``a`` (a NumPy
+  array, or a value ``np.asarray`` takes).
+
+  The memory of an array that hostcb's engine made (a fresh array, whose
+  ``base`` is None; a view of one, whose ``base`` is the array that owns
+  the memory; an array over a record's own block, whose ``base`` is the
+  capsule that frees the block) is aliased where the CPU client can; any
+  other array's is copied."""
+  if _put is None:
+    prepare_cpu_arrays()
+  if type(a) is not np.ndarray:
+    a = np.asarray(a)
+  key = (a.shape, a.dtype)
+  aval = _avals.get(key)
+  if aval is None:
+    aval = _new_aval(key)
+  base = a.base
+  if (base is None or type(base) is _CAPSULE
+      or (type(base) is np.ndarray and base.base is None)):
+    return _put(aval, _sharding, [a], _devices, True)
+  return _put(aval, _sharding, [a], _devices, True, True)
+
+
+def cpu_arrays(leaves: Sequence[Any]) -> list:
+  """:func:`cpu_array` of each leaf, in one call for all of them."""
+  return [cpu_array(a) for a in leaves]
