@@ -170,8 +170,10 @@ def test_run_jax_callbacks_logs_a_failed_callback(tmp_path):
       "print('script done')\n")
   res = _hostcb("run", "--jax-callbacks", str(script))
   # Logged where JAX logs it, with its traceback; no barrier raises it, the
-  # final one neither (docs/jax_callbacks.md, "When a callback fails").
-  assert res.returncode == 0, res.stderr
+  # final one neither (docs/jax_callbacks.md, "When a callback fails"), and
+  # the script, whose last barrier came before the failure, exits with
+  # status 1 as under JAX (issue 40).
+  assert res.returncode == 1, res.stderr
   assert res.stdout == "script done\n"
   assert "jax.debug.callback failed\nTraceback" in res.stderr
   assert "ValueError: bad value 2.0\n" in res.stderr

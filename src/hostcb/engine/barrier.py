@@ -74,7 +74,8 @@ def wait_for_taps(timeout: float | None = None) -> bool:
 
 
 def barrier_wait(logging_name: str | None = None, *,
-                 all_processes: bool = False) -> None:
+                 all_processes: bool = False,
+                 settles_jax_callback_failures: bool = True) -> None:
   """Blocks until every tap of the computations started so far has run.
 
   Waits for the tapping computations dispatched before the call to
@@ -98,6 +99,11 @@ def barrier_wait(logging_name: str | None = None, *,
     all_processes: in a multi-process JAX program
       (``jax.distributed.initialize``), also wait until every process has
       reached its own ``barrier_wait(all_processes=True)``.
+    settles_jax_callback_failures: the program goes on past the failures
+      of JAX-API callbacks that this barrier waited for (logged, raised
+      nowhere), which then no longer make it exit with status 1
+      (:func:`hostcb.engine.errors.note_jax_callback_failure`); False for
+      ``hostcb run``'s own barrier after the script.
   """
   name = logging_name or ""
   logger.debug("hostcb: barrier_wait(%s) starts", name)
@@ -106,6 +112,8 @@ def barrier_wait(logging_name: str | None = None, *,
     from hostcb import distributed  # noqa: PLC0415  (JAX's multi-process)
     distributed.wait_for_all_processes(name)
   logger.debug("hostcb: barrier_wait(%s) done", name)
+  if settles_jax_callback_failures:
+    errors.take_jax_callback_failure()
   last = errors.take_last_exception()
   if last is not None:
     exc, text = last

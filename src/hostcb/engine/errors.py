@@ -14,7 +14,7 @@ import traceback
 
 __all__ = ["CallbackException", "record_exception", "take_last_exception",
            "mark_jax_callback_failure", "note_jax_callback_failure",
-           "take_for_exit"]
+           "take_jax_callback_failure", "take_for_exit"]
 
 logger = logging.getLogger("hostcb")
 
@@ -49,11 +49,22 @@ def mark_jax_callback_failure(e: BaseException) -> None:
 
 def note_jax_callback_failure() -> None:
   """A staged callback of JAX's API failed, was logged, and is raised
-  nowhere (docs/jax_callbacks.md, "When a callback fails"): the process
-  exits with status 1 all the same, as a JAX program whose callback
-  failed does (:func:`take_for_exit`)."""
+  nowhere (docs/jax_callbacks.md, "When a callback fails"): unless a
+  barrier waits for it before the program ends, the process exits with
+  status 1, as a JAX program does whose callback failed after its last
+  ``effects_barrier`` (:func:`take_for_exit`)."""
   global _jax_callback_failed
   _jax_callback_failed = True
+
+
+def take_jax_callback_failure() -> bool:
+  """Whether :func:`note_jax_callback_failure` was called since the last
+  time this was asked; a barrier that waited for the failed callback asks
+  (the program went past it, as past JAX's ``effects_barrier``, and exits
+  with status 0)."""
+  global _jax_callback_failed
+  failed, _jax_callback_failed = _jax_callback_failed, False
+  return failed
 
 
 def record_exception(e: BaseException,

@@ -46,14 +46,20 @@ def _main(args: argparse.Namespace) -> int:
     status = code if isinstance(code, int) else (0 if code is None else 1)
   finally:
     from hostcb import engine
+    from hostcb.engine import errors
     try:
-      engine.barrier_wait("hostcb run")
+      engine.barrier_wait("hostcb run", settles_jax_callback_failures=False)
     except engine.CallbackException as e:
       print(f"hostcb run: {e}", file=sys.stderr)
       # JAX's own callback would have failed the program: a script run
       # with JAX's callbacks on hostcb does not succeed silently either.
       if args.jax_callbacks and status == 0:
         status = 1
+    # A JAX-API callback that failed after the script's last barrier
+    # (logged when it failed): the script exits with status 1, as under
+    # JAX.
+    if errors.take_jax_callback_failure() and status == 0:
+      status = 1
   return status
 
 
