@@ -302,3 +302,29 @@ def test_only_functions_that_print_leave_jits_fast_path():
   assert ji.declares_no_effect(calling, x)
   assert not ji.declares_no_effect(printing, x)
   assert not ji.declares_no_effect(id_printing, x)
+
+
+_PATCHED_WRITE_SCRIPT = """
+import sys, jax, jax.numpy as jnp, hostcb
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+f(jnp.float32(1)).block_until_ready()  # staged: installed
+seen = []
+orig_write = sys.stdout.write  # as W&B's console capture patches it
+def write_with_callbacks(s):
+  n = orig_write(s)
+  seen.append(s)
+  return n
+sys.stdout.write = write_with_callbacks
+print("result:", f(jnp.float32(2)))
+hostcb.uninstall()
+print("after uninstall")
+sys.stderr.write(repr(seen) + "\\n")
+"""
+
+
+def test_a_library_that_patches_stdout_write_composes_with_the_hook():
+  r = run_python(_PATCHED_WRITE_SCRIPT)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout == "x = 1.0\nx = 2.0\nresult: 4.0\nafter uninstall\n"
+  assert r.stderr.strip().splitlines()[-1] == repr(
+      ["x = 2.0\n", "result:", " ", "4.0", "\n", "after uninstall", "\n"])

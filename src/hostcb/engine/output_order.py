@@ -84,7 +84,12 @@ class OrderedStream:
     return getattr(self._hostcb_stream, name)
 
   def __setattr__(self, name: str, value) -> None:
-    setattr(self._hostcb_stream, name, value)
+    # Kept on the wrapper, which is what sys.stdout is now: a library that
+    # patches `sys.stdout.write` with a function calling the `write` it
+    # found (W&B's console capture does) gets this one, which writes to
+    # the wrapped stream.  Set on the wrapped stream, its function would
+    # call itself through this wrapper without end.
+    object.__setattr__(self, name, value)
 
   def __iter__(self):
     return iter(self._hostcb_stream)
@@ -101,6 +106,10 @@ def _wrap(stream: Any) -> Any:
 
 def _unwrap(stream: Any) -> Any:
   if isinstance(stream, OrderedStream):
+    if len(vars(stream)) > 1:
+      # Another library patched the wrapper itself (its `write`): left in
+      # place, where it only passes writes on once uninstalled.
+      return stream
     return stream._hostcb_stream
   return stream
 
