@@ -99,8 +99,8 @@ for m in pkgutil.walk_packages(hostcb.__path__, "hostcb."):
     continue  # runs the command
   try:
     importlib.import_module(m.name)
-  except ImportError as e:  # hostcb.progress without tqdm
-    assert "tqdm" in str(e), (m.name, e)
+  except ImportError as e:  # hostcb.progress without tqdm, or on jax 0.8
+    assert "tqdm" in str(e) or "custom_vmap" in str(e), (m.name, e)
 """
 
 
@@ -210,6 +210,12 @@ def test_a_progress_loop_installs_its_excepthook_and_uninstall_removes_it():
   pytest.importorskip(
     "tqdm", reason="tqdm is not installed (pip install hostcb[progress])"
   )
+  try:
+    import hostcb.progress  # noqa: F401  (whether this JAX has it)
+  except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
+    if "custom_vmap" not in str(e):
+      raise
+    pytest.skip(str(e))
   out = _run(
     "import io, tqdm, tqdm.auto, numpy as np\n"
     + _SNAPSHOT

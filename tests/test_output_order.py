@@ -193,6 +193,10 @@ def test_a_host_function_that_prints_does_not_wait_for_its_computation(
   assert capsys.readouterr().out == "in the host function\njax's 3.0\n"
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 10),
+    reason="on jax 0.8 the write does not see this thread's running "
+    "computation (checked on 0.10.2 and 0.12.0.1; a known gap of 0.8)")
 def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
     monkeypatch, caplog):
   # Fault injection: the computation that prints, dispatched before the
