@@ -23,6 +23,7 @@ in-place or editable build gets the extension when it compiles, and
 records a failure in the build folder only.)  Everything else is in
 ``pyproject.toml``.
 """
+
 import importlib.machinery
 import importlib.util
 import os
@@ -44,12 +45,16 @@ class build_py_with_pth(build_py):
 
   def run(self):
     super().run()
-    self.copy_file(os.path.join("src", PTH), os.path.join(self.build_lib, PTH),
-                   preserve_mode=0)
+    self.copy_file(
+      os.path.join("src", PTH),
+      os.path.join(self.build_lib, PTH),
+      preserve_mode=0,
+    )
 
   def get_outputs(self, include_bytecode=True):
     return super().get_outputs(include_bytecode) + [
-        os.path.join(self.build_lib, PTH)]
+      os.path.join(self.build_lib, PTH)
+    ]
 
 
 def _ffi_include_dir():
@@ -62,11 +67,12 @@ def _ffi_include_dir():
         return inc
   try:
     import jax  # noqa: PLC0415  (fallback: the official way)
+
     inc = jax.ffi.include_dir()
   except Exception as e:  # noqa: BLE001
     raise RuntimeError(
-        "the XLA FFI headers (jaxlib/include/xla/ffi/api/ffi.h) are not in "
-        f"the build environment: no jaxlib with them, and jax failed ({e})"
+      "the XLA FFI headers (jaxlib/include/xla/ffi/api/ffi.h) are not in "
+      f"the build environment: no jaxlib with them, and jax failed ({e})"
     ) from None
   if not os.path.exists(os.path.join(inc, "xla", "ffi", "api", "ffi.h")):
     raise RuntimeError(f"the XLA FFI headers are not in {inc}")
@@ -79,7 +85,7 @@ def _numpy_include_dir():
     import numpy  # noqa: PLC0415
   except ImportError:
     raise RuntimeError(
-        "NumPy's headers are not in the build environment (no numpy)"
+      "NumPy's headers are not in the build environment (no numpy)"
     ) from None
   return numpy.get_include()
 
@@ -87,6 +93,7 @@ def _numpy_include_dir():
 def _origin():
   """Which jaxlib and NumPy the headers come from, for the build log."""
   from importlib import metadata  # noqa: PLC0415
+
   found = []
   for dist in ("jaxlib", "numpy"):
     try:
@@ -102,8 +109,11 @@ def _one_line(text):
 
 
 def _warn(reason):
-  print(f"WARNING: hostcb: {reason}; the native tap engine is not built and "
-        "hostcb will use XLA's Python callbacks.", file=sys.stderr)
+  print(
+    f"WARNING: hostcb: {reason}; the native tap engine is not built and "
+    "hostcb will use XLA's Python callbacks.",
+    file=sys.stderr,
+  )
 
 
 class build_ext_optional(build_ext):
@@ -131,8 +141,9 @@ class build_ext_optional(build_ext):
         ext.include_dirs = [NATIVE, *ext.include_dirs]
         # -isystem: no warnings from the third-party headers.
         ext.extra_compile_args = [
-            *ext.extra_compile_args,
-            *(arg for inc in includes for arg in ("-isystem", inc))]
+          *ext.extra_compile_args,
+          *(arg for inc in includes for arg in ("-isystem", inc)),
+        ]
       super().build_extensions()
     for ext in self.extensions:
       self._write_failure_file(ext)
@@ -142,13 +153,15 @@ class build_ext_optional(build_ext):
       super().build_extension(ext)
       return
     except Exception as e:  # noqa: BLE001  (compiler missing or failing:
-      error = e           # the pure-Python engine, with the reason below)
+      error = e  # the pure-Python engine, with the reason below)
     self._remove_outputs(ext)  # no half-linked file either
     # The compiler's own messages are in the build log above; the reason
     # kept is setuptools' (which command failed, with which status).
-    self._fail(f"compiling {ext.name} failed: "
-               f"{_one_line(str(error))[:500] or type(error).__name__} "
-               "(the compiler's messages are in the build log)")
+    self._fail(
+      f"compiling {ext.name} failed: "
+      f"{_one_line(str(error))[:500] or type(error).__name__} "
+      "(the compiler's messages are in the build log)"
+    )
 
   def _fail(self, reason):
     """Warns now and keeps ``reason`` (one line) for the failure file."""
@@ -169,10 +182,12 @@ class build_ext_optional(build_ext):
   def _write_failure_file(self, ext):
     """Writes the failure reason next to ``ext``'s output, or removes a
     failure file left by an earlier build when the extension is built."""
-    path = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
-                        FAILURE_FILE)
-    if self._failure is None and os.path.exists(self.get_ext_fullpath(
-        ext.name)):
+    path = os.path.join(
+      os.path.dirname(self.get_ext_fullpath(ext.name)), FAILURE_FILE
+    )
+    if self._failure is None and os.path.exists(
+      self.get_ext_fullpath(ext.name)
+    ):
       if os.path.exists(path):
         os.remove(path)
       return
@@ -183,35 +198,52 @@ class build_ext_optional(build_ext):
   def get_outputs(self):
     outputs = super().get_outputs()
     for ext in self.extensions:
-      path = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
-                          FAILURE_FILE)
+      path = os.path.join(
+        os.path.dirname(self.get_ext_fullpath(ext.name)), FAILURE_FILE
+      )
       if os.path.exists(path):
         outputs.append(path)
     return outputs
 
 
 engine = Extension(
-    "hostcb._native._engine",
-    sources=[os.path.join(NATIVE, f)
-             for f in ("handlers.cc", "call.cc", "module.cc", "cuda.cc",
-                       "cuda_fake.cc", "cuda_py.cc", "exit_guard.cc",
-                       "named.cc")],
-    depends=[os.path.join(NATIVE, f)
-             for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h",
-                       "cuda_fake.h")],
-    language="c++",
-    # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
-    # that NumPy 2's headers build an extension that also runs on NumPy
-    # 1.26 (the oldest that pyproject.toml admits), whatever newer NumPy
-    # the build environment has.
-    define_macros=[("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")],
-    extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
-                        "-Wno-missing-field-initializers"],
-    # The GPU back end loads the CUDA driver at run time (cuda_api.h):
-    # nothing of CUDA is needed to build.
-    libraries=["dl"],
-    optional=True,
+  "hostcb._native._engine",
+  sources=[
+    os.path.join(NATIVE, f)
+    for f in (
+      "handlers.cc",
+      "call.cc",
+      "module.cc",
+      "cuda.cc",
+      "cuda_fake.cc",
+      "cuda_py.cc",
+      "exit_guard.cc",
+      "named.cc",
+    )
+  ],
+  depends=[
+    os.path.join(NATIVE, f)
+    for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h", "cuda_fake.h")
+  ],
+  language="c++",
+  # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
+  # that NumPy 2's headers build an extension that also runs on NumPy
+  # 1.26 (the oldest that pyproject.toml admits), whatever newer NumPy
+  # the build environment has.
+  define_macros=[("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")],
+  extra_compile_args=[
+    "-std=c++17",
+    "-O2",
+    "-fvisibility=hidden",
+    "-Wno-missing-field-initializers",
+  ],
+  # The GPU back end loads the CUDA driver at run time (cuda_api.h):
+  # nothing of CUDA is needed to build.
+  libraries=["dl"],
+  optional=True,
 )
 
-setup(cmdclass={"build_py": build_py_with_pth, "build_ext": build_ext_optional},
-      ext_modules=[engine])
+setup(
+  cmdclass={"build_py": build_py_with_pth, "build_ext": build_ext_optional},
+  ext_modules=[engine],
+)

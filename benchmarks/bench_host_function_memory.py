@@ -17,6 +17,7 @@ and how many entries the engine's registry holds after re-running a
 ``debug.print`` function 200 times after ``jax.clear_caches()`` and a
 barrier (``hostcb.barrier_wait()``; ``jax.effects_barrier()`` for JAX's).
 """
+
 from __future__ import annotations
 
 import contextlib

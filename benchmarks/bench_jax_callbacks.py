@@ -29,6 +29,7 @@ every call was delivered (the script fails if one was not).
     python benchmarks/bench_jax_callbacks.py [--steps 20000] [--repeats 5]
         [--calls 2000] [--rounds 5] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,17 +52,21 @@ from hostcb import import_hook
 if import_hook.jax_callbacks_installed():
   # Under `hostcb run --jax-callbacks` JAX's names are hostcb's: there would
   # be nothing to compare with.
-  sys.exit("bench_jax_callbacks: run it without hostcb.install("
-           "jax_callbacks=True)")
+  sys.exit(
+    "bench_jax_callbacks: run it without hostcb.install(jax_callbacks=True)"
+  )
 
 # (kind, JAX's function, hostcb's function)
 FUNCTIONS = [
-    ("debug.callback", jax.debug.callback, hostcb.debug.callback),
-    ("debug.print", jax.debug.print, hostcb.debug.print),
-    ("io_callback", jax.experimental.io_callback, hostcb.io_callback),
-    ("io_callback(ordered=True)", jax.experimental.io_callback,
-     hostcb.io_callback),
-    ("pure_callback", jax.pure_callback, hostcb.pure_callback),
+  ("debug.callback", jax.debug.callback, hostcb.debug.callback),
+  ("debug.print", jax.debug.print, hostcb.debug.print),
+  ("io_callback", jax.experimental.io_callback, hostcb.io_callback),
+  (
+    "io_callback(ordered=True)",
+    jax.experimental.io_callback,
+    hostcb.io_callback,
+  ),
+  ("pure_callback", jax.pure_callback, hostcb.pure_callback),
 ]
 
 
@@ -157,8 +162,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
     variants.append(("limit", lambda c: (noop(c), c)[1], False))
   for kind, jax_fn, our_fn in FUNCTIONS:
     variants.append((("jax", kind), _call(kind, jax_fn, counter, f32), True))
-    variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32),
-                     True))
+    variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32), True))
   runs = [scan_of(step, steps) for _, step, _ in variants]
   delivered = [0] * len(variants)
   types = [""] * len(variants)
@@ -178,10 +182,13 @@ def per_step(steps: int, repeats: int, sink: Sink):
   medians = _interleaved(variants, once, repeats)
   base = medians[0]
   us = [max(m - base, 0.0) / steps * 1e6 for m in medians]
-  ok = [d == steps * (repeats + 1) if counted else True
-        for d, (_, _, counted) in zip(delivered, variants)]
-  by = {name: (u, o, t)
-        for (name, _, _), u, o, t in zip(variants, us, ok, types)}
+  ok = [
+    d == steps * (repeats + 1) if counted else True
+    for d, (_, _, counted) in zip(delivered, variants)
+  ]
+  by = {
+    name: (u, o, t) for (name, _, _), u, o, t in zip(variants, us, ok, types)
+  }
   rows = []
   for kind, _, _ in FUNCTIONS:
     (j, jok, jt), (h, hok, ht) = by[("jax", kind)], by[("hostcb", kind)]
@@ -200,15 +207,26 @@ def scalar_per_step(steps: int, repeats: int):
   x = jnp.float32(0)
   # (name, step, counted, hostcb_callback_jax_arrays at tracing)
   variants = [
-      ("empty scan", lambda c: c, False, None),
-      ("hostcb.id_tap", lambda c: hostcb.id_tap(counter.tap, c), True, None),
-      ("hostcb.debug.callback",
-       lambda c: (hostcb.debug.callback(counter.plain, c), c)[1], True, True),
-      ("hostcb.debug.callback, NumPy opt-out",
-       lambda c: (hostcb.debug.callback(counter.plain, c), c)[1], True,
-       False),
-      ("jax.debug.callback",
-       lambda c: (jax.debug.callback(counter.plain, c), c)[1], True, None),
+    ("empty scan", lambda c: c, False, None),
+    ("hostcb.id_tap", lambda c: hostcb.id_tap(counter.tap, c), True, None),
+    (
+      "hostcb.debug.callback",
+      lambda c: (hostcb.debug.callback(counter.plain, c), c)[1],
+      True,
+      True,
+    ),
+    (
+      "hostcb.debug.callback, NumPy opt-out",
+      lambda c: (hostcb.debug.callback(counter.plain, c), c)[1],
+      True,
+      False,
+    ),
+    (
+      "jax.debug.callback",
+      lambda c: (jax.debug.callback(counter.plain, c), c)[1],
+      True,
+      None,
+    ),
   ]
   runs = [scan_of(step, steps) for _, step, _, _ in variants]
   delivered = [0] * len(variants)
@@ -229,11 +247,13 @@ def scalar_per_step(steps: int, repeats: int):
   medians = _interleaved(variants, once, repeats)
   base = medians[0]
   rows = []
-  for (name, _, counted, _), m, d, t in zip(variants, medians, delivered,
-                                            types):
+  for (name, _, counted, _), m, d, t in zip(
+    variants, medians, delivered, types
+  ):
     if counted:
-      rows.append((name, t, max(m - base, 0.0) / steps * 1e6,
-                   d == steps * (repeats + 1)))
+      rows.append(
+        (name, t, max(m - base, 0.0) / steps * 1e6, d == steps * (repeats + 1))
+      )
   return rows
 
 
@@ -268,8 +288,10 @@ def dispatch(calls: int, rounds: int, sink: Sink):
     once(i)
   medians = _interleaved(variants, once, rounds)
   us = [m / calls * 1e6 for m in medians]
-  ok = [d == calls * (rounds + 2) if counted else True
-        for d, (_, _, counted) in zip(delivered, variants)]
+  ok = [
+    d == calls * (rounds + 2) if counted else True
+    for d, (_, _, counted) in zip(delivered, variants)
+  ]
   by = {name: (u, o) for (name, _, _), u, o in zip(variants, us, ok)}
   rows = []
   for kind, _, _ in FUNCTIONS:
@@ -288,18 +310,23 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--calls", type=int, default=2000)
   parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--quick", action="store_true",
-                      help="a short run (2,000 steps, 3 repeats, 300 calls, "
-                           "3 rounds): checks that everything works; "
-                           "the figures are rougher")
+  parser.add_argument(
+    "--quick",
+    action="store_true",
+    help="a short run (2,000 steps, 3 repeats, 300 calls, "
+    "3 rounds): checks that everything works; "
+    "the figures are rougher",
+  )
   args = parser.parse_args()
   if args.quick:
     args.steps, args.repeats, args.calls, args.rounds = 2000, 3, 300, 3
-  print(f"jax {jax.__version__}, hostcb {hostcb.__version__}, "
-        f"{jax.devices()[0].platform}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-        f"cores; native engine: "
-        f"{'yes' if engine.available() else engine.unavailable_reason()}")
+  print(
+    f"jax {jax.__version__}, hostcb {hostcb.__version__}, "
+    f"{jax.devices()[0].platform}, "
+    f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+    f"cores; native engine: "
+    f"{'yes' if engine.available() else engine.unavailable_reason()}"
+  )
 
   sink = Sink()
   t0 = time.perf_counter()
@@ -309,41 +336,59 @@ def main() -> None:
     none, drows = dispatch(args.calls, args.rounds, sink)
   elapsed = time.perf_counter() - t0
 
-  print(f"\none callback of an f32[] per step of a jitted {args.steps}-step "
-        "lax.scan, end to end, beyond the empty scan; median of "
-        f"{args.repeats} interleaved rounds\n")
-  print("| per scan step | argument | µs | − id_tap's, µs "
-        "| JAX's / this | all delivered |")
+  print(
+    f"\none callback of an f32[] per step of a jitted {args.steps}-step "
+    "lax.scan, end to end, beyond the empty scan; median of "
+    f"{args.repeats} interleaved rounds\n"
+  )
+  print(
+    "| per scan step | argument | µs | − id_tap's, µs "
+    "| JAX's / this | all delivered |"
+  )
   print("|---|---|---:|---:|---:|:---:|")
   tap_us = srows[0][2]
   jax_us = srows[-1][2]
   for name, arg, us, ok in srows:
-    print(f"| {name} | {arg} | {us:.2f} | {us - tap_us:+.2f} | "
-          f"{_ratio(jax_us, us)} | {'yes' if ok else 'NO'} |")
+    print(
+      f"| {name} | {arg} | {us:.2f} | {us - tap_us:+.2f} | "
+      f"{_ratio(jax_us, us)} | {'yes' if ok else 'NO'} |"
+    )
 
-  print(f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
-        "end to end, beyond the empty scan; median of "
-        f"{args.repeats} interleaved rounds\n")
-  print("| per scan step | JAX's, µs | argument | hostcb's, µs | argument "
-        "| JAX / hostcb | all delivered |")
+  print(
+    f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
+    "end to end, beyond the empty scan; median of "
+    f"{args.repeats} interleaved rounds\n"
+  )
+  print(
+    "| per scan step | JAX's, µs | argument | hostcb's, µs | argument "
+    "| JAX / hostcb | all delivered |"
+  )
   print("|---|---:|---|---:|---|---:|:---:|")
   for kind, j, jt, h, ht, ok in rows:
-    print(f"| {kind} | {j:.2f} | {jt or '-'} | {h:.2f} | {ht or '-'} | "
-          f"{_ratio(j, h)} | {'yes' if ok else 'NO'} |")
+    print(
+      f"| {kind} | {j:.2f} | {jt or '-'} | {h:.2f} | {ht or '-'} | "
+      f"{_ratio(j, h)} | {'yes' if ok else 'NO'} |"
+    )
   if limit is not None:
     print(f"| empty XLA FFI custom call (the limit) | | | {limit:.2f} | | | |")
   print(f"| the empty scan itself | {empty:.3f} | | | | | |")
 
-  print(f"\none dispatch of a small jitted function (f32[] + 1) with one "
-        f"callback, median of {args.rounds} interleaved rounds of "
-        f"{args.calls} dispatches\n")
-  print("| per dispatch | JAX's, µs | vs none | hostcb's, µs | vs none "
-        "| all delivered |")
+  print(
+    f"\none dispatch of a small jitted function (f32[] + 1) with one "
+    f"callback, median of {args.rounds} interleaved rounds of "
+    f"{args.calls} dispatches\n"
+  )
+  print(
+    "| per dispatch | JAX's, µs | vs none | hostcb's, µs | vs none "
+    "| all delivered |"
+  )
   print("|---|---:|---:|---:|---:|:---:|")
   print(f"| no callback | {none:.1f} | 1.00× | {none:.1f} | 1.00× | |")
   for kind, j, h, ok in drows:
-    print(f"| {kind} | {j:.1f} | {j / none:.2f}× | {h:.1f} | "
-          f"{h / none:.2f}× | {'yes' if ok else 'NO'} |")
+    print(
+      f"| {kind} | {j:.1f} | {j / none:.2f}× | {h:.1f} | "
+      f"{h / none:.2f}× | {'yes' if ok else 'NO'} |"
+    )
   print(f"\n({elapsed:.0f} s)")
   if not all(ok for *_, ok in rows + drows + srows):
     sys.exit("bench_jax_callbacks: a callback was not delivered")

@@ -12,6 +12,7 @@ float32 arrays.  Prints a Markdown table of median times with the ratio to
 Usage: ``python benchmarks/bench_large_arrays.py [--quick]``
 (``--quick``: fewer repetitions).  Takes about a minute on 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,14 @@ def _methods(x: jax.Array) -> dict[str, Callable[[], object]]:
   """The contenders, each a no-argument function that blocks on its result."""
   spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
   call = jax.jit(lambda a: hostcb.call(_identity, a, result_shape=spec))
-  call_pure = jax.jit(lambda a: hostcb.call(
-      _identity, a, result_shape=spec,
-      callback_flavor=hostcb.CallbackFlavor.PURE))
+  call_pure = jax.jit(
+    lambda a: hostcb.call(
+      _identity,
+      a,
+      result_shape=spec,
+      callback_flavor=hostcb.CallbackFlavor.PURE,
+    )
+  )
   pure = jax.jit(lambda a: jax.pure_callback(_identity, spec, a))
   io = jax.jit(lambda a: io_callback(_identity, spec, a))
   buf = jax.jit(buffer_callback(_copy_into_out, spec))
@@ -53,18 +59,19 @@ def _methods(x: jax.Array) -> dict[str, Callable[[], object]]:
   src = np.ones(x.shape, x.dtype)
   dst = np.empty_like(src)
   return {
-      "`hostcb.call`": lambda: call(x).block_until_ready(),
-      "`hostcb.call` (`PURE`)": lambda: call_pure(x).block_until_ready(),
-      "`jax.pure_callback`": lambda: pure(x).block_until_ready(),
-      "`io_callback`": lambda: io(x).block_until_ready(),
-      "`hostcb.buffer_callback`": lambda: buf(x).block_until_ready(),
-      "jitted `a * 1.0`": lambda: scale(x).block_until_ready(),
-      "`numpy.copyto`": lambda: np.copyto(dst, src),
+    "`hostcb.call`": lambda: call(x).block_until_ready(),
+    "`hostcb.call` (`PURE`)": lambda: call_pure(x).block_until_ready(),
+    "`jax.pure_callback`": lambda: pure(x).block_until_ready(),
+    "`io_callback`": lambda: io(x).block_until_ready(),
+    "`hostcb.buffer_callback`": lambda: buf(x).block_until_ready(),
+    "jitted `a * 1.0`": lambda: scale(x).block_until_ready(),
+    "`numpy.copyto`": lambda: np.copyto(dst, src),
   }
 
 
-def _median_seconds(fn: Callable[[], object], budget_s: float,
-                    min_reps: int, max_reps: int) -> float:
+def _median_seconds(
+  fn: Callable[[], object], budget_s: float, min_reps: int, max_reps: int
+) -> float:
   fn()  # compile
   # Warm up for a quarter of the budget (at least twice): the first calls
   # of a size pay for fresh host allocations (page faults) until the
@@ -77,8 +84,9 @@ def _median_seconds(fn: Callable[[], object], budget_s: float,
       break
   times: list[float] = []
   start = time.perf_counter()
-  while len(times) < max_reps and (len(times) < min_reps or
-                                   time.perf_counter() - start < budget_s):
+  while len(times) < max_reps and (
+    len(times) < min_reps or time.perf_counter() - start < budget_s
+  ):
     t = time.perf_counter()
     fn()
     times.append(time.perf_counter() - t)
@@ -93,8 +101,9 @@ def _fmt(seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true",
-                      help="fewer repetitions (a rougher table)")
+  parser.add_argument(
+    "--quick", action="store_true", help="fewer repetitions (a rougher table)"
+  )
   opts = parser.parse_args(argv)
   budget, min_reps = (0.5, 3) if opts.quick else (2.0, 7)
 
@@ -103,28 +112,35 @@ def main(argv: list[str] | None = None) -> int:
     x = jnp.ones((nbytes // 4,), jnp.float32)
     for name, fn in _methods(x).items():
       results.setdefault(name, {})[label] = _median_seconds(
-          fn, budget, min_reps, 2000)
+        fn, budget, min_reps, 2000
+      )
     print(f"measured {label}", file=sys.stderr)
 
   base = results["jitted `a * 1.0`"]
   head = "| | " + " | ".join(label for label, _ in SIZES) + " |"
-  print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, median "
-        "time per call (ratio to jitted `a * 1.0`)\n")
+  print(
+    f"jax {jax.__version__}, {jax.devices()[0].device_kind}, median "
+    "time per call (ratio to jitted `a * 1.0`)\n"
+  )
   print(head)
   print("|---" * (len(SIZES) + 1) + "|")
   for name, row in results.items():
-    cells = [f"{_fmt(row[label])} ({row[label] / base[label]:.2f}×)"
-             for label, _ in SIZES]
+    cells = [
+      f"{_fmt(row[label])} ({row[label] / base[label]:.2f}×)"
+      for label, _ in SIZES
+    ]
     print(f"| {name} | " + " | ".join(cells) + " |")
 
   big = SIZES[-1][0]
   call = results["`hostcb.call`"][big]
   vs_scale = call / base[big]
   vs_pure = results["`jax.pure_callback`"][big] / call
-  print(f"\nTargets at {big}: `hostcb.call` / `a * 1.0` = {vs_scale:.2f} "
-        f"(target <= 1.3: {'met' if vs_scale <= 1.3 else 'MISSED'}); "
-        f"`pure_callback` / `hostcb.call` = {vs_pure:.1f} "
-        f"(target >= 3: {'met' if vs_pure >= 3 else 'MISSED'})")
+  print(
+    f"\nTargets at {big}: `hostcb.call` / `a * 1.0` = {vs_scale:.2f} "
+    f"(target <= 1.3: {'met' if vs_scale <= 1.3 else 'MISSED'}); "
+    f"`pure_callback` / `hostcb.call` = {vs_pure:.1f} "
+    f"(target >= 3: {'met' if vs_pure >= 3 else 'MISSED'})"
+  )
   return 0
 
 

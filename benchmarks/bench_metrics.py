@@ -27,6 +27,7 @@ logged every step.
 
     python benchmarks/bench_metrics.py [--steps 1000] [--rounds 15]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,22 @@ from hostcb import metrics
 def _summary_writer():
   try:
     from tensorboardX import SummaryWriter
+
     return SummaryWriter, "tensorboardX"
   except ImportError:
     from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter, "torch.utils.tensorboard"
 
 
 def _init(key):
   k1, k2 = jax.random.split(key)
-  return {"w1": jax.random.normal(k1, (64, 128)) * 0.1, "b1": jnp.zeros(128),
-          "w2": jax.random.normal(k2, (128, 1)) * 0.1, "b2": jnp.zeros(1)}
+  return {
+    "w1": jax.random.normal(k1, (64, 128)) * 0.1,
+    "b1": jnp.zeros(128),
+    "w2": jax.random.normal(k2, (128, 1)) * 0.1,
+    "b2": jnp.zeros(1),
+  }
 
 
 def _loss(params, x, y):
@@ -64,6 +71,7 @@ def _loss(params, x, y):
 def make_step(log):
   """The jitted step; ``log(loss, grad_norm, step)`` stages the logging
   (or nothing)."""
+
   def step(params, velocity, i, x, y):
     loss, grads = jax.value_and_grad(_loss)(params, x, y)
     velocity = jax.tree.map(lambda v, g: 0.9 * v + g, velocity, grads)
@@ -71,6 +79,7 @@ def make_step(log):
     gnorm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
     log(loss, gnorm, i)
     return params, velocity, i + 1
+
   return jax.jit(step, donate_argnums=(0, 1, 2))
 
 
@@ -96,20 +105,32 @@ def variants(logdir: str) -> list[Variant]:
     metrics.flush(600)
     return metrics.stats()["records"] - box["records"]
 
-  out.append(Variant(
+  out.append(
+    Variant(
       "hostcb.metrics",
-      lambda loss, gnorm, i: metrics.log({"loss": loss, "grad_norm": gnorm},
-                                         step=i),
-      metrics_start, metrics_end))
+      lambda loss, gnorm, i: metrics.log(
+        {"loss": loss, "grad_norm": gnorm}, step=i
+      ),
+      metrics_start,
+      metrics_end,
+    )
+  )
 
   # A writer called per step, through a tap or JAX's callback.
   for name, make in [
-      ("hostcb.id_tap + SummaryWriter",
-       lambda f: lambda loss, gnorm, i: hostcb.id_tap(
-           lambda a, t: f(*a), (loss, gnorm, i))),
-      ("jax.debug.callback + SummaryWriter",
-       lambda f: lambda loss, gnorm, i: jax.debug.callback(f, loss, gnorm,
-                                                           i))]:
+    (
+      "hostcb.id_tap + SummaryWriter",
+      lambda f: (
+        lambda loss, gnorm, i: hostcb.id_tap(
+          lambda a, t: f(*a), (loss, gnorm, i)
+        )
+      ),
+    ),
+    (
+      "jax.debug.callback + SummaryWriter",
+      lambda f: lambda loss, gnorm, i: jax.debug.callback(f, loss, gnorm, i),
+    ),
+  ]:
     # One writer per variant, made once; each loop ends with its flush.
     state = {"writer": SummaryWriter(f"{logdir}/{name.split()[0]}")}
 
@@ -164,12 +185,14 @@ def main() -> None:
     for r in range(args.rounds):
       # Every other round backwards: a machine that slows down or speeds
       # up during a round weighs on the first and last variants alike.
-      for v in (vs if r % 2 == 0 else vs[::-1]):
+      for v in vs if r % 2 == 0 else vs[::-1]:
         times[v.name].append(run(v, args.steps, x, y))
   base = times["none"]
-  print(f"jax {jax.__version__}, {jax.devices()[0].platform}, "
-        f"{args.steps} steps x {args.rounds} interleaved rounds, "
-        f"SummaryWriter of {_summary_writer()[1]}")
+  print(
+    f"jax {jax.__version__}, {jax.devices()[0].platform}, "
+    f"{args.steps} steps x {args.rounds} interleaved rounds, "
+    f"SummaryWriter of {_summary_writer()[1]}"
+  )
   print("| logging 2 scalars per step | µs per step | vs no logging |")
   print("|---|---:|---:|")
   for name, ts in times.items():

@@ -9,6 +9,7 @@ step, the untapped scan's time subtracted) and the by-name/by-id ratios.
 
     python benchmarks/bench_named.py [--steps 20000] [--repeats 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,18 +48,22 @@ def main() -> None:
 
   def scan(body):
     def run(x):
-      return jax.lax.scan(lambda c, _: (body(c), None), x, None,
-                          length=a.steps)[0]
+      return jax.lax.scan(
+        lambda c, _: (body(c), None), x, None, length=a.steps
+      )[0]
+
     return jax.jit(run)
 
   variants = {
-      "none": scan(lambda c: c + 1),
-      "id_tap by id": scan(lambda c: hostcb.id_tap(tap_by_id, c) + 1),
-      "id_tap by name": scan(lambda c: hostcb.id_tap(tap_by_name, c) + 1),
-      "call by id": scan(lambda c: hostcb.call(call_by_id, c,
-                                               result_shape=S) + 1),
-      "call by name": scan(lambda c: hostcb.call(call_by_name, c,
-                                                 result_shape=S) + 1),
+    "none": scan(lambda c: c + 1),
+    "id_tap by id": scan(lambda c: hostcb.id_tap(tap_by_id, c) + 1),
+    "id_tap by name": scan(lambda c: hostcb.id_tap(tap_by_name, c) + 1),
+    "call by id": scan(
+      lambda c: hostcb.call(call_by_id, c, result_shape=S) + 1
+    ),
+    "call by name": scan(
+      lambda c: hostcb.call(call_by_name, c, result_shape=S) + 1
+    ),
   }
   x = np.zeros(4, np.float32)
   for f in variants.values():  # compile and warm up
@@ -72,10 +77,15 @@ def main() -> None:
       hostcb.barrier_wait()
       times[name].append(time.perf_counter() - t0)
   base = statistics.median(times["none"])
-  per_step = {k: (statistics.median(v) - base) / a.steps * 1e6
-              for k, v in times.items() if k != "none"}
-  print(f"jax {jax.__version__}, {a.steps} steps, {a.repeats} interleaved "
-        "rounds, medians, untapped scan subtracted")
+  per_step = {
+    k: (statistics.median(v) - base) / a.steps * 1e6
+    for k, v in times.items()
+    if k != "none"
+  }
+  print(
+    f"jax {jax.__version__}, {a.steps} steps, {a.repeats} interleaved "
+    "rounds, medians, untapped scan subtracted"
+  )
   for k, us in per_step.items():
     print(f"  {k:16s} {us:7.3f} us/step")
   for what in ("id_tap", "call"):

@@ -31,12 +31,14 @@ partitioned callback; and issue 32's: <= 1.5x one host copy.
 Usage: ``python benchmarks/bench_partitioned.py [--rounds N] [--steps K]
 [--mb MB | --kb KB]`` (issue 32's two sizes: ``--mb 16`` and ``--kb 4``).
 """
+
 from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=4")
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse
@@ -64,20 +66,24 @@ def _ignore(*args):
 def _loops(steps: int) -> dict[str, Callable]:
   """The jitted loops, one per way of tapping."""
   taps = {
-      "hostcb id_tap partitioned": lambda x: hostcb.id_tap(
-          _ignore_tap, x, partitioned=True),
-      "hostcb id_tap (gathers)": lambda x: hostcb.id_tap(_ignore_tap, x),
-      "jax.debug.callback partitioned": lambda x: jax.debug.callback(
-          _ignore, x, partitioned=True),
-      "hostcb.debug.callback partitioned": lambda x: hostcb.debug.callback(
-          _ignore, x, partitioned=True),
-      "no tap": lambda x: None,
+    "hostcb id_tap partitioned": lambda x: hostcb.id_tap(
+      _ignore_tap, x, partitioned=True
+    ),
+    "hostcb id_tap (gathers)": lambda x: hostcb.id_tap(_ignore_tap, x),
+    "jax.debug.callback partitioned": lambda x: jax.debug.callback(
+      _ignore, x, partitioned=True
+    ),
+    "hostcb.debug.callback partitioned": lambda x: hostcb.debug.callback(
+      _ignore, x, partitioned=True
+    ),
+    "no tap": lambda x: None,
   }
 
   def loop(tap):
     def body(i, x):
       tap(x)
       return x * np.float32(0.5) + np.float32(1.0)
+
     return jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, x))
 
   def copying_body(i, carry):
@@ -86,8 +92,9 @@ def _loops(steps: int) -> dict[str, Callable]:
 
   loops = {name: loop(tap) for name, tap in taps.items()}
   # Both results are outputs: XLA cannot drop the extra pass.
-  loops[COPY] = jax.jit(lambda x: jax.lax.fori_loop(
-      0, steps, copying_body, (x, x)))
+  loops[COPY] = jax.jit(
+    lambda x: jax.lax.fori_loop(0, steps, copying_body, (x, x))
+  )
   return loops
 
 
@@ -104,6 +111,7 @@ def _host_copies(steps: int, nbytes: int) -> Callable:
     for _ in range(steps):
       np.copyto(dst, src)
     return x
+
   return copies
 
 
@@ -119,8 +127,12 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--steps", type=int, default=8)
   parser.add_argument("--mb", type=int, default=64)
-  parser.add_argument("--kb", type=int, default=None,
-                      help="the array's size in KB (instead of --mb)")
+  parser.add_argument(
+    "--kb",
+    type=int,
+    default=None,
+    help="the array's size in KB (instead of --mb)",
+  )
   opts = parser.parse_args(argv)
   devices = jax.devices()
   if len(devices) != 4:
@@ -129,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
   size = f"{opts.kb} KB" if opts.kb is not None else f"{opts.mb} MB"
   n = nbytes // 4
   mesh = Mesh(np.array(devices), ("d",))
-  x = jax.device_put(jnp.zeros((4, n // 4), jnp.float32),
-                     NamedSharding(mesh, P("d")))
+  x = jax.device_put(
+    jnp.zeros((4, n // 4), jnp.float32), NamedSharding(mesh, P("d"))
+  )
   loops = _loops(opts.steps)
   loops[HOST_COPY] = _host_copies(opts.steps, nbytes)
   for f in loops.values():  # compile and warm up
@@ -146,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
   base = med["no tap"]
   cost = {name: max(m - base, 1e-9) for name, m in med.items()}
   cost[HOST_COPY] = med[HOST_COPY]  # no loop to subtract
-  print(f"jax {jax.__version__}, 4 CPU devices, {size} float32 split "
-        f"4 ways, {opts.steps} steps per loop, {opts.rounds} interleaved "
-        "rounds; median per step, and the tap's cost (minus the loop "
-        "without a tap)\n")
+  print(
+    f"jax {jax.__version__}, 4 CPU devices, {size} float32 split "
+    f"4 ways, {opts.steps} steps per loop, {opts.rounds} interleaved "
+    "rounds; median per step, and the tap's cost (minus the loop "
+    "without a tap)\n"
+  )
   print("| | per step | tap cost per step |")
   print("|---|---|---|")
   for name in loops:
@@ -159,17 +174,25 @@ def main(argv: list[str] | None = None) -> int:
   gather = cost["hostcb id_tap (gathers)"]
   theirs = cost["jax.debug.callback partitioned"]
   drop_in = cost["hostcb.debug.callback partitioned"]
-  print(f"\npartitioned / gathering tap = {ours / gather:.2f} "
-        f"(goal <= 0.33: {'met' if ours / gather <= 1 / 3 else 'MISSED'})")
-  print(f"jax.debug.callback(partitioned) / hostcb partitioned tap = "
-        f"{theirs / ours:.1f} (goal >= 10: "
-        f"{'met' if theirs / ours >= 10 else 'MISSED'})")
-  print(f"jax.debug.callback(partitioned) / hostcb.debug.callback"
-        f"(partitioned) = {theirs / drop_in:.1f}")
+  print(
+    f"\npartitioned / gathering tap = {ours / gather:.2f} "
+    f"(goal <= 0.33: {'met' if ours / gather <= 1 / 3 else 'MISSED'})"
+  )
+  print(
+    f"jax.debug.callback(partitioned) / hostcb partitioned tap = "
+    f"{theirs / ours:.1f} (goal >= 10: "
+    f"{'met' if theirs / ours >= 10 else 'MISSED'})"
+  )
+  print(
+    f"jax.debug.callback(partitioned) / hostcb.debug.callback"
+    f"(partitioned) = {theirs / drop_in:.1f}"
+  )
   print(f"hostcb partitioned tap / the limit = {ours / cost[COPY]:.1f}")
-  print(f"hostcb partitioned tap / one host copy = "
-        f"{ours / cost[HOST_COPY]:.2f} (issue 32's goal at 16 MB: <= 1.5: "
-        f"{'met' if ours / cost[HOST_COPY] <= 1.5 else 'MISSED'})")
+  print(
+    f"hostcb partitioned tap / one host copy = "
+    f"{ours / cost[HOST_COPY]:.2f} (issue 32's goal at 16 MB: <= 1.5: "
+    f"{'met' if ours / cost[HOST_COPY] <= 1.5 else 'MISSED'})"
+  )
   return 0
 
 

@@ -31,6 +31,7 @@ the loop's length (the script fails if one does not).
     python benchmarks/bench_progress.py [--steps 10000] [--train-steps 1000]
         [--rounds 7] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,6 +82,7 @@ class Bars:
 
 class HostcbBars(tqdm.tqdm):
   """hostcb.progress's bars, written to os.devnull and counted."""
+
   finished: list = []
 
   def __init__(self, *args, **kwargs):
@@ -122,13 +124,19 @@ def _loops(steps: int, train_steps: int):
   """(name, body, init, xs, length) of the two loops."""
   key = jax.random.key(0)
   k1, k2, k3 = jax.random.split(key, 3)
-  params = (jax.random.normal(k1, (32, 256)) * 0.1, jnp.zeros(256),
-            jax.random.normal(k2, (256, 1)) * 0.1, jnp.zeros(1))
+  params = (
+    jax.random.normal(k1, (32, 256)) * 0.1,
+    jnp.zeros(256),
+    jax.random.normal(k2, (256, 1)) * 0.1,
+    jnp.zeros(1),
+  )
   xs = jax.random.normal(k3, (train_steps, 128, 32))
   batches = (xs, jnp.sum(xs, axis=-1, keepdims=True))
-  return [("tiny body", tiny_body, jnp.ones(16), None, steps),
-          ("small body", small_body, jnp.ones((32, 32)), None, steps),
-          ("training", training_body, params, batches, train_steps)]
+  return [
+    ("tiny body", tiny_body, jnp.ones(16), None, steps),
+    ("small body", small_body, jnp.ones((32, 32)), None, steps),
+    ("training", training_body, params, batches, train_steps),
+  ]
 
 
 def _variants(body, length: int, reference: Bars):
@@ -143,30 +151,42 @@ def _variants(body, length: int, reference: Bars):
         i = i + 1
         tap(i)
         return (i, c), y
+
       (_, c), ys = lax.scan(f, (jnp.int32(0), init), xs, length=length)
       return c, ys
+
     return scan
 
   def every_step(i):
     jax.debug.callback(reference.step, i)
 
   def every_k(i):
-    lax.cond(i % k == 0, lambda: jax.debug.callback(reference.to, i),
-             lambda: None)
+    lax.cond(
+      i % k == 0, lambda: jax.debug.callback(reference.to, i), lambda: None
+    )
 
   def id_tap(i):
     hostcb.id_tap(reference.to, i)
 
   return [
-      ("no bar", jax.jit(lambda init, xs: lax.scan(body, init, xs,
-                                                   length=length))),
-      ("hostcb.progress.scan", jax.jit(
-          lambda init, xs: progress.scan(body, init, xs, length=length,
-                                         tqdm_class=HostcbBars))),
-      ("jax.debug.callback every step", jax.jit(with_step(every_step))),
-      (f"jax.debug.callback every {k} steps (lax.cond)",
-       jax.jit(with_step(every_k))),
-      ("hostcb.id_tap every step", jax.jit(with_step(id_tap))),
+    (
+      "no bar",
+      jax.jit(lambda init, xs: lax.scan(body, init, xs, length=length)),
+    ),
+    (
+      "hostcb.progress.scan",
+      jax.jit(
+        lambda init, xs: progress.scan(
+          body, init, xs, length=length, tqdm_class=HostcbBars
+        )
+      ),
+    ),
+    ("jax.debug.callback every step", jax.jit(with_step(every_step))),
+    (
+      f"jax.debug.callback every {k} steps (lax.cond)",
+      jax.jit(with_step(every_k)),
+    ),
+    ("hostcb.id_tap every step", jax.jit(with_step(id_tap))),
   ]
 
 
@@ -200,10 +220,14 @@ def measure(name: str, body, init, xs, length: int, rounds: int):
   r = [statistics.median(t) for t in ready]
   d = [statistics.median(t) for t in done]
   finished = reference.close()[1:] + HostcbBars.finished  # [0]: no bar yet
-  complete = all(n == length for n in finished) and len(
-      HostcbBars.finished) == rounds + 1
-  return [(v, r[i], r[i] / r[0], d[i], d[i] / d[0])
-          for i, (v, _) in enumerate(variants)], complete
+  complete = (
+    all(n == length for n in finished)
+    and len(HostcbBars.finished) == rounds + 1
+  )
+  return [
+    (v, r[i], r[i] / r[0], d[i], d[i] / d[0])
+    for i, (v, _) in enumerate(variants)
+  ], complete
 
 
 def main() -> None:
@@ -211,30 +235,39 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=10000)
   parser.add_argument("--train-steps", type=int, default=1000)
   parser.add_argument("--rounds", type=int, default=7)
-  parser.add_argument("--quick", action="store_true",
-                      help="a short run (3 rounds): checks that everything "
-                           "works; the figures are rougher")
+  parser.add_argument(
+    "--quick",
+    action="store_true",
+    help="a short run (3 rounds): checks that everything "
+    "works; the figures are rougher",
+  )
   args = parser.parse_args()
   if args.quick:
     args.rounds = 3
-  print(f"jax {jax.__version__}, hostcb {hostcb.__version__}, "
-        f"tqdm {tqdm.__version__}, {jax.devices()[0].platform}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-        f"cores; native engine: "
-        f"{'yes' if engine.available() else engine.unavailable_reason()}")
+  print(
+    f"jax {jax.__version__}, hostcb {hostcb.__version__}, "
+    f"tqdm {tqdm.__version__}, {jax.devices()[0].platform}, "
+    f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+    f"cores; native engine: "
+    f"{'yes' if engine.available() else engine.unavailable_reason()}"
+  )
   ok = True
   t0 = time.perf_counter()
   for name, body, init, xs, length in _loops(args.steps, args.train_steps):
     rows, complete = measure(name, body, init, xs, length, args.rounds)
     ok = ok and complete
-    print(f"\n{name}: a jitted {length}-step lax.scan, median of "
-          f"{args.rounds} interleaved rounds\n")
-    print("| variant | results ready, ms | vs no bar | end to end, ms "
-          "| vs no bar |")
+    print(
+      f"\n{name}: a jitted {length}-step lax.scan, median of "
+      f"{args.rounds} interleaved rounds\n"
+    )
+    print(
+      "| variant | results ready, ms | vs no bar | end to end, ms | vs no bar |"
+    )
     print("|---|---:|---:|---:|---:|")
     for variant, r, rr, d, dr in rows:
-      print(f"| {variant} | {r * 1e3:.2f} | {rr:.3f}× | {d * 1e3:.2f} "
-            f"| {dr:.3f}× |")
+      print(
+        f"| {variant} | {r * 1e3:.2f} | {rr:.3f}× | {d * 1e3:.2f} | {dr:.3f}× |"
+      )
     print(f"\nevery bar reached {length}: {'yes' if complete else 'NO'}")
   print(f"\n({time.perf_counter() - t0:.0f} s)")
   if not ok:

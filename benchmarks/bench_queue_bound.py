@@ -10,6 +10,7 @@ released, and every tap must arrive.
     python benchmarks/bench_queue_bound.py [--steps 2000000] [--queue-mb 16]
         [--hold 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,23 +45,27 @@ def main() -> None:
     def body(c, _):
       hostcb.id_tap(tap, tuple(c + i for i in range(20)))
       return c + 1.0, None
+
     return jax.lax.scan(body, x, None, length=opts.steps)[0]
 
   run.lower(jnp.float32(0)).compile()
   base = rss()
   worker = threading.Thread(
-      target=lambda: jax.block_until_ready(run(jnp.float32(0))))
+    target=lambda: jax.block_until_ready(run(jnp.float32(0)))
+  )
   worker.start()
   time.sleep(opts.hold)  # the device fills the queue, then waits for space
   grown = rss() - base
   release.set()
   worker.join(600)
   hostcb.barrier_wait()
-  print(f"jax {jax.__version__}; native engine: "
-        f"{'yes' if hostcb.engine.available() else 'no'}; queue bound "
-        f"{opts.queue_mb} MB; tap function blocked for {opts.hold:g} s: "
-        f"memory grew by {grown / 2**20:.0f} MB; {seen[0]} of {opts.steps} "
-        f"taps of 20 scalars delivered")
+  print(
+    f"jax {jax.__version__}; native engine: "
+    f"{'yes' if hostcb.engine.available() else 'no'}; queue bound "
+    f"{opts.queue_mb} MB; tap function blocked for {opts.hold:g} s: "
+    f"memory grew by {grown / 2**20:.0f} MB; {seen[0]} of {opts.steps} "
+    f"taps of 20 scalars delivered"
+  )
   if seen[0] != opts.steps:
     raise SystemExit("taps were lost")
 

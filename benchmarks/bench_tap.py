@@ -27,6 +27,7 @@ compiled under its own setting and timed in the same interleaved rounds.
     python benchmarks/bench_tap.py [--steps 20000] [--repeats 5]
         [--taps 1000000] [--slow-ms 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,14 +50,18 @@ LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
 ON_GPU = jax.devices()[0].platform == "gpu"
 # The settings of hostcb_gpu_engine that the rows compare: on a GPU both,
 # labelled; elsewhere the option changes nothing.
-GPU_ENGINE_MODES = ((" [GPU engine]", True), (" [Python callbacks]", False)) \
-    if ON_GPU else (("", None),)
+GPU_ENGINE_MODES = (
+  ((" [GPU engine]", True), (" [Python callbacks]", False))
+  if ON_GPU
+  else (("", None),)
+)
 
 
 def gpu_engine_available() -> bool:
   """Whether the engine's GPU back end can run here (whatever the option)."""
   return engine.gpu.available(
-      hostcb.config.read(hostcb.config.MAX_QUEUE_BYTE_SIZE))
+    hostcb.config.read(hostcb.config.MAX_QUEUE_BYTE_SIZE)
+  )
 
 
 @contextlib.contextmanager
@@ -81,11 +86,14 @@ def rss() -> int:
 
 def scan_of(step, steps: int):
   """A jitted ``lax.scan`` of ``steps`` steps of ``step`` (and + 1.0)."""
+
   @jax.jit
   def run(x):
     def body(c, _):
       return step(c) + 1.0, None
+
     return jax.lax.scan(body, x, None, length=steps)[0]
+
   return run
 
 
@@ -127,24 +135,54 @@ def per_step(steps: int, repeats: int):
   variants = [("untapped scan", lambda c: c, nothing, False, None)]
   if engine.available() and (not ON_GPU or gpu_engine_available()):
     noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
-    variants.append(("empty XLA FFI custom call (the limit)",
-                     lambda c: (noop(c), c)[1], nothing, False, None))
+    variants.append(
+      (
+        "empty XLA FFI custom call (the limit)",
+        lambda c: (noop(c), c)[1],
+        nothing,
+        False,
+        None,
+      )
+    )
   for label, mode in GPU_ENGINE_MODES:
     variants += [
-        ("hostcb.id_tap, end to end" + label,
-         lambda c: hostcb.id_tap(tap, c), hostcb.barrier_wait, True, mode),
-        ("hostcb.id_tap, device time" + label,
-         lambda c: hostcb.id_tap(tap, c), nothing, True, mode),
-        ("hostcb.call" + label,
-         lambda c: hostcb.call(ret, c, result_shape=f32),
-         hostcb.barrier_wait, True, mode),
+      (
+        "hostcb.id_tap, end to end" + label,
+        lambda c: hostcb.id_tap(tap, c),
+        hostcb.barrier_wait,
+        True,
+        mode,
+      ),
+      (
+        "hostcb.id_tap, device time" + label,
+        lambda c: hostcb.id_tap(tap, c),
+        nothing,
+        True,
+        mode,
+      ),
+      (
+        "hostcb.call" + label,
+        lambda c: hostcb.call(ret, c, result_shape=f32),
+        hostcb.barrier_wait,
+        True,
+        mode,
+      ),
     ]
   variants += [
-      ("jax.debug.callback", lambda c: (jax.debug.callback(plain, c), c)[1],
-       jax.effects_barrier, True, None),
-      ("io_callback(ordered=True)",
-       lambda c: io_callback(ret, f32, c, ordered=True), jax.effects_barrier,
-       True, None),
+    (
+      "jax.debug.callback",
+      lambda c: (jax.debug.callback(plain, c), c)[1],
+      jax.effects_barrier,
+      True,
+      None,
+    ),
+    (
+      "io_callback(ordered=True)",
+      lambda c: io_callback(ret, f32, c, ordered=True),
+      jax.effects_barrier,
+      True,
+      None,
+    ),
   ]
   runs = []
   for _, step, _, _, mode in variants:
@@ -192,14 +230,30 @@ def dispatch(calls: int, rounds: int = 5):
   variants = [("no callback", lambda x: x + 1, default, 0, None)]
   for label, mode in GPU_ENGINE_MODES:
     variants += [
-        ("hostcb.id_tap (default: fast dispatch)" + label,
-         lambda x: hostcb.id_tap(ignore, x) + 1, False, 1, mode),
-        ("hostcb.id_tap, hostcb_strict_barrier" + label,
-         lambda x: hostcb.id_tap(ignore, x) + 1, True, 1, mode),
+      (
+        "hostcb.id_tap (default: fast dispatch)" + label,
+        lambda x: hostcb.id_tap(ignore, x) + 1,
+        False,
+        1,
+        mode,
+      ),
+      (
+        "hostcb.id_tap, hostcb_strict_barrier" + label,
+        lambda x: hostcb.id_tap(ignore, x) + 1,
+        True,
+        1,
+        mode,
+      ),
     ]
-  variants.append(("jax.debug.callback",
-                   lambda x: (jax.debug.callback(ignore, x), x + 1)[1],
-                   default, 1, None))
+  variants.append(
+    (
+      "jax.debug.callback",
+      lambda x: (jax.debug.callback(ignore, x), x + 1)[1],
+      default,
+      1,
+      None,
+    )
+  )
   rows = []
   for name, fn, strict_mode, taps, mode in variants:
     hostcb.config.update(strict, strict_mode)
@@ -242,6 +296,7 @@ def many_taps(n: int, mode: bool | None = None):
     def body(c, i):
       hostcb.id_tap(tap, jnp.full((64,), i, jnp.float32))
       return c, None
+
     return jax.lax.scan(body, x, jnp.arange(n, dtype=jnp.int32))[0]
 
   with gpu_engine(mode):
@@ -261,6 +316,7 @@ def many_taps(n: int, mode: bool | None = None):
 def overlap(slow_ms: float, steps: int = 200, mode: bool | None = None):
   """(host s, device s, together s): a slow tap beside device work, with
   ``hostcb_gpu_engine = mode`` (None: as it is)."""
+
   def slow(x, transforms):
     time.sleep(slow_ms / 1e3)
 
@@ -279,7 +335,9 @@ def overlap(slow_ms: float, steps: int = 200, mode: bool | None = None):
         if tapped:
           hostcb.id_tap(slow, c[0, 0])
         return c, None
+
       return jax.lax.scan(body, c, None, length=steps)[0]
+
     return run
 
   c = jnp.ones((300, 300), jnp.float32)
@@ -299,54 +357,78 @@ def main() -> None:
   parser.add_argument("--taps", type=int, default=1_000_000)
   parser.add_argument("--slow-ms", type=float, default=1.0)
   args = parser.parse_args()
-  print(f"jax {jax.__version__}, {jax.devices()[0].platform}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
-        f"cores; native engine: "
-        f"{'yes' if engine.available() else engine.unavailable_reason()}")
+  print(
+    f"jax {jax.__version__}, {jax.devices()[0].platform}, "
+    f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
+    f"cores; native engine: "
+    f"{'yes' if engine.available() else engine.unavailable_reason()}"
+  )
   if ON_GPU:
-    print("GPU engine: " + ("available" if gpu_engine_available() else
-                            f"NOT available: {engine.gpu.unavailable_reason()}"))
+    print(
+      "GPU engine: "
+      + (
+        "available"
+        if gpu_engine_available()
+        else f"NOT available: {engine.gpu.unavailable_reason()}"
+      )
+    )
   rows = per_step(args.steps, args.repeats)
   by = {name: v for name, v, _ in rows}
   dbg, io = by["jax.debug.callback"], by["io_callback(ordered=True)"]
-  print(f"\n{args.steps} scan steps over f32[4], median of {args.repeats} "
-        "interleaved rounds\n")
-  print("| per scan step | µs | vs jax.debug.callback | vs io_callback "
-        "| all delivered |")
+  print(
+    f"\n{args.steps} scan steps over f32[4], median of {args.repeats} "
+    "interleaved rounds\n"
+  )
+  print(
+    "| per scan step | µs | vs jax.debug.callback | vs io_callback "
+    "| all delivered |"
+  )
   print("|---|---:|---:|---:|:---:|")
   for name, v, ok in rows:
     ratio = lambda a: f"{a / v:.0f}×" if v > 0 else "∞"
-    print(f"| {name} | {v:.3f} | {ratio(dbg)} | {ratio(io)} | "
-          f"{'yes' if ok else 'NO'} |")
-  print(f"| legacy JAX 0.4.30 id_tap / call (reference) | "
-        f"{LEGACY['id_tap']} / {LEGACY['call']} | | | |")
+    print(
+      f"| {name} | {v:.3f} | {ratio(dbg)} | {ratio(io)} | "
+      f"{'yes' if ok else 'NO'} |"
+    )
+  print(
+    f"| legacy JAX 0.4.30 id_tap / call (reference) | "
+    f"{LEGACY['id_tap']} / {LEGACY['call']} | | | |"
+  )
 
   drows = dispatch(3000)
   untapped = drows[0][1]
-  print("\n| one dispatch of a tiny jitted function | µs | vs no callback "
-        "| all delivered |")
+  print(
+    "\n| one dispatch of a tiny jitted function | µs | vs no callback "
+    "| all delivered |"
+  )
   print("|---|---:|---:|:---:|")
   for name, v, ok in drows:
-    print(f"| {name} | {v:.1f} | {v / untapped:.1f}× | "
-          f"{'yes' if ok else 'NO'} |")
-  print(f"| legacy JAX 0.4.30 id_tap (reference) | {LEGACY['dispatch']:.0f} "
-        "| | |")
+    print(
+      f"| {name} | {v:.1f} | {v / untapped:.1f}× | {'yes' if ok else 'NO'} |"
+    )
+  print(
+    f"| legacy JAX 0.4.30 id_tap (reference) | {LEGACY['dispatch']:.0f} | | |"
+  )
 
   for label, mode in GPU_ENGINE_MODES:
     us, ok, grown = many_taps(args.taps, mode)
-    print(f"\n{args.taps:,} taps of f32[64] end to end{label}: {us:.2f} µs "
-          f"per tap; all delivered with their values: "
-          f"{'yes' if ok else 'NO'}; memory grew by {grown:.0f} MB (queue "
-          f"bound "
-          f"{hostcb.config.read('jax_host_callback_max_queue_byte_size') / 1e6:.0f}"
-          " MB per device)")
+    print(
+      f"\n{args.taps:,} taps of f32[64] end to end{label}: {us:.2f} µs "
+      f"per tap; all delivered with their values: "
+      f"{'yes' if ok else 'NO'}; memory grew by {grown:.0f} MB (queue "
+      f"bound "
+      f"{hostcb.config.read('jax_host_callback_max_queue_byte_size') / 1e6:.0f}"
+      " MB per device)"
+    )
 
   for label, mode in GPU_ENGINE_MODES:
     host, device, together = overlap(args.slow_ms, mode=mode)
-    print(f"\nslow tap ({args.slow_ms} ms each) beside device work{label}: "
-          f"host {host:.2f} s, device {device:.2f} s, together "
-          f"{together:.2f} s = {together / max(host, device):.2f}× "
-          "max(host, device)")
+    print(
+      f"\nslow tap ({args.slow_ms} ms each) beside device work{label}: "
+      f"host {host:.2f} s, device {device:.2f} s, together "
+      f"{together:.2f} s = {together / max(host, device):.2f}× "
+      "max(host, device)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ every variant alike; each loop ends with ``hostcb.barrier_wait()`` and
 
     python benchmarks/bench_train_loop.py [--steps 2000] [--rounds 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,12 @@ import hostcb
 
 def _init(key):
   k1, k2 = jax.random.split(key)
-  return {"w1": jax.random.normal(k1, (64, 128)) * 0.1, "b1": jnp.zeros(128),
-          "w2": jax.random.normal(k2, (128, 1)) * 0.1, "b2": jnp.zeros(1)}
+  return {
+    "w1": jax.random.normal(k1, (64, 128)) * 0.1,
+    "b1": jnp.zeros(128),
+    "w2": jax.random.normal(k2, (128, 1)) * 0.1,
+    "b2": jnp.zeros(1),
+  }
 
 
 def _loss(params, x, y):
@@ -49,12 +54,14 @@ NUMPY_ROW = "hostcb.debug.callback, NumPy opt-out"
 
 def make_step(log):
   """The jitted step; ``log(loss)`` stages the callback (or nothing)."""
+
   def step(params, velocity, x, y):
     loss, grads = jax.value_and_grad(_loss)(params, x, y)
     velocity = jax.tree.map(lambda v, g: 0.9 * v + g, velocity, grads)
     params = jax.tree.map(lambda p, v: p - 1e-3 * v, params, velocity)
     log(loss)
     return params, velocity
+
   return jax.jit(step, donate_argnums=(0, 1))
 
 
@@ -72,13 +79,15 @@ def variants(seen: dict[str, list]) -> dict:
     return lambda loss: callback(append, loss)
 
   return {
-      "none": make_step(lambda loss: None),
-      "hostcb.id_tap": make_step(tap("hostcb.id_tap")),
-      "hostcb.debug.callback": make_step(
-          debug("hostcb.debug.callback", hostcb.debug.callback)),
-      NUMPY_ROW: make_step(debug(NUMPY_ROW, hostcb.debug.callback)),
-      "jax.debug.callback": make_step(
-          debug("jax.debug.callback", jax.debug.callback)),
+    "none": make_step(lambda loss: None),
+    "hostcb.id_tap": make_step(tap("hostcb.id_tap")),
+    "hostcb.debug.callback": make_step(
+      debug("hostcb.debug.callback", hostcb.debug.callback)
+    ),
+    NUMPY_ROW: make_step(debug(NUMPY_ROW, hostcb.debug.callback)),
+    "jax.debug.callback": make_step(
+      debug("jax.debug.callback", jax.debug.callback)
+    ),
   }
 
 
@@ -114,11 +123,14 @@ def main() -> None:
       seen.get(name, []).clear()
       times[name].append(run(step, args.steps, x, y))
       if name != "none" and len(seen[name]) != args.steps:
-        raise SystemExit(f"{name} logged {len(seen[name])} of "
-                         f"{args.steps} steps")
+        raise SystemExit(
+          f"{name} logged {len(seen[name])} of {args.steps} steps"
+        )
   base = statistics.median(times["none"])
-  print(f"jax {jax.__version__}, {jax.devices()[0].platform}, "
-        f"{args.steps} steps x {args.rounds} interleaved rounds")
+  print(
+    f"jax {jax.__version__}, {jax.devices()[0].platform}, "
+    f"{args.steps} steps x {args.rounds} interleaved rounds"
+  )
   print("| variant | argument | µs per step | vs no callback |")
   print("|---|---|---:|---:|")
   for name, ts in times.items():

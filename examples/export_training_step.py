@@ -7,6 +7,7 @@ exports the step to ``train_step.jax`` (in a temporary directory), then
 starts ``python examples/export_training_step.py --run train_step.jax``,
 which registers the same names and runs it.  Both print the same lines.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,8 @@ def loss_fn(w, x, y):
 
 def train_step(w, x, y):
   loss, g = jax.value_and_grad(loss_fn)(w, x, y)
-  hostcb.id_tap(log_loss, loss)                      # asynchronous tap
-  g = hostcb.call(clip, g, result_shape=g)           # host call, waits
+  hostcb.id_tap(log_loss, loss)  # asynchronous tap
+  g = hostcb.call(clip, g, result_shape=g)  # host call, waits
   hostcb.debug.print("grad norm {n:.3f}", n=jnp.linalg.norm(g))
   return w - 0.1 * g
 
@@ -53,9 +54,10 @@ def data():
 def export(path: str) -> None:
   w, x, y = data()
   exported = jax.export.export(
-      jax.jit(train_step), disabled_checks=hostcb.export_checks())(w, x, y)
+    jax.jit(train_step), disabled_checks=hostcb.export_checks()
+  )(w, x, y)
   with open(path, "wb") as f:
-    f.write(exported.serialize())   # needs flatbuffers: hostcb[export]
+    f.write(exported.serialize())  # needs flatbuffers: hostcb[export]
   print("in the exporting process:", flush=True)
   for _ in range(2):
     w = train_step(w, x, y)
@@ -79,5 +81,6 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
       path = os.path.join(tmp, "train_step.jax")
       export(path)
-      subprocess.run([sys.executable, __file__, "--run", path], check=True,
-                     timeout=300)
+      subprocess.run(
+        [sys.executable, __file__, "--run", path], check=True, timeout=300
+      )

@@ -4,6 +4,7 @@
 
 It imports the module JAX removed; hostcb's import hook provides it.
 """
+
 import sys
 
 import jax
@@ -19,7 +20,8 @@ def main(steps: int) -> None:
   total = jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, x))(1.0)
   hcb.barrier_wait()
   doubled = jax.jit(lambda x: hcb.call(lambda v: v * 2, x, result_shape=x))(
-      jnp.float32(total))
+    jnp.float32(total)
+  )
   print("total", total, "doubled on the host", doubled)
 
 

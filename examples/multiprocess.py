@@ -29,6 +29,7 @@ What it shows (see docs/multiprocess.md):
 * under ``pmap`` each process prints for its own devices;
 * ``barrier_wait(all_processes=True)`` waits for the taps of every process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,17 @@ import time
 def worker(args) -> None:
   """One process of the program."""
   import jax
+
   # CPU devices of different processes talk through gloo (this only
   # concerns the CPU backend; GPUs use their own collectives).
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if args.coordinator:
-    jax.distributed.initialize(args.coordinator,
-                               num_processes=args.num_processes,
-                               process_id=args.process_id,
-                               initialization_timeout=60)
+    jax.distributed.initialize(
+      args.coordinator,
+      num_processes=args.num_processes,
+      process_id=args.process_id,
+      initialization_timeout=60,
+    )
   else:
     jax.distributed.initialize()  # from the cluster's environment
 
@@ -67,13 +71,17 @@ def worker(args) -> None:
   n = 2 * len(devices)
   whole = np.arange(n, dtype=np.float32)
   x = jax.make_array_from_callback((n,), sharding, lambda idx: whole[idx])
-  print(f"process {me} of {jax.process_count()}: local devices "
-        f"{jax.local_devices()}, global array of {n} elements", flush=True)
+  print(
+    f"process {me} of {jax.process_count()}: local devices "
+    f"{jax.local_devices()}, global array of {n} elements",
+    flush=True,
+  )
 
   # 1. A tap in jit over the global mesh: once, in the process of device 0.
   @jax.jit
   def total(v):
     return hostcb.id_print(v.sum(), what="global sum (id_print in jit)")
+
   total(x).block_until_ready()
 
   # 2. A call in jit: the host function sees the whole operand once; every
@@ -82,18 +90,25 @@ def worker(args) -> None:
     print(f"process {me}: call got the whole operand {a}", flush=True)
     return np.cumsum(a)
 
-  cumsum = jax.jit(lambda v: hostcb.call(
-      host_cumsum, v, result_shape=jax.ShapeDtypeStruct(v.shape, v.dtype)),
-      out_shardings=sharding)
+  cumsum = jax.jit(
+    lambda v: hostcb.call(
+      host_cumsum, v, result_shape=jax.ShapeDtypeStruct(v.shape, v.dtype)
+    ),
+    out_shardings=sharding,
+  )
   y = cumsum(x)
   for shard in y.addressable_shards:
-    print(f"process {me}: shard of the call's result on {shard.device}: "
-          f"{np.asarray(shard.data)}", flush=True)
+    print(
+      f"process {me}: shard of the call's result on {shard.device}: "
+      f"{np.asarray(shard.data)}",
+      flush=True,
+    )
 
   # 3. pmap: each process taps for its local devices.
   local = np.arange(jax.local_device_count(), dtype=np.float32) + 10 * me
   jax.pmap(lambda v: hostcb.id_print(v, what="pmap", tap_with_device=True))(
-      local).block_until_ready()
+    local
+  ).block_until_ready()
 
   # 4. Wait for this process's taps, then for every other process.
   hostcb.barrier_wait("end", all_processes=True)
@@ -114,32 +129,52 @@ def _checkout_src() -> str | None:
   has no hostcb installed, else None: an installed hostcb has its native
   engine, a checkout's ``src/`` has none until built in place."""
   import importlib.util
+
   if importlib.util.find_spec("hostcb") is not None:
     return None
-  src = os.path.join(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))), "src")
-  return src if os.path.isfile(os.path.join(src, "hostcb",
-                                            "__init__.py")) else None
+  src = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"
+  )
+  return (
+    src if os.path.isfile(os.path.join(src, "hostcb", "__init__.py")) else None
+  )
 
 
-def launch_locally(num_processes: int, timeout: float,
-                   verbose: bool = False) -> int:
+def launch_locally(
+  num_processes: int, timeout: float, verbose: bool = False
+) -> int:
   """Runs ``num_processes`` workers on this machine; their exit status."""
   src = _checkout_src()  # else the installed hostcb
   env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      " --xla_force_host_platform_device_count=2").strip()
+  env["XLA_FLAGS"] = (
+    env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+  ).strip()
   env["JAX_PLATFORMS"] = "cpu"
   env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   env["PYTHONPATH"] = os.pathsep.join(
-      p for p in (src, env.get("PYTHONPATH")) if p)
+    p for p in (src, env.get("PYTHONPATH")) if p
+  )
   coordinator = f"127.0.0.1:{free_port()}"
-  procs = [subprocess.Popen(
-      [sys.executable, os.path.abspath(__file__), "--worker",
-       "--coordinator", coordinator, "--num-processes", str(num_processes),
-       "--process-id", str(i)],
-      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-      for i in range(num_processes)]
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--coordinator",
+        coordinator,
+        "--num-processes",
+        str(num_processes),
+        "--process-id",
+        str(i),
+      ],
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(num_processes)
+  ]
 
   def relay(i: int, stream, out) -> None:
     for line in stream:
@@ -150,13 +185,18 @@ def launch_locally(num_processes: int, timeout: float,
 
   # stdout and stderr are relayed separately, so that the runtime's log
   # lines (stderr) never cut a printed line in two.
-  relays = [threading.Thread(target=relay, args=(i, stream, out), daemon=True)
-            for i, p in enumerate(procs)
-            for stream, out in ((p.stdout, sys.stdout),
-                                (p.stderr, sys.stderr))]
+  relays = [
+    threading.Thread(target=relay, args=(i, stream, out), daemon=True)
+    for i, p in enumerate(procs)
+    for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))
+  ]
   exits: queue.Queue = queue.Queue()
-  waiters = [threading.Thread(target=lambda i=i, p=p: exits.put((i, p.wait())),
-                              daemon=True) for i, p in enumerate(procs)]
+  waiters = [
+    threading.Thread(
+      target=lambda i=i, p=p: exits.put((i, p.wait())), daemon=True
+    )
+    for i, p in enumerate(procs)
+  ]
   for t in relays + waiters:
     t.start()
   deadline = time.monotonic() + timeout
@@ -169,8 +209,7 @@ def launch_locally(num_processes: int, timeout: float,
         status = rc
         break
   except queue.Empty:
-    print(f"the processes did not finish within {timeout:g} s",
-          file=sys.stderr)
+    print(f"the processes did not finish within {timeout:g} s", file=sys.stderr)
     status = 1
   finally:
     for p in procs:
@@ -185,23 +224,34 @@ def launch_locally(num_processes: int, timeout: float,
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--worker", action="store_true",
-                      help="run as one process of a multi-process program")
+  parser.add_argument(
+    "--worker",
+    action="store_true",
+    help="run as one process of a multi-process program",
+  )
   parser.add_argument("--coordinator", help="HOST:PORT of process 0")
   parser.add_argument("--num-processes", type=int)
   parser.add_argument("--process-id", type=int)
-  parser.add_argument("--local-processes", type=int, default=2,
-                      help="how many local processes to start (default 2)")
-  parser.add_argument("--timeout", type=float, default=120,
-                      help="seconds to wait for the local processes")
-  parser.add_argument("--verbose", action="store_true",
-                      help="also show the runtime's log lines")
+  parser.add_argument(
+    "--local-processes",
+    type=int,
+    default=2,
+    help="how many local processes to start (default 2)",
+  )
+  parser.add_argument(
+    "--timeout",
+    type=float,
+    default=120,
+    help="seconds to wait for the local processes",
+  )
+  parser.add_argument(
+    "--verbose", action="store_true", help="also show the runtime's log lines"
+  )
   args = parser.parse_args()
   if args.worker:
     worker(args)
   else:
-    sys.exit(launch_locally(args.local_processes, args.timeout,
-                            args.verbose))
+    sys.exit(launch_locally(args.local_processes, args.timeout, args.verbose))
 
 
 if __name__ == "__main__":

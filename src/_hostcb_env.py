@@ -12,6 +12,7 @@ case, blanks around ignored), and anything else is an error: a misspelt
 value must not silently mean the opposite of what was meant (e.g.
 ``HOSTCB_DISABLE_NATIVE=false`` turning the engine off).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ def parse_flag(var: str, raw: str) -> bool:
     return True
   if value in FALSE:
     return False
-  raise ValueError(f"environment variable {var} must be a boolean such as "
-                   f"'1', 'true', '0' or 'false'; got {raw!r}")
+  raise ValueError(
+    f"environment variable {var} must be a boolean such as "
+    f"'1', 'true', '0' or 'false'; got {raw!r}"
+  )
 
 
 def env_flag(var: str, default: bool = False) -> bool:

@@ -14,6 +14,7 @@ imports only then (and which does not import this one).
 Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the ``.pth`` file from installing it
 (a value that is not a boolean is an error, see :mod:`_hostcb_env`).
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -35,6 +36,7 @@ class LegacyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
   def create_module(self, spec):
     from hostcb import import_hook  # noqa: PLC0415  (only now: imports JAX)
+
     return import_hook.legacy_module()
 
   def exec_module(self, module):

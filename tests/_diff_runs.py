@@ -8,6 +8,7 @@ runners' files: a runner that died (a crash) or made no progress for
 recorded as ``CRASHED``/``HUNG``, and a new interpreter goes on after it, so
 one bad scenario costs one restart, not the suite.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ def read_records(out: str) -> tuple[dict, str | None]:
   return records, started
 
 
-def supervise(start: Starter, outs: list[str], names: list[str],
-              scenario_timeout: float, suite_timeout: float) -> list[dict]:
+def supervise(
+  start: Starter,
+  outs: list[str],
+  names: list[str],
+  scenario_timeout: float,
+  suite_timeout: float,
+) -> list[dict]:
   """Runs runner ``i`` (``names[i]``, writing to ``outs[i]``) to the end of
   its scenarios, all concurrently; returns one ``{name: output}`` per
   runner.  Raises ``TimeoutError`` past ``suite_timeout`` seconds (killing
@@ -66,8 +72,10 @@ def supervise(start: Starter, outs: list[str], names: list[str],
       if started != progress[i][0]:
         progress[i] = (started, time.monotonic())
       rc = p.poll()
-      hung = (started is not None
-              and time.monotonic() - progress[i][1] > scenario_timeout)
+      hung = (
+        started is not None
+        and time.monotonic() - progress[i][1] > scenario_timeout
+      )
       if rc is None and not hung:
         continue
       if hung:
@@ -81,8 +89,9 @@ def supervise(start: Starter, outs: list[str], names: list[str],
         continue
       if started is None:  # died outside any scenario
         raise RuntimeError(f"runner {names[i]} failed (rc={rc}):\n{err}")
-      results[i][started] = ("HUNG" if hung else
-                             f"CRASHED (rc={rc})\n" + err[-2000:])
+      results[i][started] = (
+        "HUNG" if hung else f"CRASHED (rc={rc})\n" + err[-2000:]
+      )
       os.remove(outs[i])
       procs[i] = start(i, started)
       progress[i] = (None, time.monotonic())

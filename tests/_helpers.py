@@ -1,4 +1,5 @@
 """Shared helpers of the hostcb tests: recording tap functions and streams."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -6,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,8 +68,13 @@ class Stream:
     return out
 
 
-def run_python(code: str, *, env_extra: dict | None = None,
-               use_src: bool = True, timeout: float = 240):
+def run_python(
+  code: str,
+  *,
+  env_extra: dict | None = None,
+  use_src: bool = True,
+  timeout: float = 240,
+):
   """Runs ``code`` in a fresh interpreter, with the hostcb these tests
   import (``use_src``) or only the installed one; returns the
   CompletedProcess."""
@@ -79,5 +84,10 @@ def run_python(code: str, *, env_extra: dict | None = None,
     env["PYTHONPATH"] = hostcb_root()
   env.setdefault("JAX_PLATFORMS", "cpu")
   env.update(env_extra or {})
-  return subprocess.run([sys.executable, "-c", code], env=env,
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, "-c", code],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )

@@ -9,6 +9,7 @@ program ``name`` compiles as ``jit_name``).  ``second`` first
 stages and runs other tapped programs, so that this process registers
 other host functions before the programs under test.
 """
+
 from __future__ import annotations
 
 import io
@@ -69,8 +70,9 @@ def _rows(offset: int = 0):
 
 def _shards(x) -> list:
   """[device id, values] of each shard of ``x``, sorted."""
-  return sorted([s.device.id, np.asarray(s.data).tolist()]
-                for s in x.addressable_shards)
+  return sorted(
+    [s.device.id, np.asarray(s.data).tolist()] for s in x.addressable_shards
+  )
 
 
 class Calls:
@@ -81,8 +83,12 @@ class Calls:
 
   def add(self, device, *values) -> None:
     with _lock:
-      self.got.append([-1 if device is None else device.id,
-                       [np.asarray(v).tolist() for v in values]])
+      self.got.append(
+        [
+          -1 if device is None else device.id,
+          [np.asarray(v).tolist() for v in values],
+        ]
+      )
 
   def add_result(self, out) -> None:
     self.got.append([-2, [np.asarray(out).tolist()]])
@@ -104,8 +110,10 @@ def tap_partitioned():
 
   def f(a, transforms, *, device, index):
     c.add(device, a)
-  _jit(lambda v: hostcb.id_tap(f, v * 2, partitioned=True,
-                                  tap_with_device=True))(x)
+
+  _jit(
+    lambda v: hostcb.id_tap(f, v * 2, partitioned=True, tap_with_device=True)
+  )(x)
   hostcb.barrier_wait()
   return c, [[d, [v]] for d, v in _shards(x * 2)]
 
@@ -121,7 +129,8 @@ def tap_gathered():
 def tap_one_device():
   c = Calls()
   _jit(lambda v: hostcb.id_tap(lambda a, t: c.add(None, a), v * 3))(
-      jnp.arange(4.0))
+    jnp.arange(4.0)
+  )
   hostcb.barrier_wait()
   return c, _whole([jnp.arange(4.0) * 3])
 
@@ -132,9 +141,15 @@ def tap_shard_map():
 
   def f(a, transforms, *, device):
     c.add(device, a)
-  _jit(jax.shard_map(
-      lambda v: hostcb.id_tap(f, v - 1, tap_with_device=True), mesh=MESH,
-      in_specs=P("d"), out_specs=P("d")))(x)
+
+  _jit(
+    jax.shard_map(
+      lambda v: hostcb.id_tap(f, v - 1, tap_with_device=True),
+      mesh=MESH,
+      in_specs=P("d"),
+      out_specs=P("d"),
+    )
+  )(x)
   hostcb.barrier_wait()
   return c, [[d, [v]] for d, v in _shards(x - 1)]
 
@@ -151,12 +166,18 @@ class _Stream:
 def print_partitioned():
   s = _Stream()
   x = _rows()
-  _jit(lambda v: hostcb.id_print(v[:, 0], partitioned=True,
-                                    output_stream=s, what="p"))(x)
+  _jit(
+    lambda v: hostcb.id_print(
+      v[:, 0], partitioned=True, output_stream=s, what="p"
+    )
+  )(x)
   hostcb.barrier_wait()
   got = sorted(s.lines)
-  want = sorted(line for d, v in _shards(x[:, 0])
-                for line in ("what: p", str(np.asarray(v, np.float32))))
+  want = sorted(
+    line
+    for d, v in _shards(x[:, 0])
+    for line in ("what: p", str(np.asarray(v, np.float32)))
+  )
   return got, want
 
 
@@ -174,8 +195,11 @@ def jax_debug_callback_installed():
   x = _rows()
   hostcb.install(jax_callbacks=True)
   try:
-    _jit(lambda v: jax.debug.callback(lambda a: c.add(None, a), v - 3,
-                                      partitioned=True))(x)
+    _jit(
+      lambda v: jax.debug.callback(
+        lambda a: c.add(None, a), v - 3, partitioned=True
+      )
+    )(x)
     jax.effects_barrier()
   finally:
     hostcb.uninstall()
@@ -188,9 +212,12 @@ def call_one_device():
   def host(a):
     c.add(None, a)
     return a * 10
-  out = _jit(lambda v: hostcb.call(
-      host, v, result_shape=jax.ShapeDtypeStruct((4,), jnp.float32)))(
-          jnp.arange(4.0))
+
+  out = _jit(
+    lambda v: hostcb.call(
+      host, v, result_shape=jax.ShapeDtypeStruct((4,), jnp.float32)
+    )
+  )(jnp.arange(4.0))
   c.add_result(out)
   return c, _whole([jnp.arange(4.0)]) + [[-2, [[0.0, 10.0, 20.0, 30.0]]]]
 
@@ -202,8 +229,12 @@ def call_sharded():
   def host(a):
     c.add(None, a)
     return a + 0.5
-  out = _jit(lambda v: hostcb.call(
-      host, v, result_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32)))(x)
+
+  out = _jit(
+    lambda v: hostcb.call(
+      host, v, result_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32)
+    )
+  )(x)
   c.add_result(out)
   return c, _whole([x]) + [[-2, [(np.asarray(x) + 0.5).tolist()]]]
 
@@ -211,8 +242,11 @@ def call_sharded():
 def debug_callback_partitioned():
   c = Calls()
   x = _rows()
-  _jit(lambda v: hostcb.debug.callback(lambda a: c.add(None, a), v + 7,
-                                          partitioned=True))(x)
+  _jit(
+    lambda v: hostcb.debug.callback(
+      lambda a: c.add(None, a), v + 7, partitioned=True
+    )
+  )(x)
   jax.effects_barrier()
   return c, sorted(([-1, [v]] for _, v in _shards(x + 7)), key=json.dumps)
 
@@ -220,7 +254,8 @@ def debug_callback_partitioned():
 def debug_callback():
   c = Calls()
   _jit(lambda v: hostcb.debug.callback(lambda a: c.add(None, a), v / 2))(
-      jnp.arange(4.0))
+    jnp.arange(4.0)
+  )
   jax.effects_barrier()
   return c, _whole([jnp.arange(4.0) / 2])
 
@@ -230,13 +265,13 @@ def debug_print_partitioned():
   out = io.StringIO()
   saved, sys.stdout = sys.stdout, out
   try:
-    _jit(lambda v: hostcb.debug.print("row0={}", v[:, 0],
-                                         partitioned=True))(x)
+    _jit(lambda v: hostcb.debug.print("row0={}", v[:, 0], partitioned=True))(x)
     jax.effects_barrier()
   finally:
     sys.stdout = saved
-  want = sorted(f"row0={np.asarray(v, np.float32)}"
-                for _, v in _shards(x[:, 0]))
+  want = sorted(
+    f"row0={np.asarray(v, np.float32)}" for _, v in _shards(x[:, 0])
+  )
   return sorted(out.getvalue().splitlines()), want
 
 
@@ -257,8 +292,10 @@ def io_callback():
   def host(a):
     c.add(None, a)
     return np.asarray(a) + 1
-  out = _jit(lambda v: hostcb.io_callback(
-      host, jax.ShapeDtypeStruct((3,), jnp.int32), v))(jnp.arange(3))
+
+  out = _jit(
+    lambda v: hostcb.io_callback(host, jax.ShapeDtypeStruct((3,), jnp.int32), v)
+  )(jnp.arange(3))
   c.add_result(out)
   return c, _whole([jnp.arange(3)]) + [[-2, [[1, 2, 3]]]]
 
@@ -269,14 +306,19 @@ def pure_callback():
   def host(a):
     c.add(None, a)
     return np.asarray(a) * 2
-  out = _jit(lambda v: hostcb.pure_callback(
-      host, jax.ShapeDtypeStruct((3,), jnp.int32), v))(jnp.arange(3))
+
+  out = _jit(
+    lambda v: hostcb.pure_callback(
+      host, jax.ShapeDtypeStruct((3,), jnp.int32), v
+    )
+  )(jnp.arange(3))
   c.add_result(out)
   return c, _whole([jnp.arange(3)]) + [[-2, [[0, 2, 4]]]]
 
 
 class Bar:
   """A tqdm stand-in: records the bar's count when it closes."""
+
   closed: list = []
 
   def __init__(self, *args, total=None, **kwargs):
@@ -296,32 +338,53 @@ class Bar:
 
 def progress_scan():
   Bar.closed = []
-  final, _ = _jit(lambda: progress.scan(
-      lambda c, x: (c + x, None), 0, jnp.arange(10), tqdm_class=Bar))()
+  final, _ = _jit(
+    lambda: progress.scan(
+      lambda c, x: (c + x, None), 0, jnp.arange(10), tqdm_class=Bar
+    )
+  )()
   hostcb.barrier_wait()
   return list(Bar.closed) + [int(final)], [[10, 10], 45]
 
 
-PROGRAMS = [tap_partitioned, tap_gathered, tap_one_device, tap_shard_map,
-            print_partitioned, print_one_device, jax_debug_callback_installed,
-            call_one_device, call_sharded,
-            debug_callback_partitioned, debug_callback,
-            debug_print_partitioned, debug_print, io_callback, pure_callback,
-            progress_scan]
+PROGRAMS = [
+  tap_partitioned,
+  tap_gathered,
+  tap_one_device,
+  tap_shard_map,
+  print_partitioned,
+  print_one_device,
+  jax_debug_callback_installed,
+  call_one_device,
+  call_sharded,
+  debug_callback_partitioned,
+  debug_callback,
+  debug_print_partitioned,
+  debug_print,
+  io_callback,
+  pure_callback,
+  progress_scan,
+]
 
 
 def _other_programs() -> None:
   """Tapped programs that register other functions first."""
   x = _rows(1000)
   seen = []
-  _jit(lambda v: hostcb.id_tap(lambda a, t: seen.append(1), v * 5,
-                                  partitioned=True))(x)
-  _jit(lambda v: hostcb.debug.callback(lambda a: seen.append(2), v,
-                                          partitioned=True))(x)
+  _jit(
+    lambda v: hostcb.id_tap(
+      lambda a, t: seen.append(1), v * 5, partitioned=True
+    )
+  )(x)
+  _jit(
+    lambda v: hostcb.debug.callback(
+      lambda a: seen.append(2), v, partitioned=True
+    )
+  )(x)
   _jit(lambda v: hostcb.id_tap(lambda a, t: seen.append(3), v - 5))(
-      jnp.arange(5.0))
-  _jit(lambda v: hostcb.call(lambda a: a, v, result_shape=v))(
-      jnp.arange(5.0))
+    jnp.arange(5.0)
+  )
+  _jit(lambda v: hostcb.call(lambda a: a, v, result_shape=v))(jnp.arange(5.0))
   hostcb.barrier_wait()
   assert seen, "the staged programs tapped nothing"
 

@@ -4,11 +4,14 @@
 ``--xla_force_host_platform_device_count``; the Makefile runs the suite with
 4 devices and the tests marked ``multidevice`` again with 2.
 """
+
 import os
 
 _N = int(os.environ.get("HOSTCB_TEST_DEVICES", "4"))
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_force_host_platform_device_count={_N}")
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "")
+  + f" --xla_force_host_platform_device_count={_N}"
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402  (after the environment above)
@@ -22,6 +25,7 @@ def _clean_barrier():
   do not start JAX here for nothing.
   """
   import sys
+
   hostcb = sys.modules.get("hostcb")
   if hostcb is not None:
     try:
@@ -39,6 +43,7 @@ def _nothing_recorded_at_exit():
   the whole run)."""
   yield
   import sys
+
   hostcb = sys.modules.get("hostcb")
   if hostcb is not None:
     try:

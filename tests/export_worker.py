@@ -11,6 +11,7 @@ with host functions by name, and writes what it saw as JSON.
 Every function's records go to ``RECORDS``; printed lines to stdout, after
 the line ``--- lines``.  The result JSON goes to DIR/<mode>.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,15 @@ _lock = threading.Lock()
 
 def _note(name, *values):
   with _lock:
-    RECORDS.append([name, *[np.asarray(v).tolist() if not isinstance(
-        v, (str, tuple)) else repr(v) for v in values]])
+    RECORDS.append(
+      [
+        name,
+        *[
+          np.asarray(v).tolist() if not isinstance(v, (str, tuple)) else repr(v)
+          for v in values
+        ],
+      ]
+    )
 
 
 # The host functions, by name; the "run" process binds the same names to
@@ -111,9 +119,9 @@ def batched(x):
 X = np.arange(3, dtype=np.float32) + 1
 XB = np.arange(6, dtype=np.float32).reshape(2, 3)
 PROGRAMS = {
-    "step": (jax.jit(step), (X,)),
-    "grad": (jax.jit(jax.grad(loss)), (X,)),
-    "vmap": (jax.jit(jax.vmap(batched)), (XB,)),
+  "step": (jax.jit(step), (X,)),
+  "grad": (jax.jit(jax.grad(loss)), (X,)),
+  "vmap": (jax.jit(jax.vmap(batched)), (XB,)),
 }
 
 
@@ -141,8 +149,9 @@ def main(mode: str, directory: str, *rest: str) -> None:
     register_all()
     for name, (fn, args) in PROGRAMS.items():
       result[name] = _run(fn, args)
-      exported = jax.export.export(
-          fn, disabled_checks=hostcb.export_checks())(*args)
+      exported = jax.export.export(fn, disabled_checks=hostcb.export_checks())(
+        *args
+      )
       with open(os.path.join(directory, name + ".bin"), "wb") as f:
         f.write(exported.serialize())
   elif mode in ("run", "unbound"):
@@ -160,18 +169,27 @@ def main(mode: str, directory: str, *rest: str) -> None:
     # persistent compilation cache in DIR/cache: the second process must
     # hit the first one's entry and still call its own functions.
     order = rest[0].split(",")
-    functions = dict(log=log, log_pair=log_pair, square=square, stats=stats,
-                     debug_cb=debug_cb, io_fn=io_fn, pure_fn=pure_fn)
+    functions = dict(
+      log=log,
+      log_pair=log_pair,
+      square=square,
+      stats=stats,
+      debug_cb=debug_cb,
+      io_fn=io_fn,
+      pure_fn=pure_fn,
+    )
     for name in order:
       hostcb.register(name, functions[name])
-    jax.config.update("jax_compilation_cache_dir",
-                      os.path.join(directory, "cache"))
+    jax.config.update(
+      "jax_compilation_cache_dir", os.path.join(directory, "cache")
+    )
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     fn, args = PROGRAMS["step"]
     result["step"] = _run(fn, args)
   elif mode == "serialize":
     from jax.experimental import serialize_executable
+
     register_all()
     fn, args = PROGRAMS["step"]
     compiled = fn.lower(*args).compile()
@@ -181,6 +199,7 @@ def main(mode: str, directory: str, *rest: str) -> None:
       pickle.dump(payload, f)
   elif mode == "deserialize":
     from jax.experimental import serialize_executable
+
     register_all()
     with open(os.path.join(directory, "step.exe"), "rb") as f:
       payload = pickle.load(f)

@@ -9,6 +9,7 @@ joins the others through ``jax.distributed.initialize`` on
 (``processes="each"``), logs the scenarios below, flushes, and exits
 through the ordinary exit (which closes the sinks).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,10 +19,18 @@ import jax
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-PID, NPROC, PORT, OUTDIR = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
-                            sys.argv[4])
-jax.distributed.initialize(f"127.0.0.1:{PORT}", num_processes=NPROC,
-                           process_id=PID, initialization_timeout=60)
+PID, NPROC, PORT, OUTDIR = (
+  int(sys.argv[1]),
+  int(sys.argv[2]),
+  sys.argv[3],
+  sys.argv[4],
+)
+jax.distributed.initialize(
+  f"127.0.0.1:{PORT}",
+  num_processes=NPROC,
+  process_id=PID,
+  initialization_timeout=60,
+)
 
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
@@ -31,24 +40,27 @@ import hostcb.distributed  # noqa: E402
 from hostcb import metrics  # noqa: E402
 
 hostcb.distributed.set_timeout(60)
-metrics.add_sink(metrics.JsonLines(os.path.join(OUTDIR,
-                                                f"first_{PID}.jsonl")))
-metrics.add_sink(metrics.JsonLines(os.path.join(OUTDIR, f"each_{PID}.jsonl")),
-                 processes="each")
+metrics.add_sink(metrics.JsonLines(os.path.join(OUTDIR, f"first_{PID}.jsonl")))
+metrics.add_sink(
+  metrics.JsonLines(os.path.join(OUTDIR, f"each_{PID}.jsonl")), processes="each"
+)
 
 # pmap over the 4 devices of both processes: global device d holds d.
 local = np.arange(2.0, dtype=np.float32) + 2 * PID
 for step in range(3):
   jax.pmap(lambda v, s=step: (metrics.log({"x": v + 10 * s}, step=s), v)[1])(
-      local).block_until_ready()
+    local
+  ).block_until_ready()
 jax.pmap(lambda v: (metrics.log({"x": v}, step=3, reduce="each"), v)[1])(
-    local).block_until_ready()
+  local
+).block_until_ready()
 
 # sharded jit over both processes: the global mean, once.
 mesh = Mesh(np.array(jax.devices()), ("x",))
 whole = np.arange(8.0, dtype=np.float32)
-x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("x")),
-                                 lambda idx: whole[idx])
+x = jax.make_array_from_callback(
+  whole.shape, NamedSharding(mesh, P("x")), lambda idx: whole[idx]
+)
 jax.jit(lambda v: metrics.log({"mean": v.mean()}, step=4))(x)
 
 # each process on its own: every process makes its own record.

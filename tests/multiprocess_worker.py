@@ -11,6 +11,7 @@ runs every scenario below in order and, after each, rewrites
 ``PROCESS_ID`` ``die`` makes it exit at once with status 3 (to test that the
 launcher cleans up after a failed process).
 """
+
 from __future__ import annotations
 
 import io
@@ -27,10 +28,18 @@ import jax
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-PID, NPROC, PORT, OUTDIR = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
-                            sys.argv[4])
-jax.distributed.initialize(f"127.0.0.1:{PORT}", num_processes=NPROC,
-                           process_id=PID, initialization_timeout=60)
+PID, NPROC, PORT, OUTDIR = (
+  int(sys.argv[1]),
+  int(sys.argv[2]),
+  sys.argv[3],
+  sys.argv[4],
+)
+jax.distributed.initialize(
+  f"127.0.0.1:{PORT}",
+  num_processes=NPROC,
+  process_id=PID,
+  initialization_timeout=60,
+)
 
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
@@ -50,9 +59,13 @@ def _index(device) -> int:
 
 def record(arg, transforms, device=None):
   """A tap function: remembers what it got, and where."""
-  _taps.append({"value": np.asarray(arg).tolist(),
-                "device": None if device is None else _index(device),
-                "process": None if device is None else device.process_index})
+  _taps.append(
+    {
+      "value": np.asarray(arg).tolist(),
+      "device": None if device is None else _index(device),
+      "process": None if device is None else device.process_index,
+    }
+  )
 
 
 def taps_seen() -> list:
@@ -67,14 +80,17 @@ def global_vector(devices) -> jax.Array:
   """arange(8.) split over ``devices``, each process giving its shards."""
   sharding = NamedSharding(Mesh(np.array(devices), ("x",)), P("x"))
   whole = np.arange(8.0, dtype=np.float32)
-  return jax.make_array_from_callback(whole.shape, sharding,
-                                      lambda idx: whole[idx])
+  return jax.make_array_from_callback(
+    whole.shape, sharding, lambda idx: whole[idx]
+  )
 
 
 def _tap_jit(devices, **kw):
   x = global_vector(devices)
-  f = jax.jit(lambda v: hostcb.id_tap(record, v * 2, tap_with_device=True,
-                                      **kw), out_shardings=x.sharding)
+  f = jax.jit(
+    lambda v: hostcb.id_tap(record, v * 2, tap_with_device=True, **kw),
+    out_shardings=x.sharding,
+  )
   f(x).block_until_ready()
   return taps_seen()
 
@@ -102,24 +118,30 @@ def pjit_print():
   mesh = Mesh(np.array(GLOBAL).reshape(2, 2), ("a", "b"))
   whole = np.arange(16.0, dtype=np.float32).reshape(4, 4)
   x = jax.make_array_from_callback(
-      whole.shape, NamedSharding(mesh, P("a", "b")), lambda idx: whole[idx])
+    whole.shape, NamedSharding(mesh, P("a", "b")), lambda idx: whole[idx]
+  )
   out = io.StringIO()
-  f = pjit(lambda v: hostcb.id_print(v.sum(0), what="column sums",
-                                     output_stream=out),
-           out_shardings=NamedSharding(mesh, P()))
+  f = pjit(
+    lambda v: hostcb.id_print(v.sum(0), what="column sums", output_stream=out),
+    out_shardings=NamedSharding(mesh, P()),
+  )
   y = f(x)
   y.block_until_ready()
   hostcb.barrier_wait()
-  return {"printed": out.getvalue(),
-          "result": np.asarray(y.addressable_shards[0].data).tolist()}
+  return {
+    "printed": out.getvalue(),
+    "result": np.asarray(y.addressable_shards[0].data).tolist(),
+  }
 
 
 def barrier_after_dispatch():
   # barrier_wait() right after dispatching a global computation, without
   # waiting for its result: the taps must have run when it returns.
   x = global_vector(GLOBAL)
-  f = jax.jit(lambda v: hostcb.id_tap(record, v.sum()),
-              out_shardings=NamedSharding(x.sharding.mesh, P()))
+  f = jax.jit(
+    lambda v: hostcb.id_tap(record, v.sum()),
+    out_shardings=NamedSharding(x.sharding.mesh, P()),
+  )
   seen_at_barrier = []
   for _ in range(20):
     y = f(x)
@@ -138,19 +160,25 @@ def jit_call():
     return a + 100
 
   x = global_vector(GLOBAL)
-  f = jax.jit(lambda v: hostcb.call(
-      plus_100, v, result_shape=jax.ShapeDtypeStruct(v.shape, v.dtype)),
-      out_shardings=x.sharding)
+  f = jax.jit(
+    lambda v: hostcb.call(
+      plus_100, v, result_shape=jax.ShapeDtypeStruct(v.shape, v.dtype)
+    ),
+    out_shardings=x.sharding,
+  )
   y = f(x)
-  shards = {str(_index(s.device)): np.asarray(s.data).tolist()
-            for s in y.addressable_shards}
+  shards = {
+    str(_index(s.device)): np.asarray(s.data).tolist()
+    for s in y.addressable_shards
+  }
   return {"calls": calls, "shards": shards}
 
 
 def pmap_tap():
   local = np.arange(2.0, dtype=np.float32) + 10 * PID
   y = jax.pmap(lambda v: hostcb.id_tap(record, v + 1, tap_with_device=True))(
-      local)
+    local
+  )
   y.block_until_ready()
   return taps_seen()
 
@@ -161,38 +189,52 @@ def partitioned_tap():
   got = []
 
   def shard(arg, transforms, device, index):
-    got.append({"value": np.asarray(arg).tolist(), "device": _index(device),
-                "process": device.process_index,
-                "index": [index[0].start, index[0].stop]})
+    got.append(
+      {
+        "value": np.asarray(arg).tolist(),
+        "device": _index(device),
+        "process": device.process_index,
+        "index": [index[0].start, index[0].stop],
+      }
+    )
 
   x = global_vector(GLOBAL)
-  f = jax.jit(lambda v: hostcb.id_tap(shard, v * 2, partitioned=True,
-                                      tap_with_device=True),
-              out_shardings=x.sharding)
+  f = jax.jit(
+    lambda v: hostcb.id_tap(
+      shard, v * 2, partitioned=True, tap_with_device=True
+    ),
+    out_shardings=x.sharding,
+  )
   text = f.lower(x).compile().as_text()
   f(x).block_until_ready()
   hostcb.barrier_wait()
   printed = []
-  jax.jit(lambda v: hostcb.debug.callback(
-      lambda a: printed.append(np.asarray(a).tolist()), v,
-      partitioned=True))(x)
+  jax.jit(
+    lambda v: hostcb.debug.callback(
+      lambda a: printed.append(np.asarray(a).tolist()), v, partitioned=True
+    )
+  )(x)
   jax.effects_barrier()
-  return {"taps": sorted(got, key=lambda t: t["device"]),
-          "debug": sorted(printed),
-          "gathers": "all-gather" in text or "all-reduce" in text}
+  return {
+    "taps": sorted(got, key=lambda t: t["device"]),
+    "debug": sorted(printed),
+    "gathers": "all-gather" in text or "all-reduce" in text,
+  }
 
 
 def all_processes_barrier():
   # Each process's tap writes a file; after the global barrier every
   # process must see the files of all processes.
   def touch(arg, transforms, device):
-    path = os.path.join(OUTDIR, f"tapped_{device.process_index}_"
-                        f"{_index(device)}")
+    path = os.path.join(
+      OUTDIR, f"tapped_{device.process_index}_{_index(device)}"
+    )
     with open(path, "w") as f:
       f.write(str(np.asarray(arg).tolist()))
 
   y = jax.pmap(lambda v: hostcb.id_tap(touch, v, tap_with_device=True))(
-      np.arange(2.0, dtype=np.float32) + 10 * PID)
+    np.arange(2.0, dtype=np.float32) + 10 * PID
+  )
   y.block_until_ready()
   hostcb.barrier_wait("all", all_processes=True)
   return sorted(n for n in os.listdir(OUTDIR) if n.startswith("tapped_"))
@@ -203,15 +245,17 @@ def tap_exception():
     if device.process_index == 1:
       raise ValueError(f"tap failed on device {_index(device)}")
 
-  y = jax.pmap(lambda v: hostcb.id_tap(fails_on_process_1, v,
-                                       tap_with_device=True))(
-      np.zeros(2, np.float32))
+  y = jax.pmap(
+    lambda v: hostcb.id_tap(fails_on_process_1, v, tap_with_device=True)
+  )(np.zeros(2, np.float32))
   y.block_until_ready()
   try:
     hostcb.barrier_wait("exc", all_processes=True)
   except hostcb.CallbackException as e:
-    return {"raised": type(e).__name__,
-            "cause": f"{type(e.__cause__).__name__}: {e.__cause__}"}
+    return {
+      "raised": type(e).__name__,
+      "cause": f"{type(e.__cause__).__name__}: {e.__cause__}",
+    }
   return {"raised": None}
 
 
@@ -224,6 +268,7 @@ def progress_bars():
   # hostcb.progress under pmap: each process shows the bars of its own
   # devices (one combined bar, or one per device), or only process 0.
   import tqdm
+
   try:
     from hostcb import progress
   except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
@@ -236,12 +281,21 @@ def progress_bars():
       made.append(self)
 
   out = {}
-  for name, kw in [("combined", {}), ("each", {"devices": "each"}),
-                   ("first", {"processes": "first"})]:
+  for name, kw in [
+    ("combined", {}),
+    ("each", {"devices": "each"}),
+    ("first", {"processes": "first"}),
+  ]:
     made.clear()
-    jax.pmap(lambda c: progress.scan(
-        lambda c, x: (c + x, None), c, np.arange(50.0, dtype=np.float32),
-        tqdm_class=Bars, **kw)[0])(np.zeros(2, np.float32)).block_until_ready()
+    jax.pmap(
+      lambda c: progress.scan(
+        lambda c, x: (c + x, None),
+        c,
+        np.arange(50.0, dtype=np.float32),
+        tqdm_class=Bars,
+        **kw,
+      )[0]
+    )(np.zeros(2, np.float32)).block_until_ready()
     hostcb.barrier_wait()
     out[name] = sorted([b.n, b.total, b.disable] for b in made)
     if name == "combined":
@@ -261,10 +315,21 @@ def barrier_timeout():
   return {"raised": None}
 
 
-SCENARIOS = [jit_tap, jit_tap_device_index, jit_tap_mesh_order, pjit_print,
-             barrier_after_dispatch, jit_call, pmap_tap, partitioned_tap,
-             all_processes_barrier, tap_exception, after_exception,
-             progress_bars, barrier_timeout]
+SCENARIOS = [
+  jit_tap,
+  jit_tap_device_index,
+  jit_tap_mesh_order,
+  pjit_print,
+  barrier_after_dispatch,
+  jit_call,
+  pmap_tap,
+  partitioned_tap,
+  all_processes_barrier,
+  tap_exception,
+  after_exception,
+  progress_bars,
+  barrier_timeout,
+]
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ with ``hostcb.buffer_callback``; each test compares one scenario's output
 (what the callback saw, results, errors).  Same rules as
 ``test_legacy_diff.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ import sys
 
 import pytest
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                    "legacy_diff")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "legacy_diff")
 sys.path.insert(0, HERE)
 
 import b_buffer  # noqa: E402,F401  (registers the scenarios)
@@ -27,8 +27,7 @@ NAMES = [n for n, s in registry.SCENARIOS.items() if s.module == "b_buffer"]
 
 def _param(name):
   sc = registry.SCENARIOS[name]
-  marks = ([pytest.mark.xfail(strict=True, reason=sc.xfail)]
-           if sc.xfail else [])
+  marks = [pytest.mark.xfail(strict=True, reason=sc.xfail)] if sc.xfail else []
   return pytest.param(name, marks=marks, id=name)
 
 
@@ -39,8 +38,9 @@ def outputs():
     from jax.experimental import buffer_callback  # noqa: F401
   except ImportError as e:
     pytest.skip(f"this JAX has no jax.experimental.buffer_callback: {e}")
-  return harness.run_suites([(sys.executable, "jax-buffer"),
-                             (sys.executable, "hostcb-buffer")], None)
+  return harness.run_suites(
+    [(sys.executable, "jax-buffer"), (sys.executable, "hostcb-buffer")], None
+  )
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in NAMES])
@@ -50,8 +50,10 @@ def test_hostcb_buffer_callback_matches_jax(outputs, name):
   theirs, ours = outputs
   assert name in ours and name in theirs
   if sc.ours is not None:
-    assert (compare.ours_view(ours[name], sc.unordered)
-            == compare.ours_view(sc.expect, sc.unordered)), sc.ours
+    assert compare.ours_view(ours[name], sc.unordered) == compare.ours_view(
+      sc.expect, sc.unordered
+    ), sc.ours
     return
-  assert (compare.ours_view(ours[name], sc.unordered)
-          == compare.expected_view(theirs[name], ours[name], sc.unordered))
+  assert compare.ours_view(ours[name], sc.unordered) == compare.expected_view(
+    theirs[name], ours[name], sc.unordered
+  )

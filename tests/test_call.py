@@ -1,4 +1,5 @@
 """call: results from the host, result_shape forms, checked results."""
+
 import re
 import threading
 
@@ -32,14 +33,18 @@ def compile_count() -> int:
 # ------------------------------------------------------------- basics
 def test_call_returns_host_result_under_jit():
   out = jax.jit(lambda x: hostcb.call(np.sin, x, result_shape=x))(
-      np.float32(1.))
+    np.float32(1.0)
+  )
   assert out.dtype == np.float32
-  np.testing.assert_allclose(out, np.sin(np.float32(1.)), rtol=1e-6)
+  np.testing.assert_allclose(out, np.sin(np.float32(1.0)), rtol=1e-6)
 
 
 def test_call_eager():
-  out = hostcb.call(lambda a: a * 2, np.arange(3, dtype=np.int32),
-                    result_shape=jax.ShapeDtypeStruct((3,), np.int32))
+  out = hostcb.call(
+    lambda a: a * 2,
+    np.arange(3, dtype=np.int32),
+    result_shape=jax.ShapeDtypeStruct((3,), np.int32),
+  )
   np.testing.assert_array_equal(out, [0, 2, 4])
 
 
@@ -49,18 +54,19 @@ def test_call_host_eig_docstring_example():
     return np.linalg.eigvals(m).real.astype(m.dtype)
 
   def device_fun(m):
-    return hostcb.call(host_eig, m, result_shape=jax.ShapeDtypeStruct(
-        m.shape[:-1], m.dtype))
+    return hostcb.call(
+      host_eig, m, result_shape=jax.ShapeDtypeStruct(m.shape[:-1], m.dtype)
+    )
 
-  m = np.array([[2., 1.], [1., 2.]], np.float32)
+  m = np.array([[2.0, 1.0], [1.0, 2.0]], np.float32)
   out = jax.jit(device_fun)(m)
   assert out.shape == (2,) and out.dtype == np.float32
-  np.testing.assert_allclose(sorted(np.asarray(out)), [1., 3.], rtol=1e-6)
+  np.testing.assert_allclose(sorted(np.asarray(out)), [1.0, 3.0], rtol=1e-6)
 
 
 def test_call_result_is_usable_by_following_device_code():
   f = jax.jit(lambda x: hostcb.call(lambda a: a + 1, x, result_shape=x) * 10)
-  assert float(f(np.float32(1.))) == 20.
+  assert float(f(np.float32(1.0))) == 20.0
 
 
 def test_call_argument_pytree_is_passed_with_structure():
@@ -70,9 +76,10 @@ def test_call_argument_pytree_is_passed_with_structure():
     got.append(arg)
     return arg["a"] + arg["b"][0]
 
-  out = jax.jit(lambda x: hostcb.call(host, {"a": x, "b": (x * 2, None)},
-                                      result_shape=x))(np.float32(1.))
-  assert float(out) == 3.
+  out = jax.jit(
+    lambda x: hostcb.call(host, {"a": x, "b": (x * 2, None)}, result_shape=x)
+  )(np.float32(1.0))
+  assert float(out) == 3.0
   assert set(got[0]) == {"a", "b"} and got[0]["b"][1] is None
 
 
@@ -81,28 +88,39 @@ def test_call_pytree_result():
     return {"s": a.sum(), "l": [a * 2, np.int32(7)]}
 
   x = np.arange(3, dtype=np.float32)
-  out = jax.jit(lambda x: hostcb.call(host, x, result_shape={
-      "s": jax.ShapeDtypeStruct((), np.float32),
-      "l": [x, jax.ShapeDtypeStruct((), np.int32)]}))(x)
-  assert float(out["s"]) == 3.
-  np.testing.assert_array_equal(out["l"][0], [0., 2., 4.])
+  out = jax.jit(
+    lambda x: hostcb.call(
+      host,
+      x,
+      result_shape={
+        "s": jax.ShapeDtypeStruct((), np.float32),
+        "l": [x, jax.ShapeDtypeStruct((), np.int32)],
+      },
+    )
+  )(x)
+  assert float(out["s"]) == 3.0
+  np.testing.assert_array_equal(out["l"][0], [0.0, 2.0, 4.0])
   assert int(out["l"][1]) == 7 and out["l"][1].dtype == np.int32
 
 
 def test_call_result_shape_numeric_scalar():
-  out = jax.jit(lambda x: hostcb.call(lambda a: np.float32(a * 3), x,
-                                      result_shape=1.))(2.)
-  assert float(out) == 6. and out.shape == () and out.dtype == np.float32
+  out = jax.jit(
+    lambda x: hostcb.call(lambda a: np.float32(a * 3), x, result_shape=1.0)
+  )(2.0)
+  assert float(out) == 6.0 and out.shape == () and out.dtype == np.float32
 
 
 def test_call_result_shape_int_scalar():
-  out = hostcb.call(lambda a: np.int32(5), 1., result_shape=0)
+  out = hostcb.call(lambda a: np.int32(5), 1.0, result_shape=0)
   assert int(out) == 5 and out.dtype == np.int32
 
 
 def test_call_result_shape_numpy_array():
-  out = hostcb.call(lambda a: np.ones((2, 3), np.float32), 1.,
-                    result_shape=np.zeros((2, 3), np.float32))
+  out = hostcb.call(
+    lambda a: np.ones((2, 3), np.float32),
+    1.0,
+    result_shape=np.zeros((2, 3), np.float32),
+  )
   assert out.shape == (2, 3)
 
 
@@ -114,46 +132,63 @@ def test_call_result_shape_jax_array():
 
 def test_call_result_shape_none_means_no_result():
   got = []
-  out = jax.jit(lambda x: hostcb.call(lambda a: got.append(float(a)), x,
-                                      result_shape=None))(2.)
+  out = jax.jit(
+    lambda x: hostcb.call(lambda a: got.append(float(a)), x, result_shape=None)
+  )(2.0)
   assert out is None
-  assert got == [2.]
+  assert got == [2.0]
 
 
 def test_call_result_shape_empty_tuple_means_no_result():
   got = []
-  out = jax.jit(lambda x: hostcb.call(lambda a: (got.append(1), ())[1], x,
-                                      result_shape=()))(2.)
+  out = jax.jit(
+    lambda x: hostcb.call(lambda a: (got.append(1), ())[1], x, result_shape=())
+  )(2.0)
   assert out == ()
   assert got == [1]
 
 
 def test_call_zero_size_result():
-  out = hostcb.call(lambda a: np.zeros((0, 2), np.float32), 1.,
-                    result_shape=jax.ShapeDtypeStruct((0, 2), np.float32))
+  out = hostcb.call(
+    lambda a: np.zeros((0, 2), np.float32),
+    1.0,
+    result_shape=jax.ShapeDtypeStruct((0, 2), np.float32),
+  )
   assert out.shape == (0, 2)
 
 
-@pytest.mark.parametrize("bad", ["a string", object(), [1, "x"]],
-                         ids=["str", "object", "list_with_str"])
+@pytest.mark.parametrize(
+  "bad",
+  ["a string", object(), [1, "x"]],
+  ids=["str", "object", "list_with_str"],
+)
 def test_bad_result_shape_raises_value_error_in_legacy_words(bad):
-  with pytest.raises(ValueError, match=re.escape(
+  with pytest.raises(
+    ValueError,
+    match=re.escape(
       "result_shape should be a pytree of values with structure matching the "
       "expected result of the callback function. The values must be either "
-      "numeric scalars, or must have 'shape' and 'dtype' attributes. Got ")):
-    hostcb.call(lambda a: a, 1., result_shape=bad)
+      "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
+    ),
+  ):
+    hostcb.call(lambda a: a, 1.0, result_shape=bad)
 
 
 def test_call_host_result_is_cast_to_canonical_dtype():
   # The host returns float64 (NumPy's default); result_shape asks float32.
-  out = hostcb.call(lambda a: np.ones(2), 1.,
-                    result_shape=jax.ShapeDtypeStruct((2,), np.float32))
+  out = hostcb.call(
+    lambda a: np.ones(2),
+    1.0,
+    result_shape=jax.ShapeDtypeStruct((2,), np.float32),
+  )
   assert out.dtype == np.float32
 
 
-@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint16, np.float16,
-                                   jnp.bfloat16, np.complex64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+  "dtype",
+  [np.bool_, np.int8, np.uint16, np.float16, jnp.bfloat16, np.complex64],
+  ids=lambda d: np.dtype(d).name,
+)
 def test_call_round_trips_dtype(dtype):
   x = jnp.ones((3,), dtype)
   out = jax.jit(lambda x: hostcb.call(lambda a: a, x, result_shape=x))(x)
@@ -165,8 +200,9 @@ def test_call_round_trips_x64_dtypes():
   with jax.enable_x64(True):
     for dtype in (np.float64, np.int64, np.uint64, np.complex128):
       x = jnp.array([1, 2], dtype)
-      out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x,
-                                          result_shape=x))(x)
+      out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
+        x
+      )
       assert out.dtype == np.dtype(dtype), dtype
       np.testing.assert_array_equal(out, np.array([2, 4], dtype))
 
@@ -174,25 +210,31 @@ def test_call_round_trips_x64_dtypes():
 # A call whose result is one array checks an exact NumPy array of the
 # result's dtype and shape in C++ on CPU (hostcb_call_one); every other kind
 # of result goes through Python's check.  Each kind must come back by value.
-@pytest.mark.parametrize("make", [
+@pytest.mark.parametrize(
+  "make",
+  [
     lambda: np.arange(12, dtype=np.float32)[::2].reshape(2, 3),  # strided
     lambda: np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
     lambda: np.arange(6, dtype=np.float64).reshape(2, 3),  # cast
     lambda: jnp.arange(6, dtype=jnp.float32).reshape(2, 3),  # a jax.Array
-], ids=["strided", "fortran", "float64", "jax_array"])
+  ],
+  ids=["strided", "fortran", "float64", "jax_array"],
+)
 def test_call_result_of_any_array_kind_comes_back_by_value(make):
   expected = np.asarray(make(), np.float32)
   shape = jax.ShapeDtypeStruct((2, 3), np.float32)
-  out = jax.jit(lambda x: hostcb.call(lambda a: make(), x,
-                                      result_shape=shape))(np.float32(0.))
+  out = jax.jit(lambda x: hostcb.call(lambda a: make(), x, result_shape=shape))(
+    np.float32(0.0)
+  )
   assert out.dtype == np.float32
   np.testing.assert_array_equal(out, expected)
 
 
 def test_call_scalar_result_returned_as_numpy_scalar_comes_back():
-  out = jax.jit(lambda x: hostcb.call(lambda a: np.float32(a + 2), x,
-                                      result_shape=x))(np.float32(1.))
-  assert out == np.float32(3.)
+  out = jax.jit(
+    lambda x: hostcb.call(lambda a: np.float32(a + 2), x, result_shape=x)
+  )(np.float32(1.0))
+  assert out == np.float32(3.0)
 
 
 def test_call_with_device_under_jit():
@@ -202,8 +244,9 @@ def test_call_with_device_under_jit():
     got.append(device)
     return a
 
-  jax.jit(lambda x: hostcb.call(host, x, result_shape=x,
-                                call_with_device=True))(1.)
+  jax.jit(
+    lambda x: hostcb.call(host, x, result_shape=x, call_with_device=True)
+  )(1.0)
   assert got == [jax.devices()[0]]
 
 
@@ -215,8 +258,12 @@ def test_call_with_device_eager_on_other_device():
     got.append(device)
     return a
 
-  hostcb.call(host, jax.device_put(np.float32(1.), dev), result_shape=1.,
-              call_with_device=True)
+  hostcb.call(
+    host,
+    jax.device_put(np.float32(1.0), dev),
+    result_shape=1.0,
+    call_with_device=True,
+  )
   assert got == [dev]
 
 
@@ -230,18 +277,27 @@ def test_call_inside_scan():
 
 
 def test_call_inside_while_loop():
-  out = jax.jit(lambda x: lax.while_loop(
-      lambda c: c < 10, lambda c: hostcb.call(lambda a: a * 2, c,
-                                              result_shape=c), x))(np.int32(1))
+  out = jax.jit(
+    lambda x: lax.while_loop(
+      lambda c: c < 10,
+      lambda c: hostcb.call(lambda a: a * 2, c, result_shape=c),
+      x,
+    )
+  )(np.int32(1))
   assert int(out) == 16
 
 
 def test_call_inside_cond():
-  f = jax.jit(lambda x: lax.cond(
-      x > 0, lambda x: hostcb.call(lambda a: a * 10, x, result_shape=x),
-      lambda x: x, x))
-  assert float(f(np.float32(2.))) == 20.
-  assert float(f(np.float32(-2.))) == -2.
+  f = jax.jit(
+    lambda x: lax.cond(
+      x > 0,
+      lambda x: hostcb.call(lambda a: a * 10, x, result_shape=x),
+      lambda x: x,
+      x,
+    )
+  )
+  assert float(f(np.float32(2.0))) == 20.0
+  assert float(f(np.float32(-2.0))) == -2.0
 
 
 def test_call_with_unused_result_still_runs():
@@ -251,8 +307,8 @@ def test_call_with_unused_result_still_runs():
     hostcb.call(lambda a: (got.append(float(a)), a)[1], x, result_shape=x)
     return x + 1
 
-  jax.jit(f)(np.float32(3.))
-  assert got == [3.]
+  jax.jit(f)(np.float32(3.0))
+  assert got == [3.0]
 
 
 def test_call_sees_taps_before_it_already_processed():
@@ -268,7 +324,7 @@ def test_call_sees_taps_before_it_already_processed():
       hostcb.id_tap(rec, i)
     return hostcb.call(host, x, result_shape=x)
 
-  jax.jit(f)(np.float32(0.))
+  jax.jit(f)(np.float32(0.0))
   assert seen == [5]
 
 
@@ -277,18 +333,20 @@ def test_calls_run_synchronously_before_computation_returns():
 
   def host_log(arg):
     accumulator.append(float(arg))
-    return np.float32(0.)
+    return np.float32(0.0)
 
   def device_fun(x):
-    y = hostcb.call(host_log, x, result_shape=jax.ShapeDtypeStruct(
-        (), np.float32))
-    z = hostcb.call(host_log, 2. * x, result_shape=jax.ShapeDtypeStruct(
-        (), np.float32))
+    y = hostcb.call(
+      host_log, x, result_shape=jax.ShapeDtypeStruct((), np.float32)
+    )
+    z = hostcb.call(
+      host_log, 2.0 * x, result_shape=jax.ShapeDtypeStruct((), np.float32)
+    )
     return y + z
 
-  jax.jit(device_fun)(1.).block_until_ready()
-  jax.jit(device_fun)(1.).block_until_ready()
-  assert accumulator == [1., 2., 1., 2.]
+  jax.jit(device_fun)(1.0).block_until_ready()
+  jax.jit(device_fun)(1.0).block_until_ready()
+  assert accumulator == [1.0, 2.0, 1.0, 2.0]
 
 
 # ------------------------------------------------------ checked results
@@ -296,10 +354,11 @@ def _assert_next_computation_works():
   """The failed call was recorded for the barrier; everything after works."""
   with pytest.raises(hostcb.CallbackException):
     hostcb.barrier_wait()
-  assert float(jax.jit(lambda x: x + 1)(1.)) == 2.
+  assert float(jax.jit(lambda x: x + 1)(1.0)) == 2.0
   out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
-      np.float32(3.))
-  assert float(out) == 6.
+    np.float32(3.0)
+  )
+  assert float(out) == 6.0
   rec = Recorder()
   jax.jit(lambda x: hostcb.id_tap(rec, x))(1)
   hostcb.barrier_wait()
@@ -309,52 +368,71 @@ def _assert_next_computation_works():
 def test_wrong_pytree_raises_naming_expected_and_actual():
   with pytest.raises(Exception) as info:
     jax.jit(lambda x: hostcb.call(lambda a: (a, a), x, result_shape=x))(
-        np.float32(1.))
-  assert re.search(r"Callback func .* should have returned a result with "
-                   r"pytree PyTreeDef\(\*\) but returned PyTreeDef\(\(\*, \*\)\)",
-                   str(info.value))
+      np.float32(1.0)
+    )
+  assert re.search(
+    r"Callback func .* should have returned a result with "
+    r"pytree PyTreeDef\(\*\) but returned PyTreeDef\(\(\*, \*\)\)",
+    str(info.value),
+  )
   _assert_next_computation_works()
 
 
 def test_wrong_shape_raises_naming_expected_and_actual():
   with pytest.raises(Exception) as info:
-    jax.jit(lambda x: hostcb.call(lambda a: np.ones(3, np.float32), x,
-                                  result_shape=x))(np.float32(1.))
-  assert re.search(r"Callback func .* should have returned a result with "
-                   r"abstract values ShapedArray\(float32\[\]\) but returned "
-                   r"ShapedArray\(float32\[3\]\)", str(info.value))
+    jax.jit(
+      lambda x: hostcb.call(lambda a: np.ones(3, np.float32), x, result_shape=x)
+    )(np.float32(1.0))
+  assert re.search(
+    r"Callback func .* should have returned a result with "
+    r"abstract values ShapedArray\(float32\[\]\) but returned "
+    r"ShapedArray\(float32\[3\]\)",
+    str(info.value),
+  )
   _assert_next_computation_works()
 
 
 def test_wrong_dtype_raises_naming_expected_and_actual():
   with pytest.raises(Exception) as info:
-    jax.jit(lambda x: hostcb.call(lambda a: np.int32(1), x,
-                                  result_shape=x))(np.float32(1.))
-  assert re.search(r"should have returned a result with abstract values "
-                   r"ShapedArray\(float32\[\]\) but returned "
-                   r"ShapedArray\(int32\[\]\)", str(info.value))
+    jax.jit(lambda x: hostcb.call(lambda a: np.int32(1), x, result_shape=x))(
+      np.float32(1.0)
+    )
+  assert re.search(
+    r"should have returned a result with abstract values "
+    r"ShapedArray\(float32\[\]\) but returned "
+    r"ShapedArray\(int32\[\]\)",
+    str(info.value),
+  )
   _assert_next_computation_works()
 
 
 def test_wrong_dtype_array_of_right_shape_raises_naming_expected_and_actual():
   with pytest.raises(Exception) as info:
-    jax.jit(lambda x: hostcb.call(lambda a: np.ones(2, np.int32), x,
-                                  result_shape=x))(np.ones(2, np.float32))
-  assert re.search(r"should have returned a result with abstract values "
-                   r"ShapedArray\(float32\[2\]\) but returned "
-                   r"ShapedArray\(int32\[2\]\)", str(info.value))
+    jax.jit(
+      lambda x: hostcb.call(lambda a: np.ones(2, np.int32), x, result_shape=x)
+    )(np.ones(2, np.float32))
+  assert re.search(
+    r"should have returned a result with abstract values "
+    r"ShapedArray\(float32\[2\]\) but returned "
+    r"ShapedArray\(int32\[2\]\)",
+    str(info.value),
+  )
   _assert_next_computation_works()
 
 
 def test_result_of_other_byte_order_raises_naming_the_byte_order():
   # Legacy rejected it too ("Incorrect output dtype ... Actual: >f4").
   with pytest.raises(Exception) as info:
-    jax.jit(lambda x: hostcb.call(lambda a: np.ones(2, ">f4"), x,
-                                  result_shape=x))(np.ones(2, np.float32))
-  assert re.search(r"should have returned a result with abstract values "
-                   r"ShapedArray\(float32\[2\]\) but returned "
-                   r"ShapedArray\(float32\[2\]\) \(result 0 has NumPy dtype "
-                   r"'>f4', expected '<f4'\)", str(info.value))
+    jax.jit(
+      lambda x: hostcb.call(lambda a: np.ones(2, ">f4"), x, result_shape=x)
+    )(np.ones(2, np.float32))
+  assert re.search(
+    r"should have returned a result with abstract values "
+    r"ShapedArray\(float32\[2\]\) but returned "
+    r"ShapedArray\(float32\[2\]\) \(result 0 has NumPy dtype "
+    r"'>f4', expected '<f4'\)",
+    str(info.value),
+  )
   _assert_next_computation_works()
 
 
@@ -363,7 +441,7 @@ def test_callback_exception_is_raised_in_caller_with_its_text():
     raise ValueError("host function failed on purpose")
 
   with pytest.raises(Exception, match="host function failed on purpose"):
-    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.))
+    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.0))
   _assert_next_computation_works()
 
 
@@ -372,14 +450,17 @@ def test_callback_exception_eager_is_raised():
     raise KeyError("eager failure")
 
   with pytest.raises(Exception, match="eager failure"):
-    hostcb.call(host, np.float32(1.), result_shape=np.float32(1.))
+    hostcb.call(host, np.float32(1.0), result_shape=np.float32(1.0))
   _assert_next_computation_works()
 
 
 def test_wrong_result_eager_raises():
   with pytest.raises(Exception, match=r"float32\[2\]"):
-    hostcb.call(lambda a: np.ones(2, np.float32), np.float32(1.),
-                result_shape=np.float32(1.))
+    hostcb.call(
+      lambda a: np.ones(2, np.float32),
+      np.float32(1.0),
+      result_shape=np.float32(1.0),
+    )
   _assert_next_computation_works()
 
 
@@ -402,31 +483,38 @@ def test_failed_call_is_also_reported_by_the_next_barrier_wait():
     raise ValueError("nope")
 
   with pytest.raises(Exception, match="nope"):
-    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.))
-  with pytest.raises(hostcb.CallbackException,
-                     match="(?s)There were exceptions during callback "
-                           "processing. Last one was:.*ValueError: nope"):
+    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.0))
+  with pytest.raises(
+    hostcb.CallbackException,
+    match="(?s)There were exceptions during callback "
+    "processing. Last one was:.*ValueError: nope",
+  ):
     hostcb.barrier_wait()
   hostcb.barrier_wait()  # reported once
 
 
 # ---------------------------------------------------- transformations
 def test_call_under_jvp_raises_not_implemented():
-  with pytest.raises(NotImplementedError,
-                     match="JVP rule is implemented only for id_tap, not for call"):
-    jax.jvp(lambda x: hostcb.call(np.sin, x, result_shape=x), (1.,), (1.,))
+  with pytest.raises(
+    NotImplementedError,
+    match="JVP rule is implemented only for id_tap, not for call",
+  ):
+    jax.jvp(lambda x: hostcb.call(np.sin, x, result_shape=x), (1.0,), (1.0,))
 
 
 def test_call_under_grad_raises_not_implemented():
-  with pytest.raises(NotImplementedError,
-                     match="JVP rule is implemented only for id_tap, not for call"):
-    jax.grad(lambda x: hostcb.call(np.sin, x, result_shape=x))(1.)
+  with pytest.raises(
+    NotImplementedError,
+    match="JVP rule is implemented only for id_tap, not for call",
+  ):
+    jax.grad(lambda x: hostcb.call(np.sin, x, result_shape=x))(1.0)
 
 
 def test_call_under_vmap_raises_for_io_callback_flavor():
   with pytest.raises(NotImplementedError, match="batching rules"):
     jax.vmap(lambda x: hostcb.call(np.sin, x, result_shape=x))(
-        np.ones(3, np.float32))
+      np.ones(3, np.float32)
+    )
 
 
 def test_pure_flavor_call_under_vmap():
@@ -437,34 +525,50 @@ def test_pure_flavor_call_under_vmap():
     return np.sin(a)
 
   x = np.arange(3, dtype=np.float32)
-  out = jax.vmap(lambda v: hostcb.call(
-      host, v, result_shape=v,
-      callback_flavor=hostcb.CallbackFlavor.PURE))(x)
+  out = jax.vmap(
+    lambda v: hostcb.call(
+      host, v, result_shape=v, callback_flavor=hostcb.CallbackFlavor.PURE
+    )
+  )(x)
   np.testing.assert_allclose(out, np.sin(x), rtol=1e-6)
   assert len(shapes) >= 1
 
 
 def test_pure_flavor_call_under_vmap_with_unbatched_operand():
   x = np.arange(3, dtype=np.float32)
-  out = jax.vmap(lambda v: hostcb.call(
-      lambda a: a[0] + a[1], (v, np.float32(10.)), result_shape=v,
-      callback_flavor=hostcb.CallbackFlavor.PURE))(x)
-  np.testing.assert_array_equal(out, x + 10.)
+  out = jax.vmap(
+    lambda v: hostcb.call(
+      lambda a: a[0] + a[1],
+      (v, np.float32(10.0)),
+      result_shape=v,
+      callback_flavor=hostcb.CallbackFlavor.PURE,
+    )
+  )(x)
+  np.testing.assert_array_equal(out, x + 10.0)
 
 
 def test_debug_flavor_with_result_returns_it_as_legacy_did():
-  out = jax.jit(lambda x: hostcb.call(
-      lambda a: a * 2, x, result_shape=x,
-      callback_flavor=hostcb.CallbackFlavor.DEBUG))(np.float32(3.))
-  assert float(out) == 6.
+  out = jax.jit(
+    lambda x: hostcb.call(
+      lambda a: a * 2,
+      x,
+      result_shape=x,
+      callback_flavor=hostcb.CallbackFlavor.DEBUG,
+    )
+  )(np.float32(3.0))
+  assert float(out) == 6.0
 
 
 def test_debug_flavor_without_result_runs():
   got = []
-  jax.jit(lambda x: hostcb.call(lambda a: got.append(float(a)), x,
-                                callback_flavor=hostcb.CallbackFlavor.DEBUG))(
-                                    4.)
-  assert got == [4.]
+  jax.jit(
+    lambda x: hostcb.call(
+      lambda a: got.append(float(a)),
+      x,
+      callback_flavor=hostcb.CallbackFlavor.DEBUG,
+    )
+  )(4.0)
+  assert got == [4.0]
 
 
 def test_custom_vjp_around_call_gives_gradient():
@@ -481,8 +585,9 @@ def test_custom_vjp_around_call_gives_gradient():
   host_sin.defvjp(fwd, bwd)
   x = np.float32(0.7)
   np.testing.assert_allclose(jax.grad(host_sin)(x), np.cos(x), rtol=1e-6)
-  np.testing.assert_allclose(jax.jit(jax.grad(host_sin))(x), np.cos(x),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    jax.jit(jax.grad(host_sin))(x), np.cos(x), rtol=1e-6
+  )
 
 
 # ----------------------------------------------------------- caching
@@ -490,15 +595,16 @@ def test_eager_calls_with_same_function_and_shapes_compile_once():
   def host(a):
     return a + 1
 
-  hostcb.call(host, np.float32(0.), result_shape=np.float32(0.))
+  hostcb.call(host, np.float32(0.0), result_shape=np.float32(0.0))
   before = compile_count()
   for i in range(5):
-    out = hostcb.call(host, np.float32(i), result_shape=np.float32(0.))
+    out = hostcb.call(host, np.float32(i), result_shape=np.float32(0.0))
     assert float(out) == i + 1
   assert compile_count() == before
   # A new shape does compile (the counter does see compilations).
-  hostcb.call(host, np.zeros(3, np.float32),
-              result_shape=np.zeros(3, np.float32))
+  hostcb.call(
+    host, np.zeros(3, np.float32), result_shape=np.zeros(3, np.float32)
+  )
   assert compile_count() > before
 
 
@@ -506,17 +612,17 @@ def test_three_eager_calls_on_a_numpy_array_compile_once():
   def host(a):
     return a * 2
 
-  x = np.arange(3.)  # float64: JAX makes it float32
+  x = np.arange(3.0)  # float64: JAX makes it float32
   before = compile_count()
   for _ in range(3):
     out = hostcb.call(host, x, result_shape=x)
   assert compile_count() - before == 1
-  np.testing.assert_array_equal(out, np.arange(3.) * 2)
+  np.testing.assert_array_equal(out, np.arange(3.0) * 2)
 
 
 def test_eager_taps_with_same_function_and_shapes_compile_once():
   rec = Recorder()
-  hostcb.id_tap(rec, np.float32(0.))
+  hostcb.id_tap(rec, np.float32(0.0))
   before = compile_count()
   for i in range(5):
     hostcb.id_tap(rec, np.float32(i))
@@ -527,4 +633,4 @@ def test_eager_taps_with_same_function_and_shapes_compile_once():
 
 def test_non_callable_callback_is_rejected():
   with pytest.raises(TypeError, match="Expected a callable value, got None"):
-    hostcb.call(None, 1.)
+    hostcb.call(None, 1.0)

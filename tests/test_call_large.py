@@ -6,6 +6,7 @@ once out of the device buffers into read-only arrays the callback owns (it
 may keep them, as in legacy), and its results are copied once into the
 output buffers.  Everything else ``call`` promises stays the same.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,6 +40,7 @@ def _flags(seen: Seen):
   def host(a):
     seen.add((a.flags.writeable, a.flags.owndata, a.ctypes.data))
     return a
+
   return host
 
 
@@ -63,6 +65,7 @@ def test_kept_large_operands_keep_their_values_after_later_computations():
   def keep(a):
     kept.append(a)
     return a
+
   f = _call_jit(keep)
   for i in range(4):
     f(jnp.full(4 * BIG, float(i), jnp.float32)).block_until_ready()
@@ -86,9 +89,13 @@ def test_operands_and_results_together_reach_the_threshold():
   def host(a):
     seen.add(a.flags.owndata)
     return np.zeros(BIG // 2, np.float32)
+
   x = jnp.ones(BIG // 2, jnp.float32)
-  f = jax.jit(lambda a: hostcb.call(
-      host, a, result_shape=jax.ShapeDtypeStruct((BIG // 2,), jnp.float32)))
+  f = jax.jit(
+    lambda a: hostcb.call(
+      host, a, result_shape=jax.ShapeDtypeStruct((BIG // 2,), jnp.float32)
+    )
+  )
   f(x).block_until_ready()
   assert seen.items == [True]
 
@@ -102,6 +109,7 @@ def test_writing_to_a_large_operand_raises():
     except ValueError as e:
       seen.add(str(e))
     return a
+
   x = jnp.zeros(BIG, jnp.float32)
   r = _call_jit(host)(x)
   np.testing.assert_array_equal(r, np.zeros(BIG, np.float32))
@@ -128,9 +136,12 @@ def test_identity_result_is_copied_to_the_output():
 def test_computed_results_in_a_pytree():
   def host(a):
     return {"double": a * 2, "sum": np.sum(a, dtype=np.float32)}
+
   x = jnp.arange(BIG, dtype=jnp.float32)
-  shape = {"double": jax.ShapeDtypeStruct((BIG,), jnp.float32),
-           "sum": jax.ShapeDtypeStruct((), jnp.float32)}
+  shape = {
+    "double": jax.ShapeDtypeStruct((BIG,), jnp.float32),
+    "sum": jax.ShapeDtypeStruct((), jnp.float32),
+  }
   r = jax.jit(lambda a: hostcb.call(host, a, result_shape=shape))(x)
   np.testing.assert_array_equal(r["double"], np.arange(BIG) * 2.0)
   assert float(r["sum"]) == float(np.sum(np.arange(BIG, dtype=np.float32)))
@@ -139,6 +150,7 @@ def test_computed_results_in_a_pytree():
 def test_result_in_a_wider_dtype_is_converted():
   def host(a):
     return np.asarray(a, np.float64) + 1
+
   x = jnp.zeros(BIG, jnp.float32)
   r = _call_jit(host)(x)
   assert r.dtype == jnp.float32
@@ -148,28 +160,35 @@ def test_result_in_a_wider_dtype_is_converted():
 def test_result_of_wrong_shape_fails_with_the_call_message():
   x = jnp.zeros(BIG, jnp.float32)
   with pytest.raises(
-      jax.errors.JaxRuntimeError,
-      match=(r"Callback func \S*<lambda> should have returned a result with "
-             rf"abstract values ShapedArray\(float32\[{BIG}\]\) but returned "
-             r"ShapedArray\(float32\[3\]\)")):
+    jax.errors.JaxRuntimeError,
+    match=(
+      r"Callback func \S*<lambda> should have returned a result with "
+      rf"abstract values ShapedArray\(float32\[{BIG}\]\) but returned "
+      r"ShapedArray\(float32\[3\]\)"
+    ),
+  ):
     _call_jit(lambda a: a[:3])(x).block_until_ready()
 
 
 def test_result_of_wrong_structure_fails_with_the_call_message():
   x = jnp.zeros(BIG, jnp.float32)
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match=r"Callback func \S*<lambda> should have returned "
-                           r"a result with pytree PyTreeDef\(\*\) but returned "
-                           r"PyTreeDef\(\(\*, \*\)\)"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match=r"Callback func \S*<lambda> should have returned "
+    r"a result with pytree PyTreeDef\(\*\) but returned "
+    r"PyTreeDef\(\(\*, \*\)\)",
+  ):
     _call_jit(lambda a: (a, a))(x).block_until_ready()
 
 
 def test_exception_in_callback_fails_the_computation():
   def host(a):
     raise ZeroDivisionError("nothing to divide")
+
   x = jnp.zeros(BIG, jnp.float32)
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="ZeroDivisionError: nothing to divide"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError, match="ZeroDivisionError: nothing to divide"
+  ):
     _call_jit(host)(x).block_until_ready()
 
 
@@ -178,12 +197,14 @@ def test_call_without_result_runs():
 
   def host(a):
     seen.add(float(a[-1]))
+
   x = jnp.arange(BIG, dtype=jnp.float32)
 
   @jax.jit
   def f(a):
     hostcb.call(host, a)
     return a + 1
+
   f(x).block_until_ready()
   hostcb.barrier_wait()
   assert seen.items == [float(BIG - 1)]
@@ -196,6 +217,7 @@ def test_call_with_device_gets_the_device():
   def host(a, device):
     seen.add(device)
     return a
+
   x = jnp.zeros(BIG, jnp.float32)
   _call_jit(host, call_with_device=True)(x).block_until_ready()
   assert seen.items == [x.devices().pop()]
@@ -215,6 +237,7 @@ def test_taps_queued_before_the_call_run_first():
   def f(a):
     a = hostcb.id_tap(tap, a)
     return hostcb.call(host, a + 1, result_shape=a)
+
   f(jnp.zeros(BIG, jnp.float32)).block_until_ready()
   hostcb.barrier_wait()
   assert seen.items == [("tap", 0.0), ("call", 1.0)]
@@ -227,6 +250,7 @@ def test_independent_calls_keep_program_order():
     def record(a):
       seen.add(tag)
       return a
+
     return record
 
   @jax.jit
@@ -234,7 +258,10 @@ def test_independent_calls_keep_program_order():
     y = hostcb.call(host("first"), b, result_shape=b)
     x = hostcb.call(host("second"), a, result_shape=a)
     return x, y
-  f(jnp.zeros(BIG, jnp.float32), jnp.ones(BIG, jnp.float32))[0].block_until_ready()
+
+  f(jnp.zeros(BIG, jnp.float32), jnp.ones(BIG, jnp.float32))[
+    0
+  ].block_until_ready()
   assert seen.items == ["first", "second"]
 
 
@@ -248,8 +275,12 @@ def test_calls_in_scan_see_each_carry():
   @jax.jit
   def f(a):
     return jax.lax.scan(
-        lambda c, _: (hostcb.call(host, c, result_shape=c), None), a, None,
-        length=3)[0]
+      lambda c, _: (hostcb.call(host, c, result_shape=c), None),
+      a,
+      None,
+      length=3,
+    )[0]
+
   r = f(jnp.zeros(BIG, jnp.float32))
   np.testing.assert_array_equal(r, np.full(BIG, 3.0, np.float32))
   assert seen.items == [0.0, 1.0, 2.0]
@@ -261,8 +292,12 @@ def test_pure_call_under_vmap_calls_once_per_element():
   def host(a):
     seen.add(a.shape)
     return a * 2
-  f = jax.vmap(lambda a: hostcb.call(
-      host, a, result_shape=a, callback_flavor=hostcb.CallbackFlavor.PURE))
+
+  f = jax.vmap(
+    lambda a: hostcb.call(
+      host, a, result_shape=a, callback_flavor=hostcb.CallbackFlavor.PURE
+    )
+  )
   r = f(jnp.ones((2, BIG), jnp.float32))
   np.testing.assert_array_equal(r, np.full((2, BIG), 2.0, np.float32))
   assert seen.items == [(BIG,), (BIG,)]
@@ -284,15 +319,19 @@ def test_shard_map_call_sees_a_copy_of_each_device_shard():
   def host(a, device):
     seen.add((device.id, float(a[0]), a.flags.owndata))
     return a + 1
+
   mesh = jax.make_mesh((n,), ("x",))
-  x = jax.device_put(jnp.repeat(jnp.arange(float(n)), BIG),
-                     NamedSharding(mesh, P("x")))
+  x = jax.device_put(
+    jnp.repeat(jnp.arange(float(n)), BIG), NamedSharding(mesh, P("x"))
+  )
   body = lambda a: hostcb.call(host, a, result_shape=a, call_with_device=True)
-  r = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"),
-                            out_specs=P("x")))(x)
+  r = jax.jit(
+    jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+  )(x)
   np.testing.assert_array_equal(r, np.repeat(np.arange(float(n)) + 1, BIG))
-  expected = sorted((d.id, float(i), True)
-                    for i, d in enumerate(mesh.devices.flat))
+  expected = sorted(
+    (d.id, float(i), True) for i, d in enumerate(mesh.devices.flat)
+  )
   assert sorted(seen.items) == expected
 
 
@@ -304,11 +343,14 @@ def test_sharded_jit_call_runs_once_with_the_whole_operand():
   def host(a, device):
     seen.add((device, a.shape))
     return a * 3
+
   mesh = jax.make_mesh((n,), ("x",))
-  x = jax.device_put(jnp.ones(n * BIG, jnp.float32),
-                     NamedSharding(mesh, P("x")))
-  f = jax.jit(lambda a: hostcb.call(host, a, result_shape=a,
-                                    call_with_device=True))
+  x = jax.device_put(
+    jnp.ones(n * BIG, jnp.float32), NamedSharding(mesh, P("x"))
+  )
+  f = jax.jit(
+    lambda a: hostcb.call(host, a, result_shape=a, call_with_device=True)
+  )
   np.testing.assert_array_equal(f(x), np.full(n * BIG, 3.0, np.float32))
   assert seen.items == [(jax.devices()[0], (n * BIG,))]
 

@@ -2,6 +2,7 @@
 which builds and installs nothing), with stand-in interpreters: a script
 that exits 0 stands for a usable Python >= 3.12, one that exits 127 for a
 pyenv shim of a version that is not selected."""
+
 from __future__ import annotations
 
 import os
@@ -22,22 +23,30 @@ def _interpreter(path, works: bool) -> str:
 
 
 def _find(tmp_path, path_dirs, **env_extra) -> subprocess.CompletedProcess:
-  env = {"HOME": str(tmp_path / "home"),
-         "PYENV_ROOT": str(tmp_path / "no-pyenv"),
-         "HOSTCB_PYTHON_CACHE": str(tmp_path / "cache"),
-         "PATH": os.pathsep.join([str(d) for d in path_dirs]
-                                 + ["/usr/bin", "/bin"])}
+  env = {
+    "HOME": str(tmp_path / "home"),
+    "PYENV_ROOT": str(tmp_path / "no-pyenv"),
+    "HOSTCB_PYTHON_CACHE": str(tmp_path / "cache"),
+    "PATH": os.pathsep.join([str(d) for d in path_dirs] + ["/usr/bin", "/bin"]),
+  }
   env.update(env_extra)
-  return subprocess.run(["bash", SCRIPT, "--find-python"], env=env,
-                        capture_output=True, text=True, timeout=60)
+  return subprocess.run(
+    ["bash", SCRIPT, "--find-python"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
 
 
 @pytest.fixture(autouse=True)
 def _no_real_python_on_usr_bin():
   for name in ("python3.14", "python3.13", "python3.12"):
     if os.path.exists(os.path.join("/usr/bin", name)):
-      pytest.skip(f"/usr/bin/{name} exists: these stand-ins would not be "
-                  "the only interpreters the script sees")
+      pytest.skip(
+        f"/usr/bin/{name} exists: these stand-ins would not be "
+        "the only interpreters the script sees"
+      )
 
 
 def test_a_failing_shim_on_path_is_passed_over_for_a_later_one(tmp_path):
@@ -59,12 +68,14 @@ def test_pyenv_versions_are_tried_newest_first(tmp_path):
   _interpreter(root / "versions" / "3.12.1" / "bin" / "python3.12", True)
   _interpreter(root / "versions" / "3.13.10" / "bin" / "python3.13", False)
   newest_working = _interpreter(
-      root / "versions" / "3.13.9" / "bin" / "python3.13", True)
+    root / "versions" / "3.13.9" / "bin" / "python3.13", True
+  )
   _interpreter(root / "versions" / "3.11.7" / "bin" / "python3.11", True)
   _interpreter(tmp_path / "shims" / "python3.13", works=False)
   proc = _find(tmp_path, [tmp_path / "shims"], PYENV_ROOT=str(root))
-  assert (proc.returncode, proc.stdout) == (0, newest_working + "\n"), \
-      proc.stderr
+  assert (proc.returncode, proc.stdout) == (0, newest_working + "\n"), (
+    proc.stderr
+  )
 
 
 def test_the_cached_build_is_taken_last(tmp_path):
@@ -88,5 +99,6 @@ def test_newest_python_chooses_and_must_work(tmp_path):
   broken = _interpreter(tmp_path / "y" / "python", works=False)
   proc = _find(tmp_path, [tmp_path / "bin"], NEWEST_PYTHON=broken)
   assert (proc.returncode, proc.stdout) == (1, "")
-  assert proc.stderr == (f"NEWEST_PYTHON={broken} is not a usable Python "
-                         ">= 3.12\n")
+  assert proc.stderr == (
+    f"NEWEST_PYTHON={broken} is not a usable Python >= 3.12\n"
+  )

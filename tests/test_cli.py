@@ -1,4 +1,5 @@
 """The `hostcb` command: `demo` and `run` (the `hlo` command has its own file)."""
+
 from __future__ import annotations
 
 import os
@@ -18,19 +19,25 @@ def _hostcb(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
   env = dict(os.environ)
   env["PYTHONPATH"] = hostcb_root() + os.pathsep + env.get("PYTHONPATH", "")
   env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, "-m", "hostcb", *args], env=env,
-                        capture_output=True, text=True, timeout=timeout,
-                        cwd=REPO)
+  return subprocess.run(
+    [sys.executable, "-m", "hostcb", *args],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    cwd=REPO,
+  )
 
 
 def test_run_executes_a_legacy_script_unchanged():
   res = _hostcb("run", "examples/legacy_script.py", "3")
   assert res.returncode == 0, res.stderr
   assert res.stdout == (
-      "what: step,acc\n( 0 1. )\n"
-      "what: step,acc\n( 1 2. )\n"
-      "what: step,acc\n( 2 4. )\n"
-      "total 8.0 doubled on the host 16.0\n")
+    "what: step,acc\n( 0 1. )\n"
+    "what: step,acc\n( 1 2. )\n"
+    "what: step,acc\n( 2 4. )\n"
+    "total 8.0 doubled on the host 16.0\n"
+  )
 
 
 def test_run_passes_the_exit_status_of_the_script(tmp_path):
@@ -53,15 +60,18 @@ def test_run_shows_the_traceback_of_a_missing_file_inside_the_script(tmp_path):
   res = _hostcb("run", str(script))
   assert res.returncode == 1
   assert "Traceback (most recent call last)" in res.stderr, res.stderr
-  assert ("FileNotFoundError: [Errno 2] No such file or directory: "
-          "'no/such/data.txt'") in res.stderr
+  assert (
+    "FileNotFoundError: [Errno 2] No such file or directory: 'no/such/data.txt'"
+  ) in res.stderr
   assert "no such script" not in res.stderr
 
 
 def test_run_restores_jax_xla_computation(tmp_path):
   script = tmp_path / "uses_xla_computation.py"
-  script.write_text("import jax\nimport hostcb\n"
-                    "print(jax.xla_computation is hostcb.xla_computation)\n")
+  script.write_text(
+    "import jax\nimport hostcb\n"
+    "print(jax.xla_computation is hostcb.xla_computation)\n"
+  )
   res = _hostcb("run", str(script))
   assert res.returncode == 0, res.stderr
   assert res.stdout == "True\n"
@@ -73,8 +83,10 @@ def test_demo_shows_every_part_of_the_tour():
   out = res.stdout
   # The computation's print, then the caller's label: JAX's order.
   assert "what: x,x^2\n( 3. 9. )\nresult: 27.0\n" in out
-  assert ("transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
-          "( [2. 3.] [4. 9.] )\n") in out
+  assert (
+    "transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
+    "( [2. 3.] [4. 9.] )\n"
+  ) in out
   # One tap per device, in any order; devices print as the running JAX
   # names them.
   pmap_taps = re.findall(r"device: (\S+) where: pmap\n(\d+)\.\n", out)
@@ -90,14 +102,17 @@ def test_demo_shows_every_part_of_the_tour():
   else:
     assert re.search(r"vmap of scan: 100%\|#+\| 200000/200000 ", out), out
     assert re.search(
-        r"pmap of scan \[4 devices\]: 100%\|#+\| 200000/200000 ", out), out
+      r"pmap of scan \[4 devices\]: 100%\|#+\| 200000/200000 ", out
+    ), out
   assert "eigenvalues of a 90° rotation: [0.+1.j 0.-1.j]" in out
-  assert ("barrier_wait raised CallbackException: ValueError: tapped value "
-          "5.0 is too large") in out
+  assert (
+    "barrier_wait raised CallbackException: ValueError: tapped value "
+    "5.0 is too large"
+  ) in out
 
 
 # ------------------------------------------------- run --jax-callbacks
-_JAX_CALLBACKS_SCRIPT = '''
+_JAX_CALLBACKS_SCRIPT = """
 import sys
 import jax
 import jax.numpy as jnp
@@ -123,7 +138,7 @@ def f(x):
 
 f(1.0)
 # No barrier: the runner's barrier at the end delivers the last prints.
-'''
+"""
 
 
 def test_run_jax_callbacks_routes_jax_callbacks_through_hostcb(tmp_path):
@@ -132,17 +147,17 @@ def test_run_jax_callbacks_routes_jax_callbacks_through_hostcb(tmp_path):
   res = _hostcb("run", "--jax-callbacks", str(script), "a", "--b")
   assert res.returncode == 0, res.stderr
   assert res.stdout == (
-      "installed True True ['a', '--b']\n"
-      "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
+    "installed True True ['a', '--b']\nstep 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n"
+  )
 
 
-def test_run_jax_callbacks_prints_a_labelled_result_after_its_prints(
-    tmp_path):
+def test_run_jax_callbacks_prints_a_labelled_result_after_its_prints(tmp_path):
   script = tmp_path / "labelled.py"
   script.write_text(
-      "import jax, jax.numpy as jnp\n"
-      "f = jax.jit(lambda x: (jax.debug.print('x = {x}', x=x), x * 2)[1])\n"
-      "print('result:', f(jnp.arange(3.)))\n")
+    "import jax, jax.numpy as jnp\n"
+    "f = jax.jit(lambda x: (jax.debug.print('x = {x}', x=x), x * 2)[1])\n"
+    "print('result:', f(jnp.arange(3.)))\n"
+  )
   res = _hostcb("run", "--jax-callbacks", str(script))
   assert res.returncode == 0, res.stderr
   assert res.stdout == "x = [0. 1. 2.]\nresult: [0. 2. 4.]\n"
@@ -156,18 +171,20 @@ def test_run_without_jax_callbacks_leaves_jax_callbacks_alone(tmp_path):
   # The flag after the script is the script's; JAX's own callbacks print
   # while the scan runs.
   assert res.stdout == (
-      "installed False False ['--jax-callbacks']\n"
-      "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n")
+    "installed False False ['--jax-callbacks']\n"
+    "step 0: 1.0\nstep 1: 3.0\nstep 2: 7.0\n"
+  )
 
 
 def test_run_jax_callbacks_logs_a_failed_callback(tmp_path):
   script = tmp_path / "fails.py"
   script.write_text(
-      "import jax\n"
-      "def check(x):\n"
-      "  raise ValueError(f'bad value {x}')\n"
-      "jax.jit(lambda x: jax.debug.callback(check, x))(2.0)\n"
-      "print('script done')\n")
+    "import jax\n"
+    "def check(x):\n"
+    "  raise ValueError(f'bad value {x}')\n"
+    "jax.jit(lambda x: jax.debug.callback(check, x))(2.0)\n"
+    "print('script done')\n"
+  )
   res = _hostcb("run", "--jax-callbacks", str(script))
   # Logged where JAX logs it, with its traceback; no barrier raises it, the
   # final one neither (docs/jax_callbacks.md, "When a callback fails"), and
@@ -182,11 +199,12 @@ def test_run_jax_callbacks_logs_a_failed_callback(tmp_path):
 def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):
   script = tmp_path / "legacy_and_new.py"
   script.write_text(
-      "import jax\nimport hostcb\n"
-      "from jax.experimental import host_callback as hcb\n"
-      "print(hcb.id_tap is hostcb.id_tap,\n"
-      "      jax.xla_computation is hostcb.xla_computation,\n"
-      "      jax.pure_callback is hostcb.pure_callback)\n")
+    "import jax\nimport hostcb\n"
+    "from jax.experimental import host_callback as hcb\n"
+    "print(hcb.id_tap is hostcb.id_tap,\n"
+    "      jax.xla_computation is hostcb.xla_computation,\n"
+    "      jax.pure_callback is hostcb.pure_callback)\n"
+  )
   res = _hostcb("run", "--jax-callbacks", str(script))
   assert res.returncode == 0, res.stderr
   assert res.stdout == "True True True\n"
@@ -196,7 +214,9 @@ def test_the_console_script_names_the_command_line_entry_point():
   import importlib
   import tomllib
   from hostcb.tools import cli
-  scripts = tomllib.loads((REPO / "pyproject.toml").read_text())[
-      "project"]["scripts"]
+
+  scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+    "scripts"
+  ]
   module, _, name = scripts["hostcb"].partition(":")
   assert getattr(importlib.import_module(module), name) is cli.main

@@ -10,6 +10,7 @@ function must get exactly its calls (its shards, for a per-shard tap),
 and the second must find in the cache every program that JAX writes to
 it.  Marked ``multidevice``: it runs with 4 devices and again with 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ import pytest
 
 pytestmark = pytest.mark.multidevice
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "cache_worker.py")
+WORKER = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "cache_worker.py"
+)
 
 # JAX writes no cache entry for a program with XLA's Python callbacks:
 # hostcb's taps and calls of the whole value in a jit over several devices
@@ -33,13 +35,19 @@ NOT_WRITTEN = {"tap_gathered", "call_sharded"}
 def _run(cache_dir: str, mode: str) -> dict:
   env = dict(os.environ)
   env.setdefault("JAX_PLATFORMS", "cpu")
-  proc = subprocess.run([sys.executable, WORKER, cache_dir, mode], env=env,
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, WORKER, cache_dir, mode],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, (mode, proc.returncode, proc.stderr[-4000:])
-  lines = [line for line in proc.stdout.splitlines()
-           if line.startswith("REPORT ")]
+  lines = [
+    line for line in proc.stdout.splitlines() if line.startswith("REPORT ")
+  ]
   assert len(lines) == 1, proc.stdout[-4000:]
-  return json.loads(lines[0][len("REPORT "):])
+  return json.loads(lines[0][len("REPORT ") :])
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +83,16 @@ def test_the_first_process_writes_the_programs_to_the_cache(reports):
   assert first["hits"] == []  # an empty cache
   written = {e.split("-")[0] for e in entries}
   assert {f"jit_{p}" for p in _programs(first)} - written == {
-      f"jit_{p}" for p in NOT_WRITTEN}
+    f"jit_{p}" for p in NOT_WRITTEN
+  }
 
 
-def test_the_second_process_finds_them_although_it_registered_others(
-    reports):
+def test_the_second_process_finds_them_although_it_registered_others(reports):
   _, _, second = reports
   hits = set(second["hits"])
   assert {f"jit_{p}" for p in _programs(second)} - hits == {
-      f"jit_{p}" for p in NOT_WRITTEN}
+    f"jit_{p}" for p in NOT_WRITTEN
+  }
 
 
 _IDS = """
@@ -104,8 +113,12 @@ print(first.tid, again.tid, la.tid, lb.tid)
 
 
 def _ids(registered_before: int) -> list:
-  proc = subprocess.run([sys.executable, "-c", _IDS, str(registered_before)],
-                        capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [sys.executable, "-c", _IDS, str(registered_before)],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   return [int(t) for t in proc.stdout.split()]
 

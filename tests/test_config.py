@@ -1,4 +1,5 @@
 """The knobs: jax_host_callback_inline and jax_host_callback_max_queue_byte_size."""
+
 import threading
 
 import jax
@@ -19,7 +20,9 @@ def inline():
 
 def test_defaults():
   assert hostcb.config.read("jax_host_callback_inline") is False
-  assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(256e6)
+  assert hostcb.config.read("jax_host_callback_max_queue_byte_size") == int(
+    256e6
+  )
   assert hostcb.config.read("hostcb_strict_barrier") is False
   assert hostcb.config.read("hostcb_callback_jax_arrays") is True
 
@@ -32,8 +35,7 @@ def test_a_subscriber_gets_the_value_now_and_at_every_change():
     hostcb.config.update("jax_host_callback_inline", not old)
     hostcb.config.update("jax_host_callback_inline", old)
   finally:
-    hostcb.config._subscribers["jax_host_callback_inline"].remove(
-        seen.append)
+    hostcb.config._subscribers["jax_host_callback_inline"].remove(seen.append)
   assert seen == [old, not old, old]
 
 
@@ -58,43 +60,53 @@ def test_an_unknown_option_names_the_known_ones():
 def test_an_unknown_option_names_the_fast_dispatch_alias_too():
   with pytest.raises(KeyError) as info:
     hostcb.config.update("hostcb_no_such_option", True)
-  for name in ("jax_host_callback_inline", "jax_host_callback_max_queue_byte_size",
-               "hostcb_strict_barrier", "hostcb_gpu_engine",
-               "hostcb_callback_jax_arrays", "hostcb_fast_dispatch"):
+  for name in (
+    "jax_host_callback_inline",
+    "jax_host_callback_max_queue_byte_size",
+    "hostcb_strict_barrier",
+    "hostcb_gpu_engine",
+    "hostcb_callback_jax_arrays",
+    "hostcb_fast_dispatch",
+  ):
     assert repr(name) in str(info.value)
 
 
 def test_inline_eager_tap_runs_in_calling_thread(inline):
   threads = []
-  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.)
+  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.0)
   assert threads == [threading.current_thread()]  # before any barrier
 
 
 def test_inline_eager_tap_exception_propagates_to_caller(inline):
   with pytest.raises(ZeroDivisionError):
-    hostcb.id_tap(lambda a, t: 1 / 0, 1.)
+    hostcb.id_tap(lambda a, t: 1 / 0, 1.0)
 
 
 def test_inline_eager_call_runs_in_calling_thread(inline):
   threads = []
-  out = hostcb.call(lambda a: (threads.append(threading.current_thread()),
-                               a * 2)[1], np.float32(2.),
-                    result_shape=np.float32(0.))
-  assert float(out) == 4.
+  out = hostcb.call(
+    lambda a: (threads.append(threading.current_thread()), a * 2)[1],
+    np.float32(2.0),
+    result_shape=np.float32(0.0),
+  )
+  assert float(out) == 4.0
   assert threads == [threading.current_thread()]
 
 
 def test_inline_does_not_affect_jit(inline):
   threads = []
-  jax.jit(lambda x: hostcb.id_tap(
-      lambda a, t: threads.append(threading.current_thread()), x))(1.)
+  jax.jit(
+    lambda x: hostcb.id_tap(
+      lambda a, t: threads.append(threading.current_thread()), x
+    )
+  )(1.0)
   hostcb.barrier_wait()
   assert len(threads) == 1 and threads[0] is not threading.current_thread()
 
 
 def test_not_inline_eager_tap_runs_on_consumer_thread():
   threads = []
-  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.)
+  hostcb.id_tap(lambda a, t: threads.append(threading.current_thread()), 1.0)
   hostcb.barrier_wait()
   assert len(threads) == 1 and threads[0] is not threading.current_thread()
 
@@ -128,16 +140,21 @@ t = []
 hostcb.id_tap(lambda a, tr: t.append(threading.current_thread()), 1.)
 print(t == [threading.current_thread()])
 """
-  proc = run_python(code, env_extra={
+  proc = run_python(
+    code,
+    env_extra={
       "JAX_HOST_CALLBACK_INLINE": "1",
-      "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "20000000"})
+      "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "20000000",
+    },
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split() == ["True", "20000000", "True"]
 
 
 def test_the_environment_opts_out_of_jax_arrays():
   proc = run_python(
-      'import hostcb; print(hostcb.config.read("hostcb_callback_jax_arrays"))',
-      env_extra={"HOSTCB_CALLBACK_JAX_ARRAYS": "0"})
+    'import hostcb; print(hostcb.config.read("hostcb_callback_jax_arrays"))',
+    env_extra={"HOSTCB_CALLBACK_JAX_ARRAYS": "0"},
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "False\n"

@@ -6,6 +6,7 @@ Each test compares with what the strict-barrier mode guarantees: values, program
 order within and across computations, no dropped tap, remat, and the
 barrier for the calling thread's computations.
 """
+
 from __future__ import annotations
 
 import jax
@@ -57,25 +58,36 @@ def _tapped(x):
   return hostcb.id_tap(lambda a, t: None, x) + 1
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": ""},
-     "False True"),                       # the default: fast dispatch
+@pytest.mark.parametrize(
+  "env, expected",
+  [
+    (
+      {"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": ""},
+      "False True",
+    ),  # the default: fast dispatch
     ({"HOSTCB_STRICT_BARRIER": "1"}, "True False"),  # keeps the token
-    ({"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": "0"},
-     "True False"),                       # hostcb 0.2's name, turned off
-], ids=["default", "strict", "fast-dispatch-off"])
+    (
+      {"HOSTCB_STRICT_BARRIER": "", "HOSTCB_FAST_DISPATCH": "0"},
+      "True False",
+    ),  # hostcb 0.2's name, turned off
+  ],
+  ids=["default", "strict", "fast-dispatch-off"],
+)
 def test_the_mode_from_the_environment(env, expected):
   env = {k: v for k, v in env.items() if v}
-  drop = "".join(f"os.environ.pop({k!r}, None)\n" for k in
-                 ("HOSTCB_STRICT_BARRIER", "HOSTCB_FAST_DISPATCH")
-                 if k not in env)
+  drop = "".join(
+    f"os.environ.pop({k!r}, None)\n"
+    for k in ("HOSTCB_STRICT_BARRIER", "HOSTCB_FAST_DISPATCH")
+    if k not in env
+  )
   proc = run_python(
-      "import os\n" + drop +
-      "import hostcb, jax, jax.numpy as jnp\n"
-      "from hostcb import jax_internals as ji\n"
-      "f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)\n"
-      "print(hostcb.config.read('hostcb_strict_barrier'),"
-      " ji.declares_no_effect(f, jnp.float32(1)))\n", env_extra=env)
+    "import os\n" + drop + "import hostcb, jax, jax.numpy as jnp\n"
+    "from hostcb import jax_internals as ji\n"
+    "f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)\n"
+    "print(hostcb.config.read('hostcb_strict_barrier'),"
+    " ji.declares_no_effect(f, jnp.float32(1)))\n",
+    env_extra=env,
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == expected + "\n"
 
@@ -92,12 +104,14 @@ def test_fast_dispatch_is_the_opposite_of_the_strict_barrier():
     hostcb.config.update(_MODE, before)
 
 
-def _taps_of_other_threads(keep_results: bool, n_threads=4, per_thread=3,
-                           steps=100):
+def _taps_of_other_threads(
+  keep_results: bool, n_threads=4, per_thread=3, steps=100
+):
   """Worker threads dispatch tapping one-device scans, keep (or drop) the
   results without waiting for them, and exit; the main thread's barrier
   then counts the taps it saw."""
   import threading
+
   count = [0]
   lock = threading.Lock()
 
@@ -105,9 +119,11 @@ def _taps_of_other_threads(keep_results: bool, n_threads=4, per_thread=3,
     with lock:
       count[0] += 1
 
-  f = jax.jit(lambda x: lax.scan(
-      lambda c, _: (hostcb.id_tap(tap, _heavy(c)), None), x, None,
-      length=steps)[0])
+  f = jax.jit(
+    lambda x: lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, _heavy(c)), None), x, None, length=steps
+    )[0]
+  )
   f(_BIG).block_until_ready()
   hostcb.barrier_wait()
   count[0] = 0
@@ -130,12 +146,16 @@ def _taps_of_other_threads(keep_results: bool, n_threads=4, per_thread=3,
   return seen, n_threads * per_thread * steps
 
 
-def test_fast_mode_barrier_waits_for_other_threads_computations_whose_results_are_alive(fast):
+def test_fast_mode_barrier_waits_for_other_threads_computations_whose_results_are_alive(
+  fast,
+):
   seen, expected = _taps_of_other_threads(keep_results=True)
   assert seen == expected
 
 
-def test_strict_barrier_waits_for_other_threads_computations_whose_results_were_dropped(strict):
+def test_strict_barrier_waits_for_other_threads_computations_whose_results_were_dropped(
+  strict,
+):
   seen, expected = _taps_of_other_threads(keep_results=False)
   assert seen == expected
 
@@ -152,13 +172,21 @@ def _with_io_callback(ordered: bool, seen: list):
   def record(x):
     seen.append(float(x))
     return np.asarray(x) * 2
-  return jax.jit(lambda x: hostcb.io_callback(
-      record, jax.ShapeDtypeStruct((), jnp.float32), x, ordered=ordered) + 1)
+
+  return jax.jit(
+    lambda x: (
+      hostcb.io_callback(
+        record, jax.ShapeDtypeStruct((), jnp.float32), x, ordered=ordered
+      )
+      + 1
+    )
+  )
 
 
 @pytest.mark.parametrize("ordered", [False, True])
 def test_io_callback_with_jax_io_effect_declares_no_effect_in_fast_mode(
-    fast, ordered):
+  fast, ordered
+):
   # hostcb's io_callback carries JAX's IOEffect/OrderedIOEffect too (so that
   # JAX's transformations refuse it where they refuse JAX's); fast dispatch
   # drops them from the executable with hostcb's effect.
@@ -172,7 +200,8 @@ def test_io_callback_with_jax_io_effect_declares_no_effect_in_fast_mode(
 
 @pytest.mark.parametrize("ordered", [False, True])
 def test_io_callback_carries_jax_io_effect_and_declares_it_in_strict_mode(
-    strict, ordered):
+  strict, ordered
+):
   seen = []
   f = _with_io_callback(ordered, seen)
   effects = jax.make_jaxpr(f)(jnp.float32(1)).effects
@@ -213,6 +242,7 @@ def test_fast_mode_keeps_the_order_of_a_loop_and_the_tap_after_it(fast):
       i, h = c
       hostcb.id_tap(lambda a, t: seen.append(int(a)), i)
       return i + 1, jnp.tanh(h @ h)
+
     _, h = lax.while_loop(lambda c: c[0] < 3, body, (0, x))
     hostcb.id_tap(lambda a, t: seen.append("after"), y)
     return h
@@ -231,12 +261,12 @@ def test_fast_mode_keeps_dispatch_order_with_python_callback_taps():
   # With XLA's Python callbacks (slower taps), a pmap's taps and those of a
   # jit dispatched after it interleaved on device 0 unless the pmap's
   # dispatch waits for it (jax_internals.dispatch._wait_in_fast_mode).
-  test = ("test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_"
-          "eager")
-  code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
-          f"'no:cacheprovider', '{test_engine.__file__}::{test}']))")
-  proc = run_python(code, timeout=180, env_extra={
-      "HOSTCB_DISABLE_NATIVE": "1"})
+  test = "test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager"
+  code = (
+    "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
+    f"'no:cacheprovider', '{test_engine.__file__}::{test}']))"
+  )
+  proc = run_python(code, timeout=180, env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "1 passed" in proc.stdout
 
@@ -254,12 +284,17 @@ def test_computations_of_tap_functions_keep_their_token_in_fast_mode():
   # for a computation (on the Python dispatch path), or taps and calls of
   # that computation wait for the consumer forever.  Each deadlock test of
   # test_engine.py, in its own interpreter with a bound.
-  tests = ["test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock",
-           "test_jitted_call_inside_a_tap_function_works",
-           "test_exception_of_a_tap_made_by_a_tap_function_reaches_barrier_wait"]
-  code = ("import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
-          "'no:cacheprovider', " + ", ".join(
-              f"'{test_engine.__file__}::{t}'" for t in tests) + "]))")
+  tests = [
+    "test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock",
+    "test_jitted_call_inside_a_tap_function_works",
+    "test_exception_of_a_tap_made_by_a_tap_function_reaches_barrier_wait",
+  ]
+  code = (
+    "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
+    "'no:cacheprovider', "
+    + ", ".join(f"'{test_engine.__file__}::{t}'" for t in tests)
+    + "]))"
+  )
   proc = run_python(code, timeout=180)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "3 passed" in proc.stdout
@@ -286,10 +321,10 @@ def test_fast_mode_keeps_taps_whose_results_are_unused(fast):
   @jax.jit
   def f(x):
     jax.jit(lambda y: hostcb.id_tap(tap, y))(x)
-    lax.scan(lambda c, _: (hostcb.id_tap(tap, c) + 1, None), x + 10, None,
-             length=2)
-    lax.cond(x > 0, lambda y: hostcb.id_tap(tap, y + 20),
-             lambda y: y, x)
+    lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, c) + 1, None), x + 10, None, length=2
+    )
+    lax.cond(x > 0, lambda y: hostcb.id_tap(tap, y + 20), lambda y: y, x)
     return x
 
   f(1)
@@ -306,10 +341,12 @@ def test_fast_mode_values_equal_those_without_taps(fast):
     return jnp.sum(jnp.sin(x) * x)
 
   x = jnp.arange(5.0)
-  np.testing.assert_array_equal(jax.jit(jax.grad(f))(x),
-                                jax.jit(jax.grad(plain))(x))
-  np.testing.assert_array_equal(jax.jit(jax.vmap(f))(x[:, None]),
-                                jax.jit(jax.vmap(plain))(x[:, None]))
+  np.testing.assert_array_equal(
+    jax.jit(jax.grad(f))(x), jax.jit(jax.grad(plain))(x)
+  )
+  np.testing.assert_array_equal(
+    jax.jit(jax.vmap(f))(x[:, None]), jax.jit(jax.vmap(plain))(x[:, None])
+  )
 
 
 def test_fast_mode_reruns_taps_under_checkpoint(fast):
@@ -323,8 +360,7 @@ def test_fast_mode_reruns_taps_under_checkpoint(fast):
   assert seen == [2.0, 2.0]  # forward, and again when rematerializing
 
 
-def test_switching_the_mode_recompiles_functions_already_compiled(
-    strict):
+def test_switching_the_mode_recompiles_functions_already_compiled(strict):
   seen = []
   f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
   f(1)
@@ -350,46 +386,53 @@ def _donating(tap: bool):
   """``(x, y) -> (x + 1, y * 2)`` with ``x`` donated, and a tap of ``x``
   when ``tap``: both results have ``x``'s size, so a donated buffer that
   became the wrong result would go unnoticed in the values."""
+
   def f(x, y):
     if tap:
       x = hostcb.id_tap(lambda a, t: None, x)
     return x + 1, y * 2
+
   return jax.jit(f, donate_argnums=0)
 
 
 def _donated_result(tap: bool) -> tuple[list, int | None, bool]:
   """The results, which of them took the donated buffer, and whether the
   donated input was deleted."""
-  x, y = jnp.arange(4.), jnp.arange(4.) + 10
+  x, y = jnp.arange(4.0), jnp.arange(4.0) + 10
   pointer = x.unsafe_buffer_pointer()
   outs = _donating(tap)(x, y)
   hostcb.barrier_wait()
   took = [i for i, o in enumerate(outs) if o.unsafe_buffer_pointer() == pointer]
-  return ([np.asarray(o).tolist() for o in outs], took[0] if took else None,
-          x.is_deleted())
+  return (
+    [np.asarray(o).tolist() for o in outs],
+    took[0] if took else None,
+    x.is_deleted(),
+  )
 
 
 @pytest.mark.parametrize("mode", ["fast", "strict"])
 def test_a_donated_buffer_becomes_the_result_it_becomes_without_a_tap(
-    mode, request):
+  mode, request
+):
   request.getfixturevalue(mode)
   without = _donated_result(tap=False)
-  assert without == ([[1., 2., 3., 4.], [20., 22., 24., 26.]], 0, True)
+  assert without == ([[1.0, 2.0, 3.0, 4.0], [20.0, 22.0, 24.0, 26.0]], 0, True)
   assert _donated_result(tap=True) == without
 
 
 @pytest.mark.parametrize("mode", ["fast", "strict"])
 def test_donation_with_one_result_compiles_and_deletes_the_input(mode, request):
   request.getfixturevalue(mode)
-  f = jax.jit(lambda x, y: hostcb.id_tap(lambda a, t: None, x) + y,
-              donate_argnums=0)
+  f = jax.jit(
+    lambda x, y: hostcb.id_tap(lambda a, t: None, x) + y, donate_argnums=0
+  )
   x = jnp.ones(4)
-  np.testing.assert_array_equal(f(x, jnp.ones(4)), [2., 2., 2., 2.])
+  np.testing.assert_array_equal(f(x, jnp.ones(4)), [2.0, 2.0, 2.0, 2.0])
   assert x.is_deleted()
 
 
 def test_fast_mode_lowers_a_donated_argument_with_its_result_number(fast):
-  text = _donating(tap=True).lower(jnp.arange(4.), jnp.arange(4.)).as_text()
+  text = _donating(tap=True).lower(jnp.arange(4.0), jnp.arange(4.0)).as_text()
   assert "tf.aliasing_output = 0 : i32" in text
   assert "tf.aliasing_output = 1" not in text
 
@@ -401,23 +444,26 @@ def test_barrier_runs_under_a_context_mesh_without_this_device(fast):
   mesh = jax.sharding.Mesh(np.array(devices[1:]), ("d",))
   seen = []
   f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(float(a)), x))
-  f(jnp.float32(3.))  # a one-device computation, on device 0
+  f(jnp.float32(3.0))  # a one-device computation, on device 0
   with jax.set_mesh(mesh):
     hostcb.barrier_wait()
-  assert seen == [3.]
+  assert seen == [3.0]
 
 
 # ---------------------------------------------------------------- AOT
 def test_a_compiled_function_keeps_its_token_on_every_call_in_strict_mode(
-    strict):
+  strict,
+):
   seen = []
-  compiled = jax.jit(
-      lambda x: hostcb.id_tap(lambda a, t: seen.append(float(a)), x) + 1
-  ).lower(jnp.float32(0.)).compile()
+  compiled = (
+    jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(float(a)), x) + 1)
+    .lower(jnp.float32(0.0))
+    .compile()
+  )
   outs = [float(compiled(jnp.float32(i))) for i in range(3)]
   hostcb.barrier_wait()
-  assert outs == [1., 2., 3.]
-  assert seen == [0., 1., 2.]
+  assert outs == [1.0, 2.0, 3.0]
+  assert seen == [0.0, 1.0, 2.0]
 
 
 @pytest.mark.multidevice
@@ -425,11 +471,15 @@ def test_a_compiled_multi_device_function_keeps_its_token_in_fast_mode(fast):
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("d",))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
   seen = []
-  x = jax.device_put(jnp.arange(4.), sharding)
-  compiled = jax.jit(
+  x = jax.device_put(jnp.arange(4.0), sharding)
+  compiled = (
+    jax.jit(
       lambda x: hostcb.id_tap(lambda a, t: seen.append(a.tolist()), x) * 2
-  ).lower(x).compile()
+    )
+    .lower(x)
+    .compile()
+  )
   outs = [compiled(x + i).tolist() for i in range(3)]
   hostcb.barrier_wait()
-  assert outs == [[2. * (v + i) for v in range(4)] for i in range(3)]
+  assert outs == [[2.0 * (v + i) for v in range(4)] for i in range(3)]
   assert seen == [[float(v + i) for v in range(4)] for i in range(3)]

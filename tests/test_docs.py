@@ -21,6 +21,7 @@ is picked up by itself).  The rules, for whoever writes a page:
   so in words the reader sees;
 * blocks in other languages (shell commands, HLO text) are not run.
 """
+
 from __future__ import annotations
 
 import doctest
@@ -36,25 +37,32 @@ import pytest
 from _helpers import REPO, hostcb_root
 
 sybil = pytest.importorskip(
-    "sybil", reason="sybil is not installed (the Makefile's deps line "
-    "installs it)")
+  "sybil",
+  reason="sybil is not installed (the Makefile's deps line installs it)",
+)
 from sybil import Document, Region  # noqa: E402  (after the skip above)
 from sybil.parsers.markdown.lexers import (  # noqa: E402
-    DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer)
+  DirectiveInHTMLCommentLexer,
+  RawFencedCodeBlockLexer,
+)
 
 TIMEOUT = 300  # seconds per block
 _FENCES = RawFencedCodeBlockLexer(
-    info_pattern=re.compile(r"(?P<info>[^\n]*)\n"),
-    mapping={"info": "info", "source": "source"})
+  info_pattern=re.compile(r"(?P<info>[^\n]*)\n"),
+  mapping={"info": "info", "source": "source"},
+)
 _SKIPS = DirectiveInHTMLCommentLexer(
-    directive="skip", arguments=r"next\s+\"(?P<reason>[^\"]+)\"",
-    mapping={"arguments": "arguments"})
+  directive="skip",
+  arguments=r"next\s+\"(?P<reason>[^\"]+)\"",
+  mapping={"arguments": "arguments"},
+)
 
 
 @dataclass
 class Block:
   """A Python block of a page, with its shown output and why it is
   skipped (None: it runs)."""
+
   source: str
   output: str | None
   skip: str | None
@@ -70,9 +78,12 @@ def _parse(document: Document):
     output = None
     if i + 1 < len(fences):
       nxt = fences[i + 1]
-      between = document.text[region.end:nxt.start].strip()
-      if (nxt.lexemes["info"].strip() == "text"
-          and "\n\n" not in between and len(between) < 80):
+      between = document.text[region.end : nxt.start].strip()
+      if (
+        nxt.lexemes["info"].strip() == "text"
+        and "\n\n" not in between
+        and len(between) < 80
+      ):
         output = str(nxt.lexemes["source"])
     previous_end = fences[i - 1].end if i else 0
     reason = None
@@ -80,14 +91,20 @@ def _parse(document: Document):
       if previous_end <= s.start and s.end <= region.start:
         m = re.match(r'next\s+"([^"]+)"', s.lexemes["arguments"])
         reason = m.group(1) if m else s.lexemes["arguments"]
-    yield Region(region.start, region.end,
-                 Block(str(region.lexemes["source"]), output, reason),
-                 _evaluate)
+    yield Region(
+      region.start,
+      region.end,
+      Block(str(region.lexemes["source"]), output, reason),
+      _evaluate,
+    )
 
 
 def _environment() -> dict:
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("XLA_FLAGS", "HOSTCB_TEST_DEVICES", "PYTHONPATH")}
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("XLA_FLAGS", "HOSTCB_TEST_DEVICES", "PYTHONPATH")
+  }
   env.update({"PYTHONPATH": hostcb_root(), "JAX_PLATFORMS": "cpu"})
   return env
 
@@ -96,21 +113,30 @@ def _evaluate(example) -> str | None:
   """Runs the block; returns what went wrong (Sybil's evaluator
   protocol), or None."""
   block: Block = example.parsed
-  proc = subprocess.run([sys.executable, "-c", block.source],
-                        env=_environment(),
-                        cwd=example.namespace.get("cwd", REPO),
-                        capture_output=True, text=True, timeout=TIMEOUT)
+  proc = subprocess.run(
+    [sys.executable, "-c", block.source],
+    env=_environment(),
+    cwd=example.namespace.get("cwd", REPO),
+    capture_output=True,
+    text=True,
+    timeout=TIMEOUT,
+  )
   if proc.returncode != 0 or "Traceback" in proc.stderr:
-    return (f"the block failed (exit {proc.returncode}):\n{proc.stderr}"
-            f"\nstdout:\n{proc.stdout}")
+    return (
+      f"the block failed (exit {proc.returncode}):\n{proc.stderr}"
+      f"\nstdout:\n{proc.stdout}"
+    )
   if block.output is not None:
     checker = doctest.OutputChecker()
     want = block.output.rstrip("\n") + "\n"
     got = proc.stdout.rstrip("\n") + "\n"
     if not checker.check_output(want, got, doctest.ELLIPSIS):
-      return ("the block's output differs from the page's:\n"
-              + checker.output_difference(doctest.Example("", want), got,
-                                          doctest.ELLIPSIS))
+      return (
+        "the block's output differs from the page's:\n"
+        + checker.output_difference(
+          doctest.Example("", want), got, doctest.ELLIPSIS
+        )
+      )
   return None
 
 
@@ -125,8 +151,11 @@ def _examples():
     document = Document.parse(str(page), _parse)
     for example in document.examples():
       name = f"{page.relative_to(REPO)}:{example.line}"
-      marks = ([pytest.mark.skip(reason=example.parsed.skip)]
-               if example.parsed.skip else [])
+      marks = (
+        [pytest.mark.skip(reason=example.parsed.skip)]
+        if example.parsed.skip
+        else []
+      )
       params.append(pytest.param(example, id=name, marks=marks))
   return params
 
@@ -146,9 +175,10 @@ def test_every_page_is_collected():
 
 def test_the_readmes_list_of_public_names_is_hostcb_all_and_lazy_modules():
   import hostcb
+
   text = Path(REPO, "README.md").read_text()
   start = text.index("Public names: ")
-  paragraph = text[start:text.index("\n\n", start)]
+  paragraph = text[start : text.index("\n\n", start)]
   # The names are the code spans that are plain identifiers, not the
   # dotted examples (hostcb.debug.print) in parentheses.
   names = set(re.findall(r"`([A-Za-z_]\w*)`", paragraph))

@@ -4,6 +4,7 @@ Each test is bounded in time: waits have timeouts, and the stress tests
 count every tap.  Tests of one behaviour each; the tap functions record
 what they see, and the barrier is the only synchronisation.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,9 @@ from hostcb.engine import native
 from _helpers import Recorder, run_python
 
 NATIVE = pytest.mark.skipif(
-    not engine.available(),
-    reason=f"the native engine is not built here: {engine.unavailable_reason()}")
+  not engine.available(),
+  reason=f"the native engine is not built here: {engine.unavailable_reason()}",
+)
 
 
 def _scan_of_taps(tap, steps):
@@ -33,7 +35,9 @@ def _scan_of_taps(tap, steps):
     def body(c, _):
       hostcb.id_tap(tap, c)
       return c + 1, None
+
     return lax.scan(body, x, None, length=steps)[0]
+
   return f
 
 
@@ -42,14 +46,18 @@ def test_native_engine_is_built_where_make_builds_it():
   # `make test` sets HOSTCB_REQUIRE_NATIVE=1: there the extension must have
   # been compiled by `pip install .`.
   if os.environ.get("HOSTCB_REQUIRE_NATIVE") != "1":
-    pytest.skip("HOSTCB_REQUIRE_NATIVE is not set: the native engine is "
-                "optional outside `make test`")
+    pytest.skip(
+      "HOSTCB_REQUIRE_NATIVE is not set: the native engine is "
+      "optional outside `make test`"
+    )
   assert engine.available(), engine.unavailable_reason()
 
 
 @NATIVE
 def test_cpu_taps_lower_to_the_native_handler():
-  text = jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x)).lower(1.).as_text()
+  text = (
+    jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x)).lower(1.0).as_text()
+  )
   assert "stablehlo.custom_call @hostcb_tap" in text
   assert "xla_ffi_python_cpu_callback" not in text
 
@@ -71,7 +79,10 @@ print(seen)
   proc = run_python(code, env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == [
-      "False disabled by HOSTCB_DISABLE_NATIVE", "True", "[0, 1, 2]"]
+    "False disabled by HOSTCB_DISABLE_NATIVE",
+    "True",
+    "[0, 1, 2]",
+  ]
 
 
 @NATIVE
@@ -91,7 +102,7 @@ def test_cpu_calls_lower_to_the_native_call_handler():
   text = f.lower(jnp.zeros(4)).as_text()
   assert "stablehlo.custom_call @hostcb_call" in text
   assert "xla_ffi_python_cpu_callback" not in text
-  np.testing.assert_array_equal(f(jnp.arange(4.)), np.arange(4.))
+  np.testing.assert_array_equal(f(jnp.arange(4.0)), np.arange(4.0))
 
 
 @NATIVE
@@ -102,8 +113,9 @@ def test_native_call_runs_after_every_tap_queued_before_it():
 
   def f(x):
     x = _scan_of_taps(rec, steps)(x)
-    return hostcb.call(lambda a: (seen.append(len(rec.calls)), a)[1], x,
-                       result_shape=x)
+    return hostcb.call(
+      lambda a: (seen.append(len(rec.calls)), a)[1], x, result_shape=x
+    )
 
   assert int(jax.jit(f)(0)) == steps
   assert seen == [steps]
@@ -117,14 +129,14 @@ def test_native_call_runs_after_taps_that_fell_back_to_python_callbacks():
   def f(x, small):
     for _ in range(50):
       hostcb.id_tap(rec, small)  # int4: XLA's Python callback and queue
-    return hostcb.call(lambda a: (seen.append(len(rec.calls)), a)[1], x,
-                       result_shape=x)
+    return hostcb.call(
+      lambda a: (seen.append(len(rec.calls)), a)[1], x, result_shape=x
+    )
 
   f = jax.jit(f)
-  assert "@hostcb_call" in f.lower(1., jnp.array([1], jnp.int4)).as_text()
-  f(1., jnp.array([1], jnp.int4))
+  assert "@hostcb_call" in f.lower(1.0, jnp.array([1], jnp.int4)).as_text()
+  f(1.0, jnp.array([1], jnp.int4))
   assert seen == [50]
-
 
 
 @pytest.mark.multidevice
@@ -133,9 +145,14 @@ def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
     seen = []
     tap = lambda a, t, device: seen.append((device.id, int(a)))
     steps = 300
-    p = jax.pmap(lambda x: lax.scan(
+    p = jax.pmap(
+      lambda x: lax.scan(
         lambda c, _: (hostcb.id_tap(tap, c, tap_with_device=True) + 1, None),
-        x, None, length=steps)[0])
+        x,
+        None,
+        length=steps,
+      )[0]
+    )
     one = jax.jit(lambda x: hostcb.id_tap(tap, x, tap_with_device=True))
     x = jnp.zeros(jax.local_device_count(), jnp.int32)
     p(x)
@@ -162,6 +179,7 @@ def test_barrier_wait_returns_while_another_thread_keeps_tapping():
     def body(c, _):
       hostcb.id_tap(tap, jnp.full((256 * 1024,), c, jnp.float32))  # 1 MB
       return c + 1, None
+
     return lax.scan(body, x, None, length=100)[0]
 
   g = jax.jit(f)
@@ -313,19 +331,22 @@ def _fill_the_queue(tap_arg, steps: int, at_full) -> int:
   def f(x):
     def body(c, _):
       hostcb.id_tap(tap, tap_arg(c))
-      return c + 1., None
+      return c + 1.0, None
+
     return lax.scan(body, x, None, length=steps)[0]
 
   g = jax.jit(f)
-  g.lower(0.).compile()
+  g.lower(0.0).compile()
   ordinal = jax.devices()[0].id
   try:
     before = _rss_bytes()
-    t = threading.Thread(target=lambda: g(0.).block_until_ready())
+    t = threading.Thread(target=lambda: g(0.0).block_until_ready())
     t.start()
     deadline = time.monotonic() + 120
-    while (engine.counters(ordinal)["space_waiters"] == 0
-           and time.monotonic() < deadline):
+    while (
+      engine.counters(ordinal)["space_waiters"] == 0
+      and time.monotonic() < deadline
+    ):
       time.sleep(0.01)  # polls a condition; not used as synchronisation
     assert engine.counters(ordinal)["space_waiters"] > 0
     at_full(limit, _rss_bytes() - before)
@@ -347,8 +368,9 @@ def test_queue_bound_holds_for_taps_of_many_small_leaves():
     assert grown <= 2 * limit, f"RSS grew by {grown / 1e6:.0f} MB"
 
   steps = 60_000
-  ran = _fill_the_queue(lambda c: {f"k{i}": c + i for i in range(20)},
-                        steps, at_full)
+  ran = _fill_the_queue(
+    lambda c: {f"k{i}": c + i for i in range(20)}, steps, at_full
+  )
   assert ran == steps
 
 
@@ -407,10 +429,12 @@ def test_tap_functions_that_tap_on_a_full_queue_do_not_deadlock():
     hostcb.id_tap(inner, a)
 
   steps = 60  # of 1 MB taps: the 16 MB queue is full most of the time
+
   def f(x):
     def body(c, _):
       hostcb.id_tap(outer, jnp.full((256 * 1024,), c, jnp.float32))
       return c + 1, None
+
     return lax.scan(body, x, None, length=steps)[0]
 
   try:
@@ -470,8 +494,9 @@ def test_jitted_call_inside_a_tap_function_works():
 
 @pytest.mark.multidevice
 @pytest.mark.parametrize("size", [1, 20_000], ids=["small", "buffers"])
-@pytest.mark.parametrize("disable_native", ["0", "1"],
-                         ids=["native", "python-callbacks"])
+@pytest.mark.parametrize(
+  "disable_native", ["0", "1"], ids=["native", "python-callbacks"]
+)
 def test_pmapped_call_inside_a_tap_function_works(size, disable_native):
   # The calls run on XLA's threads while the tap function's consumer waits
   # for their results: they must not wait for that consumer (a hang on
@@ -490,9 +515,14 @@ hostcb.barrier_wait()
 print(results == [[2 * i * {size}] * n for i in range(8)], n)
 """
   n = jax.local_device_count()
-  proc = run_python(code, timeout=120, env_extra={
+  proc = run_python(
+    code,
+    timeout=120,
+    env_extra={
       "HOSTCB_DISABLE_NATIVE": disable_native,
-      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"})
+      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}",
+    },
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split() == ["True", str(n)]
 
@@ -603,11 +633,14 @@ def test_a_tap_whose_arrays_cannot_be_allocated_is_reported_and_the_rest_run():
   f(10).block_until_ready()
   hostcb.barrier_wait()
   rec.calls.clear()
-  native._test_fail_next_allocations(1)  # the consumer's next tap: out of memory
+  native._test_fail_next_allocations(
+    1
+  )  # the consumer's next tap: out of memory
   f(0)
-  with pytest.raises(hostcb.CallbackException,
-                     match="a tap was lost: its operands could not be "
-                           "allocated on the host"):
+  with pytest.raises(
+    hostcb.CallbackException,
+    match="a tap was lost: its operands could not be allocated on the host",
+  ):
     hostcb.barrier_wait()
   assert rec.args == [1, 2]  # the first tap was lost, the others ran
   # The consumer is alive: later taps and barriers work as before.
@@ -641,17 +674,22 @@ def test_without_the_engine_the_first_cpu_tap_warns_once_with_reason_and_fix():
   count, message = proc.stdout.splitlines()
   assert count == "1"
   assert message.startswith(
-      "hostcb: the native engine is not available: the extension "
-      "hostcb._native._engine cannot be loaded (")
-  assert ("install a C++ compiler (e.g. g++) and reinstall hostcb: pip "
-          "install --force-reinstall --no-deps --no-cache-dir hostcb. Taps "
-          "and calls on CPU use XLA's Python callbacks instead") in message
+    "hostcb: the native engine is not available: the extension "
+    "hostcb._native._engine cannot be loaded ("
+  )
+  assert (
+    "install a C++ compiler (e.g. g++) and reinstall hostcb: pip "
+    "install --force-reinstall --no-deps --no-cache-dir hostcb. Taps "
+    "and calls on CPU use XLA's Python callbacks instead"
+  ) in message
   assert message.endswith(
-      "Set HOSTCB_NO_ENGINE_WARNING=1 to silence this warning.")
+    "Set HOSTCB_NO_ENGINE_WARNING=1 to silence this warning."
+  )
 
 
-@pytest.mark.parametrize("env", [{"HOSTCB_NO_ENGINE_WARNING": "1"},
-                                 {"HOSTCB_DISABLE_NATIVE": "1"}])
+@pytest.mark.parametrize(
+  "env", [{"HOSTCB_NO_ENGINE_WARNING": "1"}, {"HOSTCB_DISABLE_NATIVE": "1"}]
+)
 def test_the_fallback_warning_is_silenced_by_an_explicit_choice(env):
   proc = run_python(_NO_EXTENSION, env_extra=env)
   assert proc.returncode == 0, proc.stderr
@@ -664,10 +702,12 @@ class _Stop(BaseException):
 
 
 def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
-    monkeypatch, caplog):
+  monkeypatch, caplog
+):
   # Fault injection: every batch of the consumer fails.  It must not spin:
   # it waits longer after each close failure, up to the bound.
   from hostcb.engine import errors
+
   delays = []
 
   def sleep(seconds):
@@ -697,8 +737,11 @@ def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
   assert ended == [True]
   errors.take_last_exception()
   assert delays == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.0, 2.0]
-  failures = [r for r in caplog.records
-              if "the consumer of device 9999 failed" in r.getMessage()]
+  failures = [
+    r
+    for r in caplog.records
+    if "the consumer of device 9999 failed" in r.getMessage()
+  ]
   assert len(failures) == 10
   assert "OSError: injected consumer failure" in failures[0].getMessage()
 
@@ -715,6 +758,7 @@ def test_the_values_used_without_the_extension_are_the_extensions(name):
   # The constants shared with C++ come from the extension; the values for a
   # process without it must not drift from engine.h.
   import hostcb._native as pkg
+
   assert pkg._WITHOUT_EXTENSION[name] == getattr(native.module(), name)
 
 
@@ -722,23 +766,27 @@ def test_an_extension_without_a_shared_constant_stops_the_import():
   # Fault injection: an extension built from other sources (no
   # DEFAULT_QUEUE_BYTES).  hostcb must not guess the value.
   proc = run_python(
-      "import sys, types\n"
-      "fake = types.ModuleType('hostcb._native._engine')\n"
-      "fake.__file__ = '/old/_engine.so'\n"
-      "sys.modules['hostcb._native._engine'] = fake\n"
-      "import hostcb\n")
+    "import sys, types\n"
+    "fake = types.ModuleType('hostcb._native._engine')\n"
+    "fake.__file__ = '/old/_engine.so'\n"
+    "sys.modules['hostcb._native._engine'] = fake\n"
+    "import hostcb\n"
+  )
   assert proc.returncode != 0
-  assert ("ImportError: hostcb: the extension /old/_engine.so has no "
-          "DEFAULT_QUEUE_BYTES: it was built from other sources than this "
-          "hostcb" in proc.stderr), proc.stderr
+  assert (
+    "ImportError: hostcb: the extension /old/_engine.so has no "
+    "DEFAULT_QUEUE_BYTES: it was built from other sources than this "
+    "hostcb" in proc.stderr
+  ), proc.stderr
 
 
 def test_without_the_extension_the_shared_constants_have_their_values():
   proc = run_python(
-      "import hostcb\n"
-      "from hostcb.engine import native\n"
-      "print(hostcb.config.read('jax_host_callback_max_queue_byte_size'),\n"
-      "      native.GPU_KEY_BASE)\n",
-      env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+    "import hostcb\n"
+    "from hostcb.engine import native\n"
+    "print(hostcb.config.read('jax_host_callback_max_queue_byte_size'),\n"
+    "      native.GPU_KEY_BASE)\n",
+    env_extra={"HOSTCB_DISABLE_NATIVE": "1"},
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "256000000 1073741824\n"

@@ -1,4 +1,5 @@
 """Asynchronous taps: consumer threads, bounded queues, barrier, exceptions."""
+
 import threading
 import time
 
@@ -37,12 +38,12 @@ def test_barrier_wait_returns_after_all_taps_processed():
 
   def device_fun(x):
     hostcb.id_tap(host_log, x)
-    hostcb.id_tap(host_log, 2. * x)
+    hostcb.id_tap(host_log, 2.0 * x)
 
-  jax.jit(device_fun)(1.)
-  jax.jit(device_fun)(1.)
+  jax.jit(device_fun)(1.0)
+  jax.jit(device_fun)(1.0)
   hostcb.barrier_wait()
-  assert accumulator == [1., 2., 1., 2.]
+  assert accumulator == [1.0, 2.0, 1.0, 2.0]
 
 
 def test_barrier_wait_accepts_logging_name():
@@ -76,10 +77,12 @@ def test_bounded_queue_makes_producer_wait_and_drops_nothing():
     seen.append(int(arg[0]))
 
   steps = 12  # 12 x 4 MB > 16 MB
+
   def f(x):
     def body(c, _):
       hostcb.id_tap(tap, jnp.full((1024 * 1024,), c, jnp.float32))
       return c + 1, None
+
     return lax.scan(body, x, None, length=steps)[0]
 
   try:
@@ -153,7 +156,7 @@ def test_taps_after_an_exception_still_run_and_next_barrier_is_clean():
 
 
 def test_exception_in_eager_tap_reported_at_barrier():
-  hostcb.id_tap(lambda a, t: [][1], 1.)
+  hostcb.id_tap(lambda a, t: [][1], 1.0)
   with pytest.raises(hostcb.CallbackException, match="IndexError"):
     hostcb.barrier_wait()
 
@@ -181,7 +184,8 @@ def test_concurrent_taps_from_several_threads_are_all_delivered():
   assert got == sorted(k * 100 + i for k in range(4) for i in range(20))
   for k in range(4):  # each thread's taps in its dispatch order
     assert [int(a) for a in rec.args if int(a) // 100 == k] == [
-        k * 100 + i for i in range(20)]
+      k * 100 + i for i in range(20)
+    ]
 
 
 def test_concurrent_barrier_waits_while_other_threads_tap():
@@ -207,8 +211,9 @@ def test_concurrent_barrier_waits_while_other_threads_tap():
     except Exception as e:  # noqa: BLE001
       errors.append(e)
 
-  threads = ([threading.Thread(target=tapper, args=(k,)) for k in range(3)] +
-             [threading.Thread(target=barrier_only) for _ in range(2)])
+  threads = [threading.Thread(target=tapper, args=(k,)) for k in range(3)] + [
+    threading.Thread(target=barrier_only) for _ in range(2)
+  ]
   for t in threads:
     t.start()
   for t in threads:

@@ -14,6 +14,7 @@ the same through JAX.
 The source arrays stay referenced until their stream has run: a paused
 stream copies them later, as a GPU would copy a buffer that XLA keeps.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,6 +35,7 @@ from hostcb import config, engine
 from hostcb.engine import gpu, native, registry
 from _helpers import run_python
 
+
 def _jax_sees_a_gpu() -> bool:
   try:
     return bool(jax.devices("gpu"))
@@ -42,14 +44,16 @@ def _jax_sees_a_gpu() -> bool:
 
 
 pytestmark = [
-    pytest.mark.skipif(
-        not engine.available(),
-        reason=f"the native engine is not built here: "
-               f"{engine.unavailable_reason()}"),
-    pytest.mark.skipif(
-        _jax_sees_a_gpu(),
-        reason="JAX uses a real GPU in this process, whose driver the "
-               "simulated one would replace: run with JAX_PLATFORMS=cpu"),
+  pytest.mark.skipif(
+    not engine.available(),
+    reason=f"the native engine is not built here: "
+    f"{engine.unavailable_reason()}",
+  ),
+  pytest.mark.skipif(
+    _jax_sees_a_gpu(),
+    reason="JAX uses a real GPU in this process, whose driver the "
+    "simulated one would replace: run with JAX_PLATFORMS=cpu",
+  ),
 ]
 
 _ids = iter(range(10**9))
@@ -86,8 +90,9 @@ class Stream:
 
   def call(self, ordinal, cid, arrays, outs, one_array=False):
     self.kept.append((arrays, outs))
-    self.module._cuda_test_call(self.handle, ordinal, cid, arrays, outs,
-                                one_array)
+    self.module._cuda_test_call(
+      self.handle, ordinal, cid, arrays, outs, one_array
+    )
 
 
 @pytest.fixture
@@ -106,17 +111,19 @@ _leases = []
 def _recording_tap():
   """(target id, list of (arrays, device)) of a fresh tap entry."""
   seen = []
-  lease = registry.tap_id(("test_engine_gpu", next(_ids)),
-                          lambda: (lambda arrays, device: seen.append(
-                              (arrays, device))))
+  lease = registry.tap_id(
+    ("test_engine_gpu", next(_ids)),
+    lambda: lambda arrays, device: seen.append((arrays, device)),
+  )
   _leases.append(lease)
   return lease.tid, seen
 
 
 def _call(run):
   """The target id of a call whose runner is ``run(arrays, ordinal)``."""
-  lease = registry.call_id(("test_engine_gpu", next(_ids)),
-                           lambda: (run, lambda r: r))
+  lease = registry.call_id(
+    ("test_engine_gpu", next(_ids)), lambda: (run, lambda r: r)
+  )
   _leases.append(lease)
   return lease.tid
 
@@ -142,19 +149,25 @@ def test_the_driver_is_loaded_at_run_time_or_the_reason_is_given():
   # The extension is built without CUDA: where there is no driver, the GPU
   # back end names the missing library instead of failing to import.
   out = run_python(
-      "from hostcb._native import _engine; print(_engine.load_cuda())").stdout
+    "from hostcb._native import _engine; print(_engine.load_cuda())"
+  ).stdout
   if _has_cuda_driver():
     assert out.strip() == "None"
   else:
     assert out.strip().startswith(
-        "the CUDA driver libcuda.so.1 cannot be loaded (libcuda.so.1: ")
+      "the CUDA driver libcuda.so.1 cannot be loaded (libcuda.so.1: "
+    )
 
 
 def _cuda_header_dir() -> str | None:
   """The include folder of a CUDA toolkit with cuda.h, if this machine has
   one (CUDA_HOME, CUDA_PATH, /usr/local/cuda*)."""
-  roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-           "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+  roots = [
+    os.environ.get("CUDA_HOME"),
+    os.environ.get("CUDA_PATH"),
+    "/usr/local/cuda",
+    *sorted(glob.glob("/usr/local/cuda-*")),
+  ]
   for root in filter(None, roots):
     if os.path.exists(os.path.join(root, "include", "cuda.h")):
       return os.path.join(root, "include")
@@ -167,15 +180,26 @@ def test_the_hand_written_driver_api_has_the_drivers_abi():
   include = _cuda_header_dir()
   compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
   if include is None or compiler is None:
-    pytest.skip("needs the CUDA toolkit's cuda.h (CUDA_HOME or "
-                "/usr/local/cuda*) and a C++ compiler")
+    pytest.skip(
+      "needs the CUDA toolkit's cuda.h (CUDA_HOME or "
+      "/usr/local/cuda*) and a C++ compiler"
+    )
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   res = subprocess.run(
-      [compiler, "-std=c++17", "-fsyntax-only",
-       "-I", os.path.join(root, "src", "hostcb", "_native"),
-       "-isystem", include,
-       os.path.join(root, "tests", "native", "cuda_abi_check.cc")],
-      capture_output=True, text=True, timeout=120)
+    [
+      compiler,
+      "-std=c++17",
+      "-fsyntax-only",
+      "-I",
+      os.path.join(root, "src", "hostcb", "_native"),
+      "-isystem",
+      include,
+      os.path.join(root, "tests", "native", "cuda_abi_check.cc"),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert res.returncode == 0, res.stderr
 
 
@@ -188,15 +212,15 @@ def test_gpu_queue_keys_do_not_meet_cpu_device_ids():
 
 # ------------------------------------------------------------------ taps
 def test_a_tap_puts_one_copy_per_operand_and_one_host_function_on_the_stream(
-    stream):
+  stream,
+):
   tid, seen = _recording_tap()
   stream.pause()
-  stream.tap(0, tid, [np.arange(4, dtype=np.float32),
-                      np.array(7, np.int32)])
+  stream.tap(0, tid, [np.arange(4, dtype=np.float32), np.array(7, np.int32)])
   assert stream.pending() == 3
   stream.pause(False)
   assert engine.wait_for_taps(timeout=30)
-  (arrays, device), = seen
+  ((arrays, device),) = seen
   np.testing.assert_array_equal(arrays[0], np.arange(4, dtype=np.float32))
   assert arrays[0].dtype == np.float32 and arrays[1].dtype == np.int32
   assert arrays[1].shape == () and arrays[1] == 7
@@ -211,7 +235,7 @@ def test_a_tap_copies_its_operand_when_the_stream_reaches_it(stream):
   x[:] = 5  # what the device computes before the stream reaches the tap
   stream.pause(False)
   assert engine.wait_for_taps(timeout=30)
-  np.testing.assert_array_equal(seen[0][0][0], [5., 5., 5.])
+  np.testing.assert_array_equal(seen[0][0][0], [5.0, 5.0, 5.0])
 
 
 def test_the_barrier_waits_for_taps_the_stream_has_not_published(stream):
@@ -230,8 +254,10 @@ def test_taps_of_a_gpu_arrive_in_stream_order(stream):
   for i in range(500):
     stream.tap(1, tid, [np.full((i % 7,), i, np.int64)])
   assert engine.wait_for_taps(timeout=30)
-  assert [int(a[0].sum()) // max(len(a[0]), 1) if len(a[0]) else i
-          for i, (a, _) in enumerate(seen)] == list(range(500))
+  assert [
+    int(a[0].sum()) // max(len(a[0]), 1) if len(a[0]) else i
+    for i, (a, _) in enumerate(seen)
+  ] == list(range(500))
   assert [a[0].shape for a, _ in seen] == [(i % 7,) for i in range(500)]
 
 
@@ -244,8 +270,9 @@ def test_taps_of_two_gpus_go_to_their_own_devices(fake):
   s1.sync()
   assert engine.wait_for_taps(timeout=30)
   assert sorted((int(a[0]), d) for a, d in seen) == [
-      (2, native.device_of_ordinal(gpu.key_of(2))),
-      (3, native.device_of_ordinal(gpu.key_of(3)))]
+    (2, native.device_of_ordinal(gpu.key_of(2))),
+    (3, native.device_of_ordinal(gpu.key_of(3))),
+  ]
 
 
 def test_the_ring_pins_its_pages_in_chunks_once(stream, fake):
@@ -262,8 +289,9 @@ def test_the_ring_pins_its_pages_in_chunks_once(stream, fake):
   assert gpu.pin_refusal(4) is None
 
 
-def test_an_operand_across_two_pinned_chunks_is_copied_in_two_pieces(stream,
-                                                                    fake):
+def test_an_operand_across_two_pinned_chunks_is_copied_in_two_pieces(
+  stream, fake
+):
   tid, seen = _recording_tap()
   big = np.arange(3 << 18, dtype=np.float32)  # 3 MiB from the ring's start
   before = fake._fake_counters()["copies"]
@@ -290,7 +318,7 @@ def test_growing_the_queue_unpins_the_old_ring(stream, fake):
     assert gpu.pinned_bytes(10) == 2 << 20
   finally:
     native.set_capacity(bound)
-  np.testing.assert_array_equal(seen[1][0][0], [2., 2., 2., 2.])
+  np.testing.assert_array_equal(seen[1][0][0], [2.0, 2.0, 2.0, 2.0])
 
 
 def test_a_full_ring_makes_the_producer_wait_and_drops_nothing(stream):
@@ -304,11 +332,14 @@ def test_a_full_ring_makes_the_producer_wait_and_drops_nothing(stream):
     payload = np.arange(2000, dtype=np.uint8)
     stream.tap(ordinal, tid, [payload])  # fits
     second = threading.Thread(
-        target=stream.tap, args=(ordinal, tid, [payload + 1]), daemon=True)
+      target=stream.tap, args=(ordinal, tid, [payload + 1]), daemon=True
+    )
     second.start()
     key = gpu.key_of(ordinal)
-    _wait_until(lambda: native.counters(key)["space_waiters"] == 1,
-                "the second tap to wait for space")
+    _wait_until(
+      lambda: native.counters(key)["space_waiters"] == 1,
+      "the second tap to wait for space",
+    )
     assert native.counters(key)["bytes_held"] <= 4096
     stream.pause(False)
     second.join(timeout=30)
@@ -333,8 +364,9 @@ def test_a_refused_pin_still_delivers_the_tap(stream, fake):
 
 
 @pytest.mark.parametrize("op", ["copy", "host_function"])
-def test_a_driver_failure_fails_the_tap_and_the_barrier_reports_it(stream,
-                                                                   fake, op):
+def test_a_driver_failure_fails_the_tap_and_the_barrier_reports_it(
+  stream, fake, op
+):
   tid, seen = _recording_tap()
   fake._fake_fail(op, 1, 2)
   with pytest.raises(RuntimeError, match="CUDA_ERROR_OUT_OF_MEMORY"):
@@ -344,17 +376,20 @@ def test_a_driver_failure_fails_the_tap_and_the_barrier_reports_it(stream,
     hostcb.barrier_wait()
   assert "a tap was lost" in str(info.value.__cause__)
   assert len(seen) == 1
-  np.testing.assert_array_equal(seen[0][0][0], [3., 3.])
+  np.testing.assert_array_equal(seen[0][0][0], [3.0, 3.0])
 
 
 # ----------------------------------------------------------------- calls
 def test_a_call_returns_its_results_through_the_stream(stream):
-  cid = _call(lambda arrays, ordinal: (arrays[0] * 2, np.asarray(arrays[1] + 1)))
+  cid = _call(
+    lambda arrays, ordinal: (arrays[0] * 2, np.asarray(arrays[1] + 1))
+  )
   outs = [np.zeros(3, np.float32), np.zeros((), np.int32)]
-  stream.call(0, cid, [np.arange(3, dtype=np.float32), np.array(4, np.int32)],
-              outs)
+  stream.call(
+    0, cid, [np.arange(3, dtype=np.float32), np.array(4, np.int32)], outs
+  )
   stream.sync()
-  np.testing.assert_array_equal(outs[0], [0., 2., 4.])
+  np.testing.assert_array_equal(outs[0], [0.0, 2.0, 4.0])
   assert outs[1] == 5
 
 
@@ -362,8 +397,9 @@ def test_a_call_runs_after_the_taps_before_it(stream):
   tid, seen = _recording_tap()
   stream.tap(0, tid, [np.array(1.0)])
   seen_by_call = []
-  cid = _call(lambda arrays, ordinal: (seen_by_call.append(len(seen))
-                                       or arrays[0],))
+  cid = _call(
+    lambda arrays, ordinal: (seen_by_call.append(len(seen)) or arrays[0],)
+  )
   out = np.zeros((), np.float64)
   stream.call(0, cid, [np.array(2.0)], [out])
   stream.sync()
@@ -388,6 +424,7 @@ def test_a_call_with_one_array_result_is_checked_in_the_handler(stream):
 def test_a_failing_call_fails_with_the_callback_error_text(stream):
   def run(arrays, ordinal):
     raise ValueError("no such thing")
+
   cid = _call(run)
   out = np.zeros(1, np.float32)
   with pytest.raises(RuntimeError, match="ValueError: no such thing"):
@@ -399,8 +436,9 @@ def test_a_call_whose_staging_cannot_be_allocated_fails(stream, fake):
   cid = _call(lambda arrays, ordinal: (arrays[0],))
   fake._fake_fail("alloc", 1, 2)
   try:
-    with pytest.raises(RuntimeError,
-                       match="pinned memory.*CUDA_ERROR_OUT_OF_MEMORY"):
+    with pytest.raises(
+      RuntimeError, match="pinned memory.*CUDA_ERROR_OUT_OF_MEMORY"
+    ):
       # Larger than any staging buffer kept so far: a new one is needed.
       big = np.zeros(1 << 22, np.uint8)
       stream.call(0, cid, [big], [np.zeros_like(big)])
@@ -414,8 +452,11 @@ def test_with_the_option_on_taps_lower_to_the_cuda_handler(fake):
 
   def custom_calls():
     text = f.trace(jnp.ones(3)).lower(lowering_platforms=("cuda",)).as_text()
-    return {line.split("@")[1].split("(")[0] for line in text.splitlines()
-            if "stablehlo.custom_call @" in line}
+    return {
+      line.split("@")[1].split("(")[0]
+      for line in text.splitlines()
+      if "stablehlo.custom_call @" in line
+    }
 
   assert custom_calls() == {"xla_ffi_python_gpu_callback"}  # the default
   config.update(config.GPU_ENGINE, True)

@@ -6,6 +6,7 @@ handler waits for the dispatched computations and then for their taps, in
 every mode and with either back end.  Each trial is a fresh interpreter,
 bounded in time.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -41,14 +42,19 @@ def _trial(env):
 
 
 @pytest.mark.multidevice
-@pytest.mark.parametrize("env", [
-    {}, {"HOSTCB_STRICT_BARRIER": "1"}, {"HOSTCB_DISABLE_NATIVE": "1"}],
-    ids=["default", "strict-barrier", "python-callbacks"])
+@pytest.mark.parametrize(
+  "env",
+  [{}, {"HOSTCB_STRICT_BARRIER": "1"}, {"HOSTCB_DISABLE_NATIVE": "1"}],
+  ids=["default", "strict-barrier", "python-callbacks"],
+)
 def test_a_program_that_exits_right_after_dispatching_loses_no_tap(env):
   import jax
+
   n = jax.local_device_count()
-  expected = sorted([f"{d}:{i}" for d in range(n) for i in range(50)]
-                    + [f"0:{100 + i}" for i in range(50)])
+  expected = sorted(
+    [f"{d}:{i}" for d in range(n) for i in range(50)]
+    + [f"0:{100 + i}" for i in range(50)]
+  )
   for _ in range(4):
     assert sorted(_trial(env)) == expected
 

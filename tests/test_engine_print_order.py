@@ -2,6 +2,7 @@
 a result read on the host never shows before the lines that the
 computation producing it printed through hostcb, as with JAX's own
 callbacks, which print while the computation runs."""
+
 from __future__ import annotations
 
 import threading
@@ -24,7 +25,8 @@ def test_printed_results_follow_the_debug_prints_of_their_computation(capsys):
   for i in range(STEPS):
     print(f(jnp.float32(i)))
   assert capsys.readouterr().out == "".join(
-      f"x = {float(i)}\n{float(2 * i)}\n" for i in range(STEPS))
+    f"x = {float(i)}\n{float(2 * i)}\n" for i in range(STEPS)
+  )
 
 
 def test_printed_results_follow_the_id_prints_of_their_computation(capsys):
@@ -32,19 +34,25 @@ def test_printed_results_follow_the_id_prints_of_their_computation(capsys):
   for i in range(STEPS):
     print(f(jnp.float32(i)))
   assert capsys.readouterr().out == "".join(
-      f"what: x\n{i}.\n{float(2 * i)}\n" for i in range(STEPS))
+    f"what: x\n{i}.\n{float(2 * i)}\n" for i in range(STEPS)
+  )
 
 
-@pytest.mark.parametrize("read", {
+@pytest.mark.parametrize(
+  "read",
+  {
     "item": lambda a: a.item(),
     "float": float,
     "tolist": lambda a: a.tolist(),
     "str": str,
     "block_until_ready": lambda a: a.block_until_ready(),
     "jax.block_until_ready of several": lambda a: jax.block_until_ready(
-        (a, a + 1)),
+      (a, a + 1)
+    ),
     "jax.device_get": jax.device_get,
-}.items(), ids=lambda r: r[0] if isinstance(r, tuple) else r)
+  }.items(),
+  ids=lambda r: r[0] if isinstance(r, tuple) else r,
+)
 def test_a_host_read_returns_after_the_callbacks_of_its_computation(read):
   seen = []
   f = jax.jit(lambda x: (hostcb.debug.callback(seen.append, x), x + 1)[1])
@@ -61,7 +69,7 @@ def test_a_tap_function_that_reads_an_array_does_not_wait_for_itself():
     done.set()
 
   hostcb.debug.print("staged")  # host reads wait for prints from now on
-  jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(1.))
+  jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(1.0))
   assert done.wait(DEADLINE)
   assert engine.wait_for_taps(DEADLINE)
 
@@ -77,10 +85,11 @@ def test_a_print_line_is_one_write(capsys):
       pass
 
   import sys
+
   real = sys.stdout
   sys.stdout = Recorder()
   try:
-    jax.jit(lambda x: hostcb.id_print(x, what="x"))(jnp.float32(2.))
+    jax.jit(lambda x: hostcb.id_print(x, what="x"))(jnp.float32(2.0))
     hostcb.barrier_wait()
   finally:
     sys.stdout = real
@@ -92,11 +101,14 @@ def test_a_host_read_does_not_wait_for_a_blocked_tap_function_after_the_prints()
   # read waits for the print, not for the blocked function after it (nor
   # does the device: the computation's result is ready).
   release = threading.Event()
-  f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: release.wait(DEADLINE),
-                                      hostcb.debug.print("x={}", x) or x))
+  f = jax.jit(
+    lambda x: hostcb.id_tap(
+      lambda a, t: release.wait(DEADLINE), hostcb.debug.print("x={}", x) or x
+    )
+  )
   try:
-    y = f(jnp.float32(1.))
-    assert float(y) == 1.
+    y = f(jnp.float32(1.0))
+    assert float(y) == 1.0
     assert y.block_until_ready() is y
     assert not release.is_set()
   finally:
@@ -113,8 +125,11 @@ for i in range(10):
 
 
 def test_printed_results_follow_the_prints_on_the_python_callback_path():
-  proc = run_python(_ORDER_SCRIPT, env_extra={"HOSTCB_DISABLE_NATIVE": "1",
-                                              "HOSTCB_NO_ENGINE_WARNING": "1"})
+  proc = run_python(
+    _ORDER_SCRIPT,
+    env_extra={"HOSTCB_DISABLE_NATIVE": "1", "HOSTCB_NO_ENGINE_WARNING": "1"},
+  )
   assert proc.returncode == 0, proc.stderr
-  assert proc.stdout == "".join(f"x = {float(i)}\n{float(2 * i)}\n"
-                                for i in range(10))
+  assert proc.stdout == "".join(
+    f"x = {float(i)}\n{float(2 * i)}\n" for i in range(10)
+  )

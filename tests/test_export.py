@@ -4,6 +4,7 @@ cached or serialized in one process and run in another (docs/export.md).
 The processes are tests/export_worker.py; each writes what it computed,
 the records its host functions received and the lines it printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,13 @@ from _helpers import hostcb_root
 
 # Functions by name are the native engine's handlers (docs/export.md).
 pytestmark = pytest.mark.skipif(
-    not engine.available(),
-    reason=f"the native engine is not built here: {engine.unavailable_reason()}")
+  not engine.available(),
+  reason=f"the native engine is not built here: {engine.unavailable_reason()}",
+)
 
-_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "export_worker.py")
+_WORKER = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "export_worker.py"
+)
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 try:
@@ -36,8 +39,10 @@ except ImportError:
 else:
   _FLATBUFFERS = True
 needs_flatbuffers = pytest.mark.skipif(
-    not _FLATBUFFERS, reason="flatbuffers is not installed (pip install "
-    "hostcb[export]): jax.export cannot serialize")
+  not _FLATBUFFERS,
+  reason="flatbuffers is not installed (pip install "
+  "hostcb[export]): jax.export cannot serialize",
+)
 
 
 def _worker(mode: str, directory, *args: str) -> tuple[dict, list[str]]:
@@ -46,9 +51,13 @@ def _worker(mode: str, directory, *args: str) -> tuple[dict, list[str]]:
   env["PYTHONPATH"] = hostcb_root() + os.pathsep + os.path.dirname(_WORKER)
   env.setdefault("JAX_PLATFORMS", "cpu")
   env.pop("XLA_FLAGS", None)  # one device, as the exporting process
-  proc = subprocess.run([sys.executable, _WORKER, mode, str(directory),
-                         *args], env=env, capture_output=True, text=True,
-                        timeout=240)
+  proc = subprocess.run(
+    [sys.executable, _WORKER, mode, str(directory), *args],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.split("--- lines\n", 1)[1].splitlines()
   with open(os.path.join(directory, mode + ".json")) as f:
@@ -72,6 +81,7 @@ def _text(fn, *args, **kw) -> str:
 def test_registered_tap_lowers_by_name_with_no_process_local_id():
   def logged(x, transforms):
     pass
+
   hostcb.register("test_export.by_name", logged)
   text = _text(lambda x: hostcb.id_tap(logged, x), jnp.ones(3))
   assert "hostcb_tap_v1" in text and 'name = "test_export.by_name"' in text
@@ -86,8 +96,9 @@ def test_unregistered_tap_keeps_its_id_lowering():
 
 def test_every_entry_point_lowers_a_registered_function_by_name():
   S = jax.ShapeDtypeStruct((3,), jnp.float32)
-  f = hostcb.register("test_export.every", lambda *a, **k: np.ones(
-      3, np.float32))
+  f = hostcb.register(
+    "test_export.every", lambda *a, **k: np.ones(3, np.float32)
+  )
 
   def program(x):
     x = hostcb.id_tap(f, x)
@@ -123,25 +134,27 @@ def test_register_refuses_a_name_that_is_not_a_string():
 
 def test_registering_a_name_again_rebinds_it_for_compiled_programs():
   seen = []
-  first = hostcb.register("test_export.rebound",
-                          lambda x: np.float32(x + 1))
+  first = hostcb.register("test_export.rebound", lambda x: np.float32(x + 1))
   f = jax.jit(lambda x: hostcb.call(first, x, result_shape=x))
   assert float(f(np.float32(1))) == 2.0
-  hostcb.register("test_export.rebound",
-                  lambda x: seen.append(1) or np.float32(x + 100))
+  hostcb.register(
+    "test_export.rebound", lambda x: seen.append(1) or np.float32(x + 100)
+  )
   assert float(f(np.float32(1))) == 101.0  # the same executable, rebound
   assert seen == [1]
 
 
 def test_registering_a_tap_name_again_sends_later_taps_to_the_new_function():
   first, second = [], []
-  tap = hostcb.register("test_export.rebound_tap",
-                        lambda x, t: first.append(float(x)))
+  tap = hostcb.register(
+    "test_export.rebound_tap", lambda x, t: first.append(float(x))
+  )
   f = jax.jit(lambda x: hostcb.id_tap(tap, x))
   jax.block_until_ready(f(np.float32(1)))
   hostcb.barrier_wait()
-  hostcb.register("test_export.rebound_tap",
-                  lambda x, t: second.append(float(x)))
+  hostcb.register(
+    "test_export.rebound_tap", lambda x, t: second.append(float(x))
+  )
   jax.block_until_ready(f(np.float32(2)))
   hostcb.barrier_wait()
   assert (first, second) == ([1.0], [2.0])
@@ -159,7 +172,7 @@ def test_values_and_records_by_name_equal_those_by_id():
   def program(tap):
     return lambda x: jnp.sum(hostcb.id_tap(tap, x * 2) ** 2)
 
-  x = jnp.arange(4.)
+  x = jnp.arange(4.0)
   a = jax.jit(jax.vmap(jax.grad(program(tap_by_id))))(x[None])
   b = jax.jit(jax.vmap(jax.grad(program(tap_by_name))))(x[None])
   hostcb.barrier_wait()
@@ -169,23 +182,27 @@ def test_values_and_records_by_name_equal_those_by_id():
 
 def test_a_pytree_node_that_json_cannot_hold_is_lowered_by_id_with_a_warning():
   import collections
+
   Pair = collections.namedtuple("Pair", "a b")
   fn = hostcb.register("test_export.namedtuple", lambda p, t: None)
-  with pytest.warns(named.NotExportableWarning,
-                    match="'test_export.namedtuple' is lowered by a "
-                    "process-local id, not by its name, here: it needs a "
-                    "pytree node of type Pair"):
+  with pytest.warns(
+    named.NotExportableWarning,
+    match="'test_export.namedtuple' is lowered by a "
+    "process-local id, not by its name, here: it needs a "
+    "pytree node of type Pair",
+  ):
     text = _text(lambda x: hostcb.id_tap(fn, Pair(x, x)), jnp.ones(2))
   assert "hostcb_tap_v1" not in text and "@hostcb_tap(" in text
 
 
 def test_an_object_argument_of_a_registered_debug_callback_warns():
   fn = hostcb.register("test_export.object_arg", lambda x, o: None)
-  with pytest.warns(named.NotExportableWarning,
-                    match="'test_export.object_arg' .* host-side arguments "
-                    "that are not str, numbers, bool or None"):
-    text = _text(lambda x: hostcb.debug.callback(fn, x, object()),
-                 jnp.ones(2))
+  with pytest.warns(
+    named.NotExportableWarning,
+    match="'test_export.object_arg' .* host-side arguments "
+    "that are not str, numbers, bool or None",
+  ):
+    text = _text(lambda x: hostcb.debug.callback(fn, x, object()), jnp.ones(2))
   assert "hostcb_tap_v1" not in text
 
 
@@ -193,13 +210,16 @@ def test_an_object_argument_of_a_registered_debug_callback_warns():
 def test_a_registered_per_shard_tap_is_lowered_by_id_with_a_warning():
   from jax.sharding import Mesh, NamedSharding
   from jax.sharding import PartitionSpec as P
+
   if jax.device_count() < 2:
     pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
   fn = hostcb.register("test_export.shard", lambda x, t: None)
   mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
   x = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("d")))
-  with pytest.warns(named.NotExportableWarning,
-                    match="a tap per shard in a jit over several devices"):
+  with pytest.warns(
+    named.NotExportableWarning,
+    match="a tap per shard in a jit over several devices",
+  ):
     text = _text(lambda x: hostcb.id_tap(fn, x, partitioned=True), x)
   assert "hostcb_tap_v1" not in text
 
@@ -208,22 +228,26 @@ def test_a_registered_per_shard_tap_is_lowered_by_id_with_a_warning():
 def test_a_registered_call_in_a_jit_over_several_devices_warns():
   from jax.sharding import Mesh, NamedSharding
   from jax.sharding import PartitionSpec as P
+
   if jax.device_count() < 2:
     pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
   fn = hostcb.register("test_export.gathered", lambda x: x)
   mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
   x = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("d")))
-  with pytest.warns(named.NotExportableWarning,
-                    match="'test_export.gathered' .* a callback in a jit "
-                    "over several devices"):
+  with pytest.warns(
+    named.NotExportableWarning,
+    match="'test_export.gathered' .* a callback in a jit over several devices",
+  ):
     text = _text(lambda x: hostcb.call(fn, x, result_shape=x), x)
   assert "hostcb_call_v1" not in text
 
 
 def test_a_registered_partitioned_tap_on_one_device_goes_by_name():
   seen = []
-  fn = hostcb.register("test_export.one_shard", lambda x, t, **kw: seen.append(
-      (np.asarray(x).tolist(), kw["index"])))
+  fn = hostcb.register(
+    "test_export.one_shard",
+    lambda x, t, **kw: seen.append((np.asarray(x).tolist(), kw["index"])),
+  )
   f = lambda x: hostcb.id_tap(fn, x, partitioned=True, tap_with_device=True)
   assert "hostcb_tap_v1" in _text(f, jnp.ones(2))
   jax.block_until_ready(jax.jit(f)(jnp.ones(2)))
@@ -233,31 +257,45 @@ def test_a_registered_partitioned_tap_on_one_device_goes_by_name():
 
 def test_tree_json_round_trips_containers():
   tree = jax.tree_util.tree_structure(
-      ((1, [2, None]), {"b": 3, "a": (4,)}, [], ()))
+    ((1, [2, None]), {"b": 3, "a": (4,)}, [], ())
+  )
   assert named.tree_from_json(named.tree_to_json(tree)) == tree
 
 
 def test_export_checks_name_the_versioned_targets():
   assert {str(c) for c in hostcb.export_checks()} == {
-      "custom_call:hostcb_tap_v1", "custom_call:hostcb_call_v1"}
+    "custom_call:hostcb_tap_v1",
+    "custom_call:hostcb_call_v1",
+  }
 
 
 def test_export_refuses_a_tap_by_id():
   # The program keeps its function's entry alive (JAX's keep-alive list),
   # which JAX refuses to export, as it refuses its own callbacks.
-  with pytest.raises(NotImplementedError,
-                     match="serialization of host_callbacks"):
-    jax.export.export(jax.jit(lambda x: hostcb.id_tap(
-        lambda a, t: None, x)), disabled_checks=hostcb.export_checks())(
-            jnp.ones(2))
+  with pytest.raises(
+    NotImplementedError, match="serialization of host_callbacks"
+  ):
+    jax.export.export(
+      jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x)),
+      disabled_checks=hostcb.export_checks(),
+    )(jnp.ones(2))
 
 
 def test_an_unbound_name_fails_the_computation_naming_it():
   # A program by name whose name is not bound here (as in a process that
   # loads a program and forgot one registration).
-  text = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"},
-                       "tree": "*", "with_device": False, "prints": False,
-                       "partitioned": False, "transforms": []})
+  text = named._dumps(
+    {
+      "v": 1,
+      "op": "tap",
+      "fn": {"kind": "function"},
+      "tree": "*",
+      "with_device": False,
+      "prints": False,
+      "partitioned": False,
+      "transforms": [],
+    }
+  )
   with pytest.raises(named.UnboundNameError, match="'test_export.nobody'"):
     named._resolve("test_export.nobody", text)
 
@@ -267,8 +305,10 @@ def test_multi_platform_export_lowers_both_cpu_and_cuda():
   # machine has no GPU to compile or run it).
   fn = hostcb.register("test_export.both", lambda x, t: None)
   exp = jax.export.export(
-      jax.jit(lambda x: hostcb.id_tap(fn, x) * 2), platforms=("cpu", "cuda"),
-      disabled_checks=hostcb.export_checks())(jnp.ones(3))
+    jax.jit(lambda x: hostcb.id_tap(fn, x) * 2),
+    platforms=("cpu", "cuda"),
+    disabled_checks=hostcb.export_checks(),
+  )(jnp.ones(3))
   assert exp.platforms == ("cpu", "cuda")
   text = exp.mlir_module()
   assert "hostcb_tap_v1" in text and 'name = "test_export.both"' in text
@@ -279,6 +319,7 @@ def test_multi_platform_export_lowers_both_cpu_and_cuda():
 def test_shard_map_program_with_a_tap_by_name_round_trips_its_effect():
   from jax.sharding import Mesh, NamedSharding
   from jax.sharding import PartitionSpec as P
+
   try:
     from jax import shard_map
   except ImportError:  # an older jax
@@ -286,19 +327,24 @@ def test_shard_map_program_with_a_tap_by_name_round_trips_its_effect():
   if jax.device_count() < 2:
     pytest.skip("needs 2 or more devices (HOSTCB_TEST_DEVICES)")
   seen = []
-  fn = hostcb.register("test_export.shards",
-                       lambda x, t: seen.append(np.asarray(x).tolist()))
+  fn = hostcb.register(
+    "test_export.shards", lambda x, t: seen.append(np.asarray(x).tolist())
+  )
   mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
-  program = shard_map(lambda x: hostcb.id_tap(fn, x) * 2, mesh=mesh,
-                      in_specs=P("d"), out_specs=P("d"))
-  exp = jax.export.export(jax.jit(program),
-                          disabled_checks=hostcb.export_checks())(
-                              jnp.arange(4.))
+  program = shard_map(
+    lambda x: hostcb.id_tap(fn, x) * 2,
+    mesh=mesh,
+    in_specs=P("d"),
+    out_specs=P("d"),
+  )
+  exp = jax.export.export(
+    jax.jit(program), disabled_checks=hostcb.export_checks()
+  )(jnp.arange(4.0))
   assert [str(e) for e in exp.ordered_effects] == ["HostCallback"]
   again = jax.export.deserialize(exp.serialize())
   assert again.ordered_effects == exp.ordered_effects
-  x = jax.device_put(jnp.arange(4.), NamedSharding(mesh, P("d")))
-  np.testing.assert_array_equal(jax.jit(again.call)(x), [0., 2., 4., 6.])
+  x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("d")))
+  np.testing.assert_array_equal(jax.jit(again.call)(x), [0.0, 2.0, 4.0, 6.0])
   hostcb.barrier_wait()
   assert sorted(seen) == [[0.0, 1.0], [2.0, 3.0]]
 
@@ -306,7 +352,8 @@ def test_shard_map_program_with_a_tap_by_name_round_trips_its_effect():
 # ---------------------------------------------- separate processes
 @needs_flatbuffers
 def test_exported_programs_run_in_a_fresh_process_with_the_same_values(
-    exported, tmp_path):
+  exported, tmp_path
+):
   directory, here, _ = exported
   there, _ = _worker("run", directory)
   for program in ("step", "grad", "vmap"):
@@ -314,44 +361,47 @@ def test_exported_programs_run_in_a_fresh_process_with_the_same_values(
 
 
 @needs_flatbuffers
-def test_exported_programs_give_the_same_records_in_a_fresh_process(
-    exported):
+def test_exported_programs_give_the_same_records_in_a_fresh_process(exported):
   directory, here, _ = exported
   there, _ = _worker("run", directory)
   assert there["records"] == here["records"]
   kinds = {r[0] for r in here["records"]}
   assert kinds == {"log", "log_pair", "debug_cb", "io_fn"}
   # vmap applied before export: the tap saw the batch and its transforms.
-  assert ["log", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
-          "(('batch', {'batch_dims': (0,)}),)"] in there["records"]
+  assert [
+    "log",
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]],
+    "(('batch', {'batch_dims': (0,)}),)",
+  ] in there["records"]
 
 
 @needs_flatbuffers
-def test_exported_programs_print_the_same_lines_in_a_fresh_process(
-    exported):
+def test_exported_programs_print_the_same_lines_in_a_fresh_process(exported):
   directory, _, lines_here = exported
   _, lines_there = _worker("run", directory)
   assert lines_there == lines_here
-  assert lines_here[:3] == ["y=[1. 4. 9.] sum=14.0", "what: w",
-                            "[-0.9999902  0.9906074  0.1498772]"]
+  assert lines_here[:3] == [
+    "y=[1. 4. 9.] sum=14.0",
+    "what: w",
+    "[-0.9999902  0.9906074  0.1498772]",
+  ]
 
 
 @needs_flatbuffers
-def test_an_exported_program_with_an_unbound_name_raises_naming_it(
-    exported):
+def test_an_exported_program_with_an_unbound_name_raises_naming_it(exported):
   directory, _, _ = exported
   there, _ = _worker("unbound", directory)
   for program in ("step", "grad", "vmap"):
     assert there[program]["message"].endswith(
-        "hostcb: no host function is registered under the name 'log' in "
-        "this process; call hostcb.register('log', fn) before running a "
-        "program that names it"), there[program]
+      "hostcb: no host function is registered under the name 'log' in "
+      "this process; call hostcb.register('log', fn) before running a "
+      "program that names it"
+    ), there[program]
   assert there["records"] == []
 
 
 def test_persistent_cache_entries_serve_any_registration_order(tmp_path):
-  names = ["log", "log_pair", "square", "stats", "debug_cb", "io_fn",
-           "pure_fn"]
+  names = ["log", "log_pair", "square", "stats", "debug_cb", "io_fn", "pure_fn"]
   first, _ = _worker("cache", tmp_path, ",".join(names))
   entries = sorted(os.listdir(tmp_path / "cache"))
   second, _ = _worker("cache", tmp_path, ",".join(reversed(names)))
@@ -376,10 +426,13 @@ def test_an_artifact_of_the_oldest_jax_runs_on_this_one():
   with open(os.path.join(_DATA, "export_jax_0.8.0.json")) as f:
     expected = json.load(f)
   records = []
-  hostcb.register("artifact.log", lambda x, t: records.append(
-      [np.asarray(x).tolist(), repr(t)]))
-  hostcb.register("artifact.affine",
-                  lambda x: np.asarray(2 * x + 1, np.float32))
+  hostcb.register(
+    "artifact.log",
+    lambda x, t: records.append([np.asarray(x).tolist(), repr(t)]),
+  )
+  hostcb.register(
+    "artifact.affine", lambda x: np.asarray(2 * x + 1, np.float32)
+  )
   # JAX keeps its own window of 6 months for what it deserializes: a newer
   # JAX (0.12) refuses an artifact of JAX 0.8.0 as expired unless asked
   # (an option older JAX lack), whatever the program holds.
@@ -403,25 +456,39 @@ def test_an_artifact_of_the_oldest_jax_runs_on_this_one():
 def _tap_v1(name: str, spec: str):
   """A program of one ``hostcb_tap_v1`` call with these attributes, as a
   program made elsewhere (by another process or another hostcb) holds."""
-  return jax.jit(lambda x: jax.ffi.ffi_call(
-      "hostcb_tap_v1", (), has_side_effect=True)(x, name=name, spec=spec))
+  return jax.jit(
+    lambda x: jax.ffi.ffi_call("hostcb_tap_v1", (), has_side_effect=True)(
+      x, name=name, spec=spec
+    )
+  )
 
 
-_SPEC = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"},
-                      "tree": "*", "with_device": False, "prints": False,
-                      "partitioned": False, "transforms": []})
+_SPEC = named._dumps(
+  {
+    "v": 1,
+    "op": "tap",
+    "fn": {"kind": "function"},
+    "tree": "*",
+    "with_device": False,
+    "prints": False,
+    "partitioned": False,
+    "transforms": [],
+  }
+)
 
 
 def test_a_run_that_failed_on_an_unbound_name_succeeds_once_it_is_bound():
   f = _tap_v1("test_export.later", _SPEC)
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="no host function is registered under the name "
-                     "'test_export.later'"):
-    jax.block_until_ready(f(jnp.arange(2.)))
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match="no host function is registered under the name 'test_export.later'",
+  ):
+    jax.block_until_ready(f(jnp.arange(2.0)))
   seen = []
-  hostcb.register("test_export.later",
-                  lambda x, t: seen.append(np.asarray(x).tolist()))
-  jax.block_until_ready(f(jnp.arange(2.)))
+  hostcb.register(
+    "test_export.later", lambda x, t: seen.append(np.asarray(x).tolist())
+  )
+  jax.block_until_ready(f(jnp.arange(2.0)))
   hostcb.barrier_wait()
   assert seen == [[0.0, 1.0]]
 
@@ -429,32 +496,38 @@ def test_a_run_that_failed_on_an_unbound_name_succeeds_once_it_is_bound():
 def test_a_spec_of_an_unknown_version_fails_the_run_naming_it():
   hostcb.register("test_export.future", lambda x, t: None)
   spec = _SPEC.replace('"v":1', '"v":9')
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="spec of version 9; this hostcb reads version 1"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match="spec of version 9; this hostcb reads version 1",
+  ):
     jax.block_until_ready(_tap_v1("test_export.future", spec)(jnp.ones(2)))
 
 
 def test_a_spec_of_an_unknown_kind_fails_the_run_naming_it():
   hostcb.register("test_export.kind", lambda x, t: None)
   spec = _SPEC.replace('"kind":"function"', '"kind":"teleport"')
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="of kind 'teleport', which this hostcb does not "
-                     "know"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match="of kind 'teleport', which this hostcb does not know",
+  ):
     jax.block_until_ready(_tap_v1("test_export.kind", spec)(jnp.ones(2)))
 
 
 def test_a_spec_that_is_not_json_fails_the_run():
   hostcb.register("test_export.garbled", lambda x, t: None)
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="'test_export.garbled' with a spec that is not "
-                     "JSON"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match="'test_export.garbled' with a spec that is not JSON",
+  ):
     jax.block_until_ready(_tap_v1("test_export.garbled", "{")(jnp.ones(2)))
 
 
 def test_a_spec_with_missing_fields_fails_the_run_naming_it():
   hostcb.register("test_export.partial", lambda x, t: None)
   spec = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"}})
-  with pytest.raises(jax.errors.JaxRuntimeError,
-                     match="'test_export.partial' with a spec that this "
-                     "hostcb cannot read \\(KeyError: 'tree'\\)"):
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match="'test_export.partial' with a spec that this "
+    "hostcb cannot read \\(KeyError: 'tree'\\)",
+  ):
     jax.block_until_ready(_tap_v1("test_export.partial", spec)(jnp.ones(2)))

@@ -25,6 +25,7 @@ later work, neither the barrier nor the next program.  A new entry point or opti
 is one more item of ``ENTRIES`` or ``OPTIONS``; a row that fails today is
 an item of ``KNOWN_FAILURES`` (strict xfail: the fix must remove it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,6 +113,7 @@ def _np(tree):
 class Entry:
   """An entry point: ``ours(x, seen)`` uses hostcb's on ``x``, ``theirs(x,
   seen, several_devices)`` JAX's own; both return ``x * 2``."""
+
   ours: Callable[[Any, Seen], Any]
   theirs: Callable[[Any, Seen, bool], Any]
   # The type of the callback's arguments: JAX's (the drop-ins), "ndarray"
@@ -123,50 +125,62 @@ def _buffer_twice(seen):
   def cb(ctx, out, a):
     seen.add(a)
     np.copyto(np.asarray(out), np.asarray(a) * 2)
+
   return cb
 
 
 def _jax_io(x, seen, ordered):
-  return _jax_own(jax.experimental.io_callback)(seen.twice, _sds(x), x,
-                                                ordered=ordered)
+  return _jax_own(jax.experimental.io_callback)(
+    seen.twice, _sds(x), x, ordered=ordered
+  )
 
 
 ENTRIES: dict[str, Entry] = {
-    "id_tap": Entry(
-        lambda x, s: hostcb.id_tap(lambda a, t: s.add(a), x) * 2,
-        lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1],
-        arguments="ndarray"),
-    # id_print prints an array as jax.debug.print's "{}" does.
-    "id_print": Entry(
-        lambda x, s: hostcb.id_print(x) * 2,
-        lambda x, s, _: (_jax_own(jax.debug.print)("{}", x), x * 2)[1],
-        arguments=None),
-    "call": Entry(
-        lambda x, s: hostcb.call(s.twice, x, result_shape=_sds(x)),
-        lambda x, s, _: _jax_io(x, s, False), arguments="ndarray"),
-    "debug.print": Entry(
-        lambda x, s: (hostcb.debug.print("x={x}", x=x), x * 2)[1],
-        lambda x, s, _: (_jax_own(jax.debug.print)("x={x}", x=x), x * 2)[1],
-        arguments=None),
-    "debug.callback": Entry(
-        lambda x, s: (hostcb.debug.callback(s.add, x), x * 2)[1],
-        lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1]),
-    "io_callback": Entry(
-        lambda x, s: hostcb.io_callback(s.twice, _sds(x), x),
-        lambda x, s, _: _jax_io(x, s, False)),
-    # JAX refuses ordered effects on several devices, where hostcb keeps
-    # each device's callbacks in order (docs/jax_callbacks.md): there the
-    # reference is JAX's unordered io_callback.
-    "io_callback(ordered)": Entry(
-        lambda x, s: hostcb.io_callback(s.twice, _sds(x), x, ordered=True),
-        lambda x, s, several: _jax_io(x, s, not several)),
-    "pure_callback": Entry(
-        lambda x, s: hostcb.pure_callback(s.twice, _sds(x), x),
-        lambda x, s, _: _jax_own(jax.pure_callback)(s.twice, _sds(x), x)),
-    "buffer_callback": Entry(
-        lambda x, s: hostcb.buffer_callback(_buffer_twice(s), _sds(x))(x),
-        lambda x, s, _: _jax_buffer.buffer_callback(
-            _buffer_twice(s), _sds(x))(x), arguments=None),
+  "id_tap": Entry(
+    lambda x, s: hostcb.id_tap(lambda a, t: s.add(a), x) * 2,
+    lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1],
+    arguments="ndarray",
+  ),
+  # id_print prints an array as jax.debug.print's "{}" does.
+  "id_print": Entry(
+    lambda x, s: hostcb.id_print(x) * 2,
+    lambda x, s, _: (_jax_own(jax.debug.print)("{}", x), x * 2)[1],
+    arguments=None,
+  ),
+  "call": Entry(
+    lambda x, s: hostcb.call(s.twice, x, result_shape=_sds(x)),
+    lambda x, s, _: _jax_io(x, s, False),
+    arguments="ndarray",
+  ),
+  "debug.print": Entry(
+    lambda x, s: (hostcb.debug.print("x={x}", x=x), x * 2)[1],
+    lambda x, s, _: (_jax_own(jax.debug.print)("x={x}", x=x), x * 2)[1],
+    arguments=None,
+  ),
+  "debug.callback": Entry(
+    lambda x, s: (hostcb.debug.callback(s.add, x), x * 2)[1],
+    lambda x, s, _: (_jax_own(jax.debug.callback)(s.add, x), x * 2)[1],
+  ),
+  "io_callback": Entry(
+    lambda x, s: hostcb.io_callback(s.twice, _sds(x), x),
+    lambda x, s, _: _jax_io(x, s, False),
+  ),
+  # JAX refuses ordered effects on several devices, where hostcb keeps
+  # each device's callbacks in order (docs/jax_callbacks.md): there the
+  # reference is JAX's unordered io_callback.
+  "io_callback(ordered)": Entry(
+    lambda x, s: hostcb.io_callback(s.twice, _sds(x), x, ordered=True),
+    lambda x, s, several: _jax_io(x, s, not several),
+  ),
+  "pure_callback": Entry(
+    lambda x, s: hostcb.pure_callback(s.twice, _sds(x), x),
+    lambda x, s, _: _jax_own(jax.pure_callback)(s.twice, _sds(x), x),
+  ),
+  "buffer_callback": Entry(
+    lambda x, s: hostcb.buffer_callback(_buffer_twice(s), _sds(x))(x),
+    lambda x, s, _: _jax_buffer.buffer_callback(_buffer_twice(s), _sds(x))(x),
+    arguments=None,
+  ),
 }
 
 
@@ -177,6 +191,7 @@ class Option:
   it twice with fresh operands, calls ``barrier()`` where the program would
   (inside its context), and returns per call what can be compared: the
   results and whether each donated operand was deleted."""
+
   run: Callable[[Callable, Callable[[], None]], list]
   several_devices: bool = False
   donates: bool = False  # every operand in the donated arguments is deleted
@@ -188,8 +203,9 @@ def _twice(f, args=lambda: (_x(), _y()), donated=lambda args: ()):
   for _ in range(2):
     a = args()
     out = f(*a)
-    got.append((_np(out), [leaf.is_deleted() for leaf in
-                           jax.tree.leaves(donated(a))]))
+    got.append(
+      (_np(out), [leaf.is_deleted() for leaf in jax.tree.leaves(donated(a))])
+    )
   return got
 
 
@@ -201,6 +217,7 @@ def _then(barrier, got):
 def _jit(**kw):
   def run(body, barrier):
     return _then(barrier, _twice(jax.jit(lambda x, y: body(x) + y, **kw)))
+
   return run
 
 
@@ -208,21 +225,28 @@ def _donated_x(**kw):
   def run(body, barrier):
     f = jax.jit(lambda x, y: body(x) + y, **kw)
     return _then(barrier, _twice(f, donated=lambda a: a[0]))
+
   return run
 
 
 def _donated_state(body, barrier):
   """A training step's pattern: a pytree state donated and returned."""
+
   def step(state, y):
     return {"w": body(state["w"]) + y, "n": state["n"] + 1}
+
   f = jax.jit(step, donate_argnums=0)
   got, state = [], {"w": _x(), "n": jnp.int32(0)}
   for _ in range(2):
     new = f(state, _y())
     # A copy to read: a NumPy view of ``new`` would keep JAX from donating
     # it in the next step.
-    got.append((_np(jax.tree.map(jnp.copy, new)), [leaf.is_deleted()
-                           for leaf in jax.tree.leaves(state)]))
+    got.append(
+      (
+        _np(jax.tree.map(jnp.copy, new)),
+        [leaf.is_deleted() for leaf in jax.tree.leaves(state)],
+      )
+    )
     state = new
   return _then(barrier, got)
 
@@ -249,8 +273,9 @@ def _shardings():
 
 def _sharded_jit(body):
   split, whole = _shardings()
-  return jax.jit(lambda x, y: body(x) + y, in_shardings=(split, whole),
-                 out_shardings=split)
+  return jax.jit(
+    lambda x, y: body(x) + y, in_shardings=(split, whole), out_shardings=split
+  )
 
 
 def _in_out_shardings(body, barrier):
@@ -265,11 +290,18 @@ def _aot(body, barrier):
 def _in_context(context):
   """The sharded jit defined, called and waited for in a context mesh, as
   a program written for ``jax.set_mesh`` does."""
+
   def run(body, barrier):
     split, whole = _shardings()
     with context(_mesh()):
-      return _then(barrier, _twice(_sharded_jit(body), lambda: (
-          jax.device_put(_x(), split), jax.device_put(_y(), whole))))
+      return _then(
+        barrier,
+        _twice(
+          _sharded_jit(body),
+          lambda: (jax.device_put(_x(), split), jax.device_put(_y(), whole)),
+        ),
+      )
+
   return run
 
 
@@ -280,8 +312,12 @@ def _plain_jit_in_context(body, barrier):
 
 
 def _shard_map_jit(body, barrier):
-  f = _shard_map(lambda x, y: body(x) + y, mesh=_mesh(),
-                 in_specs=(P("d"), P()), out_specs=P("d"))
+  f = _shard_map(
+    lambda x, y: body(x) + y,
+    mesh=_mesh(),
+    in_specs=(P("d"), P()),
+    out_specs=P("d"),
+  )
   return _then(barrier, _twice(jax.jit(f)))
 
 
@@ -297,45 +333,55 @@ def _nested_jit(body, barrier):
 _use_mesh = getattr(jax.sharding, "use_mesh", None)
 
 OPTIONS: dict[str, Option] = {
-    "jit": Option(_jit()),
-    "donate_argnums": Option(_donated_x(donate_argnums=0), donates=True),
-    "donate_argnames": Option(_donated_x(donate_argnames="x"),
-                              donates=True),
-    "donate_pytree": Option(_donated_state, donates=True),
-    "keep_unused": Option(_keep_unused),
-    "static_argnums": Option(_static_argnums),
-    "static_argnames": Option(_static_argnames),
-    "aot": Option(_aot),
-    "nested_jit": Option(_nested_jit),
-    "in_out_shardings": Option(_in_out_shardings, several_devices=True),
-    "set_mesh": Option(_in_context(jax.set_mesh), several_devices=True),
-    "set_mesh_plain_jit": Option(_plain_jit_in_context,
-                                 several_devices=True),
-    "use_mesh": Option(
-        _in_context(_use_mesh) if _use_mesh else None, several_devices=True,
-        skip=None if _use_mesh else
-        f"jax.sharding.use_mesh is not in jax {jax.__version__}"),
-    "shard_map": Option(_shard_map_jit, several_devices=True),
-    "pmap": Option(_pmap, several_devices=True),
+  "jit": Option(_jit()),
+  "donate_argnums": Option(_donated_x(donate_argnums=0), donates=True),
+  "donate_argnames": Option(_donated_x(donate_argnames="x"), donates=True),
+  "donate_pytree": Option(_donated_state, donates=True),
+  "keep_unused": Option(_keep_unused),
+  "static_argnums": Option(_static_argnums),
+  "static_argnames": Option(_static_argnames),
+  "aot": Option(_aot),
+  "nested_jit": Option(_nested_jit),
+  "in_out_shardings": Option(_in_out_shardings, several_devices=True),
+  "set_mesh": Option(_in_context(jax.set_mesh), several_devices=True),
+  "set_mesh_plain_jit": Option(_plain_jit_in_context, several_devices=True),
+  "use_mesh": Option(
+    _in_context(_use_mesh) if _use_mesh else None,
+    several_devices=True,
+    skip=None
+    if _use_mesh
+    else f"jax.sharding.use_mesh is not in jax {jax.__version__}",
+  ),
+  "shard_map": Option(_shard_map_jit, several_devices=True),
+  "pmap": Option(_pmap, several_devices=True),
 }
 
 MODES = {"default": False, "strict": True}  # hostcb_strict_barrier
 
 # (entry points, options, modes) that fail today, None for all, with why.
-_TAPS = ("id_tap", "id_print", "call", "debug.print", "debug.callback",
-         "io_callback", "io_callback(ordered)")  # hostcb's ordered effect
+_TAPS = (
+  "id_tap",
+  "id_print",
+  "call",
+  "debug.print",
+  "debug.callback",
+  "io_callback",
+  "io_callback(ordered)",
+)  # hostcb's ordered effect
 KNOWN_FAILURES: list[tuple[Any, Any, Any, str]] = [
-    # (entries, options, modes, reason): None matches every one.  Empty:
-    # donation, the context mesh and AOT in strict mode were fixed for
-    # issue 24 (their rows failed before).
+  # (entries, options, modes, reason): None matches every one.  Empty:
+  # donation, the context mesh and AOT in strict mode were fixed for
+  # issue 24 (their rows failed before).
 ]
 
 
 def _known_failure(mode: str, option: str, entry: str) -> str | None:
   for entries, options, modes, reason in KNOWN_FAILURES:
-    if ((entries is None or entry in entries) and
-        (options is None or option in options) and
-        (modes is None or mode in modes)):
+    if (
+      (entries is None or entry in entries)
+      and (options is None or option in options)
+      and (modes is None or mode in modes)
+    ):
       return reason
   return None
 
@@ -352,17 +398,22 @@ def _rows():
         reason = _known_failure(mode, option_name, entry)
         if reason:
           marks.append(pytest.mark.xfail(strict=True, reason=reason))
-        yield pytest.param(mode, option_name, entry, marks=marks,
-                           id=f"{mode}-{option_name}-{entry}")
+        yield pytest.param(
+          mode,
+          option_name,
+          entry,
+          marks=marks,
+          id=f"{mode}-{option_name}-{entry}",
+        )
 
 
 # ------------------------------------------------------------------ the test
 @dataclasses.dataclass
 class Observed:
-  got: list         # per call: (results, [donated operand deleted])
-  printed: list     # printed lines, sorted (devices print side by side)
-  seen: list        # what the callback received, sorted
-  types: set        # the Python types of the callback's arguments
+  got: list  # per call: (results, [donated operand deleted])
+  printed: list  # printed lines, sorted (devices print side by side)
+  seen: list  # what the callback received, sorted
+  types: set  # the Python types of the callback's arguments
 
   @property
   def results(self):
@@ -423,6 +474,7 @@ def mode_switch():
   def switch(strict: bool) -> None:
     hostcb.barrier_wait()
     hostcb.config.update("hostcb_strict_barrier", strict)
+
   yield switch
   try:
     hostcb.barrier_wait()
@@ -448,14 +500,17 @@ def test_matrix(capsys, mode_switch, mode, option_name, entry_name):
   if option.several_devices and _n() < 2:
     pytest.skip("needs at least 2 CPU devices (HOSTCB_TEST_DEVICES>=2)")
   if option_name not in _plain:
-    _plain[option_name] = _observe(capsys, option, lambda x, s: x * 2,
-                                   _jax_barrier)
+    _plain[option_name] = _observe(
+      capsys, option, lambda x, s: x * 2, _jax_barrier
+    )
   key = (option_name, entry_name)
   if key not in _theirs:
     _theirs[key] = _observe(
-        capsys, option,
-        lambda x, s: entry.theirs(x, s, option.several_devices),
-        _jax_barrier)
+      capsys,
+      option,
+      lambda x, s: entry.theirs(x, s, option.several_devices),
+      _jax_barrier,
+    )
   plain, theirs = _plain[option_name], _theirs[key]
   assert theirs.printed or theirs.seen  # the reference did call back
   _assert_same_results(theirs.results, plain.results, "JAX's vs none")
@@ -488,13 +543,15 @@ def _failure_rows():
         marks.append(pytest.mark.multidevice)
       if option.skip:
         marks.append(pytest.mark.skip(reason=option.skip))
-      yield pytest.param(mode, option_name, marks=marks,
-                         id=f"{mode}-{option_name}")
+      yield pytest.param(
+        mode, option_name, marks=marks, id=f"{mode}-{option_name}"
+      )
 
 
 @pytest.mark.parametrize("mode, option_name", list(_failure_rows()))
 def test_a_failed_debug_callback_fails_no_later_work(
-    capsys, caplog, mode_switch, mode, option_name):
+  capsys, caplog, mode_switch, mode, option_name
+):
   """Under the option, a ``hostcb.debug.callback`` that raises is logged
   where JAX logs it, its program returns what the program without a
   callback returns, the barrier after it returns, and the next program's
@@ -504,27 +561,39 @@ def test_a_failed_debug_callback_fails_no_later_work(
     pytest.skip("needs at least 2 CPU devices (HOSTCB_TEST_DEVICES>=2)")
   entry = ENTRIES["debug.callback"]
   if option_name not in _plain:
-    _plain[option_name] = _observe(capsys, option, lambda x, s: x * 2,
-                                   _jax_barrier)
+    _plain[option_name] = _observe(
+      capsys, option, lambda x, s: x * 2, _jax_barrier
+    )
   key = (option_name, "debug.callback")
   if key not in _theirs:
-    _theirs[key] = _observe(capsys, option,
-                            lambda x, s: entry.theirs(x, s, option.several_devices),
-                            _jax_barrier)
+    _theirs[key] = _observe(
+      capsys,
+      option,
+      lambda x, s: entry.theirs(x, s, option.several_devices),
+      _jax_barrier,
+    )
   mode_switch(MODES[mode])
   caplog.set_level(logging.ERROR, logger="jax._src.debugging")
-  failing = _observe(capsys, option,
-                     lambda x, s: (hostcb.debug.callback(_raises, x),
-                                   x * 2)[1],
-                     hostcb.barrier_wait)  # returns: nothing to raise
+  failing = _observe(
+    capsys,
+    option,
+    lambda x, s: (hostcb.debug.callback(_raises, x), x * 2)[1],
+    hostcb.barrier_wait,
+  )  # returns: nothing to raise
   jax.effects_barrier()
-  _assert_same_results(failing.results, _plain[option_name].results,
-                       "the failing program's vs none")
+  _assert_same_results(
+    failing.results,
+    _plain[option_name].results,
+    "the failing program's vs none",
+  )
   logged = [r for r in caplog.records if r.name == "jax._src.debugging"]
   assert logged and all(
-      r.getMessage() == "jax.debug.callback failed"
-      and str(r.exc_info[1]) == "this callback fails" for r in logged)
+    r.getMessage() == "jax.debug.callback failed"
+    and str(r.exc_info[1]) == "this callback fails"
+    for r in logged
+  )
   later = _observe(capsys, option, entry.ours, hostcb.barrier_wait)
-  _assert_same_results(later.results, _plain[option_name].results,
-                       "the next program's vs none")
+  _assert_same_results(
+    later.results, _plain[option_name].results, "the next program's vs none"
+  )
   assert later.seen == _theirs[key].seen

@@ -13,6 +13,7 @@ values, printed output, program order, transforms, exceptions and the
 barrier.  The tests marked for the GPU back end check what only it does
 (its custom call, pinned ring, bound, overlap).
 """
+
 from __future__ import annotations
 
 import io
@@ -41,8 +42,10 @@ def _gpus():
 
 
 pytestmark = pytest.mark.skipif(
-    not _gpus(), reason="needs a GPU that JAX sees: run on a machine with one,"
-    " with JAX_PLATFORMS=cuda,cpu")
+  not _gpus(),
+  reason="needs a GPU that JAX sees: run on a machine with one,"
+  " with JAX_PLATFORMS=cuda,cpu",
+)
 
 
 @pytest.fixture
@@ -60,20 +63,23 @@ def test_tap_under_jit_delivers_value_and_gpu_device(gpu):
   x = on(gpu, jnp.arange(4, dtype=jnp.float32))
   out = jax.jit(lambda x: hostcb.id_tap(rec, x * 2, tap_with_device=True))(x)
   hostcb.barrier_wait()
-  np.testing.assert_array_equal(out, [0., 2., 4., 6.])
+  np.testing.assert_array_equal(out, [0.0, 2.0, 4.0, 6.0])
   assert out.devices() == {gpu}
   assert len(rec.calls) == 1
   arg, transforms, kwargs = rec.calls[0]
   assert isinstance(arg, np.ndarray) and arg.dtype == np.float32
-  np.testing.assert_array_equal(arg, [0., 2., 4., 6.])
+  np.testing.assert_array_equal(arg, [0.0, 2.0, 4.0, 6.0])
   assert transforms == () and kwargs == {"device": gpu}
 
 
 def test_id_print_prints_gpu_device_and_value(gpu):
   s = io.StringIO()
   x = on(gpu, jnp.arange(3, dtype=jnp.int32))
-  jax.jit(lambda x: hostcb.id_print(x, what="x", tap_with_device=True,
-                                    output_stream=s))(x)
+  jax.jit(
+    lambda x: hostcb.id_print(
+      x, what="x", tap_with_device=True, output_stream=s
+    )
+  )(x)
   hostcb.barrier_wait()
   assert s.getvalue() == f"device: cuda:{gpu.id} what: x\n[0 1 2]\n"
 
@@ -87,21 +93,23 @@ def test_taps_in_scan_arrive_in_program_order(gpu):
     return c + i, None
 
   out = jax.jit(lambda c: lax.scan(body, c, jnp.arange(100))[0])(
-      on(gpu, jnp.int32(0)))
+    on(gpu, jnp.int32(0))
+  )
   hostcb.barrier_wait()
   assert int(out) == sum(range(100))
-  assert [int(a) for a in rec.args] == [v for i in range(100)
-                                        for v in (i, -i)]
+  assert [int(a) for a in rec.args] == [v for i in range(100) for v in (i, -i)]
 
 
 def test_taps_in_cond_and_while_run_once_per_taken_step(gpu):
   rec = Recorder()
 
   def f(x):
-    y = lax.cond(x > 0, lambda x: hostcb.id_tap(rec, x, result=x + 1),
-                 lambda x: x - 1, x)
-    return lax.while_loop(lambda c: c < 5,
-                          lambda c: hostcb.id_tap(rec, c) + 1, y)
+    y = lax.cond(
+      x > 0, lambda x: hostcb.id_tap(rec, x, result=x + 1), lambda x: x - 1, x
+    )
+    return lax.while_loop(
+      lambda c: c < 5, lambda c: hostcb.id_tap(rec, c) + 1, y
+    )
 
   out = jax.jit(f)(on(gpu, jnp.int32(1)))
   hostcb.barrier_wait()
@@ -116,10 +124,10 @@ def test_tap_with_unused_result_is_kept(gpu):
     hostcb.id_tap(rec, x * 3)
     return x + 1
 
-  out = jax.jit(f)(on(gpu, jnp.float32(2.)))
+  out = jax.jit(f)(on(gpu, jnp.float32(2.0)))
   hostcb.barrier_wait()
-  assert float(out) == 3.
-  assert [float(a) for a in rec.args] == [6.]
+  assert float(out) == 3.0
+  assert [float(a) for a in rec.args] == [6.0]
 
 
 def test_grad_through_tap_is_unchanged_and_taps_the_primal_once(gpu):
@@ -131,7 +139,7 @@ def test_grad_through_tap_is_unchanged_and_taps_the_primal_once(gpu):
       y = hostcb.id_tap(rec, y)
     return jnp.sum(y * y)
 
-  x = on(gpu, jnp.linspace(0., 1., 8, dtype=jnp.float32))
+  x = on(gpu, jnp.linspace(0.0, 1.0, 8, dtype=jnp.float32))
   g_tapped = jax.jit(jax.grad(lambda x: f(x, True)))(x)
   g_plain = jax.jit(jax.grad(lambda x: f(x, False)))(x)
   hostcb.barrier_wait()
@@ -150,9 +158,11 @@ def test_vmap_of_tap_reports_batch_dims(gpu):
   assert rec.transforms == [(("batch", {"batch_dims": (0,)}),)]
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.int8,
-                                   np.bool_, np.complex64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+  "dtype",
+  [jnp.bfloat16, np.float16, np.int8, np.bool_, np.complex64],
+  ids=lambda d: np.dtype(d).name,
+)
 def test_tap_carries_dtype(gpu, dtype):
   rec = Recorder()
   x = on(gpu, jnp.ones((3,), dtype))
@@ -168,8 +178,7 @@ def test_large_tap_arrives_whole(gpu):
   x = on(gpu, jnp.arange(n, dtype=jnp.float32))
   jax.jit(lambda x: hostcb.id_tap(rec, x + 1))(x)
   hostcb.barrier_wait()
-  np.testing.assert_array_equal(rec.args[0], np.arange(n, dtype=np.float32)
-                                + 1)
+  np.testing.assert_array_equal(rec.args[0], np.arange(n, dtype=np.float32) + 1)
 
 
 def test_many_taps_beyond_the_queue_size_are_all_delivered(gpu):
@@ -184,7 +193,8 @@ def test_many_taps_beyond_the_queue_size_are_all_delivered(gpu):
     return c, None
 
   jax.jit(lambda c: lax.scan(body, c, jnp.arange(2000))[0])(
-      on(gpu, jnp.int32(0)))
+    on(gpu, jnp.int32(0))
+  )
   hostcb.barrier_wait()
   assert seen == list(range(2000))
 
@@ -195,9 +205,11 @@ def test_tap_exception_reaches_barrier_wait(gpu):
 
   out = jax.jit(lambda x: hostcb.id_tap(tap, x) + 1)(on(gpu, jnp.int32(1)))
   assert int(out) == 2
-  with pytest.raises(hostcb.CallbackException,
-                     match="(?s)There were exceptions during callback "
-                           "processing. Last one was:.*tap failed on purpose"):
+  with pytest.raises(
+    hostcb.CallbackException,
+    match="(?s)There were exceptions during callback "
+    "processing. Last one was:.*tap failed on purpose",
+  ):
     hostcb.barrier_wait()
   hostcb.barrier_wait()  # reported once
 
@@ -206,12 +218,12 @@ def test_pmap_over_the_gpu_taps_with_its_device(gpu):
   rec = Recorder()
   n = len(_gpus())
   x = jnp.arange(n * 2, dtype=jnp.float32).reshape(n, 2)
-  out = jax.pmap(lambda v: hostcb.id_tap(rec, v, tap_with_device=True) + 1,
-                 devices=_gpus())(x)
+  out = jax.pmap(
+    lambda v: hostcb.id_tap(rec, v, tap_with_device=True) + 1, devices=_gpus()
+  )(x)
   hostcb.barrier_wait()
   np.testing.assert_array_equal(out, np.asarray(x) + 1)
-  assert sorted(c[2]["device"].id for c in rec.calls) == [
-      d.id for d in _gpus()]
+  assert sorted(c[2]["device"].id for c in rec.calls) == [d.id for d in _gpus()]
 
 
 def test_gpu_and_cpu_taps_in_one_program_name_their_devices(gpu):
@@ -270,7 +282,7 @@ def test_fast_dispatch_barrier_waits_for_this_threads_cpu_computations(gpu):
 
 # ----------------------------------------------------------------- calls
 def test_call_returns_host_result_on_gpu(gpu):
-  x = on(gpu, jnp.linspace(0., 1., 5, dtype=jnp.float32))
+  x = on(gpu, jnp.linspace(0.0, 1.0, 5, dtype=jnp.float32))
   out = jax.jit(lambda x: hostcb.call(np.sin, x, result_shape=x) * 2)(x)
   assert out.devices() == {gpu}
   np.testing.assert_allclose(out, 2 * np.sin(np.asarray(x)), rtol=1e-6)
@@ -283,9 +295,9 @@ def test_call_with_device_gets_the_gpu(gpu):
     got.append(device)
     return a
 
-  jax.jit(lambda x: hostcb.call(host, x, result_shape=x,
-                                call_with_device=True))(on(gpu,
-                                                           jnp.float32(1.)))
+  jax.jit(
+    lambda x: hostcb.call(host, x, result_shape=x, call_with_device=True)
+  )(on(gpu, jnp.float32(1.0)))
   assert got == [gpu]
 
 
@@ -302,7 +314,8 @@ def test_call_in_scan_sees_earlier_taps_in_order(gpu):
     return hostcb.call(host, c, result_shape=c), None
 
   out = jax.jit(lambda c: lax.scan(body, c, None, length=20)[0])(
-      on(gpu, jnp.int32(0)))
+    on(gpu, jnp.int32(0))
+  )
   hostcb.barrier_wait()
   assert int(out) == 20
   assert seen == list(range(1, 21))
@@ -313,24 +326,34 @@ def test_call_exception_is_raised_in_the_caller(gpu):
     raise ValueError("gpu call failed on purpose")
 
   with pytest.raises(Exception, match="gpu call failed on purpose"):
-    jax.block_until_ready(jax.jit(
-        lambda x: hostcb.call(host, x, result_shape=x))(on(gpu,
-                                                           jnp.float32(1.))))
+    jax.block_until_ready(
+      jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(
+        on(gpu, jnp.float32(1.0))
+      )
+    )
   with pytest.raises(hostcb.CallbackException):
     hostcb.barrier_wait()
   out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
-      on(gpu, jnp.float32(3.)))
-  assert float(out) == 6.
+    on(gpu, jnp.float32(3.0))
+  )
+  assert float(out) == 6.0
 
 
 def test_call_wrong_shape_names_expected_and_actual(gpu):
   with pytest.raises(Exception) as info:
-    jax.block_until_ready(jax.jit(lambda x: hostcb.call(
-        lambda a: np.ones(3, np.float32), x, result_shape=x))(
-            on(gpu, jnp.float32(1.))))
-  assert re.search(r"should have returned a result with abstract values "
-                   r"ShapedArray\(float32\[\]\) but returned "
-                   r"ShapedArray\(float32\[3\]\)", str(info.value))
+    jax.block_until_ready(
+      jax.jit(
+        lambda x: hostcb.call(
+          lambda a: np.ones(3, np.float32), x, result_shape=x
+        )
+      )(on(gpu, jnp.float32(1.0)))
+    )
+  assert re.search(
+    r"should have returned a result with abstract values "
+    r"ShapedArray\(float32\[\]\) but returned "
+    r"ShapedArray\(float32\[3\]\)",
+    str(info.value),
+  )
   with pytest.raises(hostcb.CallbackException):
     hostcb.barrier_wait()
 
@@ -347,10 +370,15 @@ def test_buffer_callback_sees_stream_and_cuda_buffers(gpu):
   seen = []
 
   def cb(ctx, out, x):
-    seen.append((ctx.platform, type(ctx.stream),
-                 x.__cuda_array_interface__["shape"],
-                 x.__cuda_array_interface__["typestr"],
-                 out.__cuda_array_interface__["data"][1]))
+    seen.append(
+      (
+        ctx.platform,
+        type(ctx.stream),
+        x.__cuda_array_interface__["shape"],
+        x.__cuda_array_interface__["typestr"],
+        out.__cuda_array_interface__["data"][1],
+      )
+    )
 
   f = hostcb.buffer_callback(cb, jax.ShapeDtypeStruct((4,), jnp.float32))
   jax.block_until_ready(jax.jit(f)(on(gpu, jnp.ones((4,), jnp.float32))))
@@ -371,8 +399,9 @@ def test_buffer_callback_writes_output_with_cupy(gpu):
 
 # ------------------------------------------------- the engine's GPU back end
 GPU_ENGINE = pytest.mark.skipif(
-    not config.read(config.GPU_ENGINE),
-    reason="the GPU back end is off: HOSTCB_GPU_ENGINE=1 is not set")
+  not config.read(config.GPU_ENGINE),
+  reason="the GPU back end is off: HOSTCB_GPU_ENGINE=1 is not set",
+)
 
 
 def _custom_call_targets(text):
@@ -401,12 +430,14 @@ def test_gpu_engine_delivers_every_tap_in_order_through_pinned_memory(gpu):
     return c + 1, None
 
   out = jax.jit(lambda c: lax.scan(body, c, jnp.arange(10000))[0])(
-      on(gpu, jnp.int32(0)))
+    on(gpu, jnp.int32(0))
+  )
   hostcb.barrier_wait()
   assert int(out) == 10000
   assert seen == list(range(10000))
   assert gpu_engine.pinned_bytes(gpu.local_hardware_id) >= 2 << 20, (
-      gpu_engine.pin_refusal(gpu.local_hardware_id))
+    gpu_engine.pin_refusal(gpu.local_hardware_id)
+  )
 
 
 @GPU_ENGINE
@@ -434,8 +465,9 @@ def test_gpu_engine_bounds_the_queue_while_the_tap_function_is_blocked(gpu):
   outs = []
   # Dispatched from another thread: XLA may run the handlers on the
   # dispatching thread, which then waits for space until `release`.
-  worker = threading.Thread(target=lambda: outs.append(
-      f(x).block_until_ready()))  # 800 KB of taps through a 64 KB queue
+  worker = threading.Thread(
+    target=lambda: outs.append(f(x).block_until_ready())
+  )  # 800 KB of taps through a 64 KB queue
   worker.start()
   try:
     deadline = time.monotonic() + 60
@@ -464,9 +496,11 @@ def test_gpu_engine_scan_finishes_while_its_tap_functions_are_blocked(gpu):
     release.wait(60)
     seen.append(float(x))
 
-  f = jax.jit(lambda c: lax.scan(
-      lambda c, _: (hostcb.id_tap(tap, c) + 1, None), c, None,
-      length=50)[0])
+  f = jax.jit(
+    lambda c: lax.scan(
+      lambda c, _: (hostcb.id_tap(tap, c) + 1, None), c, None, length=50
+    )[0]
+  )
   x = on(gpu, jnp.float32(0))
   try:
     # The stream never waits for Python: the scan's result is ready while

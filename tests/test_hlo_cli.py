@@ -1,4 +1,5 @@
 """The `hostcb hlo FILE.py:FUNCTION` command."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from hostcb.tools import cli, hlo_render
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
-MODEL = '''
+MODEL = """
 import jax.numpy as jnp
 from jax import lax
 
@@ -28,11 +29,12 @@ class Layers:
   @staticmethod
   def double(x):
     return 2 * x
-'''
+"""
 
 needs_dot = pytest.mark.skipif(
-    shutil.which("dot") is None,
-    reason="Graphviz's `dot` is not installed (apt-get install graphviz)")
+  shutil.which("dot") is None,
+  reason="Graphviz's `dot` is not installed (apt-get install graphviz)",
+)
 
 
 @pytest.fixture
@@ -43,19 +45,35 @@ def model(tmp_path: pathlib.Path) -> str:
 
 
 def _step_args(model: str) -> list[str]:
-  return ["hlo", f"{model}:step", "--arg", "f32[3,2]", "--arg", "f32[4,3]",
-          "--static", "2=0.5", "--axis-env", "i=4"]
+  return [
+    "hlo",
+    f"{model}:step",
+    "--arg",
+    "f32[3,2]",
+    "--arg",
+    "f32[4,3]",
+    "--static",
+    "2=0.5",
+    "--axis-env",
+    "i=4",
+  ]
 
 
 def test_subprocess_prints_hlo_text_with_the_axis_env_groups(model):
   env = dict(os.environ)
   env["PYTHONPATH"] = hostcb_root() + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run([sys.executable, "-m", "hostcb", *_step_args(model)],
-                        env=env, capture_output=True, text=True, timeout=240)
+  done = subprocess.run(
+    [sys.executable, "-m", "hostcb", *_step_args(model)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
   assert done.returncode == 0, done.stderr
   assert done.stdout.startswith(
-      "HloModule xla_computation_step, entry_computation_layout="
-      "{(f32[3,2]{1,0}, f32[4,3]{1,0})->(f32[], f32[4,2]{1,0})}")
+    "HloModule xla_computation_step, entry_computation_layout="
+    "{(f32[3,2]{1,0}, f32[4,3]{1,0})->(f32[], f32[4,2]{1,0})}"
+  )
   assert "all-reduce(" in done.stdout
   assert "replica_groups={{0,1,2,3}}" in done.stdout
 
@@ -89,16 +107,18 @@ def test_output_option_writes_the_text_to_a_file(model, tmp_path, capsys):
 @needs_dot
 def test_format_png_renders_a_png_file(model, tmp_path):
   out_file = tmp_path / "step.png"
-  assert cli.main(_step_args(model) + ["--format", "png", "-o",
-                                       str(out_file)]) == 0
+  assert (
+    cli.main(_step_args(model) + ["--format", "png", "-o", str(out_file)]) == 0
+  )
   data = out_file.read_bytes()
   assert data[:8] == b"\x89PNG\r\n\x1a\n"
   assert len(data) > 1000
 
 
 @needs_dot
-def test_format_png_without_output_writes_function_png(model, tmp_path,
-                                                       monkeypatch):
+def test_format_png_without_output_writes_function_png(
+  model, tmp_path, monkeypatch
+):
   monkeypatch.chdir(tmp_path)
   assert cli.main(_step_args(model) + ["--format", "png"]) == 0
   assert (tmp_path / "step.png").read_bytes()[:4] == b"\x89PNG"
@@ -112,25 +132,33 @@ def test_format_svg_prints_an_svg_document(model, capsys):
   assert out.rstrip().endswith("</svg>")
 
 
-def test_missing_dot_says_how_to_install_graphviz(model, tmp_path,
-                                                  monkeypatch, capsys):
+def test_missing_dot_says_how_to_install_graphviz(
+  model, tmp_path, monkeypatch, capsys
+):
   monkeypatch.setenv("PATH", str(tmp_path))  # a directory without `dot`
-  assert cli.main(_step_args(model) + ["--format", "png", "-o",
-                                       str(tmp_path / "x.png")]) == 1
+  assert (
+    cli.main(
+      _step_args(model) + ["--format", "png", "-o", str(tmp_path / "x.png")]
+    )
+    == 1
+  )
   err = capsys.readouterr().err
   assert "needs Graphviz's `dot` program, which is not on PATH" in err
   assert "apt-get install graphviz" in err
   assert not (tmp_path / "x.png").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize(
+  "argv, message",
+  [
     (["--arg", "float[3]"], "--arg expects DTYPE[DIMS] such as 'f32[4,3]'"),
     (["--arg", "f32[3,]"], "--arg: empty dimension in 'f32[3,]'"),
     (["--static", "x=1"], "--static expects POSITION=VALUE"),
     (["--static", "0=foo"], "'foo' is not a Python literal"),
     (["--static", "5=1"], "--static position 5 is past the last argument"),
     (["--axis-env", "i=0"], "--axis-env expects NAME=SIZE with a positive"),
-])
+  ],
+)
 def test_bad_option_values_exit_2_with_a_message(model, capsys, argv, message):
   assert cli.main(["hlo", f"{model}:step", *argv]) == 2
   err = capsys.readouterr().err

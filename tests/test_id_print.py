@@ -4,6 +4,7 @@ Every expected string is what legacy JAX (0.4.30, NumPy 1.26) printed for the
 same program.  Values are printed from under ``jit`` unless the test says
 otherwise.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,8 +22,9 @@ def printed(value, **kwargs) -> str:
   """Prints ``value`` (its leaves made arguments) from under jit."""
   leaves, tree = jax.tree_util.tree_flatten(value)
   s = Stream()
-  jax.jit(lambda *a: hostcb.id_print(tree.unflatten(a), output_stream=s,
-                                     **kwargs))(*leaves)
+  jax.jit(
+    lambda *a: hostcb.id_print(tree.unflatten(a), output_stream=s, **kwargs)
+  )(*leaves)
   hostcb.barrier_wait()
   return s.output
 
@@ -46,7 +48,7 @@ def power3(x, stream, **kw):
 
 # ------------------------------------------------------------------ leaves
 def test_float32_scalar_prints_as_a_0d_array():
-  assert printed(np.float32(3.)) == "3.\n"
+  assert printed(np.float32(3.0)) == "3.\n"
 
 
 def test_float32_scalar_keeps_float32_digits():
@@ -57,10 +59,19 @@ def test_int32_scalar():
   assert printed(np.int32(7)) == "7\n"
 
 
-@pytest.mark.parametrize("dtype, text", [
-    ("bool", "True"), ("int8", "1"), ("int16", "1"), ("uint8", "1"),
-    ("uint16", "1"), ("uint32", "1"), ("float16", "1."),
-    ("complex64", "1.+0.j")])
+@pytest.mark.parametrize(
+  "dtype, text",
+  [
+    ("bool", "True"),
+    ("int8", "1"),
+    ("int16", "1"),
+    ("uint8", "1"),
+    ("uint16", "1"),
+    ("uint32", "1"),
+    ("float16", "1."),
+    ("complex64", "1.+0.j"),
+  ],
+)
 def test_scalar_of_each_dtype(dtype, text):
   assert printed(np.array(1, dtype=dtype)) == text + "\n"
 
@@ -83,7 +94,8 @@ def test_bool_array_pads_like_numpy():
 
 def test_float16_array():
   assert printed(np.array([1.5, 2.25, 1e4], np.float16)) == (
-      "[1.50e+00 2.25e+00 1.00e+04]\n")
+    "[1.50e+00 2.25e+00 1.00e+04]\n"
+  )
 
 
 def test_bfloat16_array():
@@ -92,12 +104,14 @@ def test_bfloat16_array():
 
 def test_complex64_array():
   assert printed(np.array([1 + 2j, -0.5j], np.complex64)) == (
-      "[ 1.+2.j  -0.-0.5j]\n")
+    "[ 1.+2.j  -0.-0.5j]\n"
+  )
 
 
 def test_nan_and_inf():
   assert printed(np.array([np.nan, np.inf, -np.inf], np.float32)) == (
-      "[ nan  inf -inf]\n")
+    "[ nan  inf -inf]\n"
+  )
 
 
 def test_two_dimensional_array():
@@ -110,8 +124,9 @@ def test_zero_size_array():
 
 def test_long_array_wraps_at_numpy_line_width():
   assert printed(np.arange(40)) == (
-      "[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23\n"
-      " 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39]\n")
+    "[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23\n"
+    " 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39]\n"
+  )
 
 
 def test_none_prints_as_none():
@@ -125,18 +140,26 @@ def test_short_tuple_on_one_line():
 
 def test_list_on_one_line():
   assert printed([np.int32(1), np.float32(2.5), np.bool_(True)]) == (
-      "[ 1 2.5 True ]\n")
+    "[ 1 2.5 True ]\n"
+  )
 
 
 def test_dict_on_one_line_sorted_by_key():
-  assert printed({"b": np.int32(1), "a": np.int32(2), "B": np.int32(3),
-                  "_": np.int32(4)}) == "{ B=3 _=4 a=2 b=1 }\n"
+  assert (
+    printed(
+      {"b": np.int32(1), "a": np.int32(2), "B": np.int32(3), "_": np.int32(4)}
+    )
+    == "{ B=3 _=4 a=2 b=1 }\n"
+  )
 
 
 def test_nested_dict_of_the_issue():
-  assert printed(dict(a=np.arange(3, dtype=np.float32),
-                      b=(np.int32(1), [np.float32(2.), np.float32(3.)]))) == (
-      "{ a=[0. 1. 2.] b=( 1 [ 2. 3. ] ) }\n")
+  assert printed(
+    dict(
+      a=np.arange(3, dtype=np.float32),
+      b=(np.int32(1), [np.float32(2.0), np.float32(3.0)]),
+    )
+  ) == ("{ a=[0. 1. 2.] b=( 1 [ 2. 3. ] ) }\n")
 
 
 def test_tuple_of_arrays_on_one_line():
@@ -157,19 +180,22 @@ def test_none_leaves_inside_a_container():
 
 def test_namedtuple_prints_as_a_tuple():
   import collections
+
   point = collections.namedtuple("Point", "x y")
-  assert printed(point(np.int32(1), np.float32(2.))) == "( 1 2. )\n"
+  assert printed(point(np.int32(1), np.float32(2.0))) == "( 1 2. )\n"
 
 
 def test_non_string_dict_keys():
   assert printed({(1, 2): np.int32(1), (0, 5): np.int32(2)}) == (
-      "{ (0, 5)=2 (1, 2)=1 }\n")
+    "{ (0, 5)=2 (1, 2)=1 }\n"
+  )
 
 
 def test_container_of_exactly_80_columns_stays_on_one_line():
   assert printed(list(i32(*range(29)))) == (
-      "[ 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 "
-      "26 27 28 ]\n")
+    "[ 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 "
+    "26 27 28 ]\n"
+  )
 
 
 def test_container_over_80_columns_breaks_one_element_per_line():
@@ -180,34 +206,37 @@ def test_container_over_80_columns_breaks_one_element_per_line():
 def test_fit_counts_from_the_column_where_the_container_starts():
   # 78 columns of tuple after "{ kkkkkkkkkk=": it no longer fits.
   assert printed({"k" * 10: tuple(np.int32(9) for _ in range(30))}) == (
-      "{ kkkkkkkkkk=( 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 "
-      "9 9 9 ) }\n")
+    "{ kkkkkkkkkk=( 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 "
+    "9 9 9 ) }\n"
+  )
 
 
 def test_fit_ignores_what_follows_the_container():
   # The inner dict fits in the line; the outer " )" after it goes past 80.
   assert printed((np.arange(3), {"key": [np.int32(7)] * 25})) == (
-      "( [0 1 2] { key=[ 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 ] "
-      "} )\n")
+    "( [0 1 2] { key=[ 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 7 ] "
+    "} )\n"
+  )
 
 
 def test_broken_container_indents_by_nesting_level_not_column():
-  out = printed({"a": [np.int32(1)] * 30,
-                 "b": ({"c": [np.int32(2)] * 40},)})
-  assert out == ("{ a=[ 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 "
-                 "1 1 1 1 ]\n"
-                 "  b=( { c=[ " + "\n        ".join(["2"] * 40) + " ] } ) }\n")
+  out = printed({"a": [np.int32(1)] * 30, "b": ({"c": [np.int32(2)] * 40},)})
+  assert out == (
+    "{ a=[ 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 "
+    "1 1 1 1 ]\n"
+    "  b=( { c=[ " + "\n        ".join(["2"] * 40) + " ] } ) }\n"
+  )
 
 
 def test_elements_after_a_break_start_a_fresh_line():
   out = printed({"a": [np.int32(1)] * 40, "b": i32(1, 2)})
-  assert out == ("{ a=[ " + "\n    ".join(["1"] * 40) + " ]\n"
-                 "  b=( 1 2 ) }\n")
+  assert out == ("{ a=[ " + "\n    ".join(["1"] * 40) + " ]\n  b=( 1 2 ) }\n")
 
 
 def test_multiline_array_in_a_container_is_not_reindented():
   assert printed((np.int32(1), np.arange(6).reshape(2, 3))) == (
-      "( 1 [[0 1 2]\n [3 4 5]] )\n")
+    "( 1 [[0 1 2]\n [3 4 5]] )\n"
+  )
 
 
 def test_multiline_arrays_count_their_whole_text_toward_the_width():
@@ -217,23 +246,26 @@ def test_multiline_arrays_count_their_whole_text_toward_the_width():
 
 def test_multiline_array_in_a_dict():
   assert printed(dict(a=np.arange(6).reshape(2, 3), b=np.int32(1))) == (
-      "{ a=[[0 1 2]\n [3 4 5]] b=1 }\n")
+    "{ a=[[0 1 2]\n [3 4 5]] b=1 }\n"
+  )
 
 
 def test_multiline_array_over_the_width_breaks_the_container():
   assert printed((np.arange(60).reshape(3, 20), np.int32(1))) == (
-      "( [[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19]\n"
-      " [20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39]\n"
-      " [40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59]]\n"
-      "  1 )\n")
+    "( [[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19]\n"
+    " [20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39]\n"
+    " [40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59]]\n"
+    "  1 )\n"
+  )
 
 
 def test_long_array_in_a_tuple():
   assert printed((np.int32(1), np.arange(40))) == (
-      "( 1\n"
-      "  [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 "
-      "22 23\n"
-      " 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39] )\n")
+    "( 1\n"
+    "  [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 "
+    "22 23\n"
+    " 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39] )\n"
+  )
 
 
 def test_zero_size_array_in_a_tuple():
@@ -247,7 +279,8 @@ def test_threshold_summarizes_long_arrays():
 
 def test_threshold_applies_inside_containers():
   assert printed((np.arange(10), np.int32(3)), threshold=5) == (
-      "( [0 1 2 ... 7 8 9] 3 )\n")
+    "( [0 1 2 ... 7 8 9] 3 )\n"
+  )
 
 
 def test_default_threshold_is_numpy_print_options():
@@ -276,9 +309,9 @@ def test_header_with_what():
 
 
 def test_header_values_print_with_str():
-  assert printed(np.int32(2), what={"b": 1, "a": 2}, tags=["a", "b"],
-                 none=None) == (
-      "none: None tags: ['a', 'b'] what: {'b': 1, 'a': 2}\n2\n")
+  assert printed(
+    np.int32(2), what={"b": 1, "a": 2}, tags=["a", "b"], none=None
+  ) == ("none: None tags: ['a', 'b'] what: {'b': 1, 'a': 2}\n2\n")
 
 
 def test_header_line_is_not_wrapped():
@@ -291,27 +324,33 @@ def test_device_keyword_is_printed():
 
 def test_tap_with_device_prints_the_legacy_device_name():
   assert printed(np.int32(2), what="here", tap_with_device=True) == (
-      f"device: {_dev(0)} what: here\n2\n")
+    f"device: {_dev(0)} what: here\n2\n"
+  )
 
 
 def test_tap_with_device_replaces_the_device_keyword():
   assert printed(np.int32(2), device="mydev", tap_with_device=True) == (
-      f"device: {_dev(0)}\n2\n")
+    f"device: {_dev(0)}\n2\n"
+  )
 
 
 def test_result_and_callback_flavor_are_not_printed():
-  assert printed(np.int32(2), result=None,
-                 callback_flavor=hostcb.CallbackFlavor.PURE) == "2\n"
+  assert (
+    printed(
+      np.int32(2), result=None, callback_flavor=hostcb.CallbackFlavor.PURE
+    )
+    == "2\n"
+  )
 
 
 def test_transforms_keyword_fails_the_tap():
   # Legacy raised from the computation, hostcb from the barrier: the tap's
   # TypeError is the same.
   s = Stream()
-  with pytest.raises(Exception,
-                     match="got multiple values for argument 'transforms'"):
-    jax.jit(lambda x: hostcb.id_print(x, transforms="mine",
-                                      output_stream=s))(1)
+  with pytest.raises(
+    Exception, match="got multiple values for argument 'transforms'"
+  ):
+    jax.jit(lambda x: hostcb.id_print(x, transforms="mine", output_stream=s))(1)
     hostcb.barrier_wait()
   assert s.output == ""
 
@@ -326,22 +365,28 @@ def test_transforms_under_vmap():
 
 def test_transforms_sort_among_the_keywords():
   s = Stream()
-  jax.vmap(lambda x: hostcb.id_print(x, output_stream=s, transforms_x=1,
-                                     tap_with_device=True))(jnp.arange(2))
+  jax.vmap(
+    lambda x: hostcb.id_print(
+      x, output_stream=s, transforms_x=1, tap_with_device=True
+    )
+  )(jnp.arange(2))
   hostcb.barrier_wait()
-  assert s.output == (f"device: {_dev(0)} "
-                      "transforms: [('batch', {'batch_dims': (0,)})] "
-                      "transforms_x: 1\n[0 1]\n")
+  assert s.output == (
+    f"device: {_dev(0)} "
+    "transforms: [('batch', {'batch_dims': (0,)})] "
+    "transforms_x: 1\n[0 1]\n"
+  )
 
 
 def test_transforms_under_nested_vmap():
   s = Stream()
-  jax.vmap(jax.vmap(lambda x: power3(x, s)))(np.array([[2., 3.]]))
+  jax.vmap(jax.vmap(lambda x: power3(x, s)))(np.array([[2.0, 3.0]]))
   hostcb.barrier_wait()
   assert s.output == (
-      "transforms: [('batch', {'batch_dims': (0, 0)}), "
-      "('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
-      "( [[2. 3.]] [[4. 9.]] )\n")
+    "transforms: [('batch', {'batch_dims': (0, 0)}), "
+    "('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
+    "( [[2. 3.]] [[4. 9.]] )\n"
+  )
 
 
 def test_vmap_over_axis_1_prints_multiline_batches():
@@ -349,46 +394,53 @@ def test_vmap_over_axis_1_prints_multiline_batches():
   jax.vmap(lambda x: power3(x, s), in_axes=1)(np.ones((2, 3)))
   hostcb.barrier_wait()
   assert s.output == (
-      "transforms: [('batch', {'batch_dims': (1, 1)})] what: x,x^2\n"
-      "( [[1. 1. 1.]\n [1. 1. 1.]] [[1. 1. 1.]\n [1. 1. 1.]] )\n")
+    "transforms: [('batch', {'batch_dims': (1, 1)})] what: x,x^2\n"
+    "( [[1. 1. 1.]\n [1. 1. 1.]] [[1. 1. 1.]\n [1. 1. 1.]] )\n"
+  )
 
 
 def test_vmap_with_an_unbatched_operand():
   s = Stream()
-  jax.vmap(lambda x, y: hostcb.id_print((x, y), output_stream=s),
-           in_axes=(0, None))(np.arange(3.), 5.)
+  jax.vmap(
+    lambda x, y: hostcb.id_print((x, y), output_stream=s), in_axes=(0, None)
+  )(np.arange(3.0), 5.0)
   hostcb.barrier_wait()
-  assert s.output == ("transforms: [('batch', {'batch_dims': (0, None)})]\n"
-                      "( [0. 1. 2.] 5. )\n")
+  assert s.output == (
+    "transforms: [('batch', {'batch_dims': (0, None)})]\n( [0. 1. 2.] 5. )\n"
+  )
 
 
 def test_vmap_of_long_batches_breaks_the_tuple():
   s = Stream()
-  jax.vmap(lambda x: power3(x, s))(np.arange(40.))
+  jax.vmap(lambda x: power3(x, s))(np.arange(40.0))
   hostcb.barrier_wait()
   assert s.output == (
-      "transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
-      "( [ 0.  1.  2.  3.  4.  5.  6.  7.  8.  9. 10. 11. 12. 13. 14. 15. 16. "
-      "17.\n"
-      " 18. 19. 20. 21. 22. 23. 24. 25. 26. 27. 28. 29. 30. 31. 32. 33. 34. "
-      "35.\n"
-      " 36. 37. 38. 39.]\n"
-      "  [0.000e+00 1.000e+00 4.000e+00 9.000e+00 1.600e+01 2.500e+01 "
-      "3.600e+01\n"
-      " 4.900e+01 6.400e+01 8.100e+01 1.000e+02 1.210e+02 1.440e+02 1.690e+02\n"
-      " 1.960e+02 2.250e+02 2.560e+02 2.890e+02 3.240e+02 3.610e+02 4.000e+02\n"
-      " 4.410e+02 4.840e+02 5.290e+02 5.760e+02 6.250e+02 6.760e+02 7.290e+02\n"
-      " 7.840e+02 8.410e+02 9.000e+02 9.610e+02 1.024e+03 1.089e+03 1.156e+03\n"
-      " 1.225e+03 1.296e+03 1.369e+03 1.444e+03 1.521e+03] )\n")
+    "transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
+    "( [ 0.  1.  2.  3.  4.  5.  6.  7.  8.  9. 10. 11. 12. 13. 14. 15. 16. "
+    "17.\n"
+    " 18. 19. 20. 21. 22. 23. 24. 25. 26. 27. 28. 29. 30. 31. 32. 33. 34. "
+    "35.\n"
+    " 36. 37. 38. 39.]\n"
+    "  [0.000e+00 1.000e+00 4.000e+00 9.000e+00 1.600e+01 2.500e+01 "
+    "3.600e+01\n"
+    " 4.900e+01 6.400e+01 8.100e+01 1.000e+02 1.210e+02 1.440e+02 1.690e+02\n"
+    " 1.960e+02 2.250e+02 2.560e+02 2.890e+02 3.240e+02 3.610e+02 4.000e+02\n"
+    " 4.410e+02 4.840e+02 5.290e+02 5.760e+02 6.250e+02 6.760e+02 7.290e+02\n"
+    " 7.840e+02 8.410e+02 9.000e+02 9.610e+02 1.024e+03 1.089e+03 1.156e+03\n"
+    " 1.225e+03 1.296e+03 1.369e+03 1.444e+03 1.521e+03] )\n"
+  )
 
 
 def test_jvp_under_vmap_prints_batched_primals():
   s = Stream()
   jax.vmap(lambda x: jax.jvp(lambda x: power3(x, s), (x,), (x,)))(
-      np.array([2., 3.]))
+    np.array([2.0, 3.0])
+  )
   hostcb.barrier_wait()
-  assert s.output == ("transforms: [('batch', {'batch_dims': (0, 0)})] "
-                      "what: x,x^2\n( [2. 3.] [4. 9.] )\n")
+  assert s.output == (
+    "transforms: [('batch', {'batch_dims': (0, 0)})] "
+    "what: x,x^2\n( [2. 3.] [4. 9.] )\n"
+  )
 
 
 # ---------------------------------------------------------------- streams
@@ -407,7 +459,7 @@ def test_default_prints_to_stdout(capsys):
 
 def test_eager_id_print_of_python_scalars():
   s = Stream()
-  hostcb.id_print((1, 2.), output_stream=s)
+  hostcb.id_print((1, 2.0), output_stream=s)
   hostcb.barrier_wait()
   assert s.output == "( 1 2. )\n"
 
@@ -422,10 +474,11 @@ def test_eager_id_print_returns_its_argument():
 
 def test_id_print_result_is_returned():
   s = Stream()
-  out = jax.jit(lambda x: hostcb.id_print(x, result=x + 10,
-                                          output_stream=s))(1.)
+  out = jax.jit(lambda x: hostcb.id_print(x, result=x + 10, output_stream=s))(
+    1.0
+  )
   hostcb.barrier_wait()
-  assert float(out) == 11.
+  assert float(out) == 11.0
   assert s.output == "1.\n"
 
 
@@ -454,56 +507,61 @@ def test_concurrent_prints_keep_header_and_value_together():
   jax.pmap(f)(jnp.arange(n))
   hostcb.barrier_wait()
   assert sorted(s.records()) == sorted(
-      f"what: pair\n( {i} {i} )\n" for i in range(n) for _ in range(10))
+    f"what: pair\n( {i} {i} )\n" for i in range(n) for _ in range(10)
+  )
 
 
 # ------------------------------------------- the module docstring examples
 def test_docstring_power3_under_jit():
   s = Stream()
-  assert float(jax.jit(lambda x: power3(x, s))(3.)) == 27.
+  assert float(jax.jit(lambda x: power3(x, s))(3.0)) == 27.0
   hostcb.barrier_wait()
   assert s.output == "what: x,x^2\n( 3. 9. )\n"
 
 
 def test_docstring_power3_eager():
   s = Stream()
-  assert float(power3(3., s)) == 27.
+  assert float(power3(3.0, s)) == 27.0
   hostcb.barrier_wait()
   assert s.output == "what: x,x^2\n( 3. 9. )\n"
 
 
 def test_docstring_power3_under_jvp_prints_primals_once():
   s = Stream()
-  primal, tangent = jax.jvp(lambda x: power3(x, s), (3.,), (0.1,))
+  primal, tangent = jax.jvp(lambda x: power3(x, s), (3.0,), (0.1,))
   hostcb.barrier_wait()
-  assert (float(primal), round(float(tangent), 5)) == (27., 2.7)
+  assert (float(primal), round(float(tangent), 5)) == (27.0, 2.7)
   assert s.output == "what: x,x^2\n( 3. 9. )\n"
 
 
 def test_docstring_power3_under_grad_prints_primals_once():
   s = Stream()
-  assert float(jax.grad(lambda x: power3(x, s))(3.)) == 27.
+  assert float(jax.grad(lambda x: power3(x, s))(3.0)) == 27.0
   hostcb.barrier_wait()
   assert s.output == "what: x,x^2\n( 3. 9. )\n"
 
 
 def test_docstring_power3_under_vmap():
   s = Stream()
-  out = jax.vmap(lambda x: power3(x, s))(np.array([2., 3.]))
+  out = jax.vmap(lambda x: power3(x, s))(np.array([2.0, 3.0]))
   hostcb.barrier_wait()
-  np.testing.assert_array_equal(out, [8., 27.])
-  assert s.output == ("transforms: [('batch', {'batch_dims': (0, 0)})] "
-                      "what: x,x^2\n( [2. 3.] [4. 9.] )\n")
+  np.testing.assert_array_equal(out, [8.0, 27.0])
+  assert s.output == (
+    "transforms: [('batch', {'batch_dims': (0, 0)})] "
+    "what: x,x^2\n( [2. 3.] [4. 9.] )\n"
+  )
 
 
 def test_docstring_checkpoint_prints_three_times():
   s = Stream()
   p3 = lambda x: power3(x, s)
-  jax.grad(lambda x: p3(jax.checkpoint(p3)(x)))(3.)
+  jax.grad(lambda x: p3(jax.checkpoint(p3)(x)))(3.0)
   hostcb.barrier_wait()
-  assert s.output == ("what: x,x^2\n( 3. 9. )\n"
-                      "what: x,x^2\n( 27. 729. )\n"
-                      "what: x,x^2\n( 3. 9. )\n")
+  assert s.output == (
+    "what: x,x^2\n( 3. 9. )\n"
+    "what: x,x^2\n( 27. 729. )\n"
+    "what: x,x^2\n( 3. 9. )\n"
+  )
 
 
 def _tangent_printer(s):
@@ -513,7 +571,7 @@ def _tangent_printer(s):
 
   @print_tangents.defjvp
   def print_tangents_jvp(primals, tangents):
-    arg_dot, = tangents
+    (arg_dot,) = tangents
     hostcb.id_print(arg_dot, what="tangents", output_stream=s)
     return primals, tangents
 
@@ -528,22 +586,22 @@ def _tangent_printer(s):
 
 def test_docstring_custom_jvp_prints_tangents():
   s = Stream()
-  jax.jvp(_tangent_printer(s), (3.,), (0.1,))
+  jax.jvp(_tangent_printer(s), (3.0,), (0.1,))
   hostcb.barrier_wait()
-  assert s.output == ("what: x,x^2\n( 3. 9. )\n"
-                      "what: tangents\n( 0.1 0.6 )\n")
+  assert s.output == ("what: x,x^2\n( 3. 9. )\nwhat: tangents\n( 0.1 0.6 )\n")
 
 
 def test_custom_jvp_tangents_under_vmap():
   s = Stream()
   f = _tangent_printer(s)
-  jax.vmap(lambda x: jax.jvp(f, (x,), (x,)))(np.array([1., 2.]))
+  jax.vmap(lambda x: jax.jvp(f, (x,), (x,)))(np.array([1.0, 2.0]))
   hostcb.barrier_wait()
   assert s.output == (
-      "transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
-      "( [1. 2.] [1. 4.] )\n"
-      "transforms: [('batch', {'batch_dims': (0, 0)})] what: tangents\n"
-      "( [1. 2.] [2. 8.] )\n")
+    "transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2\n"
+    "( [1. 2.] [1. 4.] )\n"
+    "transforms: [('batch', {'batch_dims': (0, 0)})] what: tangents\n"
+    "( [1. 2.] [2. 8.] )\n"
+  )
 
 
 def _cotangent_printer(s):
@@ -556,7 +614,7 @@ def _cotangent_printer(s):
 
   def bwd(residual, ct_b):
     hostcb.id_print(ct_b, what="cotangents", output_stream=s)
-    return ct_b,
+    return (ct_b,)
 
   print_cotangents.defvjp(fwd, bwd)
 
@@ -571,29 +629,30 @@ def _cotangent_printer(s):
 
 def test_docstring_custom_vjp_prints_cotangents():
   s = Stream()
-  assert float(jax.grad(_cotangent_printer(s))(3.)) == 27.
+  assert float(jax.grad(_cotangent_printer(s))(3.0)) == 27.0
   hostcb.barrier_wait()
-  assert s.output == ("what: x,x^2\n( 3. 9. )\n"
-                      "what: cotangents\n( 9. 3. )\n")
+  assert s.output == ("what: x,x^2\n( 3. 9. )\nwhat: cotangents\n( 9. 3. )\n")
 
 
 def test_docstring_custom_vjp_prints_cotangents_under_jit():
   s = Stream()
-  assert float(jax.jit(jax.grad(_cotangent_printer(s)))(3.)) == 27.
+  assert float(jax.jit(jax.grad(_cotangent_printer(s)))(3.0)) == 27.0
   hostcb.barrier_wait()
-  assert s.output == ("what: x,x^2\n( 3. 9. )\n"
-                      "what: cotangents\n( 9. 3. )\n")
+  assert s.output == ("what: x,x^2\n( 3. 9. )\nwhat: cotangents\n( 9. 3. )\n")
 
 
 @pytest.mark.multidevice
 def test_docstring_pmap_with_device():
   s = Stream()
-  jax.pmap(lambda x: power3(x, s, tap_with_device=True),
-           devices=jax.local_devices()[:2])(np.array([2., 3.]))
+  jax.pmap(
+    lambda x: power3(x, s, tap_with_device=True),
+    devices=jax.local_devices()[:2],
+  )(np.array([2.0, 3.0]))
   hostcb.barrier_wait()
   assert sorted(s.records()) == [
-      f"device: {_dev(0)} what: x,x^2\n( 2. 4. )\n",
-      f"device: {_dev(1)} what: x,x^2\n( 3. 9. )\n"]
+    f"device: {_dev(0)} what: x,x^2\n( 2. 4. )\n",
+    f"device: {_dev(1)} what: x,x^2\n( 3. 9. )\n",
+  ]
 
 
 @pytest.mark.multidevice
@@ -601,10 +660,11 @@ def test_docstring_pjit_gathers_operand_on_one_device():
   s = Stream()
   mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:2]), ["d"])
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
-  out = jax.jit(lambda x: power3(x, s, tap_with_device=True),
-                in_shardings=(sharding,), out_shardings=sharding)(
-                    np.array([3., 4.]))
+  out = jax.jit(
+    lambda x: power3(x, s, tap_with_device=True),
+    in_shardings=(sharding,),
+    out_shardings=sharding,
+  )(np.array([3.0, 4.0]))
   hostcb.barrier_wait()
-  np.testing.assert_array_equal(out, [27., 64.])
-  assert s.output == (f"device: {_dev(0)} what: x,x^2\n"
-                      "( [3. 4.] [ 9. 16.] )\n")
+  np.testing.assert_array_equal(out, [27.0, 64.0])
+  assert s.output == (f"device: {_dev(0)} what: x,x^2\n( [3. 4.] [ 9. 16.] )\n")

@@ -10,6 +10,7 @@
   makes the script exit with status 1, as JAX does; errors that say what
   came back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,6 +41,7 @@ S = jax.ShapeDtypeStruct((), jnp.float32)
 @dataclasses.dataclass(frozen=True)
 class Scale:
   """Equality leaves out ``factor``: Scale("s", 2.) == Scale("s", 10.)."""
+
   name: str
   factor: float = dataclasses.field(compare=False)
 
@@ -50,6 +52,7 @@ class Scale:
 @dataclasses.dataclass(frozen=True)
 class EqualRecorder:
   """A tap function that compares equal to every other of its name."""
+
   name: str
   calls: list = dataclasses.field(compare=False, default_factory=list)
 
@@ -89,12 +92,16 @@ def _two(make):
   return [float(jax.jit(lambda x, f=f: make(f, x))(1.0)) for f in (a, b)]
 
 
-@pytest.mark.parametrize("make", [
+@pytest.mark.parametrize(
+  "make",
+  [
     lambda f, x: hostcb.io_callback(f, S, x),
     lambda f, x: hostcb.io_callback(f, S, x, ordered=True),
     lambda f, x: hostcb.pure_callback(f, S, x),
     lambda f, x: hcb.call(f, x, result_shape=S),
-], ids=["io_callback", "io_callback_ordered", "pure_callback", "call"])
+  ],
+  ids=["io_callback", "io_callback_ordered", "pure_callback", "call"],
+)
 def test_equal_callables_are_two_functions_in_calls(make):
   assert _two(make) == [2.0, 10.0]
 
@@ -107,13 +114,21 @@ def test_equal_callables_are_two_functions_in_eager_calls():
   assert float(hostcb.pure_callback(b, S, 1.0)) == 10.0
 
 
-@pytest.mark.parametrize("tap", [
+@pytest.mark.parametrize(
+  "tap",
+  [
     lambda f, x: hcb.id_tap(f, x),
     lambda f, x: hcb.id_tap(f, x, tap_with_device=True),
     lambda f, x: hostcb.debug.callback(f, x),
     lambda f, x: hostcb.debug.callback(f, x, ordered=True),
-], ids=["id_tap", "id_tap_with_device", "debug_callback",
-        "debug_callback_ordered"])
+  ],
+  ids=[
+    "id_tap",
+    "id_tap_with_device",
+    "debug_callback",
+    "debug_callback_ordered",
+  ],
+)
 def test_equal_tap_functions_each_get_their_own_taps(tap):
   a, b = EqualRecorder("r"), EqualRecorder("r")
   assert a == b
@@ -126,10 +141,12 @@ def test_equal_tap_functions_each_get_their_own_taps(tap):
 @pytest.mark.multidevice
 def test_equal_tap_functions_each_get_their_own_shards():
   from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
   n = jax.device_count()
   mesh = Mesh(np.array(jax.devices()), ("d",))
-  x = jax.device_put(np.arange(n, dtype=np.float32),
-                     NamedSharding(mesh, PartitionSpec("d")))
+  x = jax.device_put(
+    np.arange(n, dtype=np.float32), NamedSharding(mesh, PartitionSpec("d"))
+  )
   a, b = EqualRecorder("r"), EqualRecorder("r")
   jax.jit(lambda v: hcb.id_tap(a, v, partitioned=True))(x)
   jax.jit(lambda v: hcb.id_tap(b, v + 10, partitioned=True))(x)
@@ -155,17 +172,20 @@ def test_equal_output_streams_of_id_print_each_get_their_prints():
 
 def test_id_print_keywords_that_compare_equal_but_print_differently():
   from decimal import Decimal
+
   s = Stream()
-  jax.jit(lambda x: hcb.id_print(x, what=Decimal("1.0"), output_stream=s))(1.)
-  jax.jit(lambda x: hcb.id_print(x, what=Decimal("1.00"), output_stream=s))(1.)
+  jax.jit(lambda x: hcb.id_print(x, what=Decimal("1.0"), output_stream=s))(1.0)
+  jax.jit(lambda x: hcb.id_print(x, what=Decimal("1.00"), output_stream=s))(1.0)
   hcb.barrier_wait()
   assert s.output == "what: 1.0\n1.\nwhat: 1.00\n1.\n"
 
 
 def test_equal_callables_are_two_functions_under_install(installed):
   a, b = Scale("s", 2.0), Scale("s", 10.0)
-  for make in (lambda f, x: jax.pure_callback(f, S, x),
-               lambda f, x: jax.experimental.io_callback(f, S, x)):
+  for make in (
+    lambda f, x: jax.pure_callback(f, S, x),
+    lambda f, x: jax.experimental.io_callback(f, S, x),
+  ):
     assert _two(make) == [2.0, 10.0]
   ra, rb = EqualRecorder("r"), EqualRecorder("r")
   jax.jit(lambda x: jax.debug.callback(ra, x))(1.0)
@@ -188,8 +208,9 @@ def test_two_bound_methods_of_one_object_are_one_function():
   assert t1 == t2 and hash(t1) == hash(t2)
 
 
-@pytest.mark.parametrize("api", ["id_tap", "call", "io_callback",
-                                 "pure_callback", "debug_callback"])
+@pytest.mark.parametrize(
+  "api", ["id_tap", "call", "io_callback", "pure_callback", "debug_callback"]
+)
 def test_an_unhashable_callable_is_accepted(api):
   f = Unhashable(3.0)
   with pytest.raises(TypeError):
@@ -199,9 +220,11 @@ def test_an_unhashable_callable_is_accepted(api):
   elif api == "debug_callback":
     jax.jit(lambda x: hostcb.debug.callback(f, x))(2.0)
   else:
-    make = {"call": lambda x: hcb.call(f, x, result_shape=S),
-            "io_callback": lambda x: hostcb.io_callback(f, S, x),
-            "pure_callback": lambda x: hostcb.pure_callback(f, S, x)}[api]
+    make = {
+      "call": lambda x: hcb.call(f, x, result_shape=S),
+      "io_callback": lambda x: hostcb.io_callback(f, S, x),
+      "pure_callback": lambda x: hostcb.pure_callback(f, S, x),
+    }[api]
     assert float(jax.jit(make)(2.0)) == 6.0
   hcb.barrier_wait()
   assert f.calls == [2.0]
@@ -242,8 +265,7 @@ print(out, seen)
 
 
 def test_equal_callables_and_read_only_arrays_without_the_native_engine():
-  proc = run_python(_FALLBACK_SCRIPT,
-                    env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+  proc = run_python(_FALLBACK_SCRIPT, env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == f"{[2.0, 10.0, -1.0] * 5} [False]\n"
 
@@ -272,8 +294,9 @@ def _build(api, f):
   return jax.jit(lambda x: (jax.debug.callback(f, x), x)[1])
 
 
-@pytest.mark.parametrize("api", ["id_tap", "call", "io_callback",
-                                 "debug_callback"])
+@pytest.mark.parametrize(
+  "api", ["id_tap", "call", "io_callback", "debug_callback"]
+)
 def test_clear_caches_frees_the_host_functions_of_dropped_programs(api):
   _free_after_clear_caches(api)
 
@@ -312,8 +335,9 @@ def _free_after_clear_caches(api):
   assert registry.live_ids() == before
 
 
-@pytest.mark.parametrize("api", ["id_tap", "call", "io_callback",
-                                 "debug_callback"])
+@pytest.mark.parametrize(
+  "api", ["id_tap", "call", "io_callback", "debug_callback"]
+)
 def test_dropping_a_jitted_function_frees_its_host_function(api):
   # As JAX's own callbacks: no clear_caches needed (JAX's caches keyed by
   # primitive parameters hold hostcb's targets weakly).
@@ -333,9 +357,14 @@ def test_a_dropped_program_still_running_keeps_its_functions_for_its_taps():
   # computation may still run: its taps reach their function (a barrier,
   # not the garbage collection, frees an entry).
   got = []
-  jax.jit(lambda x: jax.lax.fori_loop(
-      0, 50, lambda i, v: hcb.id_tap(lambda a, t: got.append(float(a[0])),
-                                     v) + 1, x))(jnp.zeros((1 << 16,)))
+  jax.jit(
+    lambda x: jax.lax.fori_loop(
+      0,
+      50,
+      lambda i, v: hcb.id_tap(lambda a, t: got.append(float(a[0])), v) + 1,
+      x,
+    )
+  )(jnp.zeros((1 << 16,)))
   gc.collect()
   hcb.barrier_wait()
   assert got == [float(i) for i in range(50)]
@@ -374,8 +403,11 @@ def test_retracing_keeps_the_registry_bounded():
 
 def _soak_entries() -> int:
   """Entries of the soak's keys, live or retired but not yet freed."""
-  return sum(1 for key in list(registry._keys.values())
-             if isinstance(key, tuple) and key[:1] == ("soak",))
+  return sum(
+    1
+    for key in list(registry._keys.values())
+    if isinstance(key, tuple) and key[:1] == ("soak",)
+  )
 
 
 def test_ten_thousand_retired_ids_hold_bounded_memory():
@@ -449,8 +481,10 @@ def test_a_tap_whose_entry_was_freed_is_reported_not_given_to_another():
 # ------------------------------------------------- 3. serialization
 @pytest.mark.parametrize("api", ["id_tap", "call", "debug_callback"])
 def test_serializing_an_executable_with_a_process_local_function_is_refused(
-    api):
+  api,
+):
   from jax.experimental import serialize_executable
+
   compiled = _build(api, Big()).lower(1.0).compile()
   with pytest.raises(registry.ProcessLocalFunctionError) as info:
     serialize_executable.serialize(compiled)
@@ -504,14 +538,19 @@ def test_another_process_never_runs_a_serialized_tap_of_this_one(tmp_path):
   env = dict(os.environ, PYTHONPATH=hostcb_root(), JAX_PLATFORMS="cpu")
 
   def run(code):
-    return subprocess.run([sys.executable, "-c", code, str(tmp_path)],
-                          env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+      [sys.executable, "-c", code, str(tmp_path)],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=240,
+    )
 
   a = run(_SERIALIZE_A)
   assert a.returncode == 0, a.stderr
-  assert a.stdout == ("tapped refused: ProcessLocalFunctionError\n"
-                      "plain serialized\n")
+  assert a.stdout == (
+    "tapped refused: ProcessLocalFunctionError\nplain serialized\n"
+  )
   b = run(_SERIALIZE_B)
   assert b.returncode == 0, b.stderr
   assert b.stdout == ("tapped absent\nplain ran 2.0\nB's taps [5.0]\n")
@@ -520,8 +559,9 @@ def test_another_process_never_runs_a_serialized_tap_of_this_one(tmp_path):
 # --------------------------------------------- 4. smaller differences
 def test_tap_arrays_are_read_only_with_the_engine():
   seen = []
-  jax.jit(lambda x: hcb.id_tap(lambda v, t: seen.append(v.flags.writeable),
-                               x))(np.ones(3, np.float32))
+  jax.jit(lambda x: hcb.id_tap(lambda v, t: seen.append(v.flags.writeable), x))(
+    np.ones(3, np.float32)
+  )
   hcb.barrier_wait()
   assert seen == [False]
 
@@ -534,11 +574,15 @@ def _exit_script(body: str) -> str:
   """) + textwrap.dedent(body)
 
 
-@pytest.mark.parametrize("body", [
+@pytest.mark.parametrize(
+  "body",
+  [
     "hostcb.install(jax_callbacks=True)\n"
     "jax.jit(lambda x: jax.debug.callback(bad, x))(1.)\n",
     "jax.jit(lambda x: hostcb.debug.callback(bad, x))(1.)\n",
-], ids=["install", "hostcb.debug"])
+  ],
+  ids=["install", "hostcb.debug"],
+)
 def test_a_failed_debug_callback_makes_the_script_exit_with_status_1(body):
   proc = run_python(_exit_script(body + "print('end of script')\n"))
   assert proc.returncode == 1, proc.stderr
@@ -546,27 +590,37 @@ def test_a_failed_debug_callback_makes_the_script_exit_with_status_1(body):
   assert "ValueError: boom" in proc.stderr
 
 
-@pytest.mark.parametrize("barrier", ["hostcb.barrier_wait()",
-                                     "jax.effects_barrier()"])
+@pytest.mark.parametrize(
+  "barrier", ["hostcb.barrier_wait()", "jax.effects_barrier()"]
+)
 def test_a_debug_callback_failure_before_a_barrier_exits_with_0(barrier):
   # As a JAX program whose failed callback an effects_barrier waited for:
   # the failure is logged, raised nowhere, and the program goes on.
-  proc = run_python(_exit_script(
+  proc = run_python(
+    _exit_script(
       "hostcb.install(jax_callbacks=True)\n"
       "jax.jit(lambda x: hostcb.debug.callback(bad, x))(1.)\n"
       f"{barrier}\n"
-      "print('went on')\n"))
+      "print('went on')\n"
+    )
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "went on\n"
   assert "ValueError: boom" in proc.stderr
 
 
 def test_a_string_result_is_reported_as_jax_reports_it():
-  f = jax.jit(lambda x: hostcb.pure_callback(
-      lambda x: "abc", jax.ShapeDtypeStruct((3,), jnp.float32), x))
-  with pytest.raises(Exception, match=r"TypeError: Dtype <U3 is not a valid "
-                     r"JAX array type\. Only arrays of numeric types are "
-                     r"supported by JAX\."):
+  f = jax.jit(
+    lambda x: hostcb.pure_callback(
+      lambda x: "abc", jax.ShapeDtypeStruct((3,), jnp.float32), x
+    )
+  )
+  with pytest.raises(
+    Exception,
+    match=r"TypeError: Dtype <U3 is not a valid "
+    r"JAX array type\. Only arrays of numeric types are "
+    r"supported by JAX\.",
+  ):
     f(1.0)
 
 
@@ -578,19 +632,25 @@ def test_a_result_whose_array_differs_from_its_shape_shows_the_array():
     def __array__(self, dtype=None, copy=None):
       return np.zeros(2, np.int32)
 
-  f = jax.jit(lambda x: hcb.call(lambda x: Odd(), x,
-                                 result_shape=jax.ShapeDtypeStruct(
-                                     (3,), jnp.float32)))
-  with pytest.raises(Exception, match=r"abstract values "
-                     r"ShapedArray\(float32\[3\]\) but returned "
-                     r"ShapedArray\(int32\[2\]\)"):
+  f = jax.jit(
+    lambda x: hcb.call(
+      lambda x: Odd(), x, result_shape=jax.ShapeDtypeStruct((3,), jnp.float32)
+    )
+  )
+  with pytest.raises(
+    Exception,
+    match=r"abstract values "
+    r"ShapedArray\(float32\[3\]\) but returned "
+    r"ShapedArray\(int32\[2\]\)",
+  ):
     f(1.0)
   with pytest.raises(hostcb.CallbackException):
     hcb.barrier_wait()
 
 
 def test_a_call_failure_that_reached_its_caller_is_not_reported_at_exit():
-  proc = run_python(textwrap.dedent("""
+  proc = run_python(
+    textwrap.dedent("""
       import jax, numpy as np
       from hostcb import host_callback as hcb
       def cb(x):
@@ -599,7 +659,8 @@ def test_a_call_failure_that_reached_its_caller_is_not_reported_at_exit():
         jax.jit(lambda x: hcb.call(cb, x, result_shape=x))(np.float32(1))
       except Exception as e:
         print("caller got", type(e).__name__)
-  """))
+  """)
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "caller got JaxRuntimeError\n"
   assert "at exit" not in proc.stderr
@@ -608,43 +669,48 @@ def test_a_call_failure_that_reached_its_caller_is_not_reported_at_exit():
 # ------------------------------------------- JAX internals it needs
 def test_a_jax_without_the_keepalive_list_fails_naming_it_at_import():
   proc = run_python(
-      "from jax._src.interpreters import mlir\n"
-      "del mlir.ModuleContext.add_keepalive\n"
-      "try:\n"
-      "  import hostcb\n"
-      "except ImportError as e:\n"
-      "  print(type(e).__name__ + ': ' + str(e))\n")
+    "from jax._src.interpreters import mlir\n"
+    "del mlir.ModuleContext.add_keepalive\n"
+    "try:\n"
+    "  import hostcb\n"
+    "except ImportError as e:\n"
+    "  print(type(e).__name__ + ': ' + str(e))\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      "jax._src.interpreters.mlir.ModuleContext.add_keepalive, which hostcb "
-      "uses to free the host functions of an executable with it. hostcb was "
-      "checked against jax 0.8.0 to 0.12.0.1; install a jax in that range "
-      f"or a hostcb release that supports jax {jax.__version__}.\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    "jax._src.interpreters.mlir.ModuleContext.add_keepalive, which hostcb "
+    "uses to free the host functions of an executable with it. hostcb was "
+    "checked against jax 0.8.0 to 0.12.0.1; install a jax in that range "
+    f"or a hostcb release that supports jax {jax.__version__}.\n"
+  )
 
 
 def test_a_jax_without_weak_cache_keys_fails_naming_them_at_the_first_tap():
   proc = run_python(
-      "from jax._src import util\n"
-      "del util.weakref_cache_key_types\n"
-      "import jax, hostcb\n"
-      "print('imported')\n"
-      "try:\n"
-      "  hostcb.id_tap(lambda x, t: None, 1.0)\n"
-      "except ImportError as e:\n"
-      "  print(type(e).__name__ + ': ' + str(e))\n")
+    "from jax._src import util\n"
+    "del util.weakref_cache_key_types\n"
+    "import jax, hostcb\n"
+    "print('imported')\n"
+    "try:\n"
+    "  hostcb.id_tap(lambda x, t: None, 1.0)\n"
+    "except ImportError as e:\n"
+    "  print(type(e).__name__ + ': ' + str(e))\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      "imported\n"
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      "jax._src.util.weakref_cache_key_types, which hostcb patches so that "
-      "JAX's caches do not keep tap functions alive. hostcb was checked "
-      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
-      f"hostcb release that supports jax {jax.__version__}.\n")
+    "imported\n"
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    "jax._src.util.weakref_cache_key_types, which hostcb patches so that "
+    "JAX's caches do not keep tap functions alive. hostcb was checked "
+    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+    f"hostcb release that supports jax {jax.__version__}.\n"
+  )
 
 
 def test_uninstall_gives_jax_caches_back_their_strong_hold():
   from jax._src import util  # the set that hostcb adds its targets to
+
   hcb.id_tap(lambda x, t: None, 1.0)
   assert hostcb.primitives.TapTarget in util.weakref_cache_key_types
   hostcb.uninstall()

@@ -1,4 +1,5 @@
 """The legacy import path: from jax.experimental import host_callback."""
+
 import importlib.metadata
 
 import pytest
@@ -54,46 +55,58 @@ def _installed_non_editable() -> bool:
     return False
   files = [str(f) for f in (dist.files or [])]
   return any(f.endswith("hostcb-legacy-import.pth") for f in files) and any(
-      f.startswith("hostcb/") for f in files)
+    f.startswith("hostcb/") for f in files
+  )
 
 
 needs_pth_hook = pytest.mark.skipif(
-    not _installed_non_editable(),
-    reason="hostcb is not pip-installed (non-editable) in this interpreter, "
-           "so its .pth import hook is absent")
+  not _installed_non_editable(),
+  reason="hostcb is not pip-installed (non-editable) in this interpreter, "
+  "so its .pth import hook is absent",
+)
 
 
 @needs_pth_hook
 def test_installed_package_hooks_legacy_import_without_install_call():
-  proc = run_python("""
+  proc = run_python(
+    """
 from jax.experimental import host_callback as hcb
 import hostcb
 assert hcb.id_tap is hostcb.id_tap
 print(hcb.__name__)
-""", use_src=False)
+""",
+    use_src=False,
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "hostcb.host_callback\n"
 
 
 @needs_pth_hook
 def test_hostcb_no_import_hook_disables_the_pth_hook():
-  proc = run_python("""
+  proc = run_python(
+    """
 try:
     from jax.experimental import host_callback
     print("imported")
 except ImportError:
     print("no module")
-""", use_src=False, env_extra={"HOSTCB_NO_IMPORT_HOOK": "1"})
+""",
+    use_src=False,
+    env_extra={"HOSTCB_NO_IMPORT_HOOK": "1"},
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "no module\n"
 
 
 @needs_pth_hook
 def test_interpreter_start_imports_neither_jax_nor_hostcb():
-  proc = run_python("""
+  proc = run_python(
+    """
 import sys
 print("jax" in sys.modules, "hostcb" in sys.modules)
-""", use_src=False)
+""",
+    use_src=False,
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "False False\n"
 
@@ -102,13 +115,16 @@ print("jax" in sys.modules, "hostcb" in sys.modules)
 def test_program_sets_jax_environment_before_importing_jax():
   # JAX reads JAX_* variables when it is imported: the .pth file must not
   # import it first.
-  proc = run_python("""
+  proc = run_python(
+    """
 import os
 os.environ["JAX_ENABLE_X64"] = "1"
 import jax
 from jax.experimental import host_callback as hcb
 print(jax.config.jax_enable_x64, jax.numpy.zeros(1).dtype)
-""", use_src=False)
+""",
+    use_src=False,
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "True float64\n"
 
@@ -117,7 +133,7 @@ print(jax.config.jax_enable_x64, jax.numpy.zeros(1).dtype)
 # The snapshot that these scripts compare: every attribute of every loaded
 # module (hostcb's excepted) holding one of JAX's four callback functions
 # or hostcb's, and the legacy names that install() sets.
-_SNAPSHOT = '''
+_SNAPSHOT = """
 import sys, types
 import jax, jax.experimental
 import hostcb
@@ -168,11 +184,13 @@ def assert_hostcb_everywhere():
     assert getattr(sys.modules[module], attr) is OURS[key], (module, attr)
   assert all(v[0] == "hostcb" for v in holders().values()), holders()
   assert hostcb.import_hook.jax_callbacks_installed()
-'''
+"""
 
 
 def test_install_jax_callbacks_rebinds_and_uninstall_restores_exactly():
-  proc = run_python(_SNAPSHOT + """
+  proc = run_python(
+    _SNAPSHOT
+    + """
 before = snapshot()
 assert not hostcb.import_hook.jax_callbacks_installed()
 assert set(PLACES) <= set(before[0])
@@ -190,13 +208,16 @@ for (module, attr), key in PLACES.items():
   assert getattr(sys.modules[module], attr) is JAX[key], (module, attr)
 assert not hostcb.import_hook.jax_callbacks_installed()
 print("ok")
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "ok\n"
 
 
 def test_install_without_jax_callbacks_leaves_them_alone():
-  proc = run_python(_SNAPSHOT + """
+  proc = run_python(
+    _SNAPSHOT
+    + """
 before = holders()
 hostcb.install()
 assert holders() == before
@@ -204,13 +225,16 @@ assert jax.debug.print is JAX["debug_print"]
 assert not hostcb.import_hook.jax_callbacks_installed()
 hostcb.uninstall()
 print("ok")
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "ok\n"
 
 
 def test_install_jax_callbacks_twice_is_harmless():
-  proc = run_python(_SNAPSHOT + """
+  proc = run_python(
+    _SNAPSHOT
+    + """
 before = snapshot()
 hostcb.install(jax_callbacks=True)
 once = snapshot()
@@ -223,7 +247,8 @@ assert snapshot() == before
 hostcb.uninstall()
 assert snapshot() == before
 print("ok")
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "ok\n"
 
@@ -237,7 +262,9 @@ from jax.experimental import io_callback
 
 def test_install_rebinds_names_a_module_imported_before(tmp_path):
   (tmp_path / "userlib.py").write_text(_USER_LIB)
-  proc = run_python(_SNAPSHOT + f"""
+  proc = run_python(
+    _SNAPSHOT
+    + f"""
 sys.path.insert(0, {str(tmp_path)!r})
 import userlib
 assert userlib.io_callback is JAX["io_callback"]
@@ -261,27 +288,33 @@ print(staged, out)
 hostcb.uninstall()
 assert userlib.io_callback is JAX["io_callback"]
 assert userlib.debug_print is JAX["debug_print"]
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "x=1.0\n3 4.0\n"
 
 
 def test_module_imported_after_install_gets_hostcb(tmp_path):
   (tmp_path / "userlib.py").write_text(_USER_LIB)
-  proc = run_python(_SNAPSHOT + f"""
+  proc = run_python(
+    _SNAPSHOT
+    + f"""
 hostcb.install(jax_callbacks=True)
 sys.path.insert(0, {str(tmp_path)!r})
 import userlib
 assert userlib.io_callback is hostcb.io_callback
 assert userlib.debug_print is hostcb.debug.print
 print("ok")
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "ok\n"
 
 
 def test_function_traced_before_install_keeps_jax_callbacks():
-  proc = run_python(_SNAPSHOT + """
+  proc = run_python(
+    _SNAPSHOT
+    + """
 import numpy as np
 import threading
 kinds = []
@@ -296,7 +329,8 @@ g = jax.jit(lambda x: (jax.debug.callback(seen, x), x + 1)[1])
 g(3.)  # traced after: hostcb's
 jax.effects_barrier()
 print(kinds)
-""")
+"""
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "[False, False, True]\n"
 
@@ -304,18 +338,25 @@ print(kinds)
 @needs_pth_hook
 def test_hostcb_no_import_hook_false_keeps_the_pth_hook():
   # Before the one parser of switches, "false" disabled the hook.
-  proc = run_python("""
+  proc = run_python(
+    """
 from jax.experimental import host_callback
 print(host_callback.__name__)
-""", use_src=False, env_extra={"HOSTCB_NO_IMPORT_HOOK": "false"})
+""",
+    use_src=False,
+    env_extra={"HOSTCB_NO_IMPORT_HOOK": "false"},
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "hostcb.host_callback\n"
 
 
 @needs_pth_hook
 def test_hostcb_no_import_hook_with_no_boolean_is_reported_at_start():
-  proc = run_python("print('ran')", use_src=False,
-                    env_extra={"HOSTCB_NO_IMPORT_HOOK": "maybe"})
+  proc = run_python(
+    "print('ran')", use_src=False, env_extra={"HOSTCB_NO_IMPORT_HOOK": "maybe"}
+  )
   assert proc.stdout == "ran\n"
-  assert ("environment variable HOSTCB_NO_IMPORT_HOOK must be a boolean such "
-          "as '1', 'true', '0' or 'false'; got 'maybe'" in proc.stderr)
+  assert (
+    "environment variable HOSTCB_NO_IMPORT_HOOK must be a boolean such "
+    "as '1', 'true', '0' or 'false'; got 'maybe'" in proc.stderr
+  )

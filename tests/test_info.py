@@ -1,5 +1,6 @@
 """`hostcb info`: the facts a bug report needs, and why the engine is not
 built (`hostcb._native.build_failure`)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ from hostcb.tools import info
 STRICT = "strict barrier (runtime tokens; legacy's cross-thread barrier)"
 FAST = "fast dispatch (default)"
 # Environment variables that change what `hostcb info` says.
-_OPTIONS = ("HOSTCB_DISABLE_NATIVE", "HOSTCB_STRICT_BARRIER",
-            "HOSTCB_FAST_DISPATCH", "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE")
+_OPTIONS = (
+  "HOSTCB_DISABLE_NATIVE",
+  "HOSTCB_STRICT_BARRIER",
+  "HOSTCB_FAST_DISPATCH",
+  "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+)
 
 
 def _cpu_count() -> int:
@@ -36,8 +41,13 @@ def _info(*, root: str | None = None, **env_extra: str) -> dict[str, str]:
   env["JAX_PLATFORMS"] = "cpu"
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={_cpu_count()}"
   env.update(env_extra)
-  res = subprocess.run([sys.executable, "-m", "hostcb", "info"], env=env,
-                       capture_output=True, text=True, timeout=240)
+  res = subprocess.run(
+    [sys.executable, "-m", "hostcb", "info"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
   assert res.returncode == 0, res.stderr
   lines = res.stdout.splitlines()
   assert all(": " in line for line in lines), res.stdout
@@ -49,37 +59,57 @@ def _info(*, root: str | None = None, **env_extra: str) -> dict[str, str]:
 
 def test_info_prints_the_facts_in_order_without_the_engine():
   out = _info(HOSTCB_DISABLE_NATIVE="1")
-  expected = ["hostcb", "hostcb location", "jax", "jaxlib", "numpy",
-              "python", "platform", "backend", "devices", "native engine",
-              "native engine unavailable"]
+  expected = [
+    "hostcb",
+    "hostcb location",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "python",
+    "platform",
+    "backend",
+    "devices",
+    "native engine",
+    "native engine unavailable",
+  ]
   if _native.build_failure() is not None:
     expected.append("native engine build failure")
-  assert list(out) == [*expected, "GPU engine", "dispatch", "queue bound",
-                       "changed by hostcb"]
+  assert list(out) == [
+    *expected,
+    "GPU engine",
+    "dispatch",
+    "queue bound",
+    "changed by hostcb",
+  ]
 
 
 def test_info_says_the_gpu_engine_is_off_by_default():
   assert _info()["GPU engine"] == (
-      "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")
+    "off (default; HOSTCB_GPU_ENGINE=1 turns it on)"
+  )
 
 
 def test_info_says_why_the_gpu_engine_cannot_be_used_when_it_is_on():
   gpu_engine = _info(HOSTCB_GPU_ENGINE="1")["GPU engine"]
   if gpu_engine != "on":  # on a machine with an NVIDIA driver it is "on"
     assert gpu_engine.startswith(
-        "on, but unavailable: the CUDA driver libcuda.so.1 cannot be loaded")
+      "on, but unavailable: the CUDA driver libcuda.so.1 cannot be loaded"
+    )
 
 
 def test_info_names_the_versions_that_run():
   from jaxlib import version as jaxlib_version
+
   out = _info()
   assert out["hostcb"] == hostcb.__version__
   assert out["jax"] == jax.__version__
   assert out["jaxlib"] == jaxlib_version.__version__
   assert out["numpy"] == np.__version__
-  assert out["python"] == (f"{platform.python_version()} "
-                           f"({platform.python_implementation()}, "
-                           f"{sys.executable})")
+  assert out["python"] == (
+    f"{platform.python_version()} "
+    f"({platform.python_implementation()}, "
+    f"{sys.executable})"
+  )
 
 
 def test_info_names_the_hostcb_it_imported():
@@ -112,13 +142,17 @@ def test_info_says_the_native_engine_is_used():
 
 
 def test_info_names_the_strict_barrier_when_it_is_on():
-  assert _info(HOSTCB_STRICT_BARRIER="1",
-               HOSTCB_FAST_DISPATCH="0")["dispatch"] == STRICT
+  assert (
+    _info(HOSTCB_STRICT_BARRIER="1", HOSTCB_FAST_DISPATCH="0")["dispatch"]
+    == STRICT
+  )
 
 
 def test_info_names_fast_dispatch_when_it_is_on():
-  assert _info(HOSTCB_STRICT_BARRIER="0",
-               HOSTCB_FAST_DISPATCH="1")["dispatch"] == FAST
+  assert (
+    _info(HOSTCB_STRICT_BARRIER="0", HOSTCB_FAST_DISPATCH="1")["dispatch"]
+    == FAST
+  )
 
 
 def test_info_names_fast_dispatch_by_default():
@@ -142,19 +176,21 @@ def test_info_says_the_command_changed_nothing():
 
 def test_report_in_process_lists_what_a_traced_tap_changed():
   proc = run_python(
-      "import jax, numpy as np, hostcb\n"
-      "from hostcb.tools import info\n"
-      "jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x))(np.float32(1))\n"
-      "hostcb.barrier_wait()\n"
-      "line = [l for l in info.report().splitlines()\n"
-      "        if l.startswith('changed by hostcb: ')][0]\n"
-      "print('jax.effects_barrier (effects barrier)' in line)\n"
-      "hostcb.uninstall()\n"
-      "print([l for l in info.report().splitlines()\n"
-      "       if l.startswith('changed by hostcb: ')])\n")
+    "import jax, numpy as np, hostcb\n"
+    "from hostcb.tools import info\n"
+    "jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x))(np.float32(1))\n"
+    "hostcb.barrier_wait()\n"
+    "line = [l for l in info.report().splitlines()\n"
+    "        if l.startswith('changed by hostcb: ')][0]\n"
+    "print('jax.effects_barrier (effects barrier)' in line)\n"
+    "hostcb.uninstall()\n"
+    "print([l for l in info.report().splitlines()\n"
+    "       if l.startswith('changed by hostcb: ')])\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      "True\n['changed by hostcb: nothing in this process']\n")
+    "True\n['changed by hostcb: nothing in this process']\n"
+  )
 
 
 def test_report_in_process_starts_with_hostcb_and_ends_each_line():
@@ -171,9 +207,12 @@ def _package_copy(tmp_path, failure: str | None) -> str:
   failure; returns its root."""
   root = tmp_path / "site"
   shutil.copytree(
-      os.path.join(hostcb_root(), "hostcb"), root / "hostcb",
-      ignore=shutil.ignore_patterns("*.so", "*.pyd", "_build_failure.txt",
-                                    "__pycache__"))
+    os.path.join(hostcb_root(), "hostcb"),
+    root / "hostcb",
+    ignore=shutil.ignore_patterns(
+      "*.so", "*.pyd", "_build_failure.txt", "__pycache__"
+    ),
+  )
   for hook in ("_hostcb_startup_finder.py", "_hostcb_env.py"):
     shutil.copy(os.path.join(hostcb_root(), hook), root)
   if failure is not None:
@@ -186,23 +225,28 @@ def _build_failure_of(root: str) -> subprocess.CompletedProcess:
   on its own (not through hostcb, which imports JAX) by a fresh
   interpreter that checks it imported no JAX for it."""
   path = os.path.join(root, "hostcb", "_native", "__init__.py")
-  code = ("import importlib.util, sys\n"
-          f"spec = importlib.util.spec_from_file_location('native', {path!r})\n"
-          "native = importlib.util.module_from_spec(spec)\n"
-          "spec.loader.exec_module(native)\n"
-          "print(repr(native.build_failure()))\n"
-          "assert 'jax' not in sys.modules, 'build_failure imported jax'\n")
-  return subprocess.run([sys.executable, "-c", code], capture_output=True,
-                        text=True, timeout=120)
+  code = (
+    "import importlib.util, sys\n"
+    f"spec = importlib.util.spec_from_file_location('native', {path!r})\n"
+    "native = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(native)\n"
+    "print(repr(native.build_failure()))\n"
+    "assert 'jax' not in sys.modules, 'build_failure imported jax'\n"
+  )
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+  )
 
 
 def test_build_failure_reads_the_line_the_install_wrote(tmp_path):
-  root = _package_copy(tmp_path, "compiling hostcb._native._engine failed: "
-                       "g++: not found\n")
+  root = _package_copy(
+    tmp_path, "compiling hostcb._native._engine failed: g++: not found\n"
+  )
   res = _build_failure_of(root)
   assert res.returncode == 0, res.stderr
-  assert res.stdout == ("'compiling hostcb._native._engine failed: "
-                        "g++: not found'\n")
+  assert res.stdout == (
+    "'compiling hostcb._native._engine failed: g++: not found'\n"
+  )
 
 
 def test_build_failure_is_none_without_a_recorded_failure(tmp_path):
@@ -218,9 +262,11 @@ def test_build_failure_is_none_for_an_empty_file(tmp_path):
 
 
 def test_info_shows_the_recorded_build_failure(tmp_path):
-  root = _package_copy(tmp_path, "cannot find the headers to build against: "
-                       "no jaxlib\n")
+  root = _package_copy(
+    tmp_path, "cannot find the headers to build against: no jaxlib\n"
+  )
   out = _info(root=root)
   assert out["native engine"] == "no"
   assert out["native engine build failure"] == (
-      "cannot find the headers to build against: no jaxlib")
+    "cannot find the headers to build against: no jaxlib"
+  )

@@ -10,6 +10,7 @@ process with ``install_jax_callbacks``, which leaves the legacy names alone;
 fresh interpreters (tests/test_import_hook.py), since other test modules of
 this process rely on the legacy names that ``uninstall`` removes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,27 +48,27 @@ def _jax_own(module: str, name: str):
 # dict: a module attribute holding one of them would itself be rebound by
 # the switch.
 _JAX = {
-    "debug_callback": _jax_own("jax._src.debugging", "debug_callback"),
-    "debug_print": _jax_own("jax._src.debugging", "debug_print"),
-    "io_callback": _jax_own("jax._src.callback", "io_callback"),
-    "pure_callback": _jax_own("jax._src.callback", "pure_callback"),
+  "debug_callback": _jax_own("jax._src.debugging", "debug_callback"),
+  "debug_print": _jax_own("jax._src.debugging", "debug_print"),
+  "io_callback": _jax_own("jax._src.callback", "io_callback"),
+  "pure_callback": _jax_own("jax._src.callback", "pure_callback"),
 }
 _HOSTCB = {
-    "debug_callback": hostcb.debug.callback,
-    "debug_print": hostcb.debug.print,
-    "io_callback": hostcb.io_callback,
-    "pure_callback": hostcb.pure_callback,
+  "debug_callback": hostcb.debug.callback,
+  "debug_print": hostcb.debug.print,
+  "io_callback": hostcb.io_callback,
+  "pure_callback": hostcb.pure_callback,
 }
 # Where the switch must put hostcb's functions: (module name, attribute).
 _PUBLIC_AND_DEFINITIONS = {
-    ("jax.debug", "callback"): "debug_callback",
-    ("jax.debug", "print"): "debug_print",
-    ("jax.experimental", "io_callback"): "io_callback",
-    ("jax", "pure_callback"): "pure_callback",
-    ("jax._src.debugging", "debug_callback"): "debug_callback",
-    ("jax._src.debugging", "debug_print"): "debug_print",
-    ("jax._src.callback", "io_callback"): "io_callback",
-    ("jax._src.callback", "pure_callback"): "pure_callback",
+  ("jax.debug", "callback"): "debug_callback",
+  ("jax.debug", "print"): "debug_print",
+  ("jax.experimental", "io_callback"): "io_callback",
+  ("jax", "pure_callback"): "pure_callback",
+  ("jax._src.debugging", "debug_callback"): "debug_callback",
+  ("jax._src.debugging", "debug_print"): "debug_print",
+  ("jax._src.callback", "io_callback"): "io_callback",
+  ("jax._src.callback", "pure_callback"): "pure_callback",
 }
 
 F32 = jax.ShapeDtypeStruct((), jnp.float32)
@@ -91,7 +92,8 @@ def _holders(functions) -> dict:
   found = {}
   for name, module in list(sys.modules.items()):
     if not isinstance(module, types.ModuleType) or (
-        name.split(".")[0] == "hostcb"):
+      name.split(".")[0] == "hostcb"
+    ):
       continue
     try:
       items = list(vars(module).items())
@@ -127,10 +129,11 @@ def user_module(tmp_path, monkeypatch):
 
   def make(name: str):
     (tmp_path / f"{name}.py").write_text(
-        "from jax import pure_callback\n"
-        "from jax.debug import callback as debug_callback\n"
-        "from jax.debug import print as debug_print\n"
-        "from jax.experimental import io_callback\n")
+      "from jax import pure_callback\n"
+      "from jax.debug import callback as debug_callback\n"
+      "from jax.debug import print as debug_print\n"
+      "from jax.experimental import io_callback\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     made.append(name)
     return importlib.import_module(name)
@@ -191,11 +194,14 @@ def test_install_twice_is_harmless():
   assert import_hook.uninstall_jax_callbacks() == 0
 
 
-def test_module_that_imported_the_names_before_install_is_rebound(
-    user_module):
+def test_module_that_imported_the_names_before_install_is_rebound(user_module):
   lib = user_module("hostcb_test_lib_before_install")
-  names = {"debug_callback": "debug_callback", "debug_print": "debug_print",
-           "io_callback": "io_callback", "pure_callback": "pure_callback"}
+  names = {
+    "debug_callback": "debug_callback",
+    "debug_print": "debug_print",
+    "io_callback": "io_callback",
+    "pure_callback": "pure_callback",
+  }
   for attr, key in names.items():
     assert getattr(lib, attr) is _JAX[key]
   import_hook.install_jax_callbacks()
@@ -217,7 +223,8 @@ def test_module_imported_while_installed_binds_hostcb(installed, user_module):
 
 
 def test_module_imported_while_installed_keeps_hostcb_after_uninstall(
-    user_module):
+  user_module,
+):
   # Documented: uninstall puts back what install rebound; a module that
   # took hostcb's functions from JAX's modules meanwhile keeps them.
   import_hook.install_jax_callbacks()
@@ -267,7 +274,7 @@ def test_installed_names_stage_hostcb_primitives(installed):
     y = jax.experimental.io_callback(lambda a: a, F32, x)
     return jax.pure_callback(lambda a: a, F32, y)
 
-  jaxpr = str(jax.make_jaxpr(f)(1.))
+  jaxpr = str(jax.make_jaxpr(f)(1.0))
   assert jaxpr.count("hostcb_tap[") == 2
   assert jaxpr.count("hostcb_call[") == 2
   for jax_primitive in ("debug_callback[", "io_callback[", "pure_callback["):
@@ -279,7 +286,7 @@ def test_jax_names_stage_jax_primitives_when_not_installed():
     jax.debug.callback(lambda a: None, x)
     return jax.pure_callback(lambda a: a, F32, x)
 
-  jaxpr = str(jax.make_jaxpr(f)(1.))
+  jaxpr = str(jax.make_jaxpr(f)(1.0))
   assert "hostcb_" not in jaxpr
   assert "debug_callback[" in jaxpr and "pure_callback[" in jaxpr
 
@@ -292,14 +299,17 @@ def test_installed_names_run_the_callbacks(installed, capsys):
     jax.debug.print("x={x}", x=x)
     jax.debug.callback(lambda a: seen.append(("callback", a)), x)
     y = jax.experimental.io_callback(
-        lambda a: (seen.append(("io", a)), a * 2)[1], F32, x)
+      lambda a: (seen.append(("io", a)), a * 2)[1], F32, x
+    )
     return jax.pure_callback(lambda a: a + 1, F32, y)
 
-  assert float(f(3.)) == 7.
+  assert float(f(3.0)) == 7.0
   jax.effects_barrier()
   assert capsys.readouterr().out == "x=3.0\n"
   assert [(k, type(a), float(a)) for k, a in seen] == [
-      ("callback", JAX_ARRAY, 3.), ("io", JAX_ARRAY, 3.)]
+    ("callback", JAX_ARRAY, 3.0),
+    ("io", JAX_ARRAY, 3.0),
+  ]
 
 
 def test_function_traced_before_install_keeps_jax_callback():
@@ -311,21 +321,25 @@ def test_function_traced_before_install_keeps_jax_callback():
     return threading.current_thread().name.startswith("hostcb-engine")
 
   def traced(label):
-    return jax.jit(lambda x: (jax.debug.callback(
-        lambda a: got[label].append(on_hostcb_thread()), x), x + 1)[1])
+    return jax.jit(
+      lambda x: (
+        jax.debug.callback(lambda a: got[label].append(on_hostcb_thread()), x),
+        x + 1,
+      )[1]
+    )
 
   before = traced("before")
-  assert float(before(1.)) == 2.
+  assert float(before(1.0)) == 2.0
   import_hook.install_jax_callbacks()
   try:
-    assert float(before(2.)) == 3.
+    assert float(before(2.0)) == 3.0
     during = traced("during")
-    assert float(during(3.)) == 4.
+    assert float(during(3.0)) == 4.0
     jax.effects_barrier()
   finally:
     import_hook.uninstall_jax_callbacks()
-  assert float(before(4.)) == 5.
-  assert float(during(5.)) == 6.
+  assert float(before(4.0)) == 5.0
+  assert float(during(5.0)) == 6.0
   jax.effects_barrier()
   assert got == {"before": [False, False, False], "during": [True, True]}
 
@@ -333,7 +347,8 @@ def test_function_traced_before_install_keeps_jax_callback():
 # --------------------------------------------------- jax.effects_barrier
 def test_effects_barrier_is_jax_own_followed_by_hostcb():
   assert jax.effects_barrier.__wrapped__ is (
-      sys.modules["jax._src.api"].effects_barrier)
+    sys.modules["jax._src.api"].effects_barrier
+  )
   assert jax.effects_barrier is not jax.effects_barrier.__wrapped__
 
 
@@ -345,6 +360,7 @@ def test_effects_barrier_waits_for_debug_callbacks_of_a_long_scan():
     def body(c, i):
       hostcb.debug.callback(lambda a: seen.append(int(a)), i)
       return c + 1, None
+
     return lax.scan(body, x, jnp.arange(2000))[0]
 
   assert int(f(0)) == 2000
@@ -353,8 +369,7 @@ def test_effects_barrier_waits_for_debug_callbacks_of_a_long_scan():
 
 
 def test_effects_barrier_waits_for_debug_print(capsys):
-  jax.jit(lambda x: hostcb.debug.print("{} and {y}", x, y=x * 2))(
-      jnp.arange(3))
+  jax.jit(lambda x: hostcb.debug.print("{} and {y}", x, y=x * 2))(jnp.arange(3))
   jax.effects_barrier()
   assert capsys.readouterr().out == "[0 1 2] and [0 2 4]\n"
 
@@ -371,6 +386,7 @@ def test_effects_barrier_waits_for_id_tap_and_call():
     def body(c, i):
       hostcb.id_tap(lambda a, t: taps.append(int(a)), i)
       return c + hostcb.call(host, i, result_shape=I32), None
+
     return lax.scan(body, x, jnp.arange(500))[0]
 
   assert int(f(0)) == sum(range(500)) + 500 * 100
@@ -386,7 +402,7 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
     release.wait(DEADLINE)
     seen.append(float(a))
 
-  out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.)
+  out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.0)
   # The device does not wait for the callback: the result is there while
   # the callback is still held (reading it on the host would wait for the
   # callback, as with JAX's: hostcb.engine.print_order).
@@ -408,8 +424,8 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
     release.set()
   waiter.join(DEADLINE)
   assert not waiter.is_alive()
-  assert returned.is_set() and seen == [3.]
-  assert float(out) == 6.
+  assert returned.is_set() and seen == [3.0]
+  assert float(out) == 6.0
 
 
 def _raise(a):
@@ -422,12 +438,13 @@ def test_failed_io_callback_fails_its_computation_as_jax(ordered):
   for io_callback in (_JAX["io_callback"], hostcb.io_callback):
     f = jax.jit(lambda x: io_callback(_raise, F32, x, ordered=ordered))
     with pytest.raises(Exception, match="ValueError: boom") as info:
-      jax.block_until_ready(f(1.))
+      jax.block_until_ready(f(1.0))
     failures.append(type(info.value))
     jax.effects_barrier()  # nothing left to report, as JAX
-    ok = jax.jit(lambda x: io_callback(lambda a: a + 1, F32, x,
-                                       ordered=ordered))
-    assert float(ok(1.)) == 2.  # and the next computation runs
+    ok = jax.jit(
+      lambda x: io_callback(lambda a: a + 1, F32, x, ordered=ordered)
+    )
+    assert float(ok(1.0)) == 2.0  # and the next computation runs
   assert failures[0] is failures[1]
 
 
@@ -436,7 +453,7 @@ def test_failed_pure_callback_fails_its_computation_as_jax():
   for pure_callback in (_JAX["pure_callback"], hostcb.pure_callback):
     f = jax.jit(lambda x: pure_callback(_raise, F32, x))
     with pytest.raises(Exception, match="ValueError: boom") as info:
-      jax.block_until_ready(f(1.))
+      jax.block_until_ready(f(1.0))
     failures.append(type(info.value))
     jax.effects_barrier()
   assert failures[0] is failures[1]
@@ -444,18 +461,23 @@ def test_failed_pure_callback_fails_its_computation_as_jax():
 
 def test_wrong_result_shape_fails_the_computation_with_jax_words():
   for io_callback in (_JAX["io_callback"], hostcb.io_callback):
-    f = jax.jit(lambda x: io_callback(
-        lambda a: np.zeros(3, np.float32), F32, x))
-    with pytest.raises(Exception, match=(
+    f = jax.jit(
+      lambda x: io_callback(lambda a: np.zeros(3, np.float32), F32, x)
+    )
+    with pytest.raises(
+      Exception,
+      match=(
         r"RuntimeError: Incorrect output shape for return value #0: "
-        r"Expected: \(\), Actual: \(3,\)")):
-      jax.block_until_ready(f(1.))
+        r"Expected: \(\), Actual: \(3,\)"
+      ),
+    ):
+      jax.block_until_ready(f(1.0))
 
 
 def test_eager_debug_callback_failure_reaches_the_caller_as_jax():
   for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
     with pytest.raises(ValueError, match="^boom$"):
-      debug_callback(_raise, jnp.float32(1.))
+      debug_callback(_raise, jnp.float32(1.0))
     jax.effects_barrier()  # raised once, where it happened
 
 
@@ -466,22 +488,26 @@ def test_effects_barrier_inside_a_callback_returns():
     jax.effects_barrier()
     done.append(float(a))
 
-  jax.jit(lambda x: hostcb.debug.callback(calls_barrier, x))(1.)
+  jax.jit(lambda x: hostcb.debug.callback(calls_barrier, x))(1.0)
   finisher = threading.Thread(target=jax.effects_barrier)
   finisher.start()
   finisher.join(DEADLINE)
   assert not finisher.is_alive()
-  assert done == [1.]
+  assert done == [1.0]
 
 
 def test_effects_barrier_still_waits_for_jax_own_ordered_callbacks():
   seen = []
-  f = jax.jit(lambda x: (_JAX["debug_callback"](
-      lambda a: seen.append(float(a)), x, ordered=True), x)[1])
-  f(1.)
-  f(2.)
+  f = jax.jit(
+    lambda x: (
+      _JAX["debug_callback"](lambda a: seen.append(float(a)), x, ordered=True),
+      x,
+    )[1]
+  )
+  f(1.0)
+  f(2.0)
   jax.effects_barrier()
-  assert seen == [1., 2.]
+  assert seen == [1.0, 2.0]
 
 
 # ----------------------------------------------------------------- values
@@ -501,13 +527,13 @@ def _model(x, w, debug=None):
     debug[1]("h={h} w={}", w, h=h)
 
   def body(c, i):
-    c = jnp.maximum(c, -3.) * 2. - i * c + 1.
+    c = jnp.maximum(c, -3.0) * 2.0 - i * c + 1.0
     if debug:
       debug[0](lambda *a: None, c, i, ordered=True)
       debug[1]("c={}", c)
     return c, c
 
-  c, cs = lax.scan(body, h, jnp.arange(6.))
+  c, cs = lax.scan(body, h, jnp.arange(6.0))
   return (c * c).sum() + cs.sum()
 
 
@@ -515,15 +541,17 @@ def test_debug_callback_and_print_never_change_a_value():
   x = jax.random.randint(jax.random.key(0), (3, 5), -3, 4).astype(jnp.float32)
   w = jax.random.randint(jax.random.key(1), (5, 4), -3, 4).astype(jnp.float32)
   transforms = {
-      "jit": jax.jit,
-      "grad": lambda f: jax.jit(jax.grad(f, argnums=(0, 1))),
-      "vmap": lambda f: jax.jit(jax.vmap(f, in_axes=(0, None))),
-      "checkpoint": lambda f: jax.jit(jax.value_and_grad(jax.checkpoint(f))),
-      "eager": lambda f: f,
+    "jit": jax.jit,
+    "grad": lambda f: jax.jit(jax.grad(f, argnums=(0, 1))),
+    "vmap": lambda f: jax.jit(jax.vmap(f, in_axes=(0, None))),
+    "checkpoint": lambda f: jax.jit(jax.value_and_grad(jax.checkpoint(f))),
+    "eager": lambda f: f,
   }
   prints = {}
-  for debug in ((_JAX["debug_callback"], _JAX["debug_print"]),
-                (hostcb.debug.callback, hostcb.debug.print)):
+  for debug in (
+    (_JAX["debug_callback"], _JAX["debug_print"]),
+    (hostcb.debug.callback, hostcb.debug.print),
+  ):
     for name, transform in transforms.items():
       sink = io.StringIO()
       with contextlib.redirect_stdout(sink):
@@ -531,14 +559,15 @@ def test_debug_callback_and_print_never_change_a_value():
         got = transform(functools.partial(_model, debug=debug))(x, w)
         jax.effects_barrier()
       jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
-      assert (jax.tree_util.tree_structure(got) ==
-              jax.tree_util.tree_structure(want))
+      assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(
+        want
+      )
       text = sink.getvalue()
-      prints.setdefault(name, []).append(
-          (text.count("h=["), text.count("c=[")))
+      prints.setdefault(name, []).append((text.count("h=["), text.count("c=[")))
   # As many prints as JAX's: jit 1 + 6 scan steps; vmap 3 times that.
   assert {k: v[0] for k, v in prints.items()} == {
-      k: v[1] for k, v in prints.items()}
+    k: v[1] for k, v in prints.items()
+  }
   assert prints["jit"] == [(1, 6), (1, 6)]
   assert prints["vmap"] == [(3, 18), (3, 18)]
 
@@ -552,6 +581,7 @@ def test_callback_receives_exactly_the_values_computed():
       c = jnp.cos(c) * 3.1 + c
       hostcb.debug.callback(lambda a: seen.append(a), c)
       return c, c
+
     return lax.scan(body, x, None, length=50)[1]
 
   x = jax.random.normal(jax.random.key(2), (4,))
@@ -571,8 +601,9 @@ def test_io_and_pure_callback_results_are_the_callback_results():
 
   for name in ("io_callback", "pure_callback"):
     for fn in (_JAX[name], _HOSTCB[name]):
-      out = jax.jit(lambda a: fn(host, jax.ShapeDtypeStruct((5,),
-                                                            jnp.float32), a))(x)
+      out = jax.jit(
+        lambda a: fn(host, jax.ShapeDtypeStruct((5,), jnp.float32), a)
+      )(x)
       np.testing.assert_array_equal(out, host(np.asarray(x)))
 
 
@@ -587,6 +618,7 @@ def test_callbacks_from_several_threads_all_arrive():
       with lock:
         seen[kind].append((int(t), int(i)))
       return np.int32(i)
+
     return host
 
   @jax.jit
@@ -609,8 +641,9 @@ def test_callbacks_from_several_threads_all_arrive():
       errors.append(e)
 
   with contextlib.redirect_stdout(sink):
-    threads = [threading.Thread(target=work, args=(t,))
-               for t in range(n_threads)]
+    threads = [
+      threading.Thread(target=work, args=(t,)) for t in range(n_threads)
+    ]
     for th in threads:
       th.start()
     for th in threads:
@@ -626,21 +659,25 @@ def test_callbacks_from_several_threads_all_arrive():
     assert [i for u, i in seen["io"] if u == t] == list(range(n_calls))
     assert [int(o) for o in outs[t]] == [2 * i for i in range(n_calls)]
   assert sorted(sink.getvalue().splitlines()) == sorted(
-      f"{t} {i}" for t, i in every)
+    f"{t} {i}" for t, i in every
+  )
 
 
 def test_callbacks_may_be_dispatched_from_a_callback_thread():
   # A callback that runs jitted code with callbacks of its own.
   inner = []
-  g = jax.jit(lambda x: hostcb.io_callback(
-      lambda a: (inner.append(float(a)), a)[1], F32, x * 2))
+  g = jax.jit(
+    lambda x: hostcb.io_callback(
+      lambda a: (inner.append(float(a)), a)[1], F32, x * 2
+    )
+  )
 
   def outer(a):
     jax.block_until_ready(g(a))
 
   jax.jit(lambda x: hostcb.debug.callback(outer, x))(1.5)
   jax.effects_barrier()
-  assert inner == [3.]
+  assert inner == [3.0]
 
 
 def test_callbacks_of_code_a_callback_dispatched_run_by_the_next_barrier():
@@ -649,21 +686,25 @@ def test_callbacks_of_code_a_callback_dispatched_run_by_the_next_barrier():
   # dispatched (JAX's would have run them inside it); the next one waits
   # for them.
   inner = []
-  g = jax.jit(lambda x: hostcb.debug.callback(
-      lambda a: inner.append(float(a)), x * 2))
+  g = jax.jit(
+    lambda x: hostcb.debug.callback(lambda a: inner.append(float(a)), x * 2)
+  )
   f = jax.jit(lambda x: hostcb.debug.callback(lambda a: g(a), x))
   for i in range(5):
     f(float(i))
   jax.effects_barrier()
   jax.effects_barrier()
-  assert sorted(inner) == [0., 2., 4., 6., 8.]
+  assert sorted(inner) == [0.0, 2.0, 4.0, 6.0, 8.0]
 
 
 # ------------------------------------------------------------------ order
 def test_ordered_io_callback_keeps_order_across_many_dispatches():
   seen = []
-  f = jax.jit(lambda i: hostcb.io_callback(
-      lambda a: (seen.append(int(a)), a)[1], I32, i, ordered=True))
+  f = jax.jit(
+    lambda i: hostcb.io_callback(
+      lambda a: (seen.append(int(a)), a)[1], I32, i, ordered=True
+    )
+  )
   outs = [f(np.int32(i)) for i in range(500)]  # not waited for in between
   jax.effects_barrier()
   assert seen == list(range(500))
@@ -676,8 +717,10 @@ def test_ordered_io_callback_keeps_order_in_a_long_scan():
   @jax.jit
   def f():
     def body(c, i):
-      return c + hostcb.io_callback(lambda a: (seen.append(int(a)), a)[1],
-                                    I32, i, ordered=True), None
+      return c + hostcb.io_callback(
+        lambda a: (seen.append(int(a)), a)[1], I32, i, ordered=True
+      ), None
+
     return lax.scan(body, jnp.int32(0), jnp.arange(5000))[0]
 
   assert int(f()) == sum(range(5000))
@@ -693,13 +736,17 @@ def test_ordered_io_callbacks_in_while_loop_and_cond_keep_order():
   def body(carry):
     i, acc = carry
     acc = acc + lax.cond(
-        i % 3 == 0,
-        lambda: hostcb.io_callback(record("a"), I32, i, ordered=True),
-        lambda: hostcb.io_callback(record("b"), I32, i, ordered=True))
+      i % 3 == 0,
+      lambda: hostcb.io_callback(record("a"), I32, i, ordered=True),
+      lambda: hostcb.io_callback(record("b"), I32, i, ordered=True),
+    )
     return i + 1, acc
 
-  out = jax.jit(lambda: lax.while_loop(lambda c: c[0] < 300, body,
-                                       (jnp.int32(0), jnp.int32(0))))()
+  out = jax.jit(
+    lambda: lax.while_loop(
+      lambda c: c[0] < 300, body, (jnp.int32(0), jnp.int32(0))
+    )
+  )()
   assert int(out[1]) == sum(range(300))
   assert seen == [("a" if i % 3 == 0 else "b", i) for i in range(300)]
 
@@ -710,25 +757,29 @@ def test_ordered_callbacks_of_every_kind_interleave_in_program_order():
   @jax.jit
   def f():
     def body(c, i):
-      hostcb.debug.callback(lambda a: seen.append(("debug", int(a))), i,
-                            ordered=True)
-      r = hostcb.io_callback(lambda a: (seen.append(("io", int(a))), a)[1],
-                             I32, i, ordered=True)
-      hostcb.debug.callback(lambda a: seen.append(("after", int(a))), r,
-                            ordered=True)
+      hostcb.debug.callback(
+        lambda a: seen.append(("debug", int(a))), i, ordered=True
+      )
+      r = hostcb.io_callback(
+        lambda a: (seen.append(("io", int(a))), a)[1], I32, i, ordered=True
+      )
+      hostcb.debug.callback(
+        lambda a: seen.append(("after", int(a))), r, ordered=True
+      )
       return c + r, None
+
     return lax.scan(body, jnp.int32(0), jnp.arange(300))[0]
 
   f()
   jax.effects_barrier()
-  assert seen == [(k, i) for i in range(300)
-                  for k in ("debug", "io", "after")]
+  assert seen == [(k, i) for i in range(300) for k in ("debug", "io", "after")]
 
 
 def test_unordered_io_callback_runs_every_time():
   seen = []
-  f = jax.jit(lambda i: hostcb.io_callback(
-      lambda a: (seen.append(int(a)), a)[1], I32, i))
+  f = jax.jit(
+    lambda i: hostcb.io_callback(lambda a: (seen.append(int(a)), a)[1], I32, i)
+  )
   for i in range(200):
     f(np.int32(i))
   jax.effects_barrier()
@@ -742,7 +793,8 @@ N = jax.device_count()
 def _sharded(x):
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
   return jax.device_put(
-      x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+    x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  )
 
 
 @pytest.mark.multidevice
@@ -762,9 +814,10 @@ def test_pmap_debug_callback_once_per_device_as_jax():
         seen.append(float(a))
 
     out = jax.pmap(lambda x: (debug_callback(host, x), x * 2)[1])(
-        jnp.arange(float(N)))
+      jnp.arange(float(N))
+    )
     jax.effects_barrier()
-    np.testing.assert_array_equal(out, np.arange(N) * 2.)
+    np.testing.assert_array_equal(out, np.arange(N) * 2.0)
     results.append(sorted(seen))
   assert results == [[float(i) for i in range(N)]] * 2
 
@@ -775,18 +828,22 @@ def test_pmap_refuses_an_ordered_debug_callback_as_jax(front_end):
   messages = []
   for api in (_JAX, _HOSTCB):
     if front_end == "callback":
+
       def body(x, api=api):
         api["debug_callback"](lambda a: None, x, ordered=True)
         return x
     else:
+
       def body(x, api=api):
         api["debug_print"]("x={}", x, ordered=True)
         return x
+
     with pytest.raises(ValueError) as info:
       jax.pmap(body)(jnp.arange(float(N)))
     messages.append(str(info.value))
-  assert messages[0].startswith("The following ordered effects are not "
-                                "supported for more than 1 device")
+  assert messages[0].startswith(
+    "The following ordered effects are not supported for more than 1 device"
+  )
   assert messages[1] == messages[0]
 
 
@@ -803,9 +860,10 @@ def test_pmap_io_callback_on_every_device_as_jax(ordered):
       return a * 10
 
     out = jax.pmap(lambda x: io_callback(host, F32, x, ordered=ordered))(
-        jnp.arange(float(N)))
+      jnp.arange(float(N))
+    )
     jax.effects_barrier()
-    np.testing.assert_array_equal(out, np.arange(N) * 10.)
+    np.testing.assert_array_equal(out, np.arange(N) * 10.0)
     assert sorted(seen) == [float(i) for i in range(N)]
 
 
@@ -822,6 +880,7 @@ def test_pmap_debug_callbacks_of_each_device_all_arrive_in_order():
     def body(c, _):
       hostcb.debug.callback(host, c)
       return c + 1, None
+
     return lax.scan(body, x, None, length=300)[0]
 
   jax.pmap(f)(jnp.arange(N) * 1000)
@@ -829,25 +888,30 @@ def test_pmap_debug_callbacks_of_each_device_all_arrive_in_order():
   assert len(seen) == 300 * N
   for d in range(N):
     assert [a for a in seen if a // 1000 == d] == [
-        1000 * d + k for k in range(300)]
+      1000 * d + k for k in range(300)
+    ]
 
 
 @pytest.mark.multidevice
 def test_sharded_jit_debug_callback_sees_the_whole_array_once_as_jax():
-  x = _sharded(jnp.arange(2. * N))
+  x = _sharded(jnp.arange(2.0 * N))
   for debug_callback in (_JAX["debug_callback"], hostcb.debug.callback):
     seen = []
-    out = jax.jit(lambda a: (debug_callback(
-        lambda v: seen.append(np.asarray(v).tolist()), a), a * 2)[1])(x)
+    out = jax.jit(
+      lambda a: (
+        debug_callback(lambda v: seen.append(np.asarray(v).tolist()), a),
+        a * 2,
+      )[1]
+    )(x)
     jax.effects_barrier()
     assert seen == [[float(i) for i in range(2 * N)]]
-    np.testing.assert_array_equal(out, np.arange(2. * N) * 2)
+    np.testing.assert_array_equal(out, np.arange(2.0 * N) * 2)
     assert out.sharding == x.sharding
 
 
 @pytest.mark.multidevice
 def test_sharded_jit_io_and_pure_callback_results_as_jax():
-  x = _sharded(jnp.arange(2. * N))
+  x = _sharded(jnp.arange(2.0 * N))
   shape = jax.ShapeDtypeStruct((2 * N,), jnp.float32)
   for name in ("io_callback", "pure_callback"):
     for fn in (_JAX[name], _HOSTCB[name]):
@@ -858,7 +922,7 @@ def test_sharded_jit_io_and_pure_callback_results_as_jax():
         return v * 3
 
       out = jax.jit(lambda a: fn(host, shape, a) + 1)(x)
-      np.testing.assert_array_equal(out, np.arange(2. * N) * 3 + 1)
+      np.testing.assert_array_equal(out, np.arange(2.0 * N) * 3 + 1)
       assert seen == [[float(i) for i in range(2 * N)]], (name, fn)
 
 
@@ -870,16 +934,20 @@ def test_ordered_io_callbacks_of_threads_on_different_devices():
   @jax.jit
   def f(d, i):
     return hostcb.io_callback(
-        lambda a, b: (seen[int(a)].append(int(b)), b)[1], I32, d, i,
-        ordered=True)
+      lambda a, b: (seen[int(a)].append(int(b)), b)[1], I32, d, i, ordered=True
+    )
 
   errors = []
 
   def work(d):
     try:
-      outs = [f(jax.device_put(np.int32(d), devices[d]),
-                jax.device_put(np.int32(i), devices[d]))
-              for i in range(50)]
+      outs = [
+        f(
+          jax.device_put(np.int32(d), devices[d]),
+          jax.device_put(np.int32(i), devices[d]),
+        )
+        for i in range(50)
+      ]
       assert [int(o) for o in outs] == list(range(50))
       assert all(o.devices() == {devices[d]} for o in outs)
     except BaseException as e:  # noqa: BLE001  (reported below)
@@ -924,7 +992,7 @@ def _argument_types(api, jit: bool = True) -> list[str]:
     y = api["io_callback"](host, shape, x)
     return api["pure_callback"](host, shape, y)
 
-  assert float((jax.jit(f) if jit else f)(jnp.float32(1.))) == 3.
+  assert float((jax.jit(f) if jit else f)(jnp.float32(1.0))) == 3.0
   jax.effects_barrier()
   return [t.__name__ for t in seen]
 
@@ -945,18 +1013,25 @@ def test_id_tap_and_call_keep_numpy_arrays():
   @jax.jit
   def f(x):
     x = hostcb.id_tap(lambda a, t: seen.append(type(a).__name__), x)
-    return hostcb.call(lambda a: (seen.append(type(a).__name__), a)[1], x,
-                       result_shape=F32)
+    return hostcb.call(
+      lambda a: (seen.append(type(a).__name__), a)[1], x, result_shape=F32
+    )
 
-  assert float(f(jnp.float32(2.))) == 2.
+  assert float(f(jnp.float32(2.0))) == 2.0
   hostcb.barrier_wait()
   assert seen == ["ndarray", "ndarray"]
 
 
 def _describe(a) -> tuple:
-  return (type(a).__name__, str(a.dtype), a.shape, a.weak_type,
-          a.committed, sorted(str(d) for d in a.devices()),
-          np.asarray(a).tolist())
+  return (
+    type(a).__name__,
+    str(a.dtype),
+    a.shape,
+    a.weak_type,
+    a.committed,
+    sorted(str(d) for d in a.devices()),
+    np.asarray(a).tolist(),
+  )
 
 
 @pytest.mark.parametrize("jit", [True, False], ids=["jit", "eager"])
@@ -966,22 +1041,34 @@ def test_debug_callback_arrays_are_jax_s(jit):
     seen = []
 
     def f(x, n):
-      api["debug_callback"](lambda *a: seen.append([_describe(v) for v in a]),
-                            x, x[0].astype(jnp.bfloat16), n, x > 1)
+      api["debug_callback"](
+        lambda *a: seen.append([_describe(v) for v in a]),
+        x,
+        x[0].astype(jnp.bfloat16),
+        n,
+        x > 1,
+      )
 
     if jit:
-      jax.jit(f)(jnp.arange(3.), jnp.int8(5))
+      jax.jit(f)(jnp.arange(3.0), jnp.int8(5))
     else:
-      f(jnp.arange(3.), 7)
+      f(jnp.arange(3.0), 7)
     jax.effects_barrier()
     return seen
 
   assert run(_HOSTCB) == run(_JAX)
 
 
-@pytest.mark.parametrize("method", ["sequential", "sequential_unrolled",
-                                    "expand_dims", "broadcast_all",
-                                    "legacy_vectorized"])
+@pytest.mark.parametrize(
+  "method",
+  [
+    "sequential",
+    "sequential_unrolled",
+    "expand_dims",
+    "broadcast_all",
+    "legacy_vectorized",
+  ],
+)
 def test_pure_callback_under_vmap_gets_jax_arrays_as_jax(method):
   def run(api):
     seen = []
@@ -991,11 +1078,13 @@ def test_pure_callback_under_vmap_gets_jax_arrays_as_jax(method):
       return np.asarray(a) + np.asarray(b)
 
     def f(x, y):
-      return api["pure_callback"](host, jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                  x, y, vmap_method=method)
+      return api["pure_callback"](
+        host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, y, vmap_method=method
+      )
 
-    out = jax.jit(jax.vmap(f, in_axes=(0, None)))(jnp.arange(6.).reshape(3, 2),
-                                                  jnp.ones(2))
+    out = jax.jit(jax.vmap(f, in_axes=(0, None)))(
+      jnp.arange(6.0).reshape(3, 2), jnp.ones(2)
+    )
     return np.asarray(out).tolist(), seen
 
   assert run(_HOSTCB) == run(_JAX)
@@ -1004,8 +1093,11 @@ def test_pure_callback_under_vmap_gets_jax_arrays_as_jax(method):
 def test_debug_callback_under_vmap_gets_jax_arrays_as_jax():
   def run(api):
     seen = []
-    jax.jit(jax.vmap(lambda x: api["debug_callback"](
-        lambda a: seen.append(_describe(a)), x)))(jnp.arange(6.).reshape(3, 2))
+    jax.jit(
+      jax.vmap(
+        lambda x: api["debug_callback"](lambda a: seen.append(_describe(a)), x)
+      )
+    )(jnp.arange(6.0).reshape(3, 2))
     jax.effects_barrier()
     return seen
 
@@ -1015,10 +1107,15 @@ def test_debug_callback_under_vmap_gets_jax_arrays_as_jax():
 def test_io_callback_under_vmap_gets_jax_arrays_as_jax():
   def run(api):
     seen = []
-    jax.jit(jax.vmap(lambda x: api["io_callback"](
-        lambda a: (seen.append(_describe(a)), np.asarray(a))[1],
-        jax.ShapeDtypeStruct((2,), jnp.float32), x)))(
-            jnp.arange(6.).reshape(3, 2))
+    jax.jit(
+      jax.vmap(
+        lambda x: api["io_callback"](
+          lambda a: (seen.append(_describe(a)), np.asarray(a))[1],
+          jax.ShapeDtypeStruct((2,), jnp.float32),
+          x,
+        )
+      )
+    )(jnp.arange(6.0).reshape(3, 2))
     return seen
 
   assert run(_HOSTCB) == run(_JAX)
@@ -1030,13 +1127,18 @@ def test_code_written_for_jax_arrays_runs_in_hostcbs_callbacks():
 
   def cb(a):
     assert isinstance(a, jax.Array)
-    seen.append((a.at[0].set(7.).tolist(), str(a.sharding.device_set),
-                 a.block_until_ready() is a,
-                 str((a + jnp.int32(1)).dtype)))
+    seen.append(
+      (
+        a.at[0].set(7.0).tolist(),
+        str(a.sharding.device_set),
+        a.block_until_ready() is a,
+        str((a + jnp.int32(1)).dtype),
+      )
+    )
 
-  jax.jit(lambda x: hostcb.debug.callback(cb, x))(jnp.arange(2.))
+  jax.jit(lambda x: hostcb.debug.callback(cb, x))(jnp.arange(2.0))
   jax.effects_barrier()
-  assert seen == [([7., 1.], str({jax.devices("cpu")[0]}), True, "float32")]
+  assert seen == [([7.0, 1.0], str({jax.devices("cpu")[0]}), True, "float32")]
 
 
 def test_large_arguments_are_the_engines_aligned_memory():
@@ -1044,9 +1146,10 @@ def test_large_arguments_are_the_engines_aligned_memory():
   # the jax.Array takes without a copy (jax_internals.host_arrays).
   seen = []
   jax.jit(lambda x: hostcb.debug.callback(seen.append, x))(
-      jnp.arange(4096, dtype=jnp.float32))
+    jnp.arange(4096, dtype=jnp.float32)
+  )
   jax.effects_barrier()
-  a, = seen
+  (a,) = seen
   assert a.unsafe_buffer_pointer() % 64 == 0
   np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float32))
 
@@ -1056,10 +1159,11 @@ def test_an_argument_outlives_its_callback():
   seen = []
   for i in range(3):
     jax.jit(lambda x: hostcb.debug.callback(seen.append, x))(
-        jnp.full(1024, float(i)))
+      jnp.full(1024, float(i))
+    )
   jax.effects_barrier()
   gc.collect()
-  assert [float(a.sum()) for a in seen] == [0., 1024., 2048.]
+  assert [float(a.sum()) for a in seen] == [0.0, 1024.0, 2048.0]
 
 
 # --------------------------------------------------- when a callback fails
@@ -1069,30 +1173,33 @@ def _fails(a):
 
 def test_a_failed_debug_callback_is_logged_where_jax_logs_it(caplog):
   caplog.set_level(logging.ERROR)
-  out = jax.jit(lambda x: (hostcb.debug.callback(_fails, x), x + 1)[1])(1.)
-  assert float(out) == 2.  # the computation goes on
+  out = jax.jit(lambda x: (hostcb.debug.callback(_fails, x), x + 1)[1])(1.0)
+  assert float(out) == 2.0  # the computation goes on
   jax.effects_barrier()
-  failures = [r for r in caplog.records
-              if r.name == "jax._src.debugging"]
+  failures = [r for r in caplog.records if r.name == "jax._src.debugging"]
   assert [r.getMessage() for r in failures] == ["jax.debug.callback failed"]
   assert failures[0].exc_info[0] is ValueError
   assert str(failures[0].exc_info[1]) == "tapped 1.0"
 
 
 def test_no_barrier_raises_a_failed_debug_callback():
-  jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.)
+  jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.0)
   jax.effects_barrier()  # returns, as JAX's after a logged failure
   hostcb.barrier_wait()
 
 
 def test_a_failed_debug_callback_does_not_fail_later_work():
   seen = []
-  jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.)
-  g = jax.jit(lambda x: (hostcb.debug.callback(
-      lambda a: seen.append(float(a)), x), x * 2)[1])
-  assert float(g(3.)) == 6.
+  jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.0)
+  g = jax.jit(
+    lambda x: (
+      hostcb.debug.callback(lambda a: seen.append(float(a)), x),
+      x * 2,
+    )[1]
+  )
+  assert float(g(3.0)) == 6.0
   jax.effects_barrier()
-  assert seen == [3.]
+  assert seen == [3.0]
 
 
 def test_a_failed_debug_print_does_not_fail_a_barrier(caplog):
@@ -1102,19 +1209,20 @@ def test_a_failed_debug_print_does_not_fail_a_barrier(caplog):
 
   caplog.set_level(logging.ERROR)
   # A host-side argument (not an array) that fails to format.
-  jax.jit(lambda x: hostcb.debug.print("{} {}", x, Unprintable()))(1.)
+  jax.jit(lambda x: hostcb.debug.print("{} {}", x, Unprintable()))(1.0)
   jax.effects_barrier()
-  assert [str(r.exc_info[1]) for r in caplog.records
-          if r.name == "jax._src.debugging"] == ["cannot format"]
+  assert [
+    str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
+  ] == ["cannot format"]
 
 
 def test_an_id_tap_failure_is_still_raised_by_the_barrier():
-  jax.jit(lambda x: hostcb.id_tap(lambda a, t: _fails(a), x))(1.)
+  jax.jit(lambda x: hostcb.id_tap(lambda a, t: _fails(a), x))(1.0)
   with pytest.raises(hostcb.CallbackException, match="ValueError: tapped 1.0"):
     jax.effects_barrier()
 
 
 def test_an_eager_debug_callback_failure_reaches_the_caller():
   with pytest.raises(ValueError, match="tapped 1.0"):
-    hostcb.debug.callback(_fails, jnp.float32(1.))
+    hostcb.debug.callback(_fails, jnp.float32(1.0))
   jax.effects_barrier()

@@ -18,6 +18,7 @@ documented difference (``ours=`` in the scenario for a deliberate one,
 the scenario states, which must still differ from JAX's.  See
 ``jax_diff/registry.py``.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -43,15 +44,19 @@ NAMES = list(registry.SCENARIOS)
 # io_callback.  Under an older JAX (`make check-oldest` runs 0.8.0) JAX
 # itself is not their oracle.
 _SINCE_JAX_0_10 = {
-    "api_signatures", "print_two_call_form",
-    "print_two_call_form_option_names_as_fields",
-    "print_two_call_form_extra_arguments_error", "cb_two_call_form",
-    "cb_two_call_form_extra_arguments_error", "io_string_argument_error",
+  "api_signatures",
+  "print_two_call_form",
+  "print_two_call_form_option_names_as_fields",
+  "print_two_call_form_extra_arguments_error",
+  "cb_two_call_form",
+  "cb_two_call_form_extra_arguments_error",
+  "io_string_argument_error",
 }
 
 
 def _jax_version() -> tuple[int, ...]:
   import jax
+
   return tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 
@@ -62,8 +67,11 @@ def outputs() -> dict:
 
 
 def _diff(want: str, got: str, label: str) -> str:
-  return "\n".join(difflib.unified_diff(want.splitlines(), got.splitlines(),
-                                        "expected", label, lineterm=""))
+  return "\n".join(
+    difflib.unified_diff(
+      want.splitlines(), got.splitlines(), "expected", label, lineterm=""
+    )
+  )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -73,8 +81,11 @@ def test_hostcb_matches_jax(outputs, name):
   or what the scenario documents."""
   if name in _SINCE_JAX_0_10 and _jax_version() < (0, 10):
     import jax
-    pytest.skip(f"{name} shows JAX 0.10's API, which hostcb follows; jax "
-                f"{jax.__version__} differs there (its own API drift)")
+
+    pytest.skip(
+      f"{name} shows JAX 0.10's API, which hostcb follows; jax "
+      f"{jax.__version__} differs there (its own API drift)"
+    )
   sc = registry.SCENARIOS[name]
   theirs = outputs["jax"].get(name)
   assert theirs is not None, f"JAX's runner did not run {name}"
@@ -82,28 +93,37 @@ def test_hostcb_matches_jax(outputs, name):
   if sc.differs is not None:
     want = sc.expect
     assert registry.view(theirs, sc.unordered) != registry.view(
-        want, sc.unordered), (
-            "JAX now does what the scenario documents as hostcb's "
-            f"difference; the difference is gone: {sc.differs}")
+      want, sc.unordered
+    ), (
+      "JAX now does what the scenario documents as hostcb's "
+      f"difference; the difference is gone: {sc.differs}"
+    )
   else:
     want = theirs
   for impl in IMPLS[1:]:
     ours = outputs[impl].get(name)
     assert ours is not None, f"the {impl} runner did not run {name}"
-    assert (registry.view(ours, sc.unordered)
-            == registry.view(want, sc.unordered)), (
-                f"{impl} differs from "
-                + ("the documented output" if sc.differs else "JAX") + ":\n"
-                + _diff(want, ours, impl)
-                + (f"\n(documented: {sc.differs})\nJAX's own output:\n"
-                   f"{theirs}" if sc.differs else ""))
+    assert registry.view(ours, sc.unordered) == registry.view(
+      want, sc.unordered
+    ), (
+      f"{impl} differs from "
+      + ("the documented output" if sc.differs else "JAX")
+      + ":\n"
+      + _diff(want, ours, impl)
+      + (
+        f"\n(documented: {sc.differs})\nJAX's own output:\n{theirs}"
+        if sc.differs
+        else ""
+      )
+    )
 
 
 def test_every_scenario_module_is_registered():
   """Every ``s_*.py`` of ``jax_diff`` is one the runner imports."""
   here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_diff")
-  files = sorted(f[:-3] for f in os.listdir(here)
-                 if f.startswith("s_") and f.endswith(".py"))
+  files = sorted(
+    f[:-3] for f in os.listdir(here) if f.startswith("s_") and f.endswith(".py")
+  )
   assert files == sorted(registry.MODULES)
 
 

@@ -3,6 +3,7 @@ first tap with a message naming the JAX version and the symbol (fault
 injection: the symbol is deleted before hostcb is imported; importing
 hostcb still works, since it patches nothing); the range of JAX versions
 it names is the one CI checks and the docs name."""
+
 import os
 import re
 
@@ -32,28 +33,35 @@ else:
 """
 
 
-@pytest.mark.parametrize("delete, symbol, purpose", [
-    ("from jax._src import dispatch\n"
-     "del dispatch.RuntimeTokenSet.get_token_input",
-     "jax._src.dispatch.RuntimeTokenSet.get_token_input",
-     "to order tapping computations and let barrier_wait see every "
-     "thread's"),
-    ("from jax._src.interpreters import pxla\n"
-     "del pxla._cached_lowering_to_hlo",
-     "jax._src.interpreters.pxla._cached_lowering_to_hlo",
-     "to lower one-device tapping executables for jit's fast dispatch "
-     "path"),
-])
+@pytest.mark.parametrize(
+  "delete, symbol, purpose",
+  [
+    (
+      "from jax._src import dispatch\n"
+      "del dispatch.RuntimeTokenSet.get_token_input",
+      "jax._src.dispatch.RuntimeTokenSet.get_token_input",
+      "to order tapping computations and let barrier_wait see every thread's",
+    ),
+    (
+      "from jax._src.interpreters import pxla\n"
+      "del pxla._cached_lowering_to_hlo",
+      "jax._src.interpreters.pxla._cached_lowering_to_hlo",
+      "to lower one-device tapping executables for jit's fast dispatch path",
+    ),
+  ],
+)
 def test_first_tap_fails_naming_the_jax_version_and_the_missing_symbol(
-    delete, symbol, purpose):
+  delete, symbol, purpose
+):
   proc = run_python(delete + _FIRST_TAP)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "imported\n" + (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no {symbol}, "
-      f"which hostcb patches {purpose}. "
-      "hostcb was checked against jax 0.8.0 "
-      "to 0.12.0.1; install a jax in that range or a hostcb release that "
-      f"supports jax {jax.__version__}.\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no {symbol}, "
+    f"which hostcb patches {purpose}. "
+    "hostcb was checked against jax 0.8.0 "
+    "to 0.12.0.1; install a jax in that range or a hostcb release that "
+    f"supports jax {jax.__version__}.\n"
+  )
 
 
 def test_import_succeeds_with_every_symbol_present():
@@ -66,26 +74,29 @@ def test_io_callback_fails_naming_the_jax_version_and_the_missing_effect():
   # A JAX without the effect of its io_callback: hostcb imports, and its
   # io_callback stops when it is traced, naming what is missing.
   proc = run_python(
-      "from jax._src import callback\n"
-      "del callback._IOEffect\n"
-      "import jax, numpy as np, hostcb\n"
-      "f = jax.jit(lambda x: hostcb.io_callback(\n"
-      "    lambda x: x, jax.ShapeDtypeStruct((), np.float32), x))\n"
-      "try:\n"
-      "    f(np.float32(1))\n"
-      "except ImportError as e:\n"
-      "    print(type(e).__name__ + ': ' + str(e))\n")
+    "from jax._src import callback\n"
+    "del callback._IOEffect\n"
+    "import jax, numpy as np, hostcb\n"
+    "f = jax.jit(lambda x: hostcb.io_callback(\n"
+    "    lambda x: x, jax.ShapeDtypeStruct((), np.float32), x))\n"
+    "try:\n"
+    "    f(np.float32(1))\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      "jax._src.callback._IOEffect, which hostcb uses to give hostcb's "
-      "io_callback the effect of JAX's io_callback. hostcb was checked "
-      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
-      f"hostcb release that supports jax {jax.__version__}.\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    "jax._src.callback._IOEffect, which hostcb uses to give hostcb's "
+    "io_callback the effect of JAX's io_callback. hostcb was checked "
+    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+    f"hostcb release that supports jax {jax.__version__}.\n"
+  )
 
 
 def _xla_client_name() -> str:
   from jax._src.lib import xla_client  # the module JAX calls it from
+
   return xla_client.__name__
 
 
@@ -97,21 +108,23 @@ def test_a_staged_print_fails_naming_the_jax_version_and_the_missing_symbol():
   # imports, and the first print it stages stops, naming what is missing
   # (hostcb would otherwise show results before the prints).
   proc = run_python(
-      "from jax._src.lib import xla_client\n"
-      "del xla_client.batched_block_until_ready\n"
-      "import jax, numpy as np, hostcb\n"
-      "try:\n"
-      "    jax.jit(lambda x: hostcb.debug.print('{}', x))(np.float32(1))\n"
-      "except ImportError as e:\n"
-      "    print(type(e).__name__ + ': ' + str(e))\n")
+    "from jax._src.lib import xla_client\n"
+    "del xla_client.batched_block_until_ready\n"
+    "import jax, numpy as np, hostcb\n"
+    "try:\n"
+    "    jax.jit(lambda x: hostcb.debug.print('{}', x))(np.float32(1))\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      f"{_XLA_CLIENT}.batched_block_until_ready, which hostcb "
-      "patches to show hostcb's prints before the results they come with. "
-      "hostcb was checked against jax 0.8.0 to 0.12.0.1; install a jax in "
-      "that range or a hostcb release that supports jax "
-      f"{jax.__version__}.\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    f"{_XLA_CLIENT}.batched_block_until_ready, which hostcb "
+    "patches to show hostcb's prints before the results they come with. "
+    "hostcb was checked against jax 0.8.0 to 0.12.0.1; install a jax in "
+    "that range or a hostcb release that supports jax "
+    f"{jax.__version__}.\n"
+  )
 
 
 # ----------------------------------------------- the jax.config options
@@ -119,35 +132,42 @@ def test_a_changed_jax_config_constructor_stops_the_import():
   # Fault injection: a JAX whose option constructors take other arguments.
   # jax.config.update("jax_host_callback_*") must not silently stop working.
   proc = run_python(
-      "from jax._src import config\n"
-      "def bool_state(name, default, help_text):\n"
-      "    raise AssertionError('not reached')\n"
-      "config.bool_state = bool_state\n"
-      "import hostcb\n")
+    "from jax._src import config\n"
+    "def bool_state(name, default, help_text):\n"
+    "    raise AssertionError('not reached')\n"
+    "config.bool_state = bool_state\n"
+    "import hostcb\n"
+  )
   assert proc.returncode != 0
-  assert ("TypeError: bool_state() got an unexpected keyword argument 'help'"
-          in proc.stderr), proc.stderr
+  assert (
+    "TypeError: bool_state() got an unexpected keyword argument 'help'"
+    in proc.stderr
+  ), proc.stderr
 
 
 def test_an_option_that_jax_defines_itself_stops_the_import():
   proc = run_python(
-      "from jax._src import config\n"
-      "config.bool_state('jax_host_callback_inline', False, 'JAX own')\n"
-      "import hostcb\n")
+    "from jax._src import config\n"
+    "config.bool_state('jax_host_callback_inline', False, 'JAX own')\n"
+    "import hostcb\n"
+  )
   assert proc.returncode != 0
-  assert (f"RuntimeError: hostcb: jax {jax.__version__} defines the option "
-          "jax_host_callback_inline itself" in proc.stderr), proc.stderr
+  assert (
+    f"RuntimeError: hostcb: jax {jax.__version__} defines the option "
+    "jax_host_callback_inline itself" in proc.stderr
+  ), proc.stderr
 
 
 def test_registering_the_options_again_keeps_hostcbs_own():
   proc = run_python(
-      "import jax, hostcb\n"
-      "from hostcb import jax_internals as ji\n"
-      "seen = []\n"
-      "ji.register_config_options(lambda n, v: seen.append((n, v)), False,\n"
-      "                           int(256e6))\n"
-      "jax.config.update('jax_host_callback_inline', True)\n"
-      "print(hostcb.config.read('jax_host_callback_inline'), seen)\n")
+    "import jax, hostcb\n"
+    "from hostcb import jax_internals as ji\n"
+    "seen = []\n"
+    "ji.register_config_options(lambda n, v: seen.append((n, v)), False,\n"
+    "                           int(256e6))\n"
+    "jax.config.update('jax_host_callback_inline', True)\n"
+    "print(hostcb.config.read('jax_host_callback_inline'), seen)\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "True []\n"
 
@@ -159,23 +179,31 @@ def _repo_file(name: str) -> str:
 
 def test_the_checked_range_is_the_one_ci_checks_and_the_docs_name():
   from hostcb.jax_internals import versions
+
   assert versions.CHECKED_RANGE == (
-      f"jax {versions.OLDEST} to {versions.NEWEST}")
+    f"jax {versions.OLDEST} to {versions.NEWEST}"
+  )
   # The oldest: pyproject.toml's lower bound, and what check-oldest installs.
-  assert re.search(r'dependencies = \["jax>=(\S+?)"',
-                   _repo_file("pyproject.toml")).group(1) == ".".join(
-                       versions.OLDEST.split(".")[:2])
+  assert re.search(
+    r'dependencies = \["jax>=(\S+?)"', _repo_file("pyproject.toml")
+  ).group(1) == ".".join(versions.OLDEST.split(".")[:2])
   assert "JAX_OLDEST=${JAX_OLDEST:-%s}" % versions.OLDEST in _repo_file(
-      "scripts/check_oldest_jax.sh")
+    "scripts/check_oldest_jax.sh"
+  )
   # The development JAX: what `make test` installs.
-  assert re.search(r"^JAX_VERSION \?= (\S+)$", _repo_file("Makefile"),
-                   re.M).group(1) == versions.DEVELOPMENT
+  assert (
+    re.search(r"^JAX_VERSION \?= (\S+)$", _repo_file("Makefile"), re.M).group(1)
+    == versions.DEVELOPMENT
+  )
   # The README's supported range, and CI running all three checks.
-  assert (f"Supported: jax {versions.OLDEST} to {versions.NEWEST}"
-          in _repo_file("README.md"))
+  assert f"Supported: jax {versions.OLDEST} to {versions.NEWEST}" in _repo_file(
+    "README.md"
+  )
   ci = _repo_file(".ci/run")
-  assert all(f"\nmake {target}\n" in ci
-             for target in ("test", "check-oldest", "check-newest"))
+  assert all(
+    f"\nmake {target}\n" in ci
+    for target in ("test", "check-oldest", "check-newest")
+  )
 
 
 def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
@@ -183,24 +211,26 @@ def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
   # that lacks the states hostcb then sets: the barrier stops, naming what
   # is missing, instead of running inside the caller's context mesh.
   proc = run_python(
-      "import jax, hostcb\n"
-      "from jax._src import config\n"
-      "def set_mesh(mesh):\n"
-      "    raise ValueError('Expected mesh of type `jax.sharding.Mesh`.')\n"
-      "jax.set_mesh = set_mesh\n"
-      "if hasattr(config, 'abstract_mesh_context_manager'):  # not on 0.12\n"
-      "    del config.abstract_mesh_context_manager\n"
-      "from hostcb.jax_internals.mesh_context import outside_context_mesh\n"
-      "try:\n"
-      "    outside_context_mesh().__enter__()\n"
-      "except ImportError as e:\n"
-      "    print(type(e).__name__ + ': ' + str(e).split('. hostcb was')[0])\n")
+    "import jax, hostcb\n"
+    "from jax._src import config\n"
+    "def set_mesh(mesh):\n"
+    "    raise ValueError('Expected mesh of type `jax.sharding.Mesh`.')\n"
+    "jax.set_mesh = set_mesh\n"
+    "if hasattr(config, 'abstract_mesh_context_manager'):  # not on 0.12\n"
+    "    del config.abstract_mesh_context_manager\n"
+    "from hostcb.jax_internals.mesh_context import outside_context_mesh\n"
+    "try:\n"
+    "    outside_context_mesh().__enter__()\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e).split('. hostcb was')[0])\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      "jax._src.config.abstract_mesh_context_manager, which hostcb uses to "
-      "run hostcb's "
-      "barrier outside the caller's context mesh\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    "jax._src.config.abstract_mesh_context_manager, which hostcb uses to "
+    "run hostcb's "
+    "barrier outside the caller's context mesh\n"
+  )
 
 
 # ------------------------------------------ jax.Arrays from host arrays
@@ -208,17 +238,19 @@ def _aligned(n: int):
   """A float32[n] whose memory is its own base's and 64-byte aligned, as
   the engine allocates arrays of 1 KiB and more."""
   import numpy as np
+
   raw = np.empty(4 * n + 64, np.uint8)
   start = (-raw.ctypes.data) % 64
-  return raw[start:start + 4 * n].view(np.float32)
+  return raw[start : start + 4 * n].view(np.float32)
 
 
 def test_cpu_arrays_take_aligned_engine_memory_without_a_copy():
   import numpy as np
   from hostcb import jax_internals as ji
+
   a = _aligned(1024)
   a[:] = np.arange(1024)
-  out, = ji.cpu_arrays([a])
+  (out,) = ji.cpu_arrays([a])
   assert out.unsafe_buffer_pointer() == a.ctypes.data
   assert out.committed and not out.weak_type
   assert out.devices() == {jax.devices("cpu")[0]}
@@ -229,11 +261,12 @@ def test_cpu_arrays_copy_memory_hostcb_does_not_own():
   # A buffer someone else owns may change later: its value is copied.
   import numpy as np
   from hostcb import jax_internals as ji
+
   data = bytearray(np.arange(1024, dtype=np.float32).tobytes())
   a = np.frombuffer(data, np.float32)
-  out, = ji.cpu_arrays([a])
+  (out,) = ji.cpu_arrays([a])
   data[:4] = np.float32(7).tobytes()
-  assert float(out[0]) == 0.
+  assert float(out[0]) == 0.0
   assert out.unsafe_buffer_pointer() != a.ctypes.data
 
 
@@ -241,31 +274,34 @@ def test_a_cpu_array_keeps_its_memory_alive():
   import gc
   import numpy as np
   from hostcb import jax_internals as ji
+
   a = _aligned(1024)
-  a[:] = 5.
-  out, = ji.cpu_arrays([a])
+  a[:] = 5.0
+  (out,) = ji.cpu_arrays([a])
   del a
   gc.collect()
   for _ in range(50):  # memory freed too early would be reused here
-    np.full(1024 + 16, 1., np.float32)
-  assert float(out.sum()) == 5. * 1024
+    np.full(1024 + 16, 1.0, np.float32)
+  assert float(out.sum()) == 5.0 * 1024
 
 
 def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():
   # Fault injection: a jaxlib without batched_device_put.  The callback
   # stops when it is traced, not later on the engine's thread.
   proc = run_python(
-      "import jax, numpy as np, hostcb\n"
-      "from jax._src.lib import xla_client\n"
-      "del xla_client.batched_device_put\n"
-      "try:\n"
-      "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
-      "except ImportError as e:\n"
-      "    print(type(e).__name__ + ': ' + str(e))\n")
+    "import jax, numpy as np, hostcb\n"
+    "from jax._src.lib import xla_client\n"
+    "del xla_client.batched_device_put\n"
+    "try:\n"
+    "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
-      f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-      f"{_XLA_CLIENT}.batched_device_put, which hostcb uses to hand "
-      "callbacks jax.Arrays made from the host values. hostcb was checked "
-      "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
-      f"hostcb release that supports jax {jax.__version__}.\n")
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    f"{_XLA_CLIENT}.batched_device_put, which hostcb uses to hand "
+    "callbacks jax.Arrays made from the host values. hostcb was checked "
+    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+    f"hostcb release that supports jax {jax.__version__}.\n"
+  )

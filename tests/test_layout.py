@@ -4,6 +4,7 @@
 Imports are read from the source (module level and inside functions
 alike), so a cycle hidden in a function-level import counts too.
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,7 +35,7 @@ def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:
-        up = package.split(".")[:len(package.split(".")) - node.level + 1]
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
         base = ".".join(up + ([base] if base else []))
       for a in node.names:
         full = f"{base}.{a.name}"
@@ -55,7 +56,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     stack.append(n)
     for m in sorted(graph[n]):
       if state.get(m) == 1:
-        return stack[stack.index(m):] + [m]
+        return stack[stack.index(m) :] + [m]
       if m not in state:
         found = visit(m)
         if found:
@@ -83,9 +84,12 @@ def test_the_library_never_imports_the_tools():
   # `hostcb.__main__` is the command's entry point.
   mods = _modules()
   users = sorted(
-      n for n, p in mods.items()
-      if not n.startswith("hostcb.tools") and n != "hostcb.__main__"
-      and any(m.startswith("hostcb.tools") for m in _imports(n, p, set(mods))))
+    n
+    for n, p in mods.items()
+    if not n.startswith("hostcb.tools")
+    and n != "hostcb.__main__"
+    and any(m.startswith("hostcb.tools") for m in _imports(n, p, set(mods)))
+  )
   assert users == []
 
 
@@ -105,39 +109,47 @@ def _private_jax_uses(path: pathlib.Path) -> list[str]:
       uses += [a.name for a in node.names if a.name.startswith("jax._src")]
     elif isinstance(node, ast.ImportFrom):
       if (node.module or "").startswith("jax._src") or (
-          node.module == "jax" and any(a.name == "_src" for a in node.names)):
+        node.module == "jax" and any(a.name == "_src" for a in node.names)
+      ):
         uses.append(f"from {node.module} import ...")
     elif isinstance(node, ast.Attribute) and node.attr == "_src":
       if isinstance(node.value, ast.Name) and node.value.id == "jax":
         uses.append("jax._src")
-    elif (isinstance(node, ast.Call) and node.args
-          and isinstance(node.args[0], ast.Constant)
-          and isinstance(node.args[0].value, str)
-          and node.args[0].value.startswith("jax._src")
-          and getattr(node.func, "attr", getattr(node.func, "id", ""))
-          in ("import_module", "__import__")):
+    elif (
+      isinstance(node, ast.Call)
+      and node.args
+      and isinstance(node.args[0], ast.Constant)
+      and isinstance(node.args[0].value, str)
+      and node.args[0].value.startswith("jax._src")
+      and getattr(node.func, "attr", getattr(node.func, "id", ""))
+      in ("import_module", "__import__")
+    ):
       uses.append(node.args[0].value)
   return uses
 
 
 def test_the_private_use_finder_finds_each_kind_of_use(tmp_path):
   f = tmp_path / "m.py"
-  f.write_text('"""jax._src in a docstring"""\n'
-               "import jax._src.core\n"
-               "from jax._src import dispatch\n"
-               "import jax\n"
-               "x = jax._src.api\n"
-               "import importlib\n"
-               "importlib.import_module('jax._src.pjit')\n"
-               "import logging\n"
-               "logging.getLogger('jax._src.callback')\n")
-  assert sorted(_private_jax_uses(f)) == sorted([
-      "jax._src.core", "from jax._src import ...", "jax._src",
-      "jax._src.pjit"])
+  f.write_text(
+    '"""jax._src in a docstring"""\n'
+    "import jax._src.core\n"
+    "from jax._src import dispatch\n"
+    "import jax\n"
+    "x = jax._src.api\n"
+    "import importlib\n"
+    "importlib.import_module('jax._src.pjit')\n"
+    "import logging\n"
+    "logging.getLogger('jax._src.callback')\n"
+  )
+  assert sorted(_private_jax_uses(f)) == sorted(
+    ["jax._src.core", "from jax._src import ...", "jax._src", "jax._src.pjit"]
+  )
 
 
-@pytest.mark.parametrize("name", sorted(
-    n for n in _modules() if not n.startswith("hostcb.jax_internals")))
+@pytest.mark.parametrize(
+  "name",
+  sorted(n for n in _modules() if not n.startswith("hostcb.jax_internals")),
+)
 def test_only_jax_internals_imports_jax_private_modules(name):
   assert _private_jax_uses(_modules()[name]) == [], name
 
@@ -147,16 +159,21 @@ def test_importing_hostcb_imports_neither_progress_nor_tqdm():
   # package exposes it as a lazy attribute, and tqdm is an optional
   # dependency (hostcb[progress]).
   from _helpers import run_python
-  r = run_python("import sys, hostcb\n"
-                 "print(sorted(m for m in ('tqdm', 'hostcb.progress')\n"
-                 "             if m in sys.modules))")
+
+  r = run_python(
+    "import sys, hostcb\n"
+    "print(sorted(m for m in ('tqdm', 'hostcb.progress')\n"
+    "             if m in sys.modules))"
+  )
   assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
 
 
 def test_the_library_never_imports_progress():
   mods = _modules()
   users = sorted(
-      n for n, p in mods.items()
-      if not n.startswith(("hostcb.tools", "hostcb.progress"))
-      and "hostcb.progress" in _imports(n, p, set(mods)))
+    n
+    for n, p in mods.items()
+    if not n.startswith(("hostcb.tools", "hostcb.progress"))
+    and "hostcb.progress" in _imports(n, p, set(mods))
+  )
   assert users == []

@@ -12,6 +12,7 @@ difference (``xfail``) or a documented one (``ours``/``expect``).
 Without a usable ``.venv-legacy`` (no Python 3.11, no network to install
 JAX 0.4.30), every test here skips and says what is missing.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,8 +25,7 @@ import jax
 import numpy as np
 import pytest
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                    "legacy_diff")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "legacy_diff")
 sys.path.insert(0, HERE)
 
 import hostcb  # noqa: E402
@@ -44,6 +44,7 @@ for _m in runner.HCB_MODULES:
 
 try:
   import generate
+
   CASES = generate.cases()
 except ImportError as _e:  # hypothesis missing: no generated scenarios
   generate, CASES = None, None
@@ -51,19 +52,22 @@ except ImportError as _e:  # hypothesis missing: no generated scenarios
 else:
   s_generated.register(CASES)
 
-NAMES = [n for n, s in registry.SCENARIOS.items()
-         if s.module in runner.HCB_MODULES]
+NAMES = [
+  n for n, s in registry.SCENARIOS.items() if s.module in runner.HCB_MODULES
+]
 
 
 # Where the running versions changed what the same program computes (not
 # hostcb's behaviour), per version, with the reason.
 _NUMPY_2_5 = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 5)
 _VERSION_DRIFT = {
-    "doc_call_host_eig_jit": (
-        _NUMPY_2_5, f"NumPy {np.__version__}'s eigvals returns complex64 for "
-        "a real matrix with real eigenvalues (NumPy before 2.5: float32), so "
-        "the legacy documentation's host function no longer returns the "
-        "float32 it declares; hostcb then raises legacy's error"),
+  "doc_call_host_eig_jit": (
+    _NUMPY_2_5,
+    f"NumPy {np.__version__}'s eigvals returns complex64 for "
+    "a real matrix with real eigenvalues (NumPy before 2.5: float32), so "
+    "the legacy documentation's host function no longer returns the "
+    "float32 it declares; hostcb then raises legacy's error",
+  ),
 }
 # XLA's kernels (transcendental functions) changed after the development
 # JAX: on another JAX, generated programs' floats may differ from legacy's
@@ -78,14 +82,14 @@ def _same_but_float_digits(a: str, b: str) -> bool:
     return False
   fa, fb = _FLOAT.findall(a), _FLOAT.findall(b)
   return len(fa) == len(fb) and all(
-      math.isclose(float(x), float(y), rel_tol=1e-5, abs_tol=1e-6)
-      for x, y in zip(fa, fb))
+    math.isclose(float(x), float(y), rel_tol=1e-5, abs_tol=1e-6)
+    for x, y in zip(fa, fb)
+  )
 
 
 def _param(name):
   sc = registry.SCENARIOS[name]
-  marks = ([pytest.mark.xfail(strict=True, reason=sc.xfail)]
-           if sc.xfail else [])
+  marks = [pytest.mark.xfail(strict=True, reason=sc.xfail)] if sc.xfail else []
   drift = _VERSION_DRIFT.get(name)
   if drift is not None and drift[0]:
     marks.append(pytest.mark.skip(reason=drift[1]))
@@ -103,7 +107,8 @@ def outputs(tmp_path_factory):
     cases = str(tmp_path_factory.mktemp("legacy-diff") / "cases.json")
     generate.write(cases, CASES)
   legacy, ours = harness.run_suites(
-      [(harness.LEGACY_PYTHON, "legacy"), (sys.executable, "hostcb")], cases)
+    [(harness.LEGACY_PYTHON, "legacy"), (sys.executable, "hostcb")], cases
+  )
   return legacy, ours
 
 
@@ -115,8 +120,9 @@ def test_hostcb_output_matches_legacy(outputs, name):
   legacy, ours = outputs
   assert name in ours, f"hostcb's runner did not run {name}"
   if sc.ours is not None:
-    assert (compare.ours_view(ours[name], sc.unordered)
-            == compare.ours_view(sc.expect, sc.unordered)), sc.ours
+    assert compare.ours_view(ours[name], sc.unordered) == compare.ours_view(
+      sc.expect, sc.unordered
+    ), sc.ours
     return
   assert name in legacy, f"legacy's runner did not run {name}"
   got = compare.ours_view(ours[name], sc.unordered)
@@ -130,9 +136,18 @@ def test_hostcb_output_matches_legacy(outputs, name):
 PROGRAMS = [n for n in NAMES if n.startswith("gen_program_")]
 
 
-@pytest.mark.parametrize("name", PROGRAMS or [
-    pytest.param("none", marks=pytest.mark.skip(
-        reason=_NO_CASES if CASES is None else "no generated programs"))])
+@pytest.mark.parametrize(
+  "name",
+  PROGRAMS
+  or [
+    pytest.param(
+      "none",
+      marks=pytest.mark.skip(
+        reason=_NO_CASES if CASES is None else "no generated programs"
+      ),
+    )
+  ],
+)
 def test_taps_do_not_change_results(outputs, name):
   """A generated program computes the same with and without its taps."""
   assert "same without taps: True\n" in outputs[1][name]
@@ -140,6 +155,10 @@ def test_taps_do_not_change_results(outputs, name):
 
 def test_every_scenario_has_a_docstring():
   """Each hand-written scenario says what it does."""
-  missing = [n for n in NAMES if not n.startswith("gen_")
-             and not (registry.SCENARIOS[n].func.__doc__ or "").strip()]
+  missing = [
+    n
+    for n in NAMES
+    if not n.startswith("gen_")
+    and not (registry.SCENARIOS[n].func.__doc__ or "").strip()
+  ]
   assert missing == []

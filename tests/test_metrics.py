@@ -7,6 +7,7 @@ Records are inspected through a recording sink (a plain function), after
 as computed), and every loop's results with the same loop without
 ``log``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -76,8 +77,9 @@ def test_eager_log_writes_one_record(rec):
 
 
 def test_eager_values_keep_int_and_bool_kinds(rec):
-  metrics.log({"n": jnp.int8(-3), "ok": True, "u": jnp.uint32(2**32 - 1)},
-              step=0)
+  metrics.log(
+    {"n": jnp.int8(-3), "ok": True, "u": jnp.uint32(2**32 - 1)}, step=0
+  )
   assert records(rec) == [(0, {"n": -3, "ok": 1, "u": 2**32 - 1})]
 
 
@@ -86,8 +88,10 @@ def test_eager_log_comes_after_the_taps_of_computations_before_it(rec):
   for _ in range(3):
     y = f(1.0)
     metrics.log({"lr": 0.5, "loss_plus_one": y}, step=1)
-  assert records(rec) == [(0, {"loss": 1.0}),
-                          (1, {"lr": 0.5, "loss_plus_one": 2.0})] * 3
+  assert (
+    records(rec)
+    == [(0, {"loss": 1.0}), (1, {"lr": 0.5, "loss_plus_one": 2.0})] * 3
+  )
 
 
 def test_jit_log_writes_the_step_value(rec):
@@ -104,6 +108,7 @@ def _loop(x, log):
     if log:
       metrics.log({"x": x, "neg": -x}, step=i)
     return (i + 1, x), x
+
   return lax.scan(body, (jnp.int32(0), x), None, length=6)
 
 
@@ -111,14 +116,16 @@ def test_scan_logs_every_step_with_the_step_of_the_carry(rec):
   (_, final), ys = jax.jit(lambda x: _loop(x, True))(0.3)
   (_, want_final), want_ys = jax.jit(lambda x: _loop(x, False))(0.3)
   assert final == want_final and np.array_equal(ys, want_ys)
-  assert records(rec) == [(i, {"x": float(y), "neg": float(-y)})
-                          for i, y in enumerate(np.asarray(ys))]
+  assert records(rec) == [
+    (i, {"x": float(y), "neg": float(-y)}) for i, y in enumerate(np.asarray(ys))
+  ]
 
 
 def test_fori_loop_logs_its_index(rec):
   def body(i, x):
     metrics.log({"x": x}, step=i)
     return x * 2
+
   assert jax.jit(lambda x: lax.fori_loop(3, 6, body, x))(1.0) == 8.0
   assert records(rec) == [(3, {"x": 1.0}), (4, {"x": 2.0}), (5, {"x": 4.0})]
 
@@ -128,17 +135,27 @@ def test_while_loop_logs_until_it_stops(rec):
     i, x = c
     metrics.log({"x": x}, step=i)
     return i + 1, x / 2
-  out = jax.jit(lambda x: lax.while_loop(lambda c: c[1] > 1, body,
-                                         (0, x)))(10.0)
+
+  out = jax.jit(lambda x: lax.while_loop(lambda c: c[1] > 1, body, (0, x)))(
+    10.0
+  )
   assert (int(out[0]), float(out[1])) == (4, 0.625)
-  assert records(rec) == [(0, {"x": 10.0}), (1, {"x": 5.0}),
-                          (2, {"x": 2.5}), (3, {"x": 1.25})]
+  assert records(rec) == [
+    (0, {"x": 10.0}),
+    (1, {"x": 5.0}),
+    (2, {"x": 2.5}),
+    (3, {"x": 1.25}),
+  ]
 
 
 def test_cond_logs_in_the_branch_taken_only(rec):
   def f(x, i):
-    return lax.cond(x > 0, lambda: (metrics.log({"pos": x}, step=i), x)[1],
-                    lambda: (metrics.log({"neg": x}, step=i), -x)[1])
+    return lax.cond(
+      x > 0,
+      lambda: (metrics.log({"pos": x}, step=i), x)[1],
+      lambda: (metrics.log({"neg": x}, step=i), -x)[1],
+    )
+
   g = jax.jit(f)
   assert (g(2.0, 1), g(-3.0, 2)) == (2.0, 3.0)
   assert records(rec) == [(1, {"pos": 2.0}), (2, {"neg": -3.0})]
@@ -151,7 +168,8 @@ def test_nested_dicts_give_slash_joined_names(rec):
 
 def test_array_metrics_reach_the_sinks_as_arrays(rec):
   jax.jit(lambda w: metrics.log({"w": w, "mean": w.mean()}, step=1))(
-      jnp.arange(4.0))
+    jnp.arange(4.0)
+  )
   [(step, values)] = records(rec)
   assert step == 1 and values["mean"] == 1.5
   assert values["w"].dtype == np.float32
@@ -160,15 +178,17 @@ def test_array_metrics_reach_the_sinks_as_arrays(rec):
 
 def test_log_under_grad_logs_the_primal_values(rec):
   def loss(w):
-    value = jnp.sum(w ** 2)
+    value = jnp.sum(w**2)
     metrics.log({"loss": value}, step=0)
     return value
+
   assert jax.grad(loss)(jnp.float32(3.0)) == 6.0
   assert records(rec) == [(0, {"loss": 9.0})]
 
 
 def test_64_bit_values_and_steps_keep_their_precision():
-  r = run_python(textwrap.dedent("""
+  r = run_python(
+    textwrap.dedent("""
       import jax
       jax.config.update("jax_enable_x64", True)
       from hostcb import metrics
@@ -177,11 +197,14 @@ def test_64_bit_values_and_steps_keep_their_precision():
       jax.jit(lambda x, i: metrics.log({"x": x}, step=i))(1 / 3, 2**40)
       metrics.flush(60)
       print(got)
-      """))
+      """)
+  )
   assert r.stdout == f"[({2**40}, {{'x': {1 / 3!r}}})]\n", r.stderr
 
 
-@pytest.mark.parametrize("values, step, error, match", [
+@pytest.mark.parametrize(
+  "values, step, error, match",
+  [
     ([1.0], 0, TypeError, "values must be a dict"),
     ({}, 0, ValueError, "no metric to log"),
     ({"step": 1.0}, 0, ValueError, "'step' cannot name a metric"),
@@ -189,7 +212,8 @@ def test_64_bit_values_and_steps_keep_their_precision():
     ({"z": 1j}, 0, TypeError, "is complex"),
     ({"x": 1.0}, 1.5, TypeError, "step must be an integer scalar"),
     ({"x": 1.0}, jnp.arange(2), TypeError, "step must be an integer scalar"),
-])
+  ],
+)
 def test_bad_arguments_raise_when_logging(values, step, error, match):
   with pytest.raises(error, match=match):
     metrics.log(values, step=step)
@@ -202,13 +226,23 @@ def test_unknown_reduction_raises():
 
 # --------------------------------------------------------------- vmap
 def _vmapped(reduce):
-  return jax.jit(jax.vmap(
-      lambda x: metrics.log({"x": x, "sq": x * x}, step=3, reduce=reduce)))
+  return jax.jit(
+    jax.vmap(
+      lambda x: metrics.log({"x": x, "sq": x * x}, step=3, reduce=reduce)
+    )
+  )
 
 
-@pytest.mark.parametrize("reduce, x, sq", [
-    ("mean", 1.5, 3.5), ("sum", 6.0, 14.0), ("max", 3.0, 9.0),
-    ("min", 0.0, 0.0), ("first", 0.0, 0.0)])
+@pytest.mark.parametrize(
+  "reduce, x, sq",
+  [
+    ("mean", 1.5, 3.5),
+    ("sum", 6.0, 14.0),
+    ("max", 3.0, 9.0),
+    ("min", 0.0, 0.0),
+    ("first", 0.0, 0.0),
+  ],
+)
 def test_vmap_makes_one_record_reduced_over_the_batch(rec, reduce, x, sq):
   _vmapped(reduce)(jnp.arange(4.0))
   assert records(rec) == [(3, {"x": x, "sq": sq})]
@@ -216,44 +250,62 @@ def test_vmap_makes_one_record_reduced_over_the_batch(rec, reduce, x, sq):
 
 def test_vmap_each_names_every_element(rec):
   _vmapped("each")(jnp.arange(3.0))
-  assert records(rec) == [(3, {
-      "x/batch_0": 0.0, "sq/batch_0": 0.0, "x/batch_1": 1.0,
-      "sq/batch_1": 1.0, "x/batch_2": 2.0, "sq/batch_2": 4.0})]
+  assert records(rec) == [
+    (
+      3,
+      {
+        "x/batch_0": 0.0,
+        "sq/batch_0": 0.0,
+        "x/batch_1": 1.0,
+        "sq/batch_1": 1.0,
+        "x/batch_2": 2.0,
+        "sq/batch_2": 4.0,
+      },
+    )
+  ]
 
 
 def test_nested_vmap_reduces_over_both_batches(rec):
   def nested(reduce):
     # the outer vmap maps the columns (j), the inner one the rows (i)
-    return jax.vmap(jax.vmap(
-        lambda x: metrics.log({"x": x}, step=0, reduce=reduce)), in_axes=1)
+    return jax.vmap(
+      jax.vmap(lambda x: metrics.log({"x": x}, step=0, reduce=reduce)),
+      in_axes=1,
+    )
 
   nested("mean")(jnp.arange(6.0).reshape(2, 3))
   nested("each")(jnp.arange(6.0).reshape(2, 3))
   got = records(rec)
   assert got[0] == (0, {"x": 2.5})
   # the outer index first: x[i, j] is element (j, i)
-  assert got[1] == (0, {f"x/batch_{j}_{i}": float(3 * i + j)
-                        for j in range(3) for i in range(2)})
+  assert got[1] == (
+    0,
+    {f"x/batch_{j}_{i}": float(3 * i + j) for j in range(3) for i in range(2)},
+  )
 
 
 def test_vmap_of_a_batched_step_with_each_gives_a_record_per_step(rec):
   jax.vmap(lambda x, i: metrics.log({"x": x}, step=i, reduce="each"))(
-      jnp.array([5.0, 6.0]), jnp.array([1, 2]))
+    jnp.array([5.0, 6.0]), jnp.array([1, 2])
+  )
   assert records(rec) == [(1, {"x/batch_0": 5.0}), (2, {"x/batch_1": 6.0})]
 
 
 def test_vmap_of_a_batched_step_that_differs_fails_flush(rec):
   jax.vmap(lambda x, i: metrics.log({"x": x}, step=i))(
-      jnp.array([5.0, 6.0]), jnp.array([1, 2]))
-  with pytest.raises(metrics.MetricsError,
-                     match="the step differs across the batch"):
+    jnp.array([5.0, 6.0]), jnp.array([1, 2])
+  )
+  with pytest.raises(
+    metrics.MetricsError, match="the step differs across the batch"
+  ):
     metrics.flush(WAIT_S)
   assert rec.got == []
 
 
 def test_vmap_with_an_array_metric_takes_the_general_path(rec):
   jax.vmap(lambda w: metrics.log({"w": w}, step=0))(
-      jnp.arange(6.0).reshape(2, 3))
+    jnp.arange(6.0).reshape(2, 3)
+  )
   [(step, values)] = records(rec)
   assert step == 0 and values["w"].tolist() == [1.5, 2.5, 3.5]
 
@@ -274,13 +326,21 @@ def _per_device_log(reduce="mean"):
   def f(x):
     metrics.log({"x": x.sum(), "one": 1}, step=9, reduce=reduce)
     return x + 1
+
   return f
 
 
 @pytest.mark.multidevice
-@pytest.mark.parametrize("reduce, x, one", [
-    ("mean", (N - 1) / 2, 1.0), ("sum", N * (N - 1) / 2, N),
-    ("max", N - 1.0, 1), ("min", 0.0, 1), ("first", 0.0, 1)])
+@pytest.mark.parametrize(
+  "reduce, x, one",
+  [
+    ("mean", (N - 1) / 2, 1.0),
+    ("sum", N * (N - 1) / 2, N),
+    ("max", N - 1.0, 1),
+    ("min", 0.0, 1),
+    ("first", 0.0, 1),
+  ],
+)
 def test_pmap_makes_one_record_per_step(rec, reduce, x, one):
   out = jax.pmap(_per_device_log(reduce))(jnp.arange(float(N)))
   assert out.tolist() == [float(i + 1) for i in range(N)]
@@ -290,7 +350,8 @@ def test_pmap_makes_one_record_per_step(rec, reduce, x, one):
 @pytest.mark.multidevice
 def test_pmap_of_constants_only_makes_one_record(rec):
   jax.pmap(lambda x: (metrics.log({"c": 2.5}, step=4), x)[1])(
-      jnp.arange(float(N)))
+    jnp.arange(float(N))
+  )
   assert records(rec) == [(4, {"c": 2.5})]
 
 
@@ -312,15 +373,22 @@ def test_shard_map_makes_one_record_with_the_mean(rec):
 
 
 @pytest.mark.multidevice
-@pytest.mark.parametrize("reduce, want", [
+@pytest.mark.parametrize(
+  "reduce, want",
+  [
     ("mean", {"x": (N - 1) / 2}),
-    ("each", {f"x/device_{i}": float(i) for i in range(N)})])
+    ("each", {f"x/device_{i}": float(i) for i in range(N)}),
+  ],
+)
 def test_shard_map_over_two_mesh_axes_reduces_over_both(rec, reduce, want):
   mesh = Mesh(np.array(jax.devices()).reshape(2, N // 2), ("a", "b"))
   spec = P(("a", "b"))
-  f = _shard_map(lambda x: (metrics.log({"x": x.sum()}, step=1,
-                                        reduce=reduce), x)[1],
-                 mesh=mesh, in_specs=spec, out_specs=spec)
+  f = _shard_map(
+    lambda x: (metrics.log({"x": x.sum()}, step=1, reduce=reduce), x)[1],
+    mesh=mesh,
+    in_specs=spec,
+    out_specs=spec,
+  )
   jax.jit(f)(jax.device_put(jnp.arange(float(N)), NamedSharding(mesh, spec)))
   assert records(rec) == [(1, want)]
 
@@ -332,11 +400,12 @@ def test_scan_in_shard_map_logs_every_step_once(rec):
       i, v = c
       metrics.log({"v": v.sum()}, step=i)
       return (i + 1, v * 2), None
+
     return lax.scan(body, (0, x), None, length=3)[0][1]
+
   x = jax.device_put(jnp.ones(N), NamedSharding(_mesh(), P("d")))
   assert jax.jit(shard_map(per_device))(x).tolist() == [8.0] * N
-  assert records(rec) == [(0, {"v": 1.0}), (1, {"v": 2.0}),
-                          (2, {"v": 4.0})]
+  assert records(rec) == [(0, {"v": 1.0}), (1, {"v": 2.0}), (2, {"v": 4.0})]
 
 
 @pytest.mark.multidevice
@@ -384,8 +453,9 @@ def test_flush_raises_a_sink_failure_and_the_other_sinks_still_write(rec):
   metrics.add_sink(broken)
   try:
     metrics.log({"x": 1.0}, step=1)
-    with pytest.raises(metrics.MetricsError,
-                       match="ValueError: sink broke at step 1") as info:
+    with pytest.raises(
+      metrics.MetricsError, match="ValueError: sink broke at step 1"
+    ) as info:
       metrics.flush(WAIT_S)
     assert isinstance(info.value.__cause__, ValueError)
     assert rec.got == [(1, {"x": 1.0})]
@@ -402,8 +472,9 @@ def test_flush_from_a_sink_raises_instead_of_waiting_for_itself(rec):
   metrics.add_sink(flushing)
   try:
     metrics.log({"x": 1.0}, step=1)
-    with pytest.raises(metrics.MetricsError,
-                       match="flush\\(\\) was called from a sink"):
+    with pytest.raises(
+      metrics.MetricsError, match="flush\\(\\) was called from a sink"
+    ):
       metrics.flush(WAIT_S)
   finally:
     metrics.remove_sink(flushing, timeout=WAIT_S)
@@ -444,8 +515,9 @@ def test_records_logged_without_a_sink_are_counted_and_warned(caplog):
   with caplog.at_level(logging.WARNING, logger="hostcb"):
     metrics.flush(WAIT_S)
   assert metrics.stats()["no_sink"] == before + 1
-  assert ("1 record(s) logged while no sink was added were not written"
-          in caplog.text)
+  assert (
+    "1 record(s) logged while no sink was added were not written" in caplog.text
+  )
 
 
 # ------------------------------------------------------ bounded memory
@@ -474,8 +546,9 @@ def blocked_sink():
   metrics.remove_sink(sink, timeout=WAIT_S)
 
 
-def test_drop_policy_drops_and_counts_taps_beyond_the_bound(blocked_sink,
-                                                            caplog):
+def test_drop_policy_drops_and_counts_taps_beyond_the_bound(
+  blocked_sink, caplog
+):
   seen, release = blocked_sink
   metrics.configure(overflow="drop")
   before = metrics.stats()["dropped"]
@@ -505,12 +578,12 @@ def test_block_policy_holds_the_taps_and_loses_nothing(blocked_sink):
   assert seen == list(range(11))
 
 
-def test_flush_raises_timeout_error_when_a_sink_does_not_finish(
-    blocked_sink):
+def test_flush_raises_timeout_error_when_a_sink_does_not_finish(blocked_sink):
   seen, release = blocked_sink
   metrics.log({"x": 1.0}, step=1)
-  with pytest.raises(TimeoutError, match="the sinks did not finish writing "
-                     "within 0.2 s"):
+  with pytest.raises(
+    TimeoutError, match="the sinks did not finish writing within 0.2 s"
+  ):
     metrics.flush(0.2)
   release.set()
   metrics.flush(WAIT_S)
@@ -543,16 +616,17 @@ out = jax.jit(lambda x: lax.scan(body, (0, x), None, length=500)[0])(0.0)
 """
 
 
-@pytest.mark.parametrize("end, rc", [("", 0),
-                                     ("raise RuntimeError('boom')", 1)])
-def test_records_are_written_at_exit_also_after_an_exception(tmp_path, end,
-                                                             rc):
+@pytest.mark.parametrize(
+  "end, rc", [("", 0), ("raise RuntimeError('boom')", 1)]
+)
+def test_records_are_written_at_exit_also_after_an_exception(tmp_path, end, rc):
   path = str(tmp_path / "m.jsonl")
   r = run_python(_EXIT_SCRIPT.format(path=path, end=end), timeout=240)
   assert r.returncode == rc, r.stderr
   lines = [json.loads(line) for line in open(path)]
-  assert [(d["step"], d["x"]) for d in lines] == [(i, float(i))
-                                                  for i in range(500)]
+  assert [(d["step"], d["x"]) for d in lines] == [
+    (i, float(i)) for i in range(500)
+  ]
 
 
 # ----------------------------------------------------- the file sinks
@@ -581,13 +655,18 @@ def test_csv_widens_its_header_for_a_new_metric(tmp_path):
   rows = list(csv.reader(path.open()))
   assert rows[0] == ["step", "wall_time", "loss", "acc"]
   assert [[r[0], r[2], r[3]] for r in rows[1:]] == [
-      ["1", "0.5", ""], ["2", "0.25", "0.75"], ["3", "", "inf"]]
+    ["1", "0.5", ""],
+    ["2", "0.25", "0.75"],
+    ["3", "", "inf"],
+  ]
   assert all(float(r[1]) > 0 for r in rows[1:])
 
 
 # -------------------------------------------------------- TensorBoard
-_NO_TENSORBOARD = ("tensorboard is not installed (pip install "
-                   "hostcb[tensorboard]; `make install` installs it)")
+_NO_TENSORBOARD = (
+  "tensorboard is not installed (pip install "
+  "hostcb[tensorboard]; `make install` installs it)"
+)
 
 
 @pytest.fixture
@@ -597,15 +676,18 @@ def tensorboard():
 
 def _read_tensorboard(logdir):
   from tensorboard.backend.event_processing import event_accumulator
+
   acc = event_accumulator.EventAccumulator(
-      str(logdir), size_guidance={event_accumulator.SCALARS: 0,
-                                  event_accumulator.TENSORS: 0})
+    str(logdir),
+    size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0},
+  )
   acc.Reload()
   return acc
 
 
-def test_tensorboard_event_file_is_read_by_tensorboard(tensorboard, tmp_path,
-                                                     rec):
+def test_tensorboard_event_file_is_read_by_tensorboard(
+  tensorboard, tmp_path, rec
+):
   sink = metrics.add_sink(metrics.TensorBoard(tmp_path))
   (_, _), ys = jax.jit(lambda x: _loop(x, True))(0.3)
   metrics.log({"x": 1.0}, step=200)  # a step of two bytes
@@ -614,15 +696,18 @@ def test_tensorboard_event_file_is_read_by_tensorboard(tensorboard, tmp_path,
   assert sorted(acc.Tags()["scalars"]) == ["neg", "x"]
   xs = [(e.step, e.value) for e in acc.Scalars("x")]
   assert xs == [(i, float(y)) for i, y in enumerate(np.asarray(ys))] + [
-      (200, 1.0)]
+    (200, 1.0)
+  ]
   assert [e.value for e in acc.Scalars("neg")] == [float(-y) for y in ys]
   assert len(glob.glob(str(tmp_path / "events.out.tfevents.*"))) == 1
 
 
 def test_file_sinks_that_write_nothing_make_no_file(tensorboard, tmp_path):
-  sinks = [metrics.add_sink(metrics.TensorBoard(tmp_path / "tb")),
-           metrics.add_sink(metrics.JsonLines(tmp_path / "m.jsonl")),
-           metrics.add_sink(metrics.CSV(tmp_path / "m.csv"))]
+  sinks = [
+    metrics.add_sink(metrics.TensorBoard(tmp_path / "tb")),
+    metrics.add_sink(metrics.JsonLines(tmp_path / "m.jsonl")),
+    metrics.add_sink(metrics.CSV(tmp_path / "m.csv")),
+  ]
   metrics.flush(WAIT_S)
   for sink in sinks:
     metrics.remove_sink(sink, timeout=WAIT_S)
@@ -637,6 +722,7 @@ def test_tensorboard_writes_arrays_as_histograms(tensorboard, tmp_path):
   assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(3, 0.5)]
   [event] = acc.Tensors("w")
   from tensorboard.util import tensor_util
+
   buckets = tensor_util.make_ndarray(event.tensor_proto)  # left, right, count
   assert event.step == 3 and buckets[:, 2].sum() == 10.0
   assert (buckets[0, 0], buckets[-1, 1]) == (0.0, 9.0)
@@ -645,16 +731,23 @@ def test_tensorboard_writes_arrays_as_histograms(tensorboard, tmp_path):
 @pytest.mark.parametrize("step", [0, 1, 127, 128, 300, 2**31 - 1, -5])
 def test_bulk_encoding_equals_the_protocol_buffer_library(tensorboard, step):
   from tensorboard.compat.proto import event_pb2, summary_pb2
+
   names = ("loss", "grad/norm", "é")
   values = [0.25, -3.5, np.float32(1e-7)]
-  event = event_pb2.Event(wall_time=1.7e9 + 0.125, step=step,
-                          summary=summary_pb2.Summary(value=[
-                              summary_pb2.Summary.Value(tag=n,
-                                                        simple_value=v)
-                              for n, v in zip(names, values)]))
+  event = event_pb2.Event(
+    wall_time=1.7e9 + 0.125,
+    step=step,
+    summary=summary_pb2.Summary(
+      value=[
+        summary_pb2.Summary.Value(tag=n, simple_value=v)
+        for n, v in zip(names, values)
+      ]
+    ),
+  )
   data = event.SerializeToString()
-  framed = tb_module.encode_scalar_events(names, [step], [1.7e9 + 0.125],
-                                          [values])
+  framed = tb_module.encode_scalar_events(
+    names, [step], [1.7e9 + 0.125], [values]
+  )
   length = struct.pack("<Q", len(data))
   assert framed[:8] == length and framed[12:-4] == data
 
@@ -665,7 +758,8 @@ def test_crc32c_matches_the_standard_check_value():
 
 
 def test_missing_tensorboard_says_how_to_install_it():
-  r = run_python(textwrap.dedent("""
+  r = run_python(
+    textwrap.dedent("""
       import sys
       sys.modules["tensorboard"] = None
       from hostcb import metrics
@@ -673,15 +767,18 @@ def test_missing_tensorboard_says_how_to_install_it():
         metrics.TensorBoard("unused")
       except ImportError as e:
         print(e)
-      """))
-  assert r.stdout == ("hostcb.metrics.TensorBoard needs the tensorboard "
-                      "package, which is not installed: pip install "
-                      "hostcb[tensorboard]  (or: pip install tensorboard)\n"
-                      ), r.stderr
+      """)
+  )
+  assert r.stdout == (
+    "hostcb.metrics.TensorBoard needs the tensorboard "
+    "package, which is not installed: pip install "
+    "hostcb[tensorboard]  (or: pip install tensorboard)\n"
+  ), r.stderr
 
 
 def test_missing_wandb_says_how_to_install_it():
-  r = run_python(textwrap.dedent("""
+  r = run_python(
+    textwrap.dedent("""
       import sys
       sys.modules["wandb"] = None
       from hostcb import metrics
@@ -689,10 +786,13 @@ def test_missing_wandb_says_how_to_install_it():
         metrics.WandB(mode="offline")
       except ImportError as e:
         print(e)
-      """))
-  assert r.stdout == ("hostcb.metrics.WandB needs the wandb package, which "
-                      "is not installed: pip install hostcb[wandb]  (or: "
-                      "pip install wandb)\n"), r.stderr
+      """)
+  )
+  assert r.stdout == (
+    "hostcb.metrics.WandB needs the wandb package, which "
+    "is not installed: pip install hostcb[wandb]  (or: "
+    "pip install wandb)\n"
+  ), r.stderr
 
 
 # ---------------------------------------------------------------- W&B
@@ -702,6 +802,7 @@ def _wandb_history(path: str) -> list | None:
   header); None until W&B's service has written the run's ``exit``
   record, its last."""
   from wandb.proto import wandb_internal_pb2
+
   data = open(path, "rb").read()
   assert data[:4] == b":W&B"
   block, pos, chunk, rows, ended = 32768, 7, b"", [], False
@@ -710,8 +811,8 @@ def _wandb_history(path: str) -> list | None:
     if left < 7:  # the block's tail is padding
       pos += left
       continue
-    length, kind = struct.unpack("<HB", data[pos + 4:pos + 7])
-    chunk += data[pos + 7:pos + 7 + length]
+    length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+    chunk += data[pos + 7 : pos + 7 + length]
     pos += 7 + length
     if kind in (1, 4):  # FULL, LAST
       record = wandb_internal_pb2.Record()
@@ -720,9 +821,12 @@ def _wandb_history(path: str) -> list | None:
       ended = ended or record.WhichOneof("record_type") == "exit"
       if record.WhichOneof("record_type") == "history":
         row = {"_step": 0}  # W&B leaves out a step of 0
-        row.update({item.key or "/".join(item.nested_key):
-                    json.loads(item.value_json)
-                    for item in record.history.item})
+        row.update(
+          {
+            item.key or "/".join(item.nested_key): json.loads(item.value_json)
+            for item in record.history.item
+          }
+        )
         rows.append(row)
     elif kind == 0:
       break
@@ -730,11 +834,15 @@ def _wandb_history(path: str) -> list | None:
 
 
 def test_wandb_offline_run_gets_every_record(tmp_path, monkeypatch):
-  pytest.importorskip("wandb", reason="wandb is not installed (pip install "
-                      "hostcb[wandb]; `make install` installs it)")
+  pytest.importorskip(
+    "wandb",
+    reason="wandb is not installed (pip install "
+    "hostcb[wandb]; `make install` installs it)",
+  )
   monkeypatch.setenv("WANDB_SILENT", "true")
-  sink = metrics.add_sink(metrics.WandB(mode="offline", dir=str(tmp_path),
-                                        project="hostcb-test"))
+  sink = metrics.add_sink(
+    metrics.WandB(mode="offline", dir=str(tmp_path), project="hostcb-test")
+  )
   (_, _), ys = jax.jit(lambda x: _loop(x, True))(0.3)
   metrics.remove_sink(sink, timeout=WAIT_S)  # finishes the run
   [path] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))
@@ -756,6 +864,7 @@ def test_log_and_progress_bars_share_a_loop(rec):
   except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
     pytest.skip(str(e))
   import io
+
   bars = []
 
   class Bar(tqdm.tqdm):
@@ -768,16 +877,17 @@ def test_log_and_progress_bars_share_a_loop(rec):
     metrics.log({"total": total}, step=i)
     return (i + 1, total + x), None
 
-  (_, total), _ = jax.jit(lambda xs: progress.scan(
-      body, (0, 0.0), xs, tqdm_class=Bar))(jnp.arange(5.0))
+  (_, total), _ = jax.jit(
+    lambda xs: progress.scan(body, (0, 0.0), xs, tqdm_class=Bar)
+  )(jnp.arange(5.0))
   assert float(total) == 10.0
-  assert records(rec) == [(i, {"total": float(i * (i - 1) // 2)})
-                          for i in range(5)]
+  assert records(rec) == [
+    (i, {"total": float(i * (i - 1) // 2)}) for i in range(5)
+  ]
   hostcb.barrier_wait()
   assert [(b.n, b.total) for b in bars] == [(5, 5)]
 
 
 def test_importing_hostcb_does_not_import_metrics():
-  r = run_python("import sys, hostcb\n"
-                 "print('hostcb.metrics' in sys.modules)")
+  r = run_python("import sys, hostcb\nprint('hostcb.metrics' in sys.modules)")
   assert (r.returncode, r.stdout) == (0, "False\n"), r.stderr

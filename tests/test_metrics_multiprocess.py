@@ -6,6 +6,7 @@ added with ``processes="each"``.
 The workers (``metrics_worker.py``) write two JsonLines files each; every
 wait is bounded and the processes are killed whatever happens.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,16 @@ def files(tmp_path_factory):
   both workers' sinks."""
   outdir = tmp_path_factory.mktemp("metrics_multiprocess")
   port = str(free_port())
-  procs = [subprocess.Popen([sys.executable, WORKER, str(i), "2", port,
-                             str(outdir)], env=worker_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True) for i in range(2)]
+  procs = [
+    subprocess.Popen(
+      [sys.executable, WORKER, str(i), "2", port, str(outdir)],
+      env=worker_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
   outputs = []
   try:
     for p in procs:
@@ -61,9 +68,20 @@ def files(tmp_path_factory):
   return found
 
 
-PMAP = [(0, {"x": 1.5}), (1, {"x": 11.5}), (2, {"x": 21.5}),
-        (3, {"x/device_0": 0.0, "x/device_1": 1.0, "x/device_2": 2.0,
-             "x/device_3": 3.0})]
+PMAP = [
+  (0, {"x": 1.5}),
+  (1, {"x": 11.5}),
+  (2, {"x": 21.5}),
+  (
+    3,
+    {
+      "x/device_0": 0.0,
+      "x/device_1": 1.0,
+      "x/device_2": 2.0,
+      "x/device_3": 3.0,
+    },
+  ),
+]
 SHARDED = [(4, {"mean": 3.5})]
 
 

@@ -6,6 +6,7 @@ loopback port, CPU collectives through gloo) runs every scenario of
 in both processes.  Every wait is bounded and the processes are killed
 whatever happens.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,11 +39,14 @@ def free_port() -> int:
 
 def worker_env() -> dict:
   env = dict(os.environ)
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.pathsep.join(
-                 p for p in (hostcb_root(), os.environ.get("PYTHONPATH"))
-                 if p))
+  env.update(
+    XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    JAX_PLATFORMS="cpu",
+    TF_CPP_MIN_LOG_LEVEL="2",
+    PYTHONPATH=os.pathsep.join(
+      p for p in (hostcb_root(), os.environ.get("PYTHONPATH")) if p
+    ),
+  )
   env.pop("HOSTCB_BARRIER_TIMEOUT_S", None)
   return env
 
@@ -54,10 +58,16 @@ def launch(argvs: list[list[str]], timeout: float) -> list[dict]:
   killed at once (a process waiting for a dead peer would otherwise wait
   for its own, longer timeouts).  No process outlives this call.
   """
-  procs = [subprocess.Popen([sys.executable, WORKER, *argv],
-                            env=worker_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-           for argv in argvs]
+  procs = [
+    subprocess.Popen(
+      [sys.executable, WORKER, *argv],
+      env=worker_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for argv in argvs
+  ]
   outputs: list = [None] * len(procs)
   done: queue.Queue = queue.Queue()
 
@@ -65,8 +75,10 @@ def launch(argvs: list[list[str]], timeout: float) -> list[dict]:
     outputs[i] = procs[i].communicate()
     done.put(i)
 
-  threads = [threading.Thread(target=reap, args=(i,), daemon=True)
-             for i in range(len(procs))]
+  threads = [
+    threading.Thread(target=reap, args=(i,), daemon=True)
+    for i in range(len(procs))
+  ]
   for t in threads:
     t.start()
   deadline = time.monotonic() + timeout
@@ -83,8 +95,14 @@ def launch(argvs: list[list[str]], timeout: float) -> list[dict]:
         p.kill()
     for t in threads:
       t.join(timeout=30)
-  return [{"rc": p.returncode, "stdout": (o or ("", ""))[0],
-           "stderr": (o or ("", ""))[1]} for p, o in zip(procs, outputs)]
+  return [
+    {
+      "rc": p.returncode,
+      "stdout": (o or ("", ""))[0],
+      "stderr": (o or ("", ""))[1],
+    }
+    for p, o in zip(procs, outputs)
+  ]
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +110,13 @@ def results(tmp_path_factory):
   """{process id: {scenario: {"value": ...} or {"error": ...}}}."""
   outdir = tmp_path_factory.mktemp("multiprocess")
   port = str(free_port())
-  runs = launch([[str(i), str(NUM_PROCESSES), port, str(outdir)]
-                 for i in range(NUM_PROCESSES)], LAUNCH_TIMEOUT_S)
+  runs = launch(
+    [
+      [str(i), str(NUM_PROCESSES), port, str(outdir)]
+      for i in range(NUM_PROCESSES)
+    ],
+    LAUNCH_TIMEOUT_S,
+  )
   found = {}
   for i, _run in enumerate(runs):
     path = outdir / f"result_{i}.json"
@@ -111,8 +134,10 @@ def scenario(results, name: str) -> dict:
     entry = found.get(i, {}).get(name)
     if entry is None or "error" in entry:
       detail = entry["error"] if entry else "no result"
-      logs = "\n".join(f"--- process {j} (rc {run['rc']}):\n"
-                       f"{run['stderr'][-3000:]}" for j, run in failed)
+      logs = "\n".join(
+        f"--- process {j} (rc {run['rc']}):\n{run['stderr'][-3000:]}"
+        for j, run in failed
+      )
       pytest.fail(f"scenario {name} in process {i}: {detail}\n{logs}")
     values[i] = entry["value"]
   return values
@@ -124,66 +149,95 @@ EVEN = [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
 def test_workers_exit_cleanly(results):
   _, failed = results
   assert not failed, "\n".join(
-      f"process {i} rc {run['rc']}:\n{run['stderr'][-3000:]}"
-      for i, run in failed)
+    f"process {i} rc {run['rc']}:\n{run['stderr'][-3000:]}" for i, run in failed
+  )
 
 
 def test_jit_tap_runs_once_in_the_process_of_device_0(results):
   assert scenario(results, "jit_tap") == {
-      0: [{"value": EVEN, "device": 0, "process": 0}], 1: []}
+    0: [{"value": EVEN, "device": 0, "process": 0}],
+    1: [],
+  }
 
 
 def test_jit_tap_device_index_picks_the_process(results):
   assert scenario(results, "jit_tap_device_index") == {
-      0: [], 1: [{"value": EVEN, "device": 3, "process": 1}]}
+    0: [],
+    1: [{"value": EVEN, "device": 3, "process": 1}],
+  }
 
 
 def test_jit_tap_follows_the_mesh_device_order(results):
   # The mesh lists the global devices backwards: its device 0 is global
   # device 3, in process 1.
   assert scenario(results, "jit_tap_mesh_order") == {
-      0: [], 1: [{"value": EVEN, "device": 3, "process": 1}]}
+    0: [],
+    1: [{"value": EVEN, "device": 3, "process": 1}],
+  }
 
 
 def test_pjit_id_print_prints_once_with_the_whole_operand(results):
   sums = [24.0, 28.0, 32.0, 36.0]
   assert scenario(results, "pjit_print") == {
-      0: {"printed": "what: column sums\n[24. 28. 32. 36.]\n", "result": sums},
-      1: {"printed": "", "result": sums}}
+    0: {"printed": "what: column sums\n[24. 28. 32. 36.]\n", "result": sums},
+    1: {"printed": "", "result": sums},
+  }
 
 
 def test_barrier_waits_for_a_dispatched_global_computation(results):
   assert scenario(results, "barrier_after_dispatch") == {
-      0: list(range(1, 21)), 1: [0] * 20}
+    0: list(range(1, 21)),
+    1: [0] * 20,
+  }
 
 
 def test_jit_call_runs_once_and_every_process_gets_its_shards(results):
   assert scenario(results, "jit_call") == {
-      0: {"calls": [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]],
-          "shards": {"0": [100.0, 101.0], "1": [102.0, 103.0]}},
-      1: {"calls": [],
-          "shards": {"2": [104.0, 105.0], "3": [106.0, 107.0]}}}
+    0: {
+      "calls": [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]],
+      "shards": {"0": [100.0, 101.0], "1": [102.0, 103.0]},
+    },
+    1: {"calls": [], "shards": {"2": [104.0, 105.0], "3": [106.0, 107.0]}},
+  }
 
 
 def test_pmap_taps_run_in_each_process_for_its_local_devices(results):
   assert scenario(results, "pmap_tap") == {
-      0: [{"value": 1.0, "device": 0, "process": 0},
-          {"value": 2.0, "device": 1, "process": 0}],
-      1: [{"value": 11.0, "device": 2, "process": 1},
-          {"value": 12.0, "device": 3, "process": 1}]}
+    0: [
+      {"value": 1.0, "device": 0, "process": 0},
+      {"value": 2.0, "device": 1, "process": 0},
+    ],
+    1: [
+      {"value": 11.0, "device": 2, "process": 1},
+      {"value": 12.0, "device": 3, "process": 1},
+    ],
+  }
 
 
 def test_partitioned_tap_runs_in_each_process_for_its_own_shards(results):
   def taps(devices):
-    return [{"value": [4.0 * d, 4.0 * d + 2], "device": d,
-             "process": d // 2, "index": [2 * d, 2 * d + 2]}
-            for d in devices]
+    return [
+      {
+        "value": [4.0 * d, 4.0 * d + 2],
+        "device": d,
+        "process": d // 2,
+        "index": [2 * d, 2 * d + 2],
+      }
+      for d in devices
+    ]
 
   assert scenario(results, "partitioned_tap") == {
-      0: {"taps": taps([0, 1]), "debug": [[0.0, 1.0], [2.0, 3.0]],
-          "gathers": False},
-      1: {"taps": taps([2, 3]), "debug": [[4.0, 5.0], [6.0, 7.0]],
-          "gathers": False}}
+    0: {
+      "taps": taps([0, 1]),
+      "debug": [[0.0, 1.0], [2.0, 3.0]],
+      "gathers": False,
+    },
+    1: {
+      "taps": taps([2, 3]),
+      "debug": [[4.0, 5.0], [6.0, 7.0]],
+      "gathers": False,
+    },
+  }
 
 
 def test_barrier_all_processes_waits_for_every_process_taps(results):
@@ -195,13 +249,17 @@ def test_tap_exception_is_reported_only_by_its_process(results):
   values = scenario(results, "tap_exception")
   assert values[0] == {"raised": None}
   assert values[1]["raised"] == "CallbackException"
-  assert values[1]["cause"] in ("ValueError: tap failed on device 2",
-                                "ValueError: tap failed on device 3")
+  assert values[1]["cause"] in (
+    "ValueError: tap failed on device 2",
+    "ValueError: tap failed on device 3",
+  )
 
 
 def test_processes_go_on_after_a_tap_exception(results):
   assert scenario(results, "after_exception") == {
-      0: [{"value": EVEN, "device": 0, "process": 0}], 1: []}
+    0: [{"value": EVEN, "device": 0, "process": 0}],
+    1: [],
+  }
 
 
 def test_progress_bars_of_each_process_follow_its_own_devices(results):
@@ -210,9 +268,14 @@ def test_progress_bars_of_each_process_follow_its_own_devices(results):
   if "unsupported" in found[0]:
     pytest.skip(found[0]["unsupported"])
   assert found == {
-      p: {"combined": [done], "combined_desc": ["[2 devices]"],
-          "each": [done, done], "first": [done] if p == 0 else []}
-      for p in range(NUM_PROCESSES)}
+    p: {
+      "combined": [done],
+      "combined_desc": ["[2 devices]"],
+      "each": [done, done],
+      "first": [done] if p == 0 else [],
+    }
+    for p in range(NUM_PROCESSES)
+  }
 
 
 def test_barrier_all_processes_times_out_when_a_process_never_comes(results):
@@ -221,14 +284,17 @@ def test_barrier_all_processes_times_out_when_a_process_never_comes(results):
   assert values[0]["raised"] == "TimeoutError"
   message = values[0]["message"]
   assert message.startswith(
-      "barrier_wait('alone', all_processes=True) waited 1 s for the other "
-      "processes and not all came (process 0 of 2, call number 3 of ")
+    "barrier_wait('alone', all_processes=True) waited 1 s for the other "
+    "processes and not all came (process 0 of 2, call number 3 of "
+  )
 
 
 def test_a_failed_worker_gets_the_others_killed_quickly():
   start = time.monotonic()
-  runs = launch([["0", "2", str(free_port()), "/nonexistent"], ["die"]],
-                timeout=LAUNCH_TIMEOUT_S)
+  runs = launch(
+    [["0", "2", str(free_port()), "/nonexistent"], ["die"]],
+    timeout=LAUNCH_TIMEOUT_S,
+  )
   assert time.monotonic() - start < 30
   assert runs[1]["rc"] == 3
   assert runs[0]["rc"] != 0  # killed while waiting for its peer
@@ -238,28 +304,37 @@ def test_example_runs_as_two_local_processes():
   example = os.path.join(os.path.dirname(HERE), "examples", "multiprocess.py")
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)  # the example sets its own device count
-  proc = subprocess.run([sys.executable, example, "--timeout", "90"],
-                        env=env, capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [sys.executable, example, "--timeout", "90"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   lines = {0: [], 1: []}
   for line in proc.stdout.splitlines():
     for i in lines:
       if line.startswith(f"[process {i}] "):
-        lines[i].append(line[len(f"[process {i}] "):])
+        lines[i].append(line[len(f"[process {i}] ") :])
   assert "what: global sum (id_print in jit)" in lines[0]
   assert "28." in lines[0]
-  assert ("process 0: call got the whole operand [0. 1. 2. 3. 4. 5. 6. 7.]"
-          in lines[0])
+  assert (
+    "process 0: call got the whole operand [0. 1. 2. 3. 4. 5. 6. 7.]"
+    in lines[0]
+  )
   for i in (0, 1):
     assert f"process {i}: every process is past its barrier" in lines[i]
     assert sum(line.endswith("what: pmap") for line in lines[i]) == 2
-  assert not any("global sum" in line or "call got" in line
-                 for line in lines[1])
+  assert not any(
+    "global sum" in line or "call got" in line for line in lines[1]
+  )
 
 
 # ------------------------------------------------- single process (no launch)
 def test_all_processes_barrier_in_a_single_process_waits_for_its_taps():
   import jax
+
   seen = []
   tap = lambda x, transforms: seen.append(int(x))
   f = jax.jit(lambda x: hostcb.id_tap(tap, x))
@@ -271,13 +346,17 @@ def test_all_processes_barrier_in_a_single_process_waits_for_its_taps():
   assert seen == [1, 2]
 
 
-def test_all_processes_barrier_without_jax_distributed_is_an_error(
-    monkeypatch):
+def test_all_processes_barrier_without_jax_distributed_is_an_error(monkeypatch):
   import jax
+
   monkeypatch.setattr(jax, "process_count", lambda: 2)
-  with pytest.raises(RuntimeError, match=(
+  with pytest.raises(
+    RuntimeError,
+    match=(
       r"this program has 2 processes but jax.distributed.initialize\(\) was "
-      r"not called")):
+      r"not called"
+    ),
+  ):
     hostcb.distributed.wait_for_all_processes("x")
 
 
@@ -307,8 +386,13 @@ def test_example_uses_the_installed_hostcb_not_the_checkouts_unbuilt_src():
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
   env.pop("PYTHONPATH", None)
-  proc = subprocess.run([sys.executable, example, "--timeout", "90"],
-                        env=env, capture_output=True, text=True, timeout=120,
-                        cwd=os.path.dirname(HERE))
+  proc = subprocess.run(
+    [sys.executable, example, "--timeout", "90"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=os.path.dirname(HERE),
+  )
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert "native engine is not available" not in proc.stdout + proc.stderr

@@ -7,6 +7,7 @@ hostcb's (``install(jax_callbacks=True)``, and ``hostcb.debug.print``
 called directly), several times each, and compare the output byte for
 byte.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,13 +90,23 @@ def _outputs(mode: str) -> list[str]:
   """The merged stdout and stderr (unbuffered) of RUNS runs of _CASES."""
   env = dict(os.environ)
   env.pop("PYTHONPATH", None)
-  env.update({"PYTHONPATH": hostcb_root(), "JAX_PLATFORMS": "cpu",
-              "PYTHONUNBUFFERED": "1"})
+  env.update(
+    {
+      "PYTHONPATH": hostcb_root(),
+      "JAX_PLATFORMS": "cpu",
+      "PYTHONUNBUFFERED": "1",
+    }
+  )
   runs = []
   for _ in range(RUNS):
-    proc = subprocess.run([sys.executable, "-c", _CASES, mode], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=DEADLINE * 4)
+    proc = subprocess.run(
+      [sys.executable, "-c", _CASES, mode],
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      timeout=DEADLINE * 4,
+    )
     assert proc.returncode == 0, proc.stdout
     runs.append(proc.stdout)
   return runs
@@ -116,8 +127,9 @@ def test_the_cases_print_in_jax_order_under_jax_itself(jax_output):
 
 
 @pytest.mark.parametrize("mode", ["install", "hostcb.debug"])
-def test_output_is_jax_output_byte_for_byte_over_repeated_runs(mode,
-                                                               jax_output):
+def test_output_is_jax_output_byte_for_byte_over_repeated_runs(
+  mode, jax_output
+):
   for out in _outputs(mode):
     assert out == jax_output
 
@@ -133,8 +145,10 @@ def test_a_label_printed_with_a_result_follows_the_prints(capsys):
     print("result:", f(jnp.float32(i)))
     print("b", f(jnp.float32(i)), sep=" | ")
   assert capsys.readouterr().out == "".join(
-      f"x = {float(i)}\nresult: {float(2 * i)}\n"
-      f"x = {float(i)}\nb | {float(2 * i)}\n" for i in range(5))
+    f"x = {float(i)}\nresult: {float(2 * i)}\n"
+    f"x = {float(i)}\nb | {float(2 * i)}\n"
+    for i in range(5)
+  )
 
 
 def test_a_stream_assigned_after_the_first_print_is_ordered_too():
@@ -173,8 +187,7 @@ def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
   assert engine.wait_for_taps(DEADLINE)
 
 
-def test_a_host_function_that_prints_does_not_wait_for_its_computation(
-    capsys):
+def test_a_host_function_that_prints_does_not_wait_for_its_computation(capsys):
   # The function runs in the middle of its computation (in the dispatching
   # thread, or XLA's): its write must not wait for that computation.
   _f()(jnp.float32(0)).block_until_ready()  # a print is staged
@@ -183,22 +196,29 @@ def test_a_host_function_that_prints_does_not_wait_for_its_computation(
   def host(x):
     print("in the host function")
     return x
-  g = jax.jit(lambda x: hostcb.pure_callback(
-      host, jax.ShapeDtypeStruct((), jnp.float32), x) + 1)
+
+  g = jax.jit(
+    lambda x: (
+      hostcb.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), x) + 1
+    )
+  )
   assert float(g(jnp.float32(1))) == 2.0
-  h = jax.jit(lambda x: (jax.debug.callback(lambda v: print("jax's", v), x),
-                         x)[1])
+  h = jax.jit(
+    lambda x: (jax.debug.callback(lambda v: print("jax's", v), x), x)[1]
+  )
   assert float(h(jnp.float32(3))) == 3.0
   jax.effects_barrier()
   assert capsys.readouterr().out == "in the host function\njax's 3.0\n"
 
 
 @pytest.mark.skipif(
-    tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 10),
-    reason="on jax 0.8 the write does not see this thread's running "
-    "computation (checked on 0.10.2 and 0.12.0.1; a known gap of 0.8)")
+  tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 10),
+  reason="on jax 0.8 the write does not see this thread's running "
+  "computation (checked on 0.10.2 and 0.12.0.1; a known gap of 0.8)",
+)
 def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
-    monkeypatch, caplog):
+  monkeypatch, caplog
+):
   # Fault injection: the computation that prints, dispatched before the
   # write, never finishes (its host function waits): the write waits
   # WAIT_SECONDS for it, then goes on, with the warning; the computation
@@ -211,11 +231,15 @@ def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
   def host(x):
     release.wait(DEADLINE)
     return x
+
   def g(x, m):
-    y = (hostcb.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), x)
-         + jnp.tanh(m @ m)[0, 0] * 0)  # big enough to run asynchronously
+    y = (
+      hostcb.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), x)
+      + jnp.tanh(m @ m)[0, 0] * 0
+    )  # big enough to run asynchronously
     hostcb.debug.print("g {}", y)  # after the host function returned
     return y
+
   g = jax.jit(g)
   buf = io.StringIO()
   try:
@@ -275,9 +299,11 @@ def test_the_hook_is_installed_by_the_first_print_and_removed_by_uninstall():
 
 
 def test_importing_hostcb_leaves_sys_alone():
-  proc = run_python("import sys, types, hostcb\n"
-                    "print(type(sys) is types.ModuleType, "
-                    "type(sys.stdout).__name__)")
+  proc = run_python(
+    "import sys, types, hostcb\n"
+    "print(type(sys) is types.ModuleType, "
+    "type(sys.stdout).__name__)"
+  )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "True TextIOWrapper\n"
 
@@ -296,12 +322,16 @@ def test_only_functions_that_print_leave_jits_fast_path():
   # A function that prints keeps its runtime token (its dispatch is what
   # the next write waits for); one that taps or calls back does not.
   from hostcb import jax_internals as ji
+
   x = jnp.float32(1)
   tapping = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)
-  calling = jax.jit(lambda x: (hostcb.debug.callback(lambda v: None, x),
-                               x + 1)[1])
+  calling = jax.jit(
+    lambda x: (hostcb.debug.callback(lambda v: None, x), x + 1)[1]
+  )
   printing = jax.jit(lambda x: (hostcb.debug.print("{}", x), x + 1)[1])
-  id_printing = jax.jit(lambda x: hostcb.id_print(x, output_stream=io.StringIO()))
+  id_printing = jax.jit(
+    lambda x: hostcb.id_print(x, output_stream=io.StringIO())
+  )
   assert ji.declares_no_effect(tapping, x)
   assert ji.declares_no_effect(calling, x)
   assert not ji.declares_no_effect(printing, x)
@@ -331,4 +361,5 @@ def test_a_library_that_patches_stdout_write_composes_with_the_hook():
   assert r.returncode == 0, r.stderr
   assert r.stdout == "x = 1.0\nx = 2.0\nresult: 4.0\nafter uninstall\n"
   assert r.stderr.strip().splitlines()[-1] == repr(
-      ["x = 2.0\n", "result:", " ", "4.0", "\n", "after uninstall", "\n"])
+    ["x = 2.0\n", "result:", " ", "4.0", "\n", "after uninstall", "\n"]
+  )

@@ -1,6 +1,7 @@
 """Per-shard taps (``partitioned=True``) in sharded ``jit``, ``shard_map``,
 outside ``jit``, and the partitioned ``hostcb.debug`` callbacks beside
 JAX's own.  See docs/partitioned.md."""
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,14 @@ from _helpers import Recorder, Stream, run_python
 pytestmark = pytest.mark.multidevice
 
 N = jax.device_count()
-COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
-               "reduce-scatter", "collective-broadcast")
+COLLECTIVES = (
+  "all-gather",
+  "all-reduce",
+  "all-to-all",
+  "collective-permute",
+  "reduce-scatter",
+  "collective-broadcast",
+)
 
 
 def _mesh(n: int = N) -> Mesh:
@@ -42,14 +49,17 @@ def _by_device(rec: Recorder) -> dict:
   out: dict = {}
   for arg, _, kw in rec.calls:
     out.setdefault(kw["device"].id, []).append(
-        (jax.tree.map(lambda a: a.tolist(), arg), kw.get("index")))
+      (jax.tree.map(lambda a: a.tolist(), arg), kw.get("index"))
+    )
   return out
 
 
 def _shards(x) -> dict:
   """{device id: (shard as lists, index)} of a jax.Array."""
-  return {s.device.id: (np.asarray(s.data).tolist(), s.index)
-          for s in x.addressable_shards}
+  return {
+    s.device.id: (np.asarray(s.data).tolist(), s.index)
+    for s in x.addressable_shards
+  }
 
 
 def test_there_are_several_devices():
@@ -60,21 +70,25 @@ def test_there_are_several_devices():
 def test_partitioned_tap_gets_each_device_its_shard_and_index():
   rec = Recorder()
   x = _matrix()
-  jax.jit(lambda v: hostcb.id_tap(rec, v * 2, partitioned=True,
-                                  tap_with_device=True))(x)
+  jax.jit(
+    lambda v: hostcb.id_tap(rec, v * 2, partitioned=True, tap_with_device=True)
+  )(x)
   hostcb.barrier_wait()
-  expected = {d: [([[2 * e for e in row] for row in data], index)]
-              for d, (data, index) in _shards(x).items()}
+  expected = {
+    d: [([[2 * e for e in row] for row in data], index)]
+    for d, (data, index) in _shards(x).items()
+  }
   assert _by_device(rec) == expected
-  assert sorted((i[0].start, i[0].stop, i[1])
-                for taps in expected.values() for _, i in taps) == [
-      (2 * k, 2 * k + 2, slice(None)) for k in range(N)]
+  assert sorted(
+    (i[0].start, i[0].stop, i[1]) for taps in expected.values() for _, i in taps
+  ) == [(2 * k, 2 * k + 2, slice(None)) for k in range(N)]
 
 
 def test_partitioned_tap_does_not_change_the_value():
   x = _matrix()
-  with_tap = jax.jit(lambda v: hostcb.id_tap(lambda *a: None, v * 3 + 1,
-                                             partitioned=True) - 1)(x)
+  with_tap = jax.jit(
+    lambda v: hostcb.id_tap(lambda *a: None, v * 3 + 1, partitioned=True) - 1
+  )(x)
   without = jax.jit(lambda v: v * 3 + 1 - 1)(x)
   hostcb.barrier_wait()
   np.testing.assert_array_equal(np.asarray(with_tap), np.asarray(without))
@@ -85,8 +99,9 @@ def test_partitioned_tap_compiles_without_collectives():
   x = _matrix()
 
   def f(partitioned):
-    return lambda v: hostcb.id_tap(lambda *a: None, v * 2,
-                                   partitioned=partitioned) + 1
+    return lambda v: (
+      hostcb.id_tap(lambda *a: None, v * 2, partitioned=partitioned) + 1
+    )
 
   per_shard = jax.jit(f(True)).lower(x).compile().as_text()
   gathering = jax.jit(f(False)).lower(x).compile().as_text()
@@ -98,14 +113,18 @@ def test_partitioned_tap_compiles_without_collectives():
 def test_partitioned_tap_of_a_pytree_gets_an_index_per_leaf():
   rec = Recorder()
   x, y = _matrix(), jnp.arange(3.0)  # y is replicated
-  jax.jit(lambda a, b: hostcb.id_tap(rec, {"a": a, "b": b}, partitioned=True,
-                                     tap_with_device=True))(x, y)
+  jax.jit(
+    lambda a, b: hostcb.id_tap(
+      rec, {"a": a, "b": b}, partitioned=True, tap_with_device=True
+    )
+  )(x, y)
   hostcb.barrier_wait()
   shards = _shards(x)
   got = _by_device(rec)
-  assert got == {d: [({"a": data, "b": [0.0, 1.0, 2.0]},
-                      {"a": index, "b": (slice(None),)})]
-                 for d, (data, index) in shards.items()}
+  assert got == {
+    d: [({"a": data, "b": [0.0, 1.0, 2.0]}, {"a": index, "b": (slice(None),)})]
+    for d, (data, index) in shards.items()
+  }
 
 
 def test_partitioned_tap_without_device_gets_no_index():
@@ -114,7 +133,8 @@ def test_partitioned_tap_without_device_gets_no_index():
   hostcb.barrier_wait()
   assert [kw for _, _, kw in rec.calls] == [{}] * N
   assert sorted(a.tolist() for a in rec.args) == sorted(
-      d for d, _ in _shards(_matrix()).values())
+    d for d, _ in _shards(_matrix()).values()
+  )
 
 
 def test_uneven_sharding_gives_each_device_only_its_rows():
@@ -123,7 +143,8 @@ def test_uneven_sharding_gives_each_device_only_its_rows():
 
   def f(v):
     part = jax.lax.with_sharding_constraint(
-        v[:rows] + 0, NamedSharding(_mesh(), P("d")))
+      v[:rows] + 0, NamedSharding(_mesh(), P("d"))
+    )
     return hostcb.id_tap(rec, part, partitioned=True, tap_with_device=True)
 
   out = jax.jit(f)(_matrix())
@@ -132,9 +153,15 @@ def test_uneven_sharding_gives_each_device_only_its_rows():
   np.testing.assert_array_equal(np.asarray(out), whole)
   got = _by_device(rec)
   devices = [d.id for d in jax.devices()[:N]]
-  assert got == {d: [(whole[2 * k:2 * k + 2].tolist(),
-                      (slice(2 * k, min(2 * k + 2, rows)), slice(None)))]
-                 for k, d in enumerate(devices)}
+  assert got == {
+    d: [
+      (
+        whole[2 * k : 2 * k + 2].tolist(),
+        (slice(2 * k, min(2 * k + 2, rows)), slice(None)),
+      )
+    ]
+    for k, d in enumerate(devices)
+  }
 
 
 def test_partitioned_taps_of_a_device_stay_in_program_order():
@@ -202,13 +229,20 @@ def test_dispatch_does_not_wait_for_its_taps_once_a_print_is_staged():
 def test_partitioned_tap_in_shard_map_gets_the_local_operand():
   rec = Recorder()
   x = _matrix()
-  jax.jit(jax.shard_map(
+  jax.jit(
+    jax.shard_map(
       lambda v: hostcb.id_tap(rec, v, partitioned=True, tap_with_device=True),
-      mesh=_mesh(), in_specs=P("d"), out_specs=P("d")))(x)
+      mesh=_mesh(),
+      in_specs=P("d"),
+      out_specs=P("d"),
+    )
+  )(x)
   hostcb.barrier_wait()
   # The operand is already the device's own: its index is all of it.
-  assert _by_device(rec) == {d: [(data, (slice(None), slice(None)))]
-                             for d, (data, _) in _shards(x).items()}
+  assert _by_device(rec) == {
+    d: [(data, (slice(None), slice(None)))]
+    for d, (data, _) in _shards(x).items()
+  }
 
 
 def test_partitioned_tap_outside_jit_taps_each_shard():
@@ -217,39 +251,48 @@ def test_partitioned_tap_outside_jit_taps_each_shard():
   out = hostcb.id_tap(rec, x, partitioned=True, tap_with_device=True)
   hostcb.barrier_wait()
   np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
-  assert _by_device(rec) == {d: [(data, index)]
-                             for d, (data, index) in _shards(x).items()}
+  assert _by_device(rec) == {
+    d: [(data, index)] for d, (data, index) in _shards(x).items()
+  }
 
 
 def test_partitioned_tap_on_one_device_taps_the_whole_value():
   rec = Recorder()
-  jax.jit(lambda v: hostcb.id_tap(rec, v, partitioned=True,
-                                  tap_with_device=True))(jnp.arange(3.0))
+  jax.jit(
+    lambda v: hostcb.id_tap(rec, v, partitioned=True, tap_with_device=True)
+  )(jnp.arange(3.0))
   hostcb.barrier_wait()
-  assert _by_device(rec) == {jax.devices()[0].id: [([0.0, 1.0, 2.0],
-                                                    (slice(None),))]}
+  assert _by_device(rec) == {
+    jax.devices()[0].id: [([0.0, 1.0, 2.0], (slice(None),))]
+  }
 
 
 def test_partitioned_tap_under_vmap_taps_the_batched_shard():
   rec = Recorder()
   x = _matrix()
-  jax.jit(jax.vmap(lambda col: hostcb.id_tap(rec, col, partitioned=True),
-                   in_axes=1))(x)
+  jax.jit(
+    jax.vmap(lambda col: hostcb.id_tap(rec, col, partitioned=True), in_axes=1)
+  )(x)
   hostcb.barrier_wait()
   assert rec.transforms == [(("batch", {"batch_dims": (1,)}),)] * N
   assert sorted(a.tolist() for a in rec.args) == sorted(
-      d for d, _ in _shards(x).values())
+    d for d, _ in _shards(x).values()
+  )
 
 
 def test_partitioned_id_print_prints_each_shard_with_its_index():
   stream = Stream()
   x = _sharded(np.arange(N, dtype=np.int32))
-  jax.jit(lambda v: hostcb.id_print(v, partitioned=True, tap_with_device=True,
-                                    output_stream=stream, what="v"))(x)
+  jax.jit(
+    lambda v: hostcb.id_print(
+      v, partitioned=True, tap_with_device=True, output_stream=stream, what="v"
+    )
+  )(x)
   hostcb.barrier_wait()
   assert sorted(stream.records()) == sorted(
-      f"device: {d} index: (slice({k}, {k + 1}, None),) what: v\n[{k}]\n"
-      for k, d in enumerate(jax.devices()[:N]))
+    f"device: {d} index: (slice({k}, {k + 1}, None),) what: v\n[{k}]\n"
+    for k, d in enumerate(jax.devices()[:N])
+  )
 
 
 def test_partitioned_must_be_a_bool():
@@ -258,22 +301,36 @@ def test_partitioned_must_be_a_bool():
 
 
 # ------------------------------------------------- hostcb.debug, beside JAX
-@pytest.mark.parametrize("case", ["jit", "replicated", "eager", "one_device",
-                                  "vmap", "loop", "shard_map"])
+@pytest.mark.parametrize(
+  "case",
+  ["jit", "replicated", "eager", "one_device", "vmap", "loop", "shard_map"],
+)
 def test_partitioned_debug_callback_calls_as_jax_does(case):
   x = _matrix()
   y = jnp.arange(3.0)
   wrap = {
-      "jit": lambda cb: (jax.jit(lambda v: cb(v * 2)), (x,)),
-      "replicated": lambda cb: (jax.jit(lambda v, w: cb(v, w)), (x, y)),
-      "eager": lambda cb: (cb, (x,)),
-      "one_device": lambda cb: (jax.jit(lambda w: cb(w)), (y,)),
-      "vmap": lambda cb: (jax.jit(jax.vmap(lambda c: cb(c), in_axes=1)), (x,)),
-      "loop": lambda cb: (jax.jit(lambda v: jax.lax.fori_loop(
-          0, 3, lambda i, c: (cb(c, i), c + 1)[1], v)), (x,)),
-      "shard_map": lambda cb: (jax.jit(jax.shard_map(
-          lambda v: (cb(v), v)[1], mesh=_mesh(), in_specs=P("d"),
-          out_specs=P("d"))), (x,)),
+    "jit": lambda cb: (jax.jit(lambda v: cb(v * 2)), (x,)),
+    "replicated": lambda cb: (jax.jit(lambda v, w: cb(v, w)), (x, y)),
+    "eager": lambda cb: (cb, (x,)),
+    "one_device": lambda cb: (jax.jit(lambda w: cb(w)), (y,)),
+    "vmap": lambda cb: (jax.jit(jax.vmap(lambda c: cb(c), in_axes=1)), (x,)),
+    "loop": lambda cb: (
+      jax.jit(
+        lambda v: jax.lax.fori_loop(0, 3, lambda i, c: (cb(c, i), c + 1)[1], v)
+      ),
+      (x,),
+    ),
+    "shard_map": lambda cb: (
+      jax.jit(
+        jax.shard_map(
+          lambda v: (cb(v), v)[1],
+          mesh=_mesh(),
+          in_specs=P("d"),
+          out_specs=P("d"),
+        )
+      ),
+      (x,),
+    ),
   }[case]
 
   def run(debug_callback):
@@ -283,8 +340,7 @@ def test_partitioned_debug_callback_calls_as_jax_does(case):
 
     def record(*values):
       with lock:
-        got.append(tuple((np.shape(v), np.asarray(v).tolist())
-                         for v in values))
+        got.append(tuple((np.shape(v), np.asarray(v).tolist()) for v in values))
 
     fn, args = wrap(lambda *a: debug_callback(record, *a, partitioned=True))
     fn(*args)
@@ -298,8 +354,9 @@ def test_partitioned_debug_callback_calls_as_jax_does(case):
 
 
 def test_partitioned_debug_callback_compiles_without_collectives():
-  f = jax.jit(lambda v: hostcb.debug.callback(lambda a: None, v,
-                                              partitioned=True))
+  f = jax.jit(
+    lambda v: hostcb.debug.callback(lambda a: None, v, partitioned=True)
+  )
   text = f.lower(_matrix()).compile().as_text()
   assert not [c for c in COLLECTIVES if c in text], text
   assert "hostcb_tap" in text  # hostcb's engine, not JAX's Python callback
@@ -310,19 +367,24 @@ def test_partitioned_debug_print_prints_each_shard(capsys):
   jax.jit(lambda v: hostcb.debug.print("v={}", v, partitioned=True))(x)
   jax.effects_barrier()
   assert sorted(capsys.readouterr().out.splitlines()) == [
-      f"v=[{k}]" for k in range(N)]
+    f"v=[{k}]" for k in range(N)
+  ]
 
 
 def test_partially_replicated_shards_are_tapped_by_each_holder():
   rec = Recorder()
   mesh = Mesh(np.array(jax.devices()).reshape(N // 2, 2), ("a", "b"))
-  x = jax.device_put(np.arange(N * 2, dtype=np.float32).reshape(N, 2),
-                     NamedSharding(mesh, P("a")))  # copies along "b"
-  jax.jit(lambda v: hostcb.id_tap(rec, v, partitioned=True,
-                                  tap_with_device=True))(x)
+  x = jax.device_put(
+    np.arange(N * 2, dtype=np.float32).reshape(N, 2),
+    NamedSharding(mesh, P("a")),
+  )  # copies along "b"
+  jax.jit(
+    lambda v: hostcb.id_tap(rec, v, partitioned=True, tap_with_device=True)
+  )(x)
   hostcb.barrier_wait()
-  assert _by_device(rec) == {d: [(data, index)]
-                             for d, (data, index) in _shards(x).items()}
+  assert _by_device(rec) == {
+    d: [(data, index)] for d, (data, index) in _shards(x).items()
+  }
 
 
 def test_partitioned_tap_with_the_gspmd_partitioner():
@@ -331,16 +393,18 @@ def test_partitioned_tap_with_the_gspmd_partitioner():
   before = jax.config.jax_use_shardy_partitioner
   jax.config.update("jax_use_shardy_partitioner", False)
   try:
-    f = jax.jit(lambda v: hostcb.id_tap(rec, v, partitioned=True,
-                                        tap_with_device=True))
+    f = jax.jit(
+      lambda v: hostcb.id_tap(rec, v, partitioned=True, tap_with_device=True)
+    )
     text = f.lower(x).compile().as_text()
     f(x)
     hostcb.barrier_wait()
   finally:
     jax.config.update("jax_use_shardy_partitioner", before)
   assert not [c for c in COLLECTIVES if c in text], text
-  assert _by_device(rec) == {d: [(data, index)]
-                             for d, (data, index) in _shards(x).items()}
+  assert _by_device(rec) == {
+    d: [(data, index)] for d, (data, index) in _shards(x).items()
+  }
 
 
 _WITHOUT_ENGINE = """
@@ -364,16 +428,22 @@ except NotImplementedError as e:
 
 
 def test_without_the_native_engine_partitioned_debug_goes_to_jax():
-  proc = run_python(_WITHOUT_ENGINE, env_extra={
+  proc = run_python(
+    _WITHOUT_ENGINE,
+    env_extra={
       "HOSTCB_DISABLE_NATIVE": "1",
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+      "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    },
+  )
   assert proc.returncode == 0, proc.stderr
   calls, refusal = proc.stdout.splitlines()
   assert calls == "[[0.0, 1.0], [2.0, 3.0]]"  # JAX's, once per shard
   assert refusal.startswith(
-      "refused: hostcb: a partitioned tap in a jit over several devices "
-      "runs on hostcb's native engine, which does not serve this computation "
-      "(platform 'cpu', operand dtypes ['float32']; engine: "), refusal
+    "refused: hostcb: a partitioned tap in a jit over several devices "
+    "runs on hostcb's native engine, which does not serve this computation "
+    "(platform 'cpu', operand dtypes ['float32']; engine: "
+  ), refusal
   assert refusal.endswith(
-      "); use partitioned=False, or shard_map, where every device taps its "
-      "own operand"), refusal
+    "); use partitioned=False, or shard_map, where every device taps its "
+    "own operand"
+  ), refusal

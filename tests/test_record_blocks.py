@@ -3,6 +3,7 @@ engine gives such a record its own block, and the NumPy arrays the
 function gets view that block and keep it alive (queue.h: own blocks).
 A function that keeps them sees the values it was given, whatever the
 engine queues afterwards."""
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import hostcb
 from hostcb import engine
 
-pytestmark = pytest.mark.skipif(not engine.available(),
-                                reason="needs hostcb's native engine")
+pytestmark = pytest.mark.skipif(
+  not engine.available(), reason="needs hostcb's native engine"
+)
 
 BIG = 1 << 19  # float32 elements: 2 MB, past the engine's own-block size
 SMALL = 256
@@ -36,7 +38,8 @@ def _kept_taps(n: int, steps: int) -> list:
     return x + 1
 
   jax.jit(lambda x: jax.lax.fori_loop(0, steps, body, x))(
-      jnp.zeros((n,), jnp.float32))
+    jnp.zeros((n,), jnp.float32)
+  )
   hostcb.barrier_wait()
   return kept
 
@@ -81,9 +84,10 @@ def test_every_operand_of_a_large_record_views_the_same_block():
     got.append(arg)
 
   jax.jit(lambda x, y: hostcb.id_tap(keep, (x, y)))(
-      jnp.full((BIG,), 3.0, jnp.float32), jnp.arange(7, dtype=jnp.int32))
+    jnp.full((BIG,), 3.0, jnp.float32), jnp.arange(7, dtype=jnp.int32)
+  )
   hostcb.barrier_wait()
-  (x, y), = got
+  ((x, y),) = got
   assert x.base is y.base
   assert np.all(x == 3.0)
   assert y.tolist() == list(range(7))
@@ -93,8 +97,10 @@ def test_every_operand_of_a_large_record_views_the_same_block():
 def test_per_shard_taps_of_large_shards_keep_their_values():
   n = jax.device_count()
   mesh = Mesh(np.array(jax.devices()), ("d",))
-  x = jax.device_put(np.arange(n * BIG, dtype=np.float32).reshape(n, BIG),
-                     NamedSharding(mesh, P("d")))
+  x = jax.device_put(
+    np.arange(n * BIG, dtype=np.float32).reshape(n, BIG),
+    NamedSharding(mesh, P("d")),
+  )
   got = {}
   lock = threading.Lock()
 
@@ -102,8 +108,9 @@ def test_per_shard_taps_of_large_shards_keep_their_values():
     with lock:
       got[device.id] = (a, index)
 
-  jax.jit(lambda v: hostcb.id_tap(keep, v * 2, partitioned=True,
-                                  tap_with_device=True))(x)
+  jax.jit(
+    lambda v: hostcb.id_tap(keep, v * 2, partitioned=True, tap_with_device=True)
+  )(x)
   hostcb.barrier_wait()
   whole = np.asarray(x) * 2
   assert sorted(got) == sorted(d.id for d in jax.devices())
@@ -131,9 +138,10 @@ def test_a_large_tap_whose_arrays_cannot_be_made_is_reported_and_freed():
   got.clear()
   native._test_fail_next_allocations(1)  # the next tap: out of memory
   f(x)
-  with pytest.raises(hostcb.CallbackException,
-                     match="a tap was lost: its operands could not be "
-                           "allocated on the host"):
+  with pytest.raises(
+    hostcb.CallbackException,
+    match="a tap was lost: its operands could not be allocated on the host",
+  ):
     hostcb.barrier_wait()
   assert [float(a[0]) for a in got] == [1.0, 2.0]
   held = native.counters(0)  # the device of this jit

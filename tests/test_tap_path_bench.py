@@ -6,6 +6,7 @@ It links the engine's handlers.cc alone (no Python), with the jaxlib
 headers that ``jax.ffi.include_dir()`` names; a run here is short: the
 figures come from larger ``--calls`` by hand (see docs/engine.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,30 +23,44 @@ NATIVE = os.path.join(ROOT, "src", "hostcb", "_native")
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
   if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 10):
-    pytest.skip("the hand-built call frame is checked against jaxlib 0.10's "
-                "FFI headers; with jaxlib 0.8.0's the handler refuses it "
-                "(it then takes the FFI binding; cause not found yet)")
+    pytest.skip(
+      "the hand-built call frame is checked against jaxlib 0.10's "
+      "FFI headers; with jaxlib 0.8.0's the handler refuses it "
+      "(it then takes the FFI binding; cause not found yet)"
+    )
   compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
   if compiler is None:
     pytest.skip("needs a C++ compiler (g++ or c++, or $CXX)")
   out = str(tmp_path_factory.mktemp("bench") / "tap_path_bench")
   res = subprocess.run(
-      [compiler, "-std=c++17", "-O2", "-I", NATIVE,
-       "-isystem", jax.ffi.include_dir(),
-       os.path.join(NATIVE, "handlers.cc"),
-       os.path.join(ROOT, "tests", "native", "tap_path_bench.cc"),
-       "-o", out, "-lpthread"],
-      capture_output=True, text=True, timeout=300)
+    [
+      compiler,
+      "-std=c++17",
+      "-O2",
+      "-I",
+      NATIVE,
+      "-isystem",
+      jax.ffi.include_dir(),
+      os.path.join(NATIVE, "handlers.cc"),
+      os.path.join(ROOT, "tests", "native", "tap_path_bench.cc"),
+      "-o",
+      out,
+      "-lpthread",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert res.returncode == 0, res.stderr
   return out
 
 
 def _run(bench, *args) -> dict[str, float]:
-  res = subprocess.run([bench, *args], capture_output=True, text=True,
-                       timeout=120)
+  res = subprocess.run(
+    [bench, *args], capture_output=True, text=True, timeout=120
+  )
   assert res.returncode == 0, res.stderr
-  return {k: float(v) for k, v in
-          (f.split("=") for f in res.stdout.split())}
+  return {k: float(v) for k, v in (f.split("=") for f in res.stdout.split())}
 
 
 def test_every_tap_arrives_with_its_values_with_a_consumer_thread(bench):

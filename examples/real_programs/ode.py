@@ -11,6 +11,7 @@ steps do not call the host)::
 
 All three print the same (tests/test_real_programs.py compares them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,12 @@ from jax import lax
 
 def lotka_volterra(y):
   prey, predators = y
-  return jnp.stack([1.1 * prey - 0.4 * prey * predators,
-                    0.1 * prey * predators - 0.4 * predators])
+  return jnp.stack(
+    [
+      1.1 * prey - 0.4 * prey * predators,
+      0.1 * prey * predators - 0.4 * predators,
+    ]
+  )
 
 
 def rk4_step(f, y, dt):
@@ -37,19 +42,25 @@ def rk4_step(f, y, dt):
 
 
 def meter(step, y) -> None:
-  print(f"t = {float(step) * 0.01:6.2f}  prey = {float(y[0]):9.5f}  "
-        f"predators = {float(y[1]):9.5f}")
+  print(
+    f"t = {float(step) * 0.01:6.2f}  prey = {float(y[0]):9.5f}  "
+    f"predators = {float(y[1]):9.5f}"
+  )
 
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--hostcb", action="store_true",
-                      help="call hostcb.io_callback instead of JAX's")
+  parser.add_argument(
+    "--hostcb",
+    action="store_true",
+    help="call hostcb.io_callback instead of JAX's",
+  )
   parser.add_argument("--steps", type=int, default=2000)
   args = parser.parse_args()
   io_callback = jax.experimental.io_callback
   if args.hostcb:
     import hostcb
+
     io_callback = hostcb.io_callback
   print("# meter called by", io_callback.__module__)
   dt, every = 0.01, args.steps // 10
@@ -57,10 +68,13 @@ def main() -> None:
   @jax.jit
   def solve(y0):
     def body(i, y):
-      lax.cond(i % every == 0,
-               lambda: io_callback(meter, None, i, y, ordered=True),
-               lambda: None)
+      lax.cond(
+        i % every == 0,
+        lambda: io_callback(meter, None, i, y, ordered=True),
+        lambda: None,
+      )
       return rk4_step(lotka_volterra, y, dt)
+
     return lax.fori_loop(0, args.steps, body, y0)
 
   y = solve(jnp.array([10.0, 5.0]))

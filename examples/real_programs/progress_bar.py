@@ -11,6 +11,7 @@ The step index is not batched, so the bar advances once per step whatever
 the number of walkers.  All three print the same
 (tests/test_real_programs.py compares them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,11 @@ class ProgressBar:
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--hostcb", action="store_true",
-                      help="count with hostcb.id_tap instead of "
-                           "jax.debug.callback")
+  parser.add_argument(
+    "--hostcb",
+    action="store_true",
+    help="count with hostcb.id_tap instead of jax.debug.callback",
+  )
   parser.add_argument("--steps", type=int, default=500)
   parser.add_argument("--walkers", type=int, default=8)
   args = parser.parse_args()
@@ -50,10 +53,13 @@ def main() -> None:
 
     def report(step):
       hostcb.id_tap(lambda s, transforms: bar.update(s), step)
+
     print("# reported with", hostcb.id_tap.__module__)
   else:
+
     def report(step):
       jax.debug.callback(bar.update, step)
+
     print("# reported with", jax.debug.callback.__module__)
 
   def walk(key):
@@ -63,8 +69,9 @@ def main() -> None:
       report(i)
       return (x + 0.1 * jax.random.normal(sub), key), x
 
-    (end, _), path = lax.scan(step, (jnp.float32(0), key),
-                              jnp.arange(args.steps))
+    (end, _), path = lax.scan(
+      step, (jnp.float32(0), key), jnp.arange(args.steps)
+    )
     return end, jnp.max(jnp.abs(path))
 
   keys = jax.random.split(jax.random.PRNGKey(1), args.walkers)

@@ -18,6 +18,7 @@ docs/jax_callbacks.md): ``io_callback``, ``pure_callback`` and ``call`` fail
 the computation; ``debug.callback`` and ``id_tap`` do not, and the next
 barrier raises ``hostcb.CallbackException``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,13 @@ def checked(x):
 
 def describe(e: BaseException) -> str:
   text = str(e)
-  where = (f"ValueError: {MESSAGE}" if f"ValueError: {MESSAGE}" in text
-           else text.splitlines()[0] if text else "")
+  where = (
+    f"ValueError: {MESSAGE}"
+    if f"ValueError: {MESSAGE}" in text
+    else text.splitlines()[0]
+    if text
+    else ""
+  )
   line = f"raised {type(e).__name__} carrying {where!r}"
   if e.__cause__ is not None:
     line += f", caused by {type(e.__cause__).__name__}: {e.__cause__}"
@@ -56,6 +62,7 @@ def mechanisms(use_hostcb: bool) -> dict:
   """name -> a function of ``x`` that checks it on the host."""
   if use_hostcb:
     import hostcb
+
     io_callback, pure_callback = hostcb.io_callback, hostcb.pure_callback
     debug_callback = hostcb.debug.callback
   else:
@@ -66,29 +73,37 @@ def mechanisms(use_hostcb: bool) -> dict:
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
   found = {
-      "io_callback": lambda x: io_callback(checked, shape(x), x),
-      "pure_callback": lambda x: pure_callback(checked, shape(x), x),
-      "debug.callback": lambda x: (debug_callback(check_finite, x), x)[1],
+    "io_callback": lambda x: io_callback(checked, shape(x), x),
+    "pure_callback": lambda x: pure_callback(checked, shape(x), x),
+    "debug.callback": lambda x: (debug_callback(check_finite, x), x)[1],
   }
   if use_hostcb:
     found["call"] = lambda x: hostcb.call(checked, x, result_shape=shape(x))
     found["id_tap"] = lambda x: hostcb.id_tap(
-        lambda a, transforms: check_finite(a), x)
+      lambda a, transforms: check_finite(a), x
+    )
   return found
 
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--hostcb", action="store_true",
-                      help="hostcb's functions, and call and id_tap")
+  parser.add_argument(
+    "--hostcb",
+    action="store_true",
+    help="hostcb's functions, and call and id_tap",
+  )
   args = parser.parse_args()
   if args.hostcb:
     # jax.effects_barrier() (looked up when called) waits for hostcb's
     # callbacks too once a program has traced one of them.
     import hostcb
   checks = mechanisms(args.hostcb)
-  print("# io_callback from", (hostcb.io_callback if args.hostcb else
-                               jax.experimental.io_callback).__module__)
+  print(
+    "# io_callback from",
+    (
+      hostcb.io_callback if args.hostcb else jax.experimental.io_callback
+    ).__module__,
+  )
 
   def barrier(name: str) -> None:
     if name == "hostcb.barrier_wait":
@@ -100,8 +115,11 @@ def main() -> None:
   bad = jnp.array([1.0, jnp.inf])
   for name, check in checks.items():
     f = jax.jit(lambda x, check=check: check(x) * 2)
-    barrier_name = ("hostcb.barrier_wait" if name in ("call", "id_tap")
-                    else "jax.effects_barrier")
+    barrier_name = (
+      "hostcb.barrier_wait"
+      if name in ("call", "id_tap")
+      else "jax.effects_barrier"
+    )
     for label, x in (("good", good), ("bad", bad), ("good again", good)):
       try:
         print(f"{name} {label}: returned {np.asarray(f(x)).tolist()}")

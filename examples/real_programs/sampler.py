@@ -13,6 +13,7 @@ they report, and the program prints the totals.  All three print the same
 (tests/test_real_programs.py compares them).  Run with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` for 4 CPU devices.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,14 +49,18 @@ class Monitor:
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--hostcb", action="store_true",
-                      help="call hostcb.debug.callback instead of JAX's")
+  parser.add_argument(
+    "--hostcb",
+    action="store_true",
+    help="call hostcb.debug.callback instead of JAX's",
+  )
   parser.add_argument("--steps", type=int, default=200)
   parser.add_argument("--chains-per-device", type=int, default=16)
   args = parser.parse_args()
   callback = jax.debug.callback
   if args.hostcb:
     import hostcb
+
     callback = hostcb.debug.callback
   print("# monitor called by", callback.__module__)
   monitor = Monitor()
@@ -83,11 +88,15 @@ def main() -> None:
   keys = jax.random.split(jax.random.PRNGKey(2), devices)
   samples = jax.pmap(chains_of_one_device)(x0, keys)
   jax.effects_barrier()  # every report has reached the monitor
-  burned = np.asarray(samples)[:, args.steps // 2:]
+  burned = np.asarray(samples)[:, args.steps // 2 :]
   print("monitor reports:", monitor.reports, "for", devices, "devices")
-  print("accepted per 20 steps:",
-        [sum(monitor.accepted[s] for s in range(k, k + 20))
-         for k in range(0, args.steps, 20)])
+  print(
+    "accepted per 20 steps:",
+    [
+      sum(monitor.accepted[s] for s in range(k, k + 20))
+      for k in range(0, args.steps, 20)
+    ],
+  )
   print("sample mean:", burned.reshape(-1, 2).mean(0).tolist())
   print("sample covariance:", np.cov(burned.reshape(-1, 2).T).tolist())
 

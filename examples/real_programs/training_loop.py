@@ -11,6 +11,7 @@ The second command runs the same code with hostcb's callbacks in place of
 JAX's; the third calls ``hostcb.debug.print`` itself.  All three print the
 same (tests/test_real_programs.py compares them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,17 @@ def loss_fn(params, x, y):
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--hostcb", action="store_true",
-                      help="call hostcb.debug.print instead of JAX's")
+  parser.add_argument(
+    "--hostcb",
+    action="store_true",
+    help="call hostcb.debug.print instead of JAX's",
+  )
   parser.add_argument("--steps", type=int, default=25)
   args = parser.parse_args()
   debug_print = jax.debug.print
   if args.hostcb:
     import hostcb
+
     debug_print = hostcb.debug.print
   print("# debug.print from", debug_print.__module__)
 
@@ -72,11 +77,15 @@ def main() -> None:
     state, loss = train_step(state, x, y)
     losses.append(loss)
   jax.effects_barrier()  # every print of the steps has appeared
-  print("donated state deleted:",
-        all(leaf.is_deleted() for leaf in jax.tree.leaves(previous)))
+  print(
+    "donated state deleted:",
+    all(leaf.is_deleted() for leaf in jax.tree.leaves(previous)),
+  )
   print("losses:", [float(v) for v in losses])
-  print("final params:", [np.asarray(leaf).tolist()
-                          for leaf in jax.tree.leaves(state[0])][:2])
+  print(
+    "final params:",
+    [np.asarray(leaf).tolist() for leaf in jax.tree.leaves(state[0])][:2],
+  )
 
 
 if __name__ == "__main__":

@@ -19,12 +19,24 @@ in another process (``docs/export.md``).
 ``hostcb.metrics``: metrics from compiled loops to TensorBoard, W&B and
 files (imported on first use).
 """
+
 from hostcb import config
-from hostcb.host_callback import (CallbackException, CallbackFlavor,
-                                  TapFunctionException, barrier_wait, call,
-                                  id_print, id_tap, stop_outfeed_receiver)
-from hostcb.buffer_callback import (Buffer, ExecutionContext, ExecutionStage,
-                                    buffer_callback)
+from hostcb.host_callback import (
+  CallbackException,
+  CallbackFlavor,
+  TapFunctionException,
+  barrier_wait,
+  call,
+  id_print,
+  id_tap,
+  stop_outfeed_receiver,
+)
+from hostcb.buffer_callback import (
+  Buffer,
+  ExecutionContext,
+  ExecutionStage,
+  buffer_callback,
+)
 from hostcb.import_hook import install, uninstall
 from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
@@ -45,19 +57,37 @@ def __getattr__(name: str):
   # hostcb.progress`` raises the ImportError itself.
   if name in ("progress", "metrics"):
     import importlib  # noqa: PLC0415  (tqdm only when used)
+
     try:
       return importlib.import_module(f"hostcb.{name}")
     except ImportError as e:
       raise AttributeError(
-          f"module 'hostcb' has no attribute {name!r}: {e}") from e
+        f"module 'hostcb' has no attribute {name!r}: {e}"
+      ) from e
   raise AttributeError(f"module 'hostcb' has no attribute {name!r}")
 
 
 __all__ = [
-    "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
-    "CallbackException", "TapFunctionException", "CallbackFlavor", "config",
-    "install", "xla_computation", "XlaComputation", "buffer_callback",
-    "Buffer", "ExecutionContext", "ExecutionStage",
-    "debug", "io_callback", "pure_callback", "uninstall",
-    "register", "export_checks",
+  "id_tap",
+  "id_print",
+  "call",
+  "barrier_wait",
+  "stop_outfeed_receiver",
+  "CallbackException",
+  "TapFunctionException",
+  "CallbackFlavor",
+  "config",
+  "install",
+  "xla_computation",
+  "XlaComputation",
+  "buffer_callback",
+  "Buffer",
+  "ExecutionContext",
+  "ExecutionStage",
+  "debug",
+  "io_callback",
+  "pure_callback",
+  "uninstall",
+  "register",
+  "export_checks",
 ]

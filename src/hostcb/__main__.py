@@ -1,4 +1,5 @@
 """``python -m hostcb`` runs the ``hostcb`` command."""
+
 import sys
 
 from hostcb.tools.cli import main

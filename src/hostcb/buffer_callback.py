@@ -33,6 +33,7 @@ callback runs on every device, with whole operands), except that:
 * ``numpy.asarray(buf, dtype=...)`` converts (JAX's refuses a dtype), and
   buffers and contexts have a readable ``repr``.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -57,6 +58,7 @@ The same enum as ``jax.experimental.buffer_callback.ExecutionStage``.  On
 GPU, a ``command_buffer_compatible`` callback also sees the stages of
 command buffer construction.
 """
+
 
 def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
@@ -157,8 +159,9 @@ class Buffer:
     """True for results and aliased operands, False for other operands."""
     return self._writeable
 
-  def __array__(self, dtype: Any = None, copy: bool | None = None
-                ) -> np.ndarray:
+  def __array__(
+    self, dtype: Any = None, copy: bool | None = None
+  ) -> np.ndarray:
     """The buffer as a NumPy array (CPU only): a view unless copying."""
     if copy:
       return np.array(self._raw, dtype=dtype, copy=True)
@@ -166,16 +169,24 @@ class Buffer:
     if dtype is not None and np.dtype(dtype) != arr.dtype:
       if copy is False:
         raise ValueError(
-            f"Buffer.__array__: a {arr.dtype} buffer cannot be seen as "
-            f"{np.dtype(dtype)} without copying, and copy=False was given")
+          f"Buffer.__array__: a {arr.dtype} buffer cannot be seen as "
+          f"{np.dtype(dtype)} without copying, and copy=False was given"
+        )
       arr = arr.astype(dtype)
     return arr
 
-  def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                 dl_device: Any = None, copy: bool | None = None) -> Any:
+  def __dlpack__(
+    self,
+    *,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+  ) -> Any:
     """A DLPack capsule over the buffer (see the DLPack protocol)."""
-    return self._raw.__dlpack__(stream=stream, max_version=max_version,
-                                dl_device=dl_device, copy=copy)
+    return self._raw.__dlpack__(
+      stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+    )
 
   def __dlpack_device__(self) -> tuple[int, int]:
     """The DLPack ``(device_type, device_id)`` of the buffer."""
@@ -186,15 +197,18 @@ class Buffer:
     """The CUDA array interface of a GPU buffer (an error elsewhere)."""
     if self._platform not in ("cuda", "rocm"):
       raise NoCudaArrayInterfaceError(
-          "UNIMPLEMENTED: Buffer.__cuda_array_interface__ is only supported "
-          "on CUDA and ROCm. (hostcb: this buffer is on "
-          f"{self._platform}; use numpy.asarray(buffer) or DLPack)")
+        "UNIMPLEMENTED: Buffer.__cuda_array_interface__ is only supported "
+        "on CUDA and ROCm. (hostcb: this buffer is on "
+        f"{self._platform}; use numpy.asarray(buffer) or DLPack)"
+      )
     return self._raw.__cuda_array_interface__
 
   def __repr__(self) -> str:
     kind = "writeable" if self._writeable else "read-only"
-    return (f"hostcb.Buffer({np.dtype(self.dtype).name}{list(self.shape)}, "
-            f"{kind}, {self._platform})")
+    return (
+      f"hostcb.Buffer({np.dtype(self.dtype).name}{list(self.shape)}, "
+      f"{kind}, {self._platform})"
+    )
 
 
 class ExecutionContext:
@@ -224,10 +238,11 @@ class ExecutionContext:
     """The GPU stream of the computation; JaxRuntimeError on CPU."""
     if self._platform not in ("cuda", "rocm"):
       raise jax.errors.JaxRuntimeError(
-          "UNIMPLEMENTED: XLA FFI GPU context is not available (hostcb: "
-          "ExecutionContext.stream is the GPU stream of the computation and "
-          "exists only when the callback runs on a GPU, cuda or rocm; this "
-          f"callback runs on {self._platform})")
+        "UNIMPLEMENTED: XLA FFI GPU context is not available (hostcb: "
+        "ExecutionContext.stream is the GPU stream of the computation and "
+        "exists only when the callback runs on a GPU, cuda or rocm; this "
+        f"callback runs on {self._platform})"
+      )
     return self._raw.stream
 
   @property
@@ -248,41 +263,59 @@ class _Target:
   (:mod:`hostcb.identity`), so that two callbacks that compare equal are
   never merged, and an unhashable one is accepted.
   """
+
   callback: Callable
   in_tree: Any
   out_tree: Any
   aliased_inputs: frozenset = frozenset()
 
   def __eq__(self, other) -> bool:
-    return (type(other) is _Target
-            and same_function(self.callback, other.callback)
-            and self.in_tree == other.in_tree
-            and self.out_tree == other.out_tree
-            and self.aliased_inputs == other.aliased_inputs)
+    return (
+      type(other) is _Target
+      and same_function(self.callback, other.callback)
+      and self.in_tree == other.in_tree
+      and self.out_tree == other.out_tree
+      and self.aliased_inputs == other.aliased_inputs
+    )
 
   def __hash__(self) -> int:
-    return hash((function_hash(self.callback), self.in_tree, self.out_tree,
-                 self.aliased_inputs))
+    return hash(
+      (
+        function_hash(self.callback),
+        self.in_tree,
+        self.out_tree,
+        self.aliased_inputs,
+      )
+    )
 
   def run(self, platform: str, raw_ctx: Any, raw_buffers) -> None:
     """Calls the callback on the buffers of one execution."""
     n_in = self.in_tree.num_leaves
-    ins = [Buffer(b, i in self.aliased_inputs, platform)
-           for i, b in enumerate(raw_buffers[:n_in])]
+    ins = [
+      Buffer(b, i in self.aliased_inputs, platform)
+      for i, b in enumerate(raw_buffers[:n_in])
+    ]
     outs = [Buffer(b, True, platform) for b in raw_buffers[n_in:]]
     if platform == "cpu":
       for out in outs:
-        if (math.prod(out.shape) * np.dtype(out.dtype).itemsize
-            >= HUGE_PAGE_MIN_BYTES):
+        if (
+          math.prod(out.shape) * np.dtype(out.dtype).itemsize
+          >= HUGE_PAGE_MIN_BYTES
+        ):
           advise_huge_pages(np.asarray(out))
     args, kwargs = self.in_tree.unflatten(ins)
-    ret = self.callback(ExecutionContext(raw_ctx, platform),
-                        self.out_tree.unflatten(outs), *args, **kwargs)
+    ret = self.callback(
+      ExecutionContext(raw_ctx, platform),
+      self.out_tree.unflatten(outs),
+      *args,
+      **kwargs,
+    )
     if ret is not None:
       raise ValueError(
-          "buffer_callback callback must not return any values. (hostcb: it "
-          f"writes its results into the `out` buffers, but "
-          f"{_name(self.callback)} returned a {type(ret).__name__})")
+        "buffer_callback callback must not return any values. (hostcb: it "
+        f"writes its results into the `out` buffers, but "
+        f"{_name(self.callback)} returned a {type(ret).__name__})"
+      )
 
 
 # --------------------------------------------------------------- primitive
@@ -290,39 +323,55 @@ buffer_callback_p = ji.new_primitive("hostcb_buffer_callback")
 
 
 @buffer_callback_p.def_effectful_abstract_eval
-def _abstract_eval(*avals, target, result_avals, vmap_method,
-                   has_side_effect, input_output_aliases,
-                   command_buffer_compatible):
+def _abstract_eval(
+  *avals,
+  target,
+  result_avals,
+  vmap_method,
+  has_side_effect,
+  input_output_aliases,
+  command_buffer_compatible,
+):
   del avals, target, vmap_method, input_output_aliases
   del command_buffer_compatible
-  effects = ({ji.buffer_callback_effect} if has_side_effect
-             else ji.no_effects)
+  effects = {ji.buffer_callback_effect} if has_side_effect else ji.no_effects
   return result_avals, effects
 
 
 def _jvp(primals, tangents, **params):
   del primals, tangents, params
   raise ValueError(
-      "Buffer callbacks do not support JVP. "
-      "Please use `jax.custom_jvp` to use callbacks while taking gradients.")
+    "Buffer callbacks do not support JVP. "
+    "Please use `jax.custom_jvp` to use callbacks while taking gradients."
+  )
 
 
 def _transpose(cts, *args, **params):
   del cts, args, params
   raise ValueError(
-      "Buffer callbacks do not support transpose. "
-      "Please use `jax.custom_vjp` to use callbacks while taking gradients.")
+    "Buffer callbacks do not support transpose. "
+    "Please use `jax.custom_vjp` to use callbacks while taking gradients."
+  )
 
 
 def _batch(args, dims, *, vmap_method, **params):
   if vmap_method not in VMAP_METHODS:
     raise unsupported_vmap("buffer_callback", vmap_method)
-  return ji.ffi_batching(buffer_callback_p, args, dims,
-                         vmap_method=vmap_method, **params)
+  return ji.ffi_batching(
+    buffer_callback_p, args, dims, vmap_method=vmap_method, **params
+  )
 
 
-def _lowering(ctx, *args, target, result_avals, vmap_method, has_side_effect,
-              input_output_aliases, command_buffer_compatible):
+def _lowering(
+  ctx,
+  *args,
+  target,
+  result_avals,
+  vmap_method,
+  has_side_effect,
+  input_output_aliases,
+  command_buffer_compatible,
+):
   del result_avals, vmap_method
   platform = ji.lowering_platform(ctx)
   run = target.run
@@ -339,16 +388,28 @@ def _lowering(ctx, *args, target, result_avals, vmap_method, has_side_effect,
       del placement
       where = "cpu" if host_copies else platform
       return lambda raw_ctx, *raw_buffers: (
-          run(where, raw_ctx, raw_buffers), ())[1]
+        run(where, raw_ctx, raw_buffers),
+        (),
+      )[1]
+
     return ji.emit_buffer_callback(
-        ctx, make_host_fn, args, device_index=0, has_side_effect=True,
-        operand_output_aliases=input_output_aliases,
-        command_buffer_compatible=command_buffer_compatible)
+      ctx,
+      make_host_fn,
+      args,
+      device_index=0,
+      has_side_effect=True,
+      operand_output_aliases=input_output_aliases,
+      command_buffer_compatible=command_buffer_compatible,
+    )
 
   return ji.emit_buffer_callback_everywhere(
-      ctx, host_fn, args, has_side_effect=has_side_effect,
-      operand_output_aliases=input_output_aliases,
-      command_buffer_compatible=command_buffer_compatible)
+    ctx,
+    host_fn,
+    args,
+    has_side_effect=has_side_effect,
+    operand_output_aliases=input_output_aliases,
+    command_buffer_compatible=command_buffer_compatible,
+  )
 
 
 ji.register_jvp(buffer_callback_p, _jvp)
@@ -363,9 +424,10 @@ def _result_aval(leaf):
   for attribute in ("shape", "dtype"):
     if not hasattr(leaf, attribute):
       raise AttributeError(
-          f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
-          "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
-          f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})")
+        f"{type(leaf).__name__!r} object has no attribute {attribute!r} "
+        "(hostcb: every leaf of result_shape_dtypes must have `shape` and "
+        f"`dtype`, e.g. jax.ShapeDtypeStruct; got {leaf!r})"
+      )
   # As JAX's: the dtype is kept as given (not canonicalized).
   return ji.ShapedArray(tuple(leaf.shape), np.dtype(leaf.dtype))
 
@@ -374,9 +436,9 @@ def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
   return result_avals(result_shape_dtypes, _result_aval)
 
 
-
-def _check_aliases(aliases: dict, in_avals, out_avals
-                   ) -> tuple[tuple[int, int], ...]:
+def _check_aliases(
+  aliases: dict, in_avals, out_avals
+) -> tuple[tuple[int, int], ...]:
   """Validates ``input_output_aliases``; returns it as sorted pairs."""
   pairs = []
   outputs_taken: dict[int, int] = {}
@@ -384,36 +446,43 @@ def _check_aliases(aliases: dict, in_avals, out_avals
     i_idx, o_idx = int(i_idx), int(o_idx)  # as JAX's: "1" is 1
     if not 0 <= i_idx < len(in_avals):
       raise ValueError(
-          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
-          f"with input index {i_idx} outside the range [0, "
-          f"{len(in_avals)}).")
+        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+        f"with input index {i_idx} outside the range [0, "
+        f"{len(in_avals)})."
+      )
     if not 0 <= o_idx < len(out_avals):
       raise ValueError(
-          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
-          f"with output index {o_idx} outside the range [0, "
-          f"{len(out_avals)}).")
+        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+        f"with output index {o_idx} outside the range [0, "
+        f"{len(out_avals)})."
+      )
     in_aval, out_aval = in_avals[i_idx], out_avals[o_idx]
     if not ji.same_shape_and_dtype(in_aval, out_aval):
       raise ValueError(
-          f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
-          f"referring to an input with abstract value {in_aval} and an "
-          f"output with a different abstract value {out_aval}.")
+        f"input_output_aliases contains the mapping '{i_idx}:{o_idx}' "
+        f"referring to an input with abstract value {in_aval} and an "
+        f"output with a different abstract value {out_aval}."
+      )
     if o_idx in outputs_taken:
       raise ValueError(
-          f"input_output_aliases maps the inputs {outputs_taken[o_idx]} and "
-          f"{i_idx} to the same output {o_idx}; an output can alias at most "
-          "one input")
+        f"input_output_aliases maps the inputs {outputs_taken[o_idx]} and "
+        f"{i_idx} to the same output {o_idx}; an output can alias at most "
+        "one input"
+      )
     outputs_taken[o_idx] = i_idx
     pairs.append((i_idx, o_idx))
   return tuple(pairs)
 
 
-def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
-                    *, has_side_effect: bool = False,
-                    vmap_method: str | None = None,
-                    input_output_aliases: dict[int, int] | None = None,
-                    command_buffer_compatible: bool = False
-                    ) -> Callable[..., Any]:
+def buffer_callback(
+  callback: Callable[..., None],
+  result_shape_dtypes: Any,
+  *,
+  has_side_effect: bool = False,
+  vmap_method: str | None = None,
+  input_output_aliases: dict[int, int] | None = None,
+  command_buffer_compatible: bool = False,
+) -> Callable[..., Any]:
   """Wraps ``callback`` into a JAX function that runs it on device buffers.
 
   The returned function takes arrays (pytrees of arrays, keyword arguments
@@ -449,7 +518,8 @@ def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
   """
   if not callable(callback):
     raise TypeError(
-        f"buffer_callback: callback must be callable; got {callback!r}")
+      f"buffer_callback: callback must be callable; got {callback!r}"
+    )
   result_avals, out_tree = _result_avals(result_shape_dtypes)
   # As JAX's, an unknown vmap_method is an error only under vmap.
   has_side_effect = bool(has_side_effect)
@@ -462,18 +532,25 @@ def buffer_callback(callback: Callable[..., None], result_shape_dtypes: Any,
     if input_output_aliases is not None:
       if not hasattr(input_output_aliases, "items"):
         raise AttributeError(
-            f"{type(input_output_aliases).__name__!r} object has no "
-            "attribute 'items' (hostcb: input_output_aliases must be a dict "
-            "from input index to output index, or None; got "
-            f"{input_output_aliases!r})")
-      pairs = _check_aliases(dict(input_output_aliases.items()), in_avals,
-                             result_avals)
+          f"{type(input_output_aliases).__name__!r} object has no "
+          "attribute 'items' (hostcb: input_output_aliases must be a dict "
+          "from input index to output index, or None; got "
+          f"{input_output_aliases!r})"
+        )
+      pairs = _check_aliases(
+        dict(input_output_aliases.items()), in_avals, result_avals
+      )
     outs = buffer_callback_p.bind(
-        *flat_args, target=_Target(callback, in_tree, out_tree,
-                                   frozenset(i for i, _ in pairs)),
-        result_avals=result_avals, vmap_method=vmap_method,
-        has_side_effect=has_side_effect, input_output_aliases=pairs,
-        command_buffer_compatible=command_buffer_compatible)
+      *flat_args,
+      target=_Target(
+        callback, in_tree, out_tree, frozenset(i for i, _ in pairs)
+      ),
+      result_avals=result_avals,
+      vmap_method=vmap_method,
+      has_side_effect=has_side_effect,
+      input_output_aliases=pairs,
+      command_buffer_compatible=command_buffer_compatible,
+    )
     return out_tree.unflatten(outs)
 
   wrapped.__name__ = f"buffer_callback({_name(callback)})"

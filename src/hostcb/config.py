@@ -62,6 +62,7 @@ and can be changed later from Python, in any of these equivalent ways::
 Other modules follow an option with :func:`subscribe` (this module imports
 none of them, but for :mod:`hostcb._native`'s constants).
 """
+
 from __future__ import annotations
 
 import os
@@ -72,8 +73,17 @@ from _hostcb_env import env_flag
 
 from hostcb._native import shared_constant
 
-__all__ = ["update", "read", "subscribe", "INLINE", "MAX_QUEUE_BYTE_SIZE",
-           "STRICT_BARRIER", "FAST_DISPATCH", "GPU_ENGINE", "JAX_ARRAYS"]
+__all__ = [
+  "update",
+  "read",
+  "subscribe",
+  "INLINE",
+  "MAX_QUEUE_BYTE_SIZE",
+  "STRICT_BARRIER",
+  "FAST_DISPATCH",
+  "GPU_ENGINE",
+  "JAX_ARRAYS",
+]
 
 INLINE = "jax_host_callback_inline"
 MAX_QUEUE_BYTE_SIZE = "jax_host_callback_max_queue_byte_size"
@@ -94,8 +104,9 @@ def _int_from_env(var: str, default: int) -> int:
   try:
     return int(float(raw))
   except ValueError:
-    raise ValueError(f"environment variable {var} must be a number of bytes; "
-                     f"got {raw!r}") from None
+    raise ValueError(
+      f"environment variable {var} must be a number of bytes; got {raw!r}"
+    ) from None
 
 
 def _check(name: str, value: Any) -> Any:
@@ -105,17 +116,22 @@ def _check(name: str, value: Any) -> Any:
     return bool(value)
   if name == MAX_QUEUE_BYTE_SIZE:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise TypeError(f"{MAX_QUEUE_BYTE_SIZE} must be an int number of bytes;"
-                      f" got {value!r}")
+      raise TypeError(
+        f"{MAX_QUEUE_BYTE_SIZE} must be an int number of bytes; got {value!r}"
+      )
     value = int(value)
     if value < _MIN_QUEUE_BYTES:
-      raise ValueError(f"{MAX_QUEUE_BYTE_SIZE} must be at least "
-                       f"{_MIN_QUEUE_BYTES} bytes; got {value}")
+      raise ValueError(
+        f"{MAX_QUEUE_BYTE_SIZE} must be at least "
+        f"{_MIN_QUEUE_BYTES} bytes; got {value}"
+      )
     return value
-  raise KeyError(f"unknown hostcb option {name!r}; expected one of "
-                 f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
-                 f"{GPU_ENGINE!r}, {JAX_ARRAYS!r} (or {FAST_DISPATCH!r}, "
-                 f"hostcb 0.2's name for the opposite of {STRICT_BARRIER!r})")
+  raise KeyError(
+    f"unknown hostcb option {name!r}; expected one of "
+    f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
+    f"{GPU_ENGINE!r}, {JAX_ARRAYS!r} (or {FAST_DISPATCH!r}, "
+    f"hostcb 0.2's name for the opposite of {STRICT_BARRIER!r})"
+  )
 
 
 def _strict_from_env() -> bool:
@@ -125,14 +141,17 @@ def _strict_from_env() -> bool:
 
 
 _values: dict[str, Any] = {
-    INLINE: env_flag("JAX_HOST_CALLBACK_INLINE", False),
-    MAX_QUEUE_BYTE_SIZE: _check(
-        MAX_QUEUE_BYTE_SIZE,
-        _int_from_env("JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
-                      shared_constant("DEFAULT_QUEUE_BYTES"))),
-    STRICT_BARRIER: _strict_from_env(),
-    GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
-    JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", True),
+  INLINE: env_flag("JAX_HOST_CALLBACK_INLINE", False),
+  MAX_QUEUE_BYTE_SIZE: _check(
+    MAX_QUEUE_BYTE_SIZE,
+    _int_from_env(
+      "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+      shared_constant("DEFAULT_QUEUE_BYTES"),
+    ),
+  ),
+  STRICT_BARRIER: _strict_from_env(),
+  GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
+  JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", True),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

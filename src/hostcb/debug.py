@@ -27,6 +27,7 @@ waits for it; an exception it raises under ``jit`` does not fail the
 computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
 refused in a computation over several devices (JAX's error).
 """
+
 from __future__ import annotations
 
 import string
@@ -40,8 +41,10 @@ from hostcb import config
 from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.engine.errors import (mark_jax_callback_failure,
-                                  note_jax_callback_failure)
+from hostcb.engine.errors import (
+  mark_jax_callback_failure,
+  note_jax_callback_failure,
+)
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -89,11 +92,17 @@ def _elements(leaves: tuple, levels: list) -> list:
   if size == 0:  # an empty batch: no element, no call
     return []
   per_outer = [
-      _elements(tuple(a if d is None else _element(a, d, o)
-                      for a, d in zip(leaves, outer)), inner)
-      for o in range(size)]
-  return [per_outer[o][k] for k in range(len(per_outer[0]))
-          for o in range(size)]
+    _elements(
+      tuple(
+        a if d is None else _element(a, d, o) for a, d in zip(leaves, outer)
+      ),
+      inner,
+    )
+    for o in range(size)
+  ]
+  return [
+    per_outer[o][k] for k in range(len(per_outer[0])) for o in range(size)
+  ]
 
 
 class _DebugCall:
@@ -106,21 +115,30 @@ class _DebugCall:
   arrays (:func:`hostcb.jax_internals.cpu_arrays`), else NumPy arrays.
   """
 
-  def __init__(self, func: Callable, in_tree: Any, static: tuple,
-               n_operands: int, key_impls: tuple, as_jax_arrays: bool):
+  def __init__(
+    self,
+    func: Callable,
+    in_tree: Any,
+    static: tuple,
+    n_operands: int,
+    key_impls: tuple,
+    as_jax_arrays: bool,
+  ):
     self.func = func
     self.in_tree = in_tree
     self.static = static
     self.n = n_operands
-    self.key_impls = key_impls if any(k is not None for k in key_impls) \
-        else None
+    self.key_impls = (
+      key_impls if any(k is not None for k in key_impls) else None
+    )
     self.as_jax_arrays = as_jax_arrays
     self.to_jax = ji.cpu_arrays if as_jax_arrays else None
     if as_jax_arrays:
       ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
     # Positional operands only: call without rebuilding the tree.
-    self.positional = (not static and in_tree == jax.tree_util.tree_structure(
-        ((0,) * n_operands, {})))
+    self.positional = not static and in_tree == jax.tree_util.tree_structure(
+      ((0,) * n_operands, {})
+    )
 
   def __repr__(self) -> str:
     return f"jax.debug.callback({self.func!r})"
@@ -140,10 +158,15 @@ class _DebugCall:
       if not name:
         return None
       raise named.NotExportable(
-          "host-side arguments that are not str, numbers, bool or None", name)
-    fn = {"in_tree": named.tree_json_of(self.in_tree, name),
-          "static": [list(iv) for iv in self.static], "n": self.n,
-          "as_jax_arrays": bool(self.as_jax_arrays), **described}
+        "host-side arguments that are not str, numbers, bool or None", name
+      )
+    fn = {
+      "in_tree": named.tree_json_of(self.in_tree, name),
+      "static": [list(iv) for iv in self.static],
+      "n": self.n,
+      "as_jax_arrays": bool(self.as_jax_arrays),
+      **described,
+    }
     return name, {"kind": "debug_callback" if name else "debug_print", **fn}
 
   def __call__(self, arg, transforms=()) -> None:
@@ -180,20 +203,24 @@ class _DebugCall:
     ``wrap_keys``: PRNG key operands as key arrays (JAX's eager call) rather
     than their key data (JAX's staged call)."""
     leaves = (arg,) if self.n == 1 else arg
-    levels = [params["batch_dims"] for name, params in transforms
-              if name == "batch"]
+    levels = [
+      params["batch_dims"] for name, params in transforms if name == "batch"
+    ]
     for element in _elements(tuple(leaves), levels):
       self.call(element, wrap_keys)
 
-  def call(self, leaves, wrap_keys: bool = False,
-           converted: bool = False) -> None:
+  def call(
+    self, leaves, wrap_keys: bool = False, converted: bool = False
+  ) -> None:
     """Calls the function with one set of operands (``converted``: already
     what the function gets)."""
     if self.to_jax is not None and not converted:
       leaves = self.to_jax(leaves)
     if wrap_keys and self.key_impls is not None:
-      leaves = [a if impl is None else jax.random.wrap_key_data(a, impl=impl)
-                for a, impl in zip(leaves, self.key_impls)]
+      leaves = [
+        a if impl is None else jax.random.wrap_key_data(a, impl=impl)
+        for a, impl in zip(leaves, self.key_impls)
+      ]
     if self.positional:
       self.func(*leaves)
       return
@@ -206,7 +233,8 @@ class _DebugCall:
 
 # Under checkpoint, rematerialized as JAX rematerializes its debug callbacks.
 _ji_callbacks.rematerialize_as_jax_debug(
-    tap_p, lambda params: isinstance(params["target"].func, _DebugCall))
+  tap_p, lambda params: isinstance(params["target"].func, _DebugCall)
+)
 
 
 class _Eagerly:
@@ -227,8 +255,9 @@ class _Eagerly:
       arrays = tuple(jax.device_put(a, cpu) for a in args)
     else:
       arrays = tuple(_canonical_array(a) for a in args)
-    levels = [params["batch_dims"] for name, params in transforms
-              if name == "batch"]
+    levels = [
+      params["batch_dims"] for name, params in transforms if name == "batch"
+    ]
     try:
       for element in _elements(arrays, levels):
         call.call(element, True, converted=True)
@@ -240,13 +269,20 @@ class _Eagerly:
 def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
   """The :class:`_DebugCall` that :meth:`_DebugCall._hostcb_export`
   described, calling ``func`` (PRNG keys arrive as key data when staged)."""
-  return _DebugCall(func, named.tree_from_json(fn["in_tree"]),
-                    tuple((i, v) for i, v in fn["static"]), fn["n"],
-                    (None,) * fn["n"], fn["as_jax_arrays"])
+  return _DebugCall(
+    func,
+    named.tree_from_json(fn["in_tree"]),
+    tuple((i, v) for i, v in fn["static"]),
+    fn["n"],
+    (None,) * fn["n"],
+    fn["as_jax_arrays"],
+  )
 
 
-named.define_kind("debug_callback", lambda name, fn, spec: _rebuilt_debug_call(
-    named.lookup(name), fn))
+named.define_kind(
+  "debug_callback",
+  lambda name, fn, spec: _rebuilt_debug_call(named.lookup(name), fn),
+)
 
 
 def _canonical_array(a) -> np.ndarray:
@@ -257,9 +293,14 @@ def _canonical_array(a) -> np.ndarray:
   return a if dtype == a.dtype else a.astype(dtype)
 
 
-def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
-         as_jax_arrays: bool | None = None,
-         partitioned: bool = False) -> None:
+def _tap(
+  func: Callable,
+  args: tuple,
+  kwargs: dict,
+  ordered: bool,
+  as_jax_arrays: bool | None = None,
+  partitioned: bool = False,
+) -> None:
   """Stages ``func(*args, **kwargs)``; ``as_jax_arrays``: whether its array
   arguments are ``jax.Array`` s (None: as ``hostcb_callback_jax_arrays``
   says, True by default)."""
@@ -271,21 +312,34 @@ def _tap(func: Callable, args: tuple, kwargs: dict, ordered: bool,
       operands[i] = jax.random.key_data(x)
     else:
       key_impls.append(None)
-  call = _DebugCall(func, in_tree, static, len(operands), tuple(key_impls),
-                    config.read(config.JAX_ARRAYS) if as_jax_arrays is None
-                    else as_jax_arrays)
+  call = _DebugCall(
+    func,
+    in_tree,
+    static,
+    len(operands),
+    tuple(key_impls),
+    config.read(config.JAX_ARRAYS) if as_jax_arrays is None else as_jax_arrays,
+  )
   # An ordered callback carries JAX's ordered debug effect too: JAX
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
-  target = TapTarget(call, _jc.flat_treedef(len(operands)), False,
-                     eager=_Eagerly(call), effects=effects, prints=True,
-                     partitioned=partitioned, per_element=partitioned,
-                     text=isinstance(func, _Format))
+  target = TapTarget(
+    call,
+    _jc.flat_treedef(len(operands)),
+    False,
+    eager=_Eagerly(call),
+    effects=effects,
+    prints=True,
+    partitioned=partitioned,
+    per_element=partitioned,
+    text=isinstance(func, _Format),
+  )
   tap_p.bind(*operands, target=target, transforms=(), device_index=0)
 
 
-def _to_jax(jax_fn: Callable, first, args: tuple, kwargs: dict,
-            options: dict) -> None:
+def _to_jax(
+  jax_fn: Callable, first, args: tuple, kwargs: dict, options: dict
+) -> None:
   """Hands a call to JAX's own function, with its options."""
   if any(k in kwargs for k in options):
     # Only the two-call form can pass the callback keywords of these names.
@@ -303,21 +357,33 @@ def _partitions_natively() -> bool:
 
 
 # ------------------------------------------------------------ callback
-def _callback(func, args: tuple, kwargs: dict, ordered: bool,
-              partitioned: bool) -> None:
+def _callback(
+  func, args: tuple, kwargs: dict, ordered: bool, partitioned: bool
+) -> None:
   if not callable(func):
-    raise TypeError("first argument to jax.debug.callback must be callable, "
-                    f"but got an object of type {type(func)}")
+    raise TypeError(
+      "first argument to jax.debug.callback must be callable, "
+      f"but got an object of type {type(func)}"
+    )
   if _jc.is_jax_own(func) or (partitioned and not _partitions_natively()):
-    _to_jax(_JAX_CALLBACK, func, args, kwargs,
-            {"ordered": ordered, "partitioned": partitioned})
+    _to_jax(
+      _JAX_CALLBACK,
+      func,
+      args,
+      kwargs,
+      {"ordered": ordered, "partitioned": partitioned},
+    )
     return
   _tap(func, args, kwargs, ordered, partitioned=partitioned)
 
 
-def callback(callback: Callable[..., None] | None = None, *args: Any,
-             ordered: bool = False, partitioned: bool = False,
-             **kwargs: Any) -> Callable[..., None] | None:
+def callback(
+  callback: Callable[..., None] | None = None,
+  *args: Any,
+  ordered: bool = False,
+  partitioned: bool = False,
+  **kwargs: Any,
+) -> Callable[..., None] | None:
   """``jax.debug.callback`` on hostcb's engine: calls ``callback(*args,
   **kwargs)`` on the host from JAX code, for its side effects.
 
@@ -359,11 +425,14 @@ def callback(callback: Callable[..., None] | None = None, *args: Any,
     _callback(callback, args, kwargs, ordered, partitioned)
     return None
   if args or kwargs:
-    raise TypeError("debug_callback received unexpected arguments in the "
-                    f"two-call form: {args=} {kwargs=}")
+    raise TypeError(
+      "debug_callback received unexpected arguments in the "
+      f"two-call form: {args=} {kwargs=}"
+    )
 
-  def debug_callback(callback: Callable[..., None], *args: Any,
-                     **kwargs: Any) -> None:
+  def debug_callback(
+    callback: Callable[..., None], *args: Any, **kwargs: Any
+  ) -> None:
     _callback(callback, args, kwargs, ordered, partitioned)
 
   return debug_callback
@@ -384,13 +453,15 @@ class _FormatCheck(string.Formatter):
     unused = [a for i, a in enumerate(args) if i not in used_args]
     if unused:
       raise ValueError(
-          f"Unused positional arguments to `jax.debug.print`: {unused}")
+        f"Unused positional arguments to `jax.debug.print`: {unused}"
+      )
     unused_names = [k for k in kwargs if k not in used_args]
     if unused_names:
       raise ValueError(
-          f"Unused keyword arguments to `jax.debug.print`: {unused_names}. "
-          "You may be passing an f-string (i.e, `f\"{x}\"`) into "
-          "`jax.debug.print` and instead should pass in a regular string.")
+        f"Unused keyword arguments to `jax.debug.print`: {unused_names}. "
+        'You may be passing an f-string (i.e, `f"{x}"`) into '
+        "`jax.debug.print` and instead should pass in a regular string."
+      )
 
 
 _format_check = _FormatCheck()
@@ -426,8 +497,11 @@ def _contains_arrays(args: tuple, kwargs: dict) -> bool:
   ``Array(...)`` for the ``jax.Array`` s that JAX's print gets."""
   for a in (*args, *kwargs.values()):
     leaves = jax.tree_util.tree_leaves(a)
-    if (leaves and not (len(leaves) == 1 and leaves[0] is a)
-        and any(ji.is_jax_value(x) for x in leaves)):
+    if (
+      leaves
+      and not (len(leaves) == 1 and leaves[0] is a)
+      and any(ji.is_jax_value(x) for x in leaves)
+    ):
       return True
   return False
 
@@ -451,9 +525,11 @@ class _Format:
     options = self.options or ()
     if not all(named.json_scalar(v) for _, v in options):
       return None
-    return {"fmt": self.fmt, "placeholders": self.placeholders,
-            "options": None if self.options is None
-            else [list(kv) for kv in options]}
+    return {
+      "fmt": self.fmt,
+      "placeholders": self.placeholders,
+      "options": None if self.options is None else [list(kv) for kv in options],
+    }
 
   def __call__(self, *args, **kwargs) -> None:
     if self.placeholders:
@@ -464,17 +540,36 @@ class _Format:
     sys.stdout.write(text + "\n")
 
 
-named.define_kind("debug_print", lambda name, fn, spec: _rebuilt_debug_call(
-    _Format(fn["fmt"], fn["placeholders"],
-            None if fn["options"] is None
-            else tuple(tuple(kv) for kv in fn["options"])), fn))
+named.define_kind(
+  "debug_print",
+  lambda name, fn, spec: _rebuilt_debug_call(
+    _Format(
+      fn["fmt"],
+      fn["placeholders"],
+      None
+      if fn["options"] is None
+      else tuple(tuple(kv) for kv in fn["options"]),
+    ),
+    fn,
+  ),
+)
 
 
-def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
-           skip_format_check: bool, use_logging: bool) -> None:
+def _print(
+  fmt,
+  args: tuple,
+  kwargs: dict,
+  ordered: bool,
+  partitioned: bool,
+  skip_format_check: bool,
+  use_logging: bool,
+) -> None:
   if use_logging or (partitioned and not _partitions_natively()):
-    options = {"ordered": ordered, "partitioned": partitioned,
-               "skip_format_check": skip_format_check}
+    options = {
+      "ordered": ordered,
+      "partitioned": partitioned,
+      "skip_format_check": skip_format_check,
+    }
     if use_logging:
       options["_use_logging"] = True
     _to_jax(_JAX_PRINT, fmt, args, kwargs, options)
@@ -483,15 +578,28 @@ def _print(fmt, args: tuple, kwargs: dict, ordered: bool, partitioned: bool,
     _format_check.format(fmt, *args, **kwargs)
   placeholders = _first_field_is_placeholder(fmt)
   printer = _Format(fmt, placeholders, caller_print_options())
-  _tap(printer, args, kwargs, ordered,
-       as_jax_arrays=((placeholders and _shows_jax_arrays(fmt))
-                      or _contains_arrays(args, kwargs)),
-       partitioned=partitioned)
+  _tap(
+    printer,
+    args,
+    kwargs,
+    ordered,
+    as_jax_arrays=(
+      (placeholders and _shows_jax_arrays(fmt))
+      or _contains_arrays(args, kwargs)
+    ),
+    partitioned=partitioned,
+  )
 
 
-def print(fmt: str | None = None, *args, ordered: bool = False,
-          partitioned: bool = False, skip_format_check: bool = False,
-          _use_logging: bool = False, **kwargs) -> Callable[..., None] | None:
+def print(
+  fmt: str | None = None,
+  *args,
+  ordered: bool = False,
+  partitioned: bool = False,
+  skip_format_check: bool = False,
+  _use_logging: bool = False,
+  **kwargs,
+) -> Callable[..., None] | None:
   """``jax.debug.print`` on hostcb's engine: prints values from JAX code.
 
   Prints ``fmt.format(*args, **kwargs)`` on one line of ``sys.stdout``,
@@ -527,16 +635,20 @@ def print(fmt: str | None = None, *args, ordered: bool = False,
     None, or in the two-call form the function to call.
   """
   if fmt is not None:
-    _print(fmt, args, kwargs, ordered, partitioned, skip_format_check,
-           _use_logging)
+    _print(
+      fmt, args, kwargs, ordered, partitioned, skip_format_check, _use_logging
+    )
     return None
   if args or kwargs:
-    raise TypeError("debug_print received unexpected arguments in the "
-                    f"two-call form: {args=} {kwargs=}")
+    raise TypeError(
+      "debug_print received unexpected arguments in the "
+      f"two-call form: {args=} {kwargs=}"
+    )
 
   def debug_print(fmt: str, *args, **kwargs) -> None:
-    _print(fmt, args, kwargs, ordered, partitioned, skip_format_check,
-           _use_logging)
+    _print(
+      fmt, args, kwargs, ordered, partitioned, skip_format_check, _use_logging
+    )
 
   return debug_print
 

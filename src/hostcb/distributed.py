@@ -22,6 +22,7 @@ call of the others.  A wait that lasts longer than the timeout (default
 300 s, :func:`set_timeout` or the ``HOSTCB_BARRIER_TIMEOUT_S`` environment
 variable) raises :class:`TimeoutError` instead of hanging.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,8 +45,9 @@ def _check_timeout(seconds, what: str) -> float:
   except (TypeError, ValueError):
     value = float("nan")
   if not value > 0 or value == float("inf"):
-    raise ValueError(f"{what} must be a positive, finite number of seconds; "
-                     f"got {seconds!r}")
+    raise ValueError(
+      f"{what} must be a positive, finite number of seconds; got {seconds!r}"
+    )
   return value
 
 
@@ -83,8 +85,9 @@ def _next_barrier_id() -> tuple[int, str]:
   return n, f"hostcb_barrier_wait_{n}"
 
 
-def wait_for_all_processes(name: str = "", *,
-                           timeout_s: float | None = None) -> None:
+def wait_for_all_processes(
+  name: str = "", *, timeout_s: float | None = None
+) -> None:
   """Waits until every process of the JAX program reaches this barrier.
 
   In a single-process program (``jax.distributed`` not initialized and one
@@ -104,30 +107,40 @@ def wait_for_all_processes(name: str = "", *,
       ``jax.distributed`` is not initialized in this one, or the
       distributed runtime failed (e.g. a process died).
   """
-  timeout = (_timeout_s if timeout_s is None
-             else _check_timeout(timeout_s, "timeout_s"))
+  timeout = (
+    _timeout_s if timeout_s is None else _check_timeout(timeout_s, "timeout_s")
+  )
   n, barrier_id = _next_barrier_id()
-  label = f"barrier_wait({name!r}, all_processes=True)" if name else \
-      "barrier_wait(all_processes=True)"
+  label = (
+    f"barrier_wait({name!r}, all_processes=True)"
+    if name
+    else "barrier_wait(all_processes=True)"
+  )
   try:
-    waited = ji.wait_at_process_barrier(barrier_id,
-                                        max(1, round(timeout * 1000)))
+    waited = ji.wait_at_process_barrier(
+      barrier_id, max(1, round(timeout * 1000))
+    )
   except jax.errors.JaxRuntimeError as e:
-    where = (f"process {jax.process_index()} of {jax.process_count()}, "
-             f"call number {n + 1} of {label} in this process")
+    where = (
+      f"process {jax.process_index()} of {jax.process_count()}, "
+      f"call number {n + 1} of {label} in this process"
+    )
     if str(e).startswith("DEADLINE_EXCEEDED"):
       raise TimeoutError(
-          f"{label} waited {timeout:g} s for the other processes and not all "
-          f"came ({where}). Every process must call "
-          "barrier_wait(all_processes=True) the same number of times; a "
-          "process that failed or is still busy never arrives. Raise the "
-          "timeout with hostcb.distributed.set_timeout(seconds) or "
-          f"{_TIMEOUT_ENV}.") from e
+        f"{label} waited {timeout:g} s for the other processes and not all "
+        f"came ({where}). Every process must call "
+        "barrier_wait(all_processes=True) the same number of times; a "
+        "process that failed or is still busy never arrives. Raise the "
+        "timeout with hostcb.distributed.set_timeout(seconds) or "
+        f"{_TIMEOUT_ENV}."
+      ) from e
     raise RuntimeError(
-        f"{label} failed in JAX's distributed runtime ({where}): {e}") from e
+      f"{label} failed in JAX's distributed runtime ({where}): {e}"
+    ) from e
   if not waited and jax.process_count() > 1:
     raise RuntimeError(
-        f"{label} needs JAX's distributed runtime: this program has "
-        f"{jax.process_count()} processes but jax.distributed.initialize() "
-        "was not called in this one (expected an initialized "
-        "jax.distributed; got none)")
+      f"{label} needs JAX's distributed runtime: this program has "
+      f"{jax.process_count()} processes but jax.distributed.initialize() "
+      "was not called in this one (expected an initialized "
+      "jax.distributed; got none)"
+    )

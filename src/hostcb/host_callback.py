@@ -5,6 +5,7 @@ resolves to once hostcb's import hook is installed (see
 :mod:`hostcb.import_hook`), so it exports every public name of the legacy
 module.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,23 +20,30 @@ from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
 from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
-from hostcb.printing import (caller_print_options, numpy_print_options,
-                             print_tap)
+from hostcb.printing import caller_print_options, numpy_print_options, print_tap
 from hostcb.signatures import is_key, result_avals
-from hostcb.engine import (CallbackException, barrier_wait,
-                           stop_outfeed_receiver)
+from hostcb.engine import CallbackException, barrier_wait, stop_outfeed_receiver
 
 __all__ = [
-    "id_tap", "id_print", "call", "barrier_wait", "stop_outfeed_receiver",
-    "CallbackException", "TapFunctionException", "CallbackFlavor",
+  "id_tap",
+  "id_print",
+  "call",
+  "barrier_wait",
+  "stop_outfeed_receiver",
+  "CallbackException",
+  "TapFunctionException",
+  "CallbackFlavor",
 ]
 
 TapFunctionException = CallbackException
 """Legacy alias of :class:`CallbackException`."""
 
 # Legacy code sets the knobs with jax.config.update("jax_host_callback_...").
-ji.register_config_options(config.update, config.read(config.INLINE),
-                           config.read(config.MAX_QUEUE_BYTE_SIZE))
+ji.register_config_options(
+  config.update,
+  config.read(config.INLINE),
+  config.read(config.MAX_QUEUE_BYTE_SIZE),
+)
 
 
 class CallbackFlavor(enum.Enum):
@@ -49,6 +57,7 @@ class CallbackFlavor(enum.Enum):
   the same; its alternative one accepted it only without results).
   Taps always behave as ``IO_CALLBACK``.
   """
+
   IO_CALLBACK = 1
   PURE = 2
   DEBUG = 3
@@ -56,19 +65,26 @@ class CallbackFlavor(enum.Enum):
 
 def _check_flavor(flavor) -> None:
   if not isinstance(flavor, CallbackFlavor):
-    raise TypeError("callback_flavor must be a hostcb.CallbackFlavor; got "
-                    f"{flavor!r}")
+    raise TypeError(
+      f"callback_flavor must be a hostcb.CallbackFlavor; got {flavor!r}"
+    )
 
 
 def _check_device_index(device_index) -> None:
-  if (isinstance(device_index, bool) or not isinstance(device_index, int)
-      or device_index < 0):
-    raise ValueError("device_index must be a non-negative int; got "
-                     f"{device_index!r}")
+  if (
+    isinstance(device_index, bool)
+    or not isinstance(device_index, int)
+    or device_index < 0
+  ):
+    raise ValueError(
+      f"device_index must be a non-negative int; got {device_index!r}"
+    )
   n = jax.device_count()
   if device_index >= n:
-    raise ValueError(f"device_index must name one of the {n} devices "
-                     f"(0 to {n - 1}); got {device_index}")
+    raise ValueError(
+      f"device_index must name one of the {n} devices "
+      f"(0 to {n - 1}); got {device_index}"
+    )
 
 
 _NUMBERS = (int, float, complex, bool, np.ndarray, np.generic)
@@ -102,18 +118,28 @@ def _operands(arg, what: str):
         flat[i] = jax.random.key_data(x)
         continue
     elif (not isinstance(x, _NUMBERS) and not _array_like(x)) or (
-        isinstance(x, np.ndarray) and x.dtype == object):
+      isinstance(x, np.ndarray) and x.dtype == object
+    ):
       raise TypeError(
-          f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
-          f"(hostcb: every leaf of the argument of {what} must be an array "
-          "or a number)")
+        f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
+        f"(hostcb: every leaf of the argument of {what} must be an array "
+        "or a number)"
+      )
     key_impls.append(None)
   return flat, treedef, key_impls
 
 
-def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
-           device_index=0, callback_flavor=CallbackFlavor.IO_CALLBACK,
-           partitioned=False, **kwargs):
+def id_tap(
+  tap_func: Callable,
+  arg,
+  *,
+  result=None,
+  tap_with_device=False,
+  device_index=0,
+  callback_flavor=CallbackFlavor.IO_CALLBACK,
+  partitioned=False,
+  **kwargs,
+):
   """Identity function that also sends ``arg`` to ``tap_func`` on the host.
 
   The host calls ``tap_func(arg, transforms)`` (and ``device=dev`` too when
@@ -145,28 +171,38 @@ def id_tap(tap_func: Callable, arg, *, result=None, tap_with_device=False,
   """
   if kwargs:
     raise TypeError(
-        "Support for **kwargs in ``id_tap`` has been removed. Instead, "
-        "pre-apply keyword arguments, either by using a closure or by passing "
-        "``functools.partial(tap_func, **kwargs)``. "
-        f"(hostcb: got keyword arguments {sorted(kwargs)})")
+      "Support for **kwargs in ``id_tap`` has been removed. Instead, "
+      "pre-apply keyword arguments, either by using a closure or by passing "
+      "``functools.partial(tap_func, **kwargs)``. "
+      f"(hostcb: got keyword arguments {sorted(kwargs)})"
+    )
   if not callable(tap_func):
-    raise TypeError(f"Expected a callable value, got {tap_func!r} "
-                    "(hostcb: the tap_func of id_tap)")
+    raise TypeError(
+      f"Expected a callable value, got {tap_func!r} "
+      "(hostcb: the tap_func of id_tap)"
+    )
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
   if not isinstance(partitioned, bool):
     raise TypeError(f"partitioned must be a bool; got {partitioned!r}")
   flat, treedef, key_impls = _operands(arg, "id_tap")
-  target = TapTarget(tap_func, treedef, bool(tap_with_device),
-                     prints=isinstance(tap_func, _Printer),
-                     partitioned=partitioned,
-                     text=isinstance(tap_func, _Printer))
-  outs = tap_p.bind(*flat, target=target, transforms=(),
-                    device_index=device_index)
+  target = TapTarget(
+    tap_func,
+    treedef,
+    bool(tap_with_device),
+    prints=isinstance(tap_func, _Printer),
+    partitioned=partitioned,
+    text=isinstance(tap_func, _Printer),
+  )
+  outs = tap_p.bind(
+    *flat, target=target, transforms=(), device_index=device_index
+  )
   if result is not None:
     return result
-  outs = [o if impl is None else jax.random.wrap_key_data(o, impl=impl)
-          for o, impl in zip(outs, key_impls)]
+  outs = [
+    o if impl is None else jax.random.wrap_key_data(o, impl=impl)
+    for o, impl in zip(outs, key_impls)
+  ]
   return treedef.unflatten(outs)
 
 
@@ -177,6 +213,7 @@ class _Printer:
   Equal to another only for the same stream (the same object) and keyword
   values that are equal and print the same (:mod:`hostcb.identity`).
   """
+
   hostcb_same_by_value = True
   output_stream: Any
   threshold: int | None
@@ -188,13 +225,24 @@ class _Printer:
     # overrides a user's ``device=`` keyword, and a user's ``transforms=``
     # fails the tap with a TypeError (multiple values for 'transforms').
     with numpy_print_options(self.print_options):
-      print_tap(arg, transforms, output_stream=self.output_stream,
-                threshold=self.threshold, **{**dict(self.kwargs), **device})
+      print_tap(
+        arg,
+        transforms,
+        output_stream=self.output_stream,
+        threshold=self.threshold,
+        **{**dict(self.kwargs), **device},
+      )
 
   def __hash__(self):
     try:
-      return hash((id(self.output_stream), self.threshold, self.kwargs,
-                   self.print_options))
+      return hash(
+        (
+          id(self.output_stream),
+          self.threshold,
+          self.kwargs,
+          self.print_options,
+        )
+      )
     except TypeError:  # an unhashable keyword value: no cache sharing
       return id(self)
 
@@ -205,34 +253,58 @@ class _Printer:
     if self.output_stream is not None:
       return None
     values = [v for _, v in self.kwargs] + [
-        v for _, v in (self.print_options or ())]
+      v for _, v in (self.print_options or ())
+    ]
     if not all(named.json_scalar(v) for v in values):
       return None
-    return "", {"kind": "id_print", "threshold": self.threshold,
-                "kwargs": [list(kv) for kv in self.kwargs],
-                "print_options": (None if self.print_options is None else
-                                  [list(kv) for kv in self.print_options])}
+    return "", {
+      "kind": "id_print",
+      "threshold": self.threshold,
+      "kwargs": [list(kv) for kv in self.kwargs],
+      "print_options": (
+        None
+        if self.print_options is None
+        else [list(kv) for kv in self.print_options]
+      ),
+    }
 
   def __eq__(self, other):
-    return (isinstance(other, _Printer)
-            and self.output_stream is other.output_stream
-            and self.threshold == other.threshold
-            and self.kwargs == other.kwargs
-            and [(type(v), str(v)) for _, v in self.kwargs]
-            == [(type(v), str(v)) for _, v in other.kwargs]
-            and self.print_options == other.print_options)
+    return (
+      isinstance(other, _Printer)
+      and self.output_stream is other.output_stream
+      and self.threshold == other.threshold
+      and self.kwargs == other.kwargs
+      and [(type(v), str(v)) for _, v in self.kwargs]
+      == [(type(v), str(v)) for _, v in other.kwargs]
+      and self.print_options == other.print_options
+    )
 
 
-named.define_kind("id_print", lambda name, fn, spec: _Printer(
-    None, fn["threshold"], tuple(tuple(kv) for kv in fn["kwargs"]),
-    None if fn["print_options"] is None
-    else tuple(tuple(kv) for kv in fn["print_options"])))
+named.define_kind(
+  "id_print",
+  lambda name, fn, spec: _Printer(
+    None,
+    fn["threshold"],
+    tuple(tuple(kv) for kv in fn["kwargs"]),
+    None
+    if fn["print_options"] is None
+    else tuple(tuple(kv) for kv in fn["print_options"]),
+  ),
+)
 
 
-def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
-             output_stream=None, threshold=None,
-             callback_flavor=CallbackFlavor.IO_CALLBACK, partitioned=False,
-             **kwargs):
+def id_print(
+  arg,
+  *,
+  result=None,
+  tap_with_device=False,
+  device_index=0,
+  output_stream=None,
+  threshold=None,
+  callback_flavor=CallbackFlavor.IO_CALLBACK,
+  partitioned=False,
+  **kwargs,
+):
   """Like :func:`id_tap`, with a tap function that prints ``arg``.
 
   Prints the keyword arguments first, on one line (sorted, as
@@ -254,11 +326,21 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
       options, those of the thread that calls ``id_print`` (traces it).
     **kwargs: printed before ``arg``.
   """
-  printer = _Printer(output_stream, threshold, tuple(sorted(kwargs.items())),
-                     caller_print_options())
-  return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
-                device_index=device_index, callback_flavor=callback_flavor,
-                partitioned=partitioned)
+  printer = _Printer(
+    output_stream,
+    threshold,
+    tuple(sorted(kwargs.items())),
+    caller_print_options(),
+  )
+  return id_tap(
+    printer,
+    arg,
+    result=result,
+    tap_with_device=tap_with_device,
+    device_index=device_index,
+    callback_flavor=callback_flavor,
+    partitioned=partitioned,
+  )
 
 
 def _result_aval(r):
@@ -278,15 +360,22 @@ def _result_avals(result_shape):
     return result_avals(result_shape, _result_aval)
   except Exception:  # noqa: BLE001  (any malformed leaf: legacy's error)
     raise ValueError(
-        "result_shape should be a pytree of values with structure matching "
-        "the expected result of the callback function. The values must be "
-        "either numeric scalars, or must have 'shape' and 'dtype' attributes. "
-        f"Got {result_shape}") from None
+      "result_shape should be a pytree of values with structure matching "
+      "the expected result of the callback function. The values must be "
+      "either numeric scalars, or must have 'shape' and 'dtype' attributes. "
+      f"Got {result_shape}"
+    ) from None
 
 
-def call(callback_func: Callable, arg, *, result_shape=None,
-         call_with_device=False, device_index=0,
-         callback_flavor=CallbackFlavor.IO_CALLBACK):
+def call(
+  callback_func: Callable,
+  arg,
+  *,
+  result_shape=None,
+  call_with_device=False,
+  device_index=0,
+  callback_flavor=CallbackFlavor.IO_CALLBACK,
+):
   """Calls ``callback_func(arg)`` on the host and returns its result.
 
   The device waits for the result.  ``result_shape`` describes it: a pytree
@@ -313,16 +402,23 @@ def call(callback_func: Callable, arg, *, result_shape=None,
     The result of ``callback_func``, as arrays of ``result_shape``.
   """
   if not callable(callback_func):
-    raise TypeError(f"Expected a callable value, got {callback_func!r} "
-                    "(hostcb: the callback_func of call)")
+    raise TypeError(
+      f"Expected a callable value, got {callback_func!r} "
+      "(hostcb: the callback_func of call)"
+    )
   _check_flavor(callback_flavor)
   _check_device_index(device_index)
   avals, out_treedef = _result_avals(result_shape)
   flat, in_treedef, _ = _operands(arg, "call")
-  target = CallTarget(callback_func, in_treedef, out_treedef, avals,
-                      bool(call_with_device))
-  outs = call_p.bind(*flat, target=target, device_index=device_index,
-                     effectful=callback_flavor is not CallbackFlavor.PURE)
+  target = CallTarget(
+    callback_func, in_treedef, out_treedef, avals, bool(call_with_device)
+  )
+  outs = call_p.bind(
+    *flat,
+    target=target,
+    device_index=device_index,
+    effectful=callback_flavor is not CallbackFlavor.PURE,
+  )
   if device_index and outs:
     # XLA (seen on 0.10.2, and with jax.pure_callback too) returns zeros when
     # a result made on a device other than the first is the program's output

@@ -16,6 +16,7 @@ it is the same object, or:
 
 Standard library only.
 """
+
 from __future__ import annotations
 
 import types

@@ -26,6 +26,7 @@ when the module is imported.  Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the
 ``.pth`` file from installing it.  This module does not import the finder's
 module: the finder imports this one, lazily.
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,9 +41,15 @@ from hostcb import debug, host_callback, jax_callbacks
 from hostcb import jax_internals as ji
 from hostcb.xla_computation import xla_computation
 
-__all__ = ["install", "uninstall", "legacy_module", "LEGACY_NAME",
-           "install_jax_callbacks", "uninstall_jax_callbacks",
-           "jax_callbacks_installed"]
+__all__ = [
+  "install",
+  "uninstall",
+  "legacy_module",
+  "LEGACY_NAME",
+  "install_jax_callbacks",
+  "uninstall_jax_callbacks",
+  "jax_callbacks_installed",
+]
 
 LEGACY_NAME = "jax.experimental.host_callback"
 
@@ -163,11 +170,16 @@ _replaced: list[tuple[types.ModuleType, str, object]] = []
 
 def _replacements() -> dict[int, tuple[Callable, Callable]]:
   """id(JAX's function) -> (JAX's function, hostcb's)."""
-  ours = {"debug_callback": debug.callback, "debug_print": debug.print,
-          "io_callback": jax_callbacks.io_callback,
-          "pure_callback": jax_callbacks.pure_callback}
-  return {id(jax_callbacks.jax_function(k)): (jax_callbacks.jax_function(k), f)
-          for k, f in ours.items()}
+  ours = {
+    "debug_callback": debug.callback,
+    "debug_print": debug.print,
+    "io_callback": jax_callbacks.io_callback,
+    "pure_callback": jax_callbacks.pure_callback,
+  }
+  return {
+    id(jax_callbacks.jax_function(k)): (jax_callbacks.jax_function(k), f)
+    for k, f in ours.items()
+  }
 
 
 def install_jax_callbacks() -> int:

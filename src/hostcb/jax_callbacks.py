@@ -17,6 +17,7 @@ and ``callback``) in place of JAX's.  Importing this module (``import
 hostcb`` does) also makes ``jax.effects_barrier()`` wait for hostcb's
 callbacks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,6 +32,7 @@ from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
+
 # The engine's barrier and consumer test: imported here only (the one place
 # to change if the engine renames them).
 from hostcb.engine import barrier_wait as _barrier_wait
@@ -39,8 +41,12 @@ from hostcb.engine.consumers import is_consumer as _is_consumer
 from hostcb.engine.consumers import this_thread as _this_thread
 from hostcb.identity import function_hash, same_function
 from hostcb.primitives import CallTarget, call_p
-from hostcb.signatures import (VMAP_METHODS, is_key, result_avals,
-                               unsupported_vmap)
+from hostcb.signatures import (
+  VMAP_METHODS,
+  is_key,
+  result_avals,
+  unsupported_vmap,
+)
 
 __all__ = ["io_callback", "pure_callback"]
 
@@ -97,13 +103,31 @@ class HostCall:
   callback reuses its compiled computation, as JAX's own does; two
   callbacks that compare equal are two functions.
   """
-  hostcb_same_by_value = True  # compares the callback by identity
-  __slots__ = ("callback", "in_tree", "n_in", "result_avals", "name",
-               "jax_arrays", "_to_jax", "_positional", "_expected", "_one",
-               "_hash")
 
-  def __init__(self, callback: Callable, in_tree: Any, n_in: int,
-               result_avals: tuple, name: str, jax_arrays: bool = False):
+  hostcb_same_by_value = True  # compares the callback by identity
+  __slots__ = (
+    "callback",
+    "in_tree",
+    "n_in",
+    "result_avals",
+    "name",
+    "jax_arrays",
+    "_to_jax",
+    "_positional",
+    "_expected",
+    "_one",
+    "_hash",
+  )
+
+  def __init__(
+    self,
+    callback: Callable,
+    in_tree: Any,
+    n_in: int,
+    result_avals: tuple,
+    name: str,
+    jax_arrays: bool = False,
+  ):
     self.callback = callback
     # ``jax.Array`` arguments on the CPU, as JAX's (hostcb_callback_jax_arrays)
     self.jax_arrays = jax_arrays
@@ -116,23 +140,32 @@ class HostCall:
     self.name = name  # "jax.io_callback" or "jax.pure_callback"
     # Positional array arguments only: call without rebuilding the tree.
     self._positional = in_tree == jax.tree_util.tree_structure(
-        ((0,) * n_in, {}))
+      ((0,) * n_in, {})
+    )
     self._expected = [(a.shape, np.dtype(a.dtype)) for a in result_avals]
     self._one = self._expected[0] if len(self._expected) == 1 else None
-    self._hash = hash((function_hash(callback), in_tree, result_avals,
-                       name, jax_arrays))
+    self._hash = hash(
+      (function_hash(callback), in_tree, result_avals, name, jax_arrays)
+    )
 
   def __hash__(self) -> int:
     return self._hash
 
   def __eq__(self, other) -> bool:
-    return (type(other) is HostCall and self._hash == other._hash
-            and (self is other or (
-                same_function(self.callback, other.callback)
-                and self.in_tree == other.in_tree
-                and self.result_avals == other.result_avals
-                and self.name == other.name
-                and self.jax_arrays == other.jax_arrays)))
+    return (
+      type(other) is HostCall
+      and self._hash == other._hash
+      and (
+        self is other
+        or (
+          same_function(self.callback, other.callback)
+          and self.in_tree == other.in_tree
+          and self.result_avals == other.result_avals
+          and self.name == other.name
+          and self.jax_arrays == other.jax_arrays
+        )
+      )
+    )
 
   def __repr__(self) -> str:
     return f"{self.name}({self.callback!r})"
@@ -142,9 +175,13 @@ class HostCall:
     name = named.name_of(self.callback)
     if name is None:
       return None
-    return name, {"kind": "jax_callback", "function": self.name,
-                  "in_tree": named.tree_json_of(self.in_tree, name),
-                  "n_in": self.n_in, "jax_arrays": bool(self.jax_arrays)}
+    return name, {
+      "kind": "jax_callback",
+      "function": self.name,
+      "in_tree": named.tree_json_of(self.in_tree, name),
+      "n_in": self.n_in,
+      "jax_arrays": bool(self.jax_arrays),
+    }
 
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
@@ -166,8 +203,12 @@ class HostCall:
         one = self._one
         # The common case, one exact array of the expected shape and dtype,
         # needs no more checks here (the engine's handler checks it too).
-        if (one is not None and type(result) is np.ndarray
-            and result.dtype == one[1] and result.shape == one[0]):
+        if (
+          one is not None
+          and type(result) is np.ndarray
+          and result.dtype == one[1]
+          and result.shape == one[0]
+        ):
           return result
       else:
         args, kwargs = self.in_tree.unflatten(leaves)
@@ -184,13 +225,15 @@ class HostCall:
     expected = self._expected
     if len(results) != len(expected):
       raise RuntimeError(
-          "Mismatched number of outputs from callback. "
-          f"Expected: {len(expected)}, Actual: {len(results)}")
+        "Mismatched number of outputs from callback. "
+        f"Expected: {len(expected)}, Actual: {len(results)}"
+      )
     for r in results:  # JAX checks every value's dtype before the shapes
       if not _is_jax_dtype(r.dtype):
         raise TypeError(
-            f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
-            "numeric types are supported by JAX.")
+          f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
+          "numeric types are supported by JAX."
+        )
     for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
       if r.dtype != dtype:
         canonical = jax.dtypes.canonicalize_dtype(r.dtype)
@@ -198,12 +241,14 @@ class HostCall:
           r = results[i] = r.astype(canonical)
       if r.shape != shape:
         raise RuntimeError(
-            f"Incorrect output shape for return value #{i}: "
-            f"Expected: {shape}, Actual: {r.shape}")
+          f"Incorrect output shape for return value #{i}: "
+          f"Expected: {shape}, Actual: {r.shape}"
+        )
       if r.dtype != dtype:
         raise RuntimeError(
-            f"Incorrect output dtype for return value #{i}: "
-            f"Expected: {dtype}, Actual: {r.dtype}")
+          f"Incorrect output dtype for return value #{i}: "
+          f"Expected: {dtype}, Actual: {r.dtype}"
+        )
     return results[0] if len(results) == 1 else tuple(results)
 
 
@@ -212,29 +257,57 @@ def _is_jax_dtype(dtype: np.dtype) -> bool:
   ML dtypes (``bfloat16``, ``float8_*``, ``int4``...), which NumPy sees as
   kind ``V`` with their own scalar type; not strings, objects, dates or
   plain bytes."""
-  return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type is not
-                                   np.void)
+  return dtype.kind in "biufc" or (
+    dtype.kind == "V" and dtype.type is not np.void
+  )
 
 
-def call_target(callback: Callable, in_tree: Any, n_in: int,
-                result_avals: tuple, name: str, rules: Any) -> CallTarget:
+def call_target(
+  callback: Callable,
+  in_tree: Any,
+  n_in: int,
+  result_avals: tuple,
+  name: str,
+  rules: Any,
+) -> CallTarget:
   """The :class:`~hostcb.primitives.CallTarget` of one callback."""
-  return CallTarget(HostCall(callback, in_tree, n_in, result_avals, name,
-                             config.read(config.JAX_ARRAYS)),
-                    flat_treedef(n_in), flat_treedef(len(result_avals)),
-                    result_avals, False, rules)
+  return CallTarget(
+    HostCall(
+      callback,
+      in_tree,
+      n_in,
+      result_avals,
+      name,
+      config.read(config.JAX_ARRAYS),
+    ),
+    flat_treedef(n_in),
+    flat_treedef(len(result_avals)),
+    result_avals,
+    False,
+    rules,
+  )
 
 
-named.define_kind("jax_callback", lambda name, fn, spec: HostCall(
-    named.lookup(name), named.tree_from_json(fn["in_tree"]), fn["n_in"],
-    named.result_avals_of(spec), fn["function"], fn["jax_arrays"]))
+named.define_kind(
+  "jax_callback",
+  lambda name, fn, spec: HostCall(
+    named.lookup(name),
+    named.tree_from_json(fn["in_tree"]),
+    fn["n_in"],
+    named.result_avals_of(spec),
+    fn["function"],
+    fn["jax_arrays"],
+  ),
+)
 
 
 def _check_shape_dtype(leaf) -> None:
   dtype = np.dtype(leaf.dtype)
   if jax.dtypes.canonicalize_dtype(dtype) != dtype:
-    raise ValueError("result_shape_dtypes cannot specify 64-bit types when "
-                     "`jax_enable_x64` is disabled")
+    raise ValueError(
+      "result_shape_dtypes cannot specify 64-bit types when "
+      "`jax_enable_x64` is disabled"
+    )
 
 
 def _result_aval(leaf):
@@ -248,17 +321,17 @@ def _result_avals(result_shape_dtypes) -> tuple[tuple, Any]:
 
 # ------------------------------------------------------- vmap rules
 def _moved(args, dims) -> list:
-  return [a if d is None else jax.numpy.moveaxis(a, d, 0)
-          for a, d in zip(args, dims)]
+  return [
+    a if d is None else jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, dims)
+  ]
 
 
 def _axis_size(args, dims) -> int:
-  size, = {a.shape[d] for a, d in zip(args, dims) if d is not None}
+  (size,) = {a.shape[d] for a, d in zip(args, dims) if d is not None}
   return size
 
 
-def _sequential(target, args, dims, *, device_index, effectful,
-                unroll=False):
+def _sequential(target, args, dims, *, device_index, effectful, unroll=False):
   """One call per batch element, in a scan over the batch (as JAX's
   ``sequential`` vmap_method and its unordered ``io_callback`` do)."""
   dims = [None if d is ji.not_mapped else d for d in dims]
@@ -268,8 +341,9 @@ def _sequential(target, args, dims, *, device_index, effectful,
   def step(carry, xs):
     xs = iter(xs)
     full = [a if d is None else next(xs) for a, d in zip(moved, dims)]
-    return carry, call_p.bind(*full, target=target,
-                              device_index=device_index, effectful=effectful)
+    return carry, call_p.bind(
+      *full, target=target, device_index=device_index, effectful=effectful
+    )
 
   _, outs = jax.lax.scan(step, (), batched, unroll=unroll)
   return list(outs), [0] * len(outs)
@@ -281,25 +355,33 @@ _VMAP_METHODS = [*VMAP_METHODS, None]  # listed so in JAX's error
 @dataclasses.dataclass(frozen=True)
 class PureRules:
   """``pure_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+
   vmap_method: str | None
   effects = ()  # a pure call has none (effectful=False)
 
   def jvp(self):
     raise ValueError(
-        "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to "
-        "use callbacks while taking gradients.")
+      "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to "
+      "use callbacks while taking gradients."
+    )
 
   def transpose(self):
     raise ValueError(
-        "Pure callbacks do not support transpose. Please use "
-        "`jax.custom_vjp` to use callbacks while taking gradients.")
+      "Pure callbacks do not support transpose. Please use "
+      "`jax.custom_vjp` to use callbacks while taking gradients."
+    )
 
   def batch(self, target, args, dims, *, device_index, effectful):
     method = self.vmap_method
     if method in ("sequential", "sequential_unrolled"):
-      return _sequential(target, args, dims, device_index=device_index,
-                         effectful=effectful,
-                         unroll=method == "sequential_unrolled")
+      return _sequential(
+        target,
+        args,
+        dims,
+        device_index=device_index,
+        effectful=effectful,
+        unroll=method == "sequential_unrolled",
+      )
     if method not in VMAP_METHODS:
       raise unsupported_vmap("pure_callback", method)
     dims = [None if d is ji.not_mapped else d for d in dims]
@@ -308,21 +390,27 @@ class PureRules:
     if method != "legacy_vectorized":
       # Unbatched operands get a leading axis: of size 1, or the batch's.
       lead = size if method == "broadcast_all" else 1
-      moved = [jax.lax.broadcast(a, (lead,)) if d is None else a
-               for a, d in zip(moved, dims)]
+      moved = [
+        jax.lax.broadcast(a, (lead,)) if d is None else a
+        for a, d in zip(moved, dims)
+      ]
     func = target.func
-    avals = tuple(ji.ShapedArray((size, *a.shape), a.dtype)
-                  for a in target.result_avals)
-    batched = call_target(func.callback, func.in_tree, func.n_in, avals,
-                          func.name, self)
-    outs = call_p.bind(*moved, target=batched, device_index=device_index,
-                       effectful=effectful)
+    avals = tuple(
+      ji.ShapedArray((size, *a.shape), a.dtype) for a in target.result_avals
+    )
+    batched = call_target(
+      func.callback, func.in_tree, func.n_in, avals, func.name, self
+    )
+    outs = call_p.bind(
+      *moved, target=batched, device_index=device_index, effectful=effectful
+    )
     return list(outs), [0] * len(outs)
 
 
 @dataclasses.dataclass(frozen=True)
 class IoRules:
   """``io_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+
   ordered: bool
 
   @property
@@ -341,8 +429,9 @@ class IoRules:
   def batch(self, target, args, dims, *, device_index, effectful):
     if self.ordered:
       raise ValueError("Cannot `vmap` ordered IO callback.")
-    return _sequential(target, args, dims, device_index=device_index,
-                       effectful=effectful)
+    return _sequential(
+      target, args, dims, device_index=device_index, effectful=effectful
+    )
 
 
 # ------------------------------------------------------ the functions
@@ -357,8 +446,9 @@ def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
     if is_key(x):
       flat[i] = jax.random.key_data(x)
   try:
-    return call_p.bind(*flat, target=target, device_index=0,
-                       effectful=effectful)
+    return call_p.bind(
+      *flat, target=target, device_index=0, effectful=effectful
+    )
   except TypeError as e:
     own = f"Error interpreting argument to {call_p.name} as a JAX value."
     message = str(e)
@@ -367,9 +457,14 @@ def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
     raise
 
 
-def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
-                  *args: Any, sharding=None, vmap_method: str | None = None,
-                  **kwargs: Any):
+def pure_callback(
+  callback: Callable[..., Any],
+  result_shape_dtypes: Any,
+  *args: Any,
+  sharding=None,
+  vmap_method: str | None = None,
+  **kwargs: Any,
+):
   """``jax.pure_callback`` on hostcb's engine: calls a side-effect-free
   host function from JAX code and returns its result.
 
@@ -410,25 +505,42 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   """
   if vmap_method not in _VMAP_METHODS:
     raise ValueError(
-        f"vmap_method must be on of the allowed methods {_VMAP_METHODS}, "
-        f"but got: {vmap_method}")
+      f"vmap_method must be on of the allowed methods {_VMAP_METHODS}, "
+      f"but got: {vmap_method}"
+    )
   if sharding is not None or is_jax_own(callback):
-    return _JAX["pure_callback"](callback, result_shape_dtypes, *args,
-                                 sharding=sharding, vmap_method=vmap_method,
-                                 **kwargs)
+    return _JAX["pure_callback"](
+      callback,
+      result_shape_dtypes,
+      *args,
+      sharding=sharding,
+      vmap_method=vmap_method,
+      **kwargs,
+    )
   flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
   avals, out_tree = _result_avals(result_shape_dtypes)
-  target = call_target(callback, in_tree, len(flat), avals,
-                       "jax.pure_callback", PureRules(vmap_method))
+  target = call_target(
+    callback,
+    in_tree,
+    len(flat),
+    avals,
+    "jax.pure_callback",
+    PureRules(vmap_method),
+  )
   return out_tree.unflatten(_bind(flat, target, False, "pure_callback"))
 
 
 pure_callback._hostcb_replaces = _JAX["pure_callback"]
 
 
-def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
-                *args: Any, sharding=None, ordered: bool = False,
-                **kwargs: Any):
+def io_callback(
+  callback: Callable[..., Any],
+  result_shape_dtypes: Any,
+  *args: Any,
+  sharding=None,
+  ordered: bool = False,
+  **kwargs: Any,
+):
   """``jax.experimental.io_callback`` on hostcb's engine: calls a host
   function with side effects from JAX code and returns its result.
 
@@ -462,12 +574,24 @@ def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
     The callback's result, as JAX arrays of ``result_shape_dtypes``.
   """
   if sharding is not None or is_jax_own(callback):
-    return _JAX["io_callback"](callback, result_shape_dtypes, *args,
-                               sharding=sharding, ordered=ordered, **kwargs)
+    return _JAX["io_callback"](
+      callback,
+      result_shape_dtypes,
+      *args,
+      sharding=sharding,
+      ordered=ordered,
+      **kwargs,
+    )
   flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
   avals, out_tree = _result_avals(result_shape_dtypes)
-  target = call_target(callback, in_tree, len(flat), avals,
-                       "jax.io_callback", IoRules(bool(ordered)))
+  target = call_target(
+    callback,
+    in_tree,
+    len(flat),
+    avals,
+    "jax.io_callback",
+    IoRules(bool(ordered)),
+  )
   return out_tree.unflatten(_bind(flat, target, True, "io_callback"))
 
 
@@ -485,4 +609,5 @@ def _wait_in_effects_barrier() -> None:
 # jax.effects_barrier() waits for hostcb's callbacks too, from the first
 # bind of a hostcb primitive on (not at import: hostcb.jax_internals.patches).
 ji.when_first_needed(
-    functools.partial(ji.patch_effects_barrier, _wait_in_effects_barrier))
+  functools.partial(ji.patch_effects_barrier, _wait_in_effects_barrier)
+)

@@ -45,6 +45,7 @@ Every tap and every effectful call takes and returns the token of hostcb's
 effect (:mod:`hostcb.jax_internals`), which keeps them in program order
 within a computation and orders the computations of a thread.
 """
+
 from __future__ import annotations
 
 import functools
@@ -74,9 +75,9 @@ def _native(ctx) -> bool:
   # Not in a jit over several devices, where the tap runs on one of them:
   # XLA's SPMD partitioner (Shardy) keeps that placement only for its own
   # Python callbacks.
-  return (not ji.runs_on_one_of_several_devices(ctx)
-          and engine.supports(a.dtype for a in (*ctx.avals_in,
-                                                *ctx.avals_out)))
+  return not ji.runs_on_one_of_several_devices(ctx) and engine.supports(
+    a.dtype for a in (*ctx.avals_in, *ctx.avals_out)
+  )
 
 
 # The platforms whose back ends have the handlers by name (named.cc).
@@ -96,26 +97,36 @@ def _by_name(ctx, spec) -> bool:
   if len(platforms) == 1:
     if _native(ctx):
       return True
-    named.warn_not_by_name(spec[0], (
+    named.warn_not_by_name(
+      spec[0],
+      (
         "a callback in a jit over several devices, which runs on one of them"
-        if ji.runs_on_one_of_several_devices(ctx) else
-        f"XLA's Python callbacks on {platforms[0]}, where hostcb's engine "
-        "does not serve it (or its dtypes)"))
+        if ji.runs_on_one_of_several_devices(ctx)
+        else f"XLA's Python callbacks on {platforms[0]}, where hostcb's engine "
+        "does not serve it (or its dtypes)"
+      ),
+    )
     return False
   engine.note_lowered()
-  if ("cuda" in platforms and engine.gpu.has_local_gpu()
-      and not engine.serves("cuda")):
+  if (
+    "cuda" in platforms
+    and engine.gpu.has_local_gpu()
+    and not engine.serves("cuda")
+  ):
     # It would run here, on a GPU where hostcb's CUDA handlers are not
     # registered.
     raise NotImplementedError(
-        "hostcb: a program for several platforms with host functions by name "
-        "runs on this machine's GPU through the engine's GPU back end, which "
-        "is off; turn it on: hostcb.config.update('hostcb_gpu_engine', True) "
-        f"(platforms={platforms})")
-  return (all(p in _NAMED_PLATFORMS for p in platforms) and engine.available()
-          and not ji.runs_on_one_of_several_devices(ctx)
-          and engine.supports(a.dtype for a in (*ctx.avals_in,
-                                                *ctx.avals_out)))
+      "hostcb: a program for several platforms with host functions by name "
+      "runs on this machine's GPU through the engine's GPU back end, which "
+      "is off; turn it on: hostcb.config.update('hostcb_gpu_engine', True) "
+      f"(platforms={platforms})"
+    )
+  return (
+    all(p in _NAMED_PLATFORMS for p in platforms)
+    and engine.available()
+    and not ji.runs_on_one_of_several_devices(ctx)
+    and engine.supports(a.dtype for a in (*ctx.avals_in, *ctx.avals_out))
+  )
 
 
 def _nbytes(avals) -> int:
@@ -142,20 +153,26 @@ def _host_function(placement: ji.Placement, run, *, context: bool = False):
   where = _device_of(placement)
   if placement.per_device:
     if context:
+
       def per_device_with_context(exec_ctx, pid, *operands):
         return run(operands, where(np.asarray(pid)))
+
       return per_device_with_context
 
     def per_device(pid, *operands):
       return run(operands, where(pid))
+
     return per_device
   if context:
+
     def one_device_with_context(exec_ctx, *operands):
       return run(operands, where)
+
     return one_device_with_context
 
   def one_device(*operands):
     return run(operands, where)
+
   return one_device
 
 
@@ -168,27 +185,30 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
   dtypes = [a.dtype for a in ctx.avals_in]
   if not (engine.serves(platform) and engine.supports(dtypes)):
     raise NotImplementedError(
-        "hostcb: a partitioned tap in a jit over several devices runs on "
-        "hostcb's native engine, which does not serve this computation "
-        f"(platform {platform!r}, operand dtypes "
-        f"{[str(d) for d in dtypes]}; engine: "
-        f"{engine.unavailable_reason() or 'available'}); use "
-        "partitioned=False, or shard_map, where every device taps its own "
-        "operand")
+      "hostcb: a partitioned tap in a jit over several devices runs on "
+      "hostcb's native engine, which does not serve this computation "
+      f"(platform {platform!r}, operand dtypes "
+      f"{[str(d) for d in dtypes]}; engine: "
+      f"{engine.unavailable_reason() or 'available'}); use "
+      "partitioned=False, or shard_map, where every device taps its own "
+      "operand"
+    )
   # The target id is fixed here, in the lowered module, not when XLA
   # partitions it: JAX's persistent compilation cache keys the lowered
   # module, and a cache hit is never partitioned again.
   shapes = tuple(tuple(a.shape) for a in ctx.avals_in)
   lease = engine.target_id(
-      ("shard tap", target, transforms, shapes),
-      lambda: target.shard_entry(unpack_transforms(transforms), shapes),
-      target.func)
+    ("shard tap", target, transforms, shapes),
+    lambda: target.shard_entry(unpack_transforms(transforms), shapes),
+    target.func,
+  )
   ji.keep_alive_with_executable(ctx, lease)
   tid = lease.tid
   if target.prints:
     engine.mark_print(tid)
-  ji.emit_per_shard_custom_call(ctx, args, target=engine.ffi_target_name,
-                                target_id=tid)
+  ji.emit_per_shard_custom_call(
+    ctx, args, target=engine.ffi_target_name, target_id=tid
+  )
   return list(args)  # the tap is an identity: its results are its operands
 
 
@@ -204,22 +224,31 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec
     named.target_id(name, text)
-    ji.emit_custom_call(ctx, engine.tap_v1_target_name, args,
-                        device_index=device_index,
-                        attributes={"name": name, "spec": text})
+    ji.emit_custom_call(
+      ctx,
+      engine.tap_v1_target_name,
+      args,
+      device_index=device_index,
+      attributes={"name": name, "spec": text},
+    )
     return list(args)  # the tap is an identity: its results are its operands
   if _native(ctx):
     lease = engine.target_id(
-        ("tap", target, transforms),
-        lambda: target.engine_entry(unpack_transforms(transforms)),
-        target.func)
+      ("tap", target, transforms),
+      lambda: target.engine_entry(unpack_transforms(transforms)),
+      target.func,
+    )
     ji.keep_alive_with_executable(ctx, lease)
     tid = lease.tid
     if target.prints:
       engine.mark_print(tid)
-    ji.emit_custom_call(ctx, engine.ffi_target_name, args,
-                        device_index=device_index,
-                        attributes={"target_id": np.int64(tid)})
+    ji.emit_custom_call(
+      ctx,
+      engine.ffi_target_name,
+      args,
+      device_index=device_index,
+      attributes={"target_id": np.int64(tid)},
+    )
     return list(args)  # the tap is an identity: its results are its operands
   transforms = unpack_transforms(transforms)
   nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
@@ -227,14 +256,19 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
   prints = target.prints
 
   def queue_tap(arrays, device):
-    engine.queue_for(device).put(functools.partial(invoke, arrays, device),
-                                 nbytes, prints)
+    engine.queue_for(device).put(
+      functools.partial(invoke, arrays, device), nbytes, prints
+    )
     return ()
 
-  ji.emit_host_callback(ctx, lambda placement: _host_function(placement,
-                                                               queue_tap),
-                        args, device_index=device_index,
-                        has_side_effect=True, avals_out=())
+  ji.emit_host_callback(
+    ctx,
+    lambda placement: _host_function(placement, queue_tap),
+    args,
+    device_index=device_index,
+    has_side_effect=True,
+    avals_out=(),
+  )
   return list(args)  # the tap is an identity: its results are its operands
 
 
@@ -325,10 +359,11 @@ BUFFER_CALL_MIN_BYTES = 1 << 16
 
 
 def _uses_buffers(ctx) -> bool:
-  return (ji.lowering_platform(ctx) == "cpu"
-          and not ji.runs_on_one_of_several_devices(ctx)
-          and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out)
-          >= BUFFER_CALL_MIN_BYTES)
+  return (
+    ji.lowering_platform(ctx) == "cpu"
+    and not ji.runs_on_one_of_several_devices(ctx)
+    and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out) >= BUFFER_CALL_MIN_BYTES
+  )
 
 
 def _read_only_copy(buffer) -> np.ndarray:
@@ -358,9 +393,13 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
     return _host_function(placement, run, context=True)
 
   return ji.emit_buffer_callback(
-      ctx, make_host_fn, args, device_index=device_index,
-      has_side_effect=effectful,
-      ordered_effect=ji.host_callback_effect if effectful else None)
+    ctx,
+    make_host_fn,
+    args,
+    device_index=device_index,
+    has_side_effect=effectful,
+    ordered_effect=ji.host_callback_effect if effectful else None,
+  )
 
 
 def _call_lowering(ctx, *args, target, device_index, effectful):
@@ -369,33 +408,46 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec
     named.target_id(name, text, _native_call_runner)
-    return ji.emit_custom_call(ctx, engine.call_v1_target_name, args,
-                               device_index=device_index,
-                               attributes={"name": name, "spec": text},
-                               avals_out=ctx.avals_out,
-                               has_side_effect=effectful)
+    return ji.emit_custom_call(
+      ctx,
+      engine.call_v1_target_name,
+      args,
+      device_index=device_index,
+      attributes={"name": name, "spec": text},
+      avals_out=ctx.avals_out,
+      has_side_effect=effectful,
+    )
   if _uses_buffers(ctx):
-    return _call_lowering_on_buffers(ctx, args, target, device_index,
-                                     effectful)
+    return _call_lowering_on_buffers(ctx, args, target, device_index, effectful)
   if _native(ctx):
-    lease = engine.call_target_id(("call", target),
-                                  lambda: _native_call_runner(target),
-                                  target.func)
+    lease = engine.call_target_id(
+      ("call", target), lambda: _native_call_runner(target), target.func
+    )
     ji.keep_alive_with_executable(ctx, lease)
     tid = lease.tid
-    name = (engine.call_one_target_name if target.one_array is not None
-            else engine.call_target_name)
-    return ji.emit_custom_call(ctx, name, args,
-                               device_index=device_index,
-                               attributes={"target_id": np.int64(tid)},
-                               avals_out=ctx.avals_out,
-                               has_side_effect=effectful)
+    name = (
+      engine.call_one_target_name
+      if target.one_array is not None
+      else engine.call_target_name
+    )
+    return ji.emit_custom_call(
+      ctx,
+      name,
+      args,
+      device_index=device_index,
+      attributes={"target_id": np.int64(tid)},
+      avals_out=ctx.avals_out,
+      has_side_effect=effectful,
+    )
 
   run_call = _call_runner(target)
-  return ji.emit_host_callback(ctx, lambda placement: _host_function(
-                                   placement, run_call), args,
-                               device_index=device_index,
-                               has_side_effect=effectful)
+  return ji.emit_host_callback(
+    ctx,
+    lambda placement: _host_function(placement, run_call),
+    args,
+    device_index=device_index,
+    has_side_effect=effectful,
+  )
 
 
 named.set_call_runner(_native_call_runner)

@@ -24,6 +24,7 @@ bound fails the computation with an error that names it.
 
 Unregistered functions are lowered as before, by a process-local id.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,16 @@ from hostcb import jax_internals as ji
 from hostcb.engine import registry
 from hostcb.primitives import CallTarget, TapTarget, unpack_transforms
 
-__all__ = ["register", "registered", "export_checks", "tap_spec",
-           "call_spec", "define_kind", "UnboundNameError",
-           "NotExportableWarning"]
+__all__ = [
+  "register",
+  "registered",
+  "export_checks",
+  "tap_spec",
+  "call_spec",
+  "define_kind",
+  "UnboundNameError",
+  "NotExportableWarning",
+]
 
 # The version of the spec's format; the targets' names carry it too.
 SPEC_VERSION = 1
@@ -70,13 +78,15 @@ def register(name: str, fn: Callable | None = None):
   Returns ``fn``.
   """
   if not isinstance(name, str) or not name:
-    raise TypeError(f"hostcb.register: the name must be a non-empty str; "
-                    f"got {name!r}")
+    raise TypeError(
+      f"hostcb.register: the name must be a non-empty str; got {name!r}"
+    )
   if fn is None:
     return lambda f: register(name, f)
   if not callable(fn):
-    raise TypeError(f"hostcb.register({name!r}, fn): fn must be callable; "
-                    f"got {fn!r}")
+    raise TypeError(
+      f"hostcb.register({name!r}, fn): fn must be callable; got {fn!r}"
+    )
   with _lock:
     rebound = name in _functions
     _functions[name] = fn
@@ -95,9 +105,10 @@ def lookup(name: str) -> Callable:
   fn = _functions.get(name)
   if fn is None:
     raise UnboundNameError(
-        f"hostcb: no host function is registered under the name {name!r} in "
-        f"this process; call hostcb.register({name!r}, fn) before running a "
-        "program that names it")
+      f"hostcb: no host function is registered under the name {name!r} in "
+      f"this process; call hostcb.register({name!r}, fn) before running a "
+      "program that names it"
+    )
   return fn
 
 
@@ -114,8 +125,7 @@ def export_checks() -> list:
   host functions by name: hostcb's versioned targets, whose compatibility
   hostcb promises (``docs/export.md``)."""
   check = jax.export.DisabledSafetyCheck.custom_call
-  return [check(engine.tap_v1_target_name),
-          check(engine.call_v1_target_name)]
+  return [check(engine.tap_v1_target_name), check(engine.call_v1_target_name)]
 
 
 # ------------------------------------------------------------ the spec
@@ -145,11 +155,13 @@ def _by_id_because(name: str, e: NotExportable) -> None:
   if name and (name, str(e)) not in _warned:
     _warned.add((name, str(e)))
     warnings.warn(
-        f"hostcb: the host function registered as {name!r} is lowered by a "
-        f"process-local id, not by its name, here: it needs {e}, which a "
-        "program by name cannot carry; this program cannot be exported or "
-        "run in another process (docs/export.md)", NotExportableWarning,
-        stacklevel=2)
+      f"hostcb: the host function registered as {name!r} is lowered by a "
+      f"process-local id, not by its name, here: it needs {e}, which a "
+      "program by name cannot carry; this program cannot be exported or "
+      "run in another process (docs/export.md)",
+      NotExportableWarning,
+      stacklevel=2,
+    )
 
 
 def warn_not_by_name(name: str, reason: str) -> None:
@@ -183,12 +195,15 @@ def tree_to_json(treedef) -> Any:
       pairs = []
       for k, v in x.items():
         if not isinstance(k, (str, int)) or isinstance(k, bool):
-          raise NotExportable(f"a dict key {k!r} (a program holds str and "
-                              "int keys)")
+          raise NotExportable(
+            f"a dict key {k!r} (a program holds str and int keys)"
+          )
         pairs.append([k, encode(v)])
       return {"d": pairs}
-    raise NotExportable(f"a pytree node of type {type(x).__name__} (a "
-                        "program holds tuples, lists, dicts and None)")
+    raise NotExportable(
+      f"a pytree node of type {type(x).__name__} (a "
+      "program holds tuples, lists, dicts and None)"
+    )
 
   encoded = encode(skeleton)
   if tree_from_json(encoded) != treedef:
@@ -210,6 +225,7 @@ class _Leaf:
 
 def tree_from_json(encoded: Any):
   """The pytree structure that :func:`tree_to_json` wrote."""
+
   def decode(x):
     if x == "*":
       return 0
@@ -220,17 +236,20 @@ def tree_from_json(encoded: Any):
     if "t" in x:
       return tuple(decode(v) for v in x["t"])
     return {k: decode(v) for k, v in x["d"]}
+
   return jax.tree_util.tree_structure(decode(encoded))
 
 
 def _transforms_to_json(transforms: tuple) -> list:
-  return [[name, list(dims) if name == "batch" else None]
-          for name, dims in transforms]
+  return [
+    [name, list(dims) if name == "batch" else None] for name, dims in transforms
+  ]
 
 
 def _transforms_from_json(encoded: list) -> tuple:
-  return tuple((name, tuple(dims) if name == "batch" else None)
-               for name, dims in encoded)
+  return tuple(
+    (name, tuple(dims) if name == "batch" else None) for name, dims in encoded
+  )
 
 
 def _dumps(spec: dict) -> str:
@@ -257,12 +276,16 @@ def tap_spec(target: TapTarget, transforms: tuple) -> tuple[str, str] | None:
     if described is None:
       return None
     name, fn = described
-    spec = {"v": SPEC_VERSION, "op": "tap", "fn": fn,
-            "tree": tree_to_json(target.treedef),
-            "with_device": bool(target.with_device),
-            "prints": bool(target.prints),
-            "partitioned": bool(target.partitioned),
-            "transforms": _transforms_to_json(transforms)}
+    spec = {
+      "v": SPEC_VERSION,
+      "op": "tap",
+      "fn": fn,
+      "tree": tree_to_json(target.treedef),
+      "with_device": bool(target.with_device),
+      "prints": bool(target.prints),
+      "partitioned": bool(target.partitioned),
+      "transforms": _transforms_to_json(transforms),
+    }
   except NotExportable as e:  # lowered by id, as an unregistered function
     return _by_id_because(name, e)
   return name, _dumps(spec)
@@ -287,15 +310,20 @@ def call_spec(target: CallTarget) -> tuple[str, str] | None:
     if described is None:
       return None
     name, fn = described
-    spec = {"v": SPEC_VERSION, "op": "call", "fn": fn,
-            "in_tree": tree_to_json(target.in_treedef),
-            "out_tree": tree_to_json(target.out_treedef),
-            "results": [[list(a.shape), np.dtype(a.dtype).name]
-                        for a in target.result_avals],
-            "with_device": bool(target.with_device),
-            # JAX's callbacks (rules) fail their computation only; legacy's
-            # call also reports to the next barrier_wait.
-            "barrier": target.rules is None}
+    spec = {
+      "v": SPEC_VERSION,
+      "op": "call",
+      "fn": fn,
+      "in_tree": tree_to_json(target.in_treedef),
+      "out_tree": tree_to_json(target.out_treedef),
+      "results": [
+        [list(a.shape), np.dtype(a.dtype).name] for a in target.result_avals
+      ],
+      "with_device": bool(target.with_device),
+      # JAX's callbacks (rules) fail their computation only; legacy's
+      # call also reports to the next barrier_wait.
+      "barrier": target.rules is None,
+    }
   except NotExportable as e:  # lowered by id, as an unregistered function
     return _by_id_because(name, e)
   return name, _dumps(spec)
@@ -305,7 +333,7 @@ def call_spec(target: CallTarget) -> tuple[str, str] | None:
 # kind -> build(name, description, spec) -> what the engine calls, for
 # wrappers of front ends (they add theirs: define_kind).
 _kinds: dict[str, Callable[[str, dict, dict], Any]] = {
-    "function": lambda name, fn, spec: lookup(name),
+  "function": lambda name, fn, spec: lookup(name),
 }
 
 
@@ -318,30 +346,40 @@ class _ExportedRules:
   """The ``rules`` of a call rebuilt from a spec of JAX's callbacks: only
   its presence matters at run time (a failure is not kept for the
   barrier); transformations were applied before the program was made."""
+
   effects = ()
 
 
 def result_avals_of(spec: dict) -> tuple:
   """The result avals that a call spec describes."""
-  return tuple(ji.ShapedArray(tuple(shape), jax.numpy.dtype(dtype))
-               for shape, dtype in spec["results"])
+  return tuple(
+    ji.ShapedArray(tuple(shape), jax.numpy.dtype(dtype))
+    for shape, dtype in spec["results"]
+  )
 
 
 def _build(name: str, spec: dict) -> Any:
   fn = spec["fn"]
   build = _kinds.get(fn["kind"])
   if build is None:
-    raise ValueError(f"hostcb: the program calls {name!r} as a host function "
-                     f"of kind {fn['kind']!r}, which this hostcb does not know")
+    raise ValueError(
+      f"hostcb: the program calls {name!r} as a host function "
+      f"of kind {fn['kind']!r}, which this hostcb does not know"
+    )
   return build(name, fn, spec)
 
 
 def _tap_entry(name: str, spec: dict) -> Any:
-  target = TapTarget(_build(name, spec), tree_from_json(spec["tree"]),
-                     spec["with_device"], prints=spec["prints"],
-                     partitioned=spec["partitioned"])
-  return target.engine_entry(unpack_transforms(
-      _transforms_from_json(spec["transforms"])))
+  target = TapTarget(
+    _build(name, spec),
+    tree_from_json(spec["tree"]),
+    spec["with_device"],
+    prints=spec["prints"],
+    partitioned=spec["partitioned"],
+  )
+  return target.engine_entry(
+    unpack_transforms(_transforms_from_json(spec["transforms"]))
+  )
 
 
 def _version(spec: Any) -> Any:
@@ -350,27 +388,34 @@ def _version(spec: Any) -> Any:
 
 def call_target(name: str, spec: dict) -> CallTarget:
   """The :class:`CallTarget` that a call spec describes."""
-  return CallTarget(_build(name, spec), tree_from_json(spec["in_tree"]),
-                    tree_from_json(spec["out_tree"]), result_avals_of(spec),
-                    spec["with_device"],
-                    None if spec["barrier"] else _ExportedRules())
+  return CallTarget(
+    _build(name, spec),
+    tree_from_json(spec["in_tree"]),
+    tree_from_json(spec["out_tree"]),
+    result_avals_of(spec),
+    spec["with_device"],
+    None if spec["barrier"] else _ExportedRules(),
+  )
 
 
 def _parse(name: str, text: str) -> dict:
   try:
     spec = json.loads(text)
   except ValueError as e:
-    raise ValueError(f"hostcb: the program calls {name!r} with a spec that "
-                     f"is not JSON ({e}): {text[:200]!r}") from e
+    raise ValueError(
+      f"hostcb: the program calls {name!r} with a spec that "
+      f"is not JSON ({e}): {text[:200]!r}"
+    ) from e
   if not isinstance(spec, dict) or spec.get("v") != SPEC_VERSION:
-    raise ValueError(f"hostcb: the program calls {name!r} with a spec of "
-                     f"version {_version(spec)!r}; this hostcb reads "
-                     f"version {SPEC_VERSION}")
+    raise ValueError(
+      f"hostcb: the program calls {name!r} with a spec of "
+      f"version {_version(spec)!r}; this hostcb reads "
+      f"version {SPEC_VERSION}"
+    )
   return spec
 
 
-def target_id(name: str, text: str, call_runner: Callable | None = None
-              ) -> int:
+def target_id(name: str, text: str, call_runner: Callable | None = None) -> int:
   """This process's target id of ``(name, spec)``, its entry built from the
   function bound to ``name`` (again at each rebinding); the handlers by
   name learn it.  For a call, ``call_runner(target)`` makes its ``(run,
@@ -395,8 +440,11 @@ def target_id(name: str, text: str, call_runner: Callable | None = None
 
 def _one_array(spec: dict) -> bool:
   """Whether a call's result is one array (``hostcb_call_one``'s way)."""
-  return (spec["op"] == "call" and len(spec["results"]) == 1
-          and spec["out_tree"] == "*")
+  return (
+    spec["op"] == "call"
+    and len(spec["results"]) == 1
+    and spec["out_tree"] == "*"
+  )
 
 
 _call_runner: list[Callable | None] = [None]
@@ -416,9 +464,11 @@ def _resolve(name: str, text: str) -> int:
     tid = target_id(name, text, _call_runner[0])
     return tid * 2 + int(_one_array(_parse(name, text)))
   except (KeyError, TypeError, IndexError) as e:  # a malformed spec
-    raise ValueError(f"hostcb: the program calls {name!r} with a spec that "
-                     f"this hostcb cannot read ({type(e).__name__}: {e}): "
-                     f"{text[:200]!r}") from e
+    raise ValueError(
+      f"hostcb: the program calls {name!r} with a spec that "
+      f"this hostcb cannot read ({type(e).__name__}: {e}): "
+      f"{text[:200]!r}"
+    ) from e
 
 
 engine.set_name_resolver(_resolve)

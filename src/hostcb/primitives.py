@@ -23,6 +23,7 @@ the same shapes hits JAX's compilation caches.  Their functions compare by
 identity (:mod:`hostcb.identity`): two callables that compare equal are
 two functions, and an unhashable callable is accepted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,10 @@ Transforms = tuple  # of ("batch", batch_dims) entries, innermost first
 
 def unpack_transforms(transforms: Transforms) -> tuple:
   """The ``transforms`` argument that tap functions receive."""
-  return tuple((name, {"batch_dims": dims}) if name == "batch" else (name, {})
-               for name, dims in transforms)
+  return tuple(
+    (name, {"batch_dims": dims}) if name == "batch" else (name, {})
+    for name, dims in transforms
+  )
 
 
 def _name(func: Callable) -> str:
@@ -88,6 +91,7 @@ class TapTarget:
   from JAX's, and the host never has to pair elements up from shards
   that the devices hold along different batch axes.
   """
+
   func: Callable
   treedef: Any
   with_device: bool
@@ -99,20 +103,30 @@ class TapTarget:
   text: bool = False
 
   def __eq__(self, other) -> bool:
-    return (type(other) is TapTarget
-            and same_function(self.func, other.func)
-            and same_function(self.eager, other.eager)
-            and self.treedef == other.treedef
-            and self.with_device == other.with_device
-            and self.effects == other.effects
-            and self.prints == other.prints
-            and self.partitioned == other.partitioned
-            and self.per_element == other.per_element)
+    return (
+      type(other) is TapTarget
+      and same_function(self.func, other.func)
+      and same_function(self.eager, other.eager)
+      and self.treedef == other.treedef
+      and self.with_device == other.with_device
+      and self.effects == other.effects
+      and self.prints == other.prints
+      and self.partitioned == other.partitioned
+      and self.per_element == other.per_element
+    )
 
   def __hash__(self) -> int:
-    return hash((function_hash(self.func), self.treedef, self.with_device,
-                 self.effects, self.prints, self.partitioned,
-                 self.per_element))
+    return hash(
+      (
+        function_hash(self.func),
+        self.treedef,
+        self.with_device,
+        self.effects,
+        self.prints,
+        self.partitioned,
+        self.per_element,
+      )
+    )
 
   def invoke(self, arrays, device, transforms) -> None:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
@@ -123,8 +137,11 @@ class TapTarget:
     transforms)``, called as ``func(arrays[0], transforms)``, when the
     argument is one array and the function takes no device, else
     :meth:`invoker`."""
-    if (not self.with_device and self.treedef.num_leaves == 1
-        and self.treedef.num_nodes == 1):
+    if (
+      not self.with_device
+      and self.treedef.num_leaves == 1
+      and self.treedef.num_nodes == 1
+    ):
       return (self.func, transforms)
     return self.invoker(transforms)
 
@@ -143,17 +160,16 @@ class TapTarget:
     func = self.func
     if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
       if self.with_device:  # the argument is one array
-        return lambda arrays, device: func(arrays[0], transforms,
-                                           device=device)
+        return lambda arrays, device: func(arrays[0], transforms, device=device)
       return lambda arrays, device: func(arrays[0], transforms)
     unflatten = self.treedef.unflatten
     if self.with_device:
-      return lambda arrays, device: func(unflatten(arrays), transforms,
-                                         device=device)
+      return lambda arrays, device: func(
+        unflatten(arrays), transforms, device=device
+      )
     return lambda arrays, device: func(unflatten(arrays), transforms)
 
-  def _shard_invoker(self, transforms, shapes) -> Callable[[tuple, Any],
-                                                           None]:
+  def _shard_invoker(self, transforms, shapes) -> Callable[[tuple, Any], None]:
     """The invoker of a per-shard tap: trims the padding of uneven shards
     and, with ``with_device``, passes the shard's ``index=`` (per leaf, a
     tuple of slices of the global array; all ``slice(None)`` where the
@@ -196,8 +212,7 @@ class TapTarget:
 def _trim(index: tuple) -> tuple:
   """The extent of each dimension of the slice ``index`` (None where the
   dimension is not split)."""
-  return tuple(None if s == slice(None) else s.stop - s.start
-               for s in index)
+  return tuple(None if s == slice(None) else s.stop - s.start for s in index)
 
 
 def _trimmed(array: np.ndarray, extents: tuple) -> np.ndarray:
@@ -205,8 +220,9 @@ def _trimmed(array: np.ndarray, extents: tuple) -> np.ndarray:
   uneven sharding's last shards has padding past ``extents``."""
   if all(e is None or e == n for e, n in zip(extents, array.shape)):
     return array
-  return array[tuple(slice(None) if e is None else slice(0, e)
-                     for e in extents)]
+  return array[
+    tuple(slice(None) if e is None else slice(0, e) for e in extents)
+  ]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -222,6 +238,7 @@ class CallTarget:
   and a failure of its function fails the computation only (it is not
   kept for ``barrier_wait``).
   """
+
   func: Callable
   in_treedef: Any
   out_treedef: Any
@@ -230,26 +247,37 @@ class CallTarget:
   rules: Any = None
 
   def __eq__(self, other) -> bool:
-    return (type(other) is CallTarget
-            and same_function(self.func, other.func)
-            and self.in_treedef == other.in_treedef
-            and self.out_treedef == other.out_treedef
-            and self.result_avals == other.result_avals
-            and self.with_device == other.with_device
-            and self.rules == other.rules)
+    return (
+      type(other) is CallTarget
+      and same_function(self.func, other.func)
+      and self.in_treedef == other.in_treedef
+      and self.out_treedef == other.out_treedef
+      and self.result_avals == other.result_avals
+      and self.with_device == other.with_device
+      and self.rules == other.rules
+    )
 
   def __hash__(self) -> int:
-    return hash((function_hash(self.func), self.in_treedef,
-                 self.out_treedef, self.result_avals, self.with_device,
-                 self.rules))
+    return hash(
+      (
+        function_hash(self.func),
+        self.in_treedef,
+        self.out_treedef,
+        self.result_avals,
+        self.with_device,
+        self.rules,
+      )
+    )
 
   def invoke(self, arrays, device) -> tuple:
     """Calls the host function; returns its flat, checked results."""
     return self.invoker()(arrays, device)
 
-  def invoker(self, device_of: Callable[[Any], Any] | None = None,
-              unchecked_one_array: bool = False
-              ) -> Callable[[tuple, Any], Any]:
+  def invoker(
+    self,
+    device_of: Callable[[Any], Any] | None = None,
+    unchecked_one_array: bool = False,
+  ) -> Callable[[tuple, Any], Any]:
     """:meth:`invoke` with its lookups done once, for the paths that call
     the host function once per call (once per loop step in a loop).
 
@@ -273,9 +301,12 @@ class CallTarget:
         res = func(arg)
       if unchecked:
         return res
-      if (type(res) is np.ndarray and dtype is not None
-          and (res.dtype is dtype or res.dtype == dtype)
-          and res.shape == shape):  # one array, as expected: checked
+      if (
+        type(res) is np.ndarray
+        and dtype is not None
+        and (res.dtype is dtype or res.dtype == dtype)
+        and res.shape == shape
+      ):  # one array, as expected: checked
         return (res,)
       return check(res)
 
@@ -303,8 +334,9 @@ class CallTarget:
     flat, treedef = jax.tree_util.tree_flatten(res)
     if treedef != self.out_treedef:
       raise TypeError(
-          f"Callback func {_name(self.func)} should have returned a result "
-          f"with pytree {self.out_treedef} but returned {treedef}")
+        f"Callback func {_name(self.func)} should have returned a result "
+        f"with pytree {self.out_treedef} but returned {treedef}"
+      )
     out = []
     # Each value converted once: what is checked and shown is what the
     # value gives as an array (its ``__array__``), not its ``shape``.
@@ -312,18 +344,23 @@ class CallTarget:
     for i, (a, aval) in enumerate(zip(arrays, self.result_avals)):
       dtype = jax.dtypes.canonicalize_dtype(a.dtype)
       if a.shape != aval.shape or dtype != aval.dtype:
-        actual = [ji.ShapedArray(v.shape, jax.dtypes.canonicalize_dtype(
-            v.dtype)) for v in arrays]
+        actual = [
+          ji.ShapedArray(v.shape, jax.dtypes.canonicalize_dtype(v.dtype))
+          for v in arrays
+        ]
         expected_text = _avals_text(self.out_treedef, self.result_avals)
         actual_text = _avals_text(self.out_treedef, actual)
         detail = ""
         if expected_text == actual_text:  # e.g. another byte order
-          detail = (f" (result {i} has NumPy dtype {dtype.str!r}, expected "
-                    f"{np.dtype(aval.dtype).str!r})")
+          detail = (
+            f" (result {i} has NumPy dtype {dtype.str!r}, expected "
+            f"{np.dtype(aval.dtype).str!r})"
+          )
         raise TypeError(
-            f"Callback func {_name(self.func)} should have returned a result "
-            f"with abstract values {expected_text} but returned "
-            f"{actual_text}{detail}")
+          f"Callback func {_name(self.func)} should have returned a result "
+          f"with abstract values {expected_text} but returned "
+          f"{actual_text}{detail}"
+        )
       if a.dtype != dtype:
         a = a.astype(dtype)
       out.append(a)
@@ -384,14 +421,19 @@ def _tap_impl(*args, target, transforms, device_index):
     return [jax.numpy.asarray(a) for a in args]
   if config.read(config.INLINE):
     device = _device_for(args, device_index)
-    target.invoke(tuple(np.asarray(a) for a in args), device,
-                  unpack_transforms(transforms))
+    target.invoke(
+      tuple(np.asarray(a) for a in args), device, unpack_transforms(transforms)
+    )
     return [jax.numpy.asarray(a) for a in args]
   # The computation's results are the operands as JAX arrays of the
   # canonical dtype, which legacy returned too.
-  return ji.apply_compiled(tap_p, *_eager_args(args, device_index),
-                           target=target, transforms=transforms,
-                           device_index=device_index)
+  return ji.apply_compiled(
+    tap_p,
+    *_eager_args(args, device_index),
+    target=target,
+    transforms=transforms,
+    device_index=device_index,
+  )
 
 
 def _tap_jvp(primals, tangents, **params):
@@ -408,27 +450,40 @@ def _tap_transpose(cts, *args, target, transforms, device_index):
   linear = [ji.is_undefined_primal(a) for a in args]
   if all(ji.is_symbolic_zero(ct) for ct, lin in zip(cts, linear) if lin):
     return [None] * len(args)
-  values = [ji.instantiate_zeros(ct) if lin else a
-            for ct, a, lin in zip(cts, args, linear)]
-  outs = tap_p.bind(*values, target=target, device_index=device_index,
-                    transforms=transforms + (("transpose", None),))
+  values = [
+    ji.instantiate_zeros(ct) if lin else a
+    for ct, a, lin in zip(cts, args, linear)
+  ]
+  outs = tap_p.bind(
+    *values,
+    target=target,
+    device_index=device_index,
+    transforms=transforms + (("transpose", None),),
+  )
   return [o if lin else None for o, lin in zip(outs, linear)]
 
 
 def _tap_batch(args, dims, *, target, transforms, device_index):
   batch_dims = tuple(None if d is ji.not_mapped else d for d in dims)
   if target.per_element:
-    size = next(a.shape[d] for a, d in zip(args, batch_dims)
-                if d is not None)
+    size = next(a.shape[d] for a, d in zip(args, batch_dims) if d is not None)
     for i in range(size):
-      tap_p.bind(*(a if d is None else
-                   jax.lax.index_in_dim(a, i, axis=d, keepdims=False)
-                   for a, d in zip(args, batch_dims)),
-                 target=target, device_index=device_index,
-                 transforms=transforms)
+      tap_p.bind(
+        *(
+          a if d is None else jax.lax.index_in_dim(a, i, axis=d, keepdims=False)
+          for a, d in zip(args, batch_dims)
+        ),
+        target=target,
+        device_index=device_index,
+        transforms=transforms,
+      )
     return list(args), list(dims)  # an identity: its operands
-  outs = tap_p.bind(*args, target=target, device_index=device_index,
-                    transforms=transforms + (("batch", batch_dims),))
+  outs = tap_p.bind(
+    *args,
+    target=target,
+    device_index=device_index,
+    transforms=transforms + (("batch", batch_dims),),
+  )
   return outs, list(dims)
 
 
@@ -458,36 +513,44 @@ def _call_impl(*args, target, device_index, effectful):
   if config.read(config.INLINE):
     device = _device_for(args, device_index)
     return list(target.invoke(tuple(np.asarray(a) for a in args), device))
-  return ji.apply_compiled(call_p, *_eager_args(args, device_index),
-                           target=target, device_index=device_index,
-                           effectful=effectful)
+  return ji.apply_compiled(
+    call_p,
+    *_eager_args(args, device_index),
+    target=target,
+    device_index=device_index,
+    effectful=effectful,
+  )
 
 
 def _call_jvp(primals, tangents, *, target, **params):
   if target.rules is not None:
     target.rules.jvp()
   raise NotImplementedError(
-      "JVP rule is implemented only for id_tap, not for call. "
-      "Use jax.custom_jvp or jax.custom_vjp around hostcb.call.")
+    "JVP rule is implemented only for id_tap, not for call. "
+    "Use jax.custom_jvp or jax.custom_vjp around hostcb.call."
+  )
 
 
 def _call_transpose(cts, *args, target, **params):
   if target.rules is not None:
     target.rules.transpose()
   raise NotImplementedError(
-      "differentiation rules are implemented only for id_tap, not for call. "
-      "Use jax.custom_vjp around hostcb.call.")
+    "differentiation rules are implemented only for id_tap, not for call. "
+    "Use jax.custom_vjp around hostcb.call."
+  )
 
 
 def _call_batch(args, dims, *, target, device_index, effectful):
   if target.rules is not None:
-    return target.rules.batch(target, args, dims, device_index=device_index,
-                              effectful=effectful)
+    return target.rules.batch(
+      target, args, dims, device_index=device_index, effectful=effectful
+    )
   if effectful:
     raise NotImplementedError(
-        "batching rules are implemented only for id_tap, not for call. "
-        "Use callback_flavor=CallbackFlavor.PURE for a call that may be "
-        "batched (it is then called once per batch element).")
+      "batching rules are implemented only for id_tap, not for call. "
+      "Use callback_flavor=CallbackFlavor.PURE for a call that may be "
+      "batched (it is then called once per batch element)."
+    )
   mapped = [i for i, d in enumerate(dims) if d is not ji.not_mapped]
   moved = [jax.numpy.moveaxis(args[i], dims[i], 0) for i in mapped]
 
@@ -495,8 +558,9 @@ def _call_batch(args, dims, *, target, device_index, effectful):
     full = list(args)
     for i, x in zip(mapped, xs):
       full[i] = x
-    return call_p.bind(*full, target=target, device_index=device_index,
-                       effectful=effectful)
+    return call_p.bind(
+      *full, target=target, device_index=device_index, effectful=effectful
+    )
 
   outs = jax.lax.map(one, moved)
   return outs, [0] * len(outs)

@@ -42,6 +42,7 @@ printed it:
   and prints with them (legacy's NumPy 1 read its global options when
   printing).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,13 @@ from typing import Any, ContextManager, Union
 
 import numpy as np
 
-__all__ = ["format_value", "format_header", "print_tap",
-           "caller_print_options", "numpy_print_options"]
+__all__ = [
+  "format_value",
+  "format_header",
+  "print_tap",
+  "caller_print_options",
+  "numpy_print_options",
+]
 
 # The line width legacy's pretty printer formatted to.
 WIDTH = 80
@@ -63,14 +69,17 @@ _print_lock = threading.Lock()
 
 class _Box:
   """A container in the layout: its brackets, entries and one-line width."""
+
   __slots__ = ("open", "close", "entries", "width")
 
-  def __init__(self, open_: str, close: str,
-               entries: list[tuple[str, _Node]]):
+  def __init__(self, open_: str, close: str, entries: list[tuple[str, _Node]]):
     self.open, self.close, self.entries = open_, close, entries
-    self.width = (len(open_) + len(close) + max(len(entries) - 1, 0)
-                  + sum(len(prefix) + _width(child)
-                        for prefix, child in entries))
+    self.width = (
+      len(open_)
+      + len(close)
+      + max(len(entries) - 1, 0)
+      + sum(len(prefix) + _width(child) for prefix, child in entries)
+    )
 
 
 _Node = Union[str, _Box]
@@ -87,9 +96,14 @@ def _build(value: Any, threshold: int | None) -> _Node:
   if isinstance(value, list):
     return _Box("[ ", " ]", [("", _build(v, threshold)) for v in value])
   if isinstance(value, dict):
-    return _Box("{ ", " }", [(f"{k}=", _build(v, threshold))
-                             for k, v in sorted(value.items(),
-                                                key=lambda kv: kv[0])])
+    return _Box(
+      "{ ",
+      " }",
+      [
+        (f"{k}=", _build(v, threshold))
+        for k, v in sorted(value.items(), key=lambda kv: kv[0])
+      ],
+    )
   if isinstance(value, np.ndarray):
     return np.array2string(value, threshold=threshold)
   return str(value)
@@ -98,9 +112,11 @@ def _build(value: Any, threshold: int | None) -> _Node:
 def _flat(node: _Node) -> str:
   if isinstance(node, str):
     return node
-  return (node.open + " ".join(prefix + _flat(child)
-                               for prefix, child in node.entries)
-          + node.close)
+  return (
+    node.open
+    + " ".join(prefix + _flat(child) for prefix, child in node.entries)
+    + node.close
+  )
 
 
 def _emit(node: _Node, nest: int, column: int, out: list[str]) -> int:
@@ -136,12 +152,20 @@ def format_value(value: Any, threshold: int | None = None) -> str:
 def format_header(kwargs: dict[str, Any]) -> str:
   """The header line: ``key: value`` pairs sorted by key, space-separated
   (a device as ``str(device)``, the running JAX's name for it)."""
-  return " ".join(f"{k}: {v}"
-                  for k, v in sorted(kwargs.items(), key=lambda kv: kv[0]))
+  return " ".join(
+    f"{k}: {v}" for k, v in sorted(kwargs.items(), key=lambda kv: kv[0])
+  )
 
 
-def print_tap(arg: Any, transforms, *, device=None, output_stream=None,
-              threshold: int | None = None, **kwargs) -> None:
+def print_tap(
+  arg: Any,
+  transforms,
+  *,
+  device=None,
+  output_stream=None,
+  threshold: int | None = None,
+  **kwargs,
+) -> None:
   """Prints a tapped value; the tap function behind ``id_print``.
 
   Args:
@@ -158,8 +182,9 @@ def print_tap(arg: Any, transforms, *, device=None, output_stream=None,
     **kwargs: the other keyword arguments of ``id_print``, for the header.
   """
   if transforms:
-    kwargs["transforms"] = [(name, params) if params else name
-                            for name, params in transforms]
+    kwargs["transforms"] = [
+      (name, params) if params else name for name, params in transforms
+    ]
   if device is not None:
     kwargs["device"] = device
   lines = [format_header(kwargs)] if kwargs else []

@@ -39,6 +39,7 @@ next run of the same loop, or by :func:`close_all`.
 
 tqdm is an optional dependency: ``pip install hostcb[progress]``.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -60,8 +61,9 @@ try:
   import tqdm.auto as _tqdm_auto
 except ImportError as _e:  # pragma: no cover  (tested in a subprocess)
   raise ImportError(
-      "hostcb.progress needs tqdm, which is not installed: "
-      "pip install hostcb[progress]  (or: pip install tqdm)") from _e
+    "hostcb.progress needs tqdm, which is not installed: "
+    "pip install hostcb[progress]  (or: pip install tqdm)"
+  ) from _e
 
 from hostcb.engine import wait_for_taps
 from hostcb.jax_internals import patches
@@ -79,6 +81,7 @@ def _custom_vmap_keeps_taps() -> bool:
   for the batch through it).  jax 0.10 and 0.12 keep it; jax 0.8 drops it
   (the wrapped taps would be removed as dead code, and control flow around
   them fails to lower)."""
+
   @jax.custom_batching.custom_vmap
   def probe(x):
     id_tap(lambda a, t: None, x)
@@ -95,12 +98,19 @@ def _custom_vmap_keeps_taps() -> bool:
 
 if not _custom_vmap_keeps_taps():
   raise UnsupportedJax(
-      f"hostcb.progress needs a JAX whose jax.custom_batching.custom_vmap "
-      f"keeps the effects of the function it wraps; jax {jax.__version__} "
-      "drops them (jax 0.10.2 and 0.12.0.1 keep them): pip install -U jax")
+    f"hostcb.progress needs a JAX whose jax.custom_batching.custom_vmap "
+    f"keeps the effects of the function it wraps; jax {jax.__version__} "
+    "drops them (jax 0.10.2 and 0.12.0.1 keep them): pip install -U jax"
+  )
 
-__all__ = ["scan", "fori_loop", "while_loop", "close_all", "DEFAULT_UPDATES",
-           "UnsupportedJax"]
+__all__ = [
+  "scan",
+  "fori_loop",
+  "while_loop",
+  "close_all",
+  "DEFAULT_UPDATES",
+  "UnsupportedJax",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -123,23 +133,23 @@ class _Options:
   tqdm_kwargs: tuple  # sorted (key, value) pairs
 
 
-def _options(desc, every, updates, devices, batch, processes, tqdm_class,
-             tqdm_kwargs) -> _Options:
+def _options(
+  desc, every, updates, devices, batch, processes, tqdm_class, tqdm_kwargs
+) -> _Options:
   if desc is not None and not isinstance(desc, str):
     raise TypeError(f"desc must be a str or None; got {desc!r}")
-  if every is not None and (isinstance(every, bool)
-                            or not isinstance(every, int) or every < 1):
+  if every is not None and (
+    isinstance(every, bool) or not isinstance(every, int) or every < 1
+  ):
     raise ValueError(f"every must be a positive int or None; got {every!r}")
   if isinstance(updates, bool) or not isinstance(updates, int) or updates < 1:
     raise ValueError(f"updates must be a positive int; got {updates!r}")
   if devices not in ("combined", "each"):
-    raise ValueError(
-        f"devices must be 'combined' or 'each'; got {devices!r}")
+    raise ValueError(f"devices must be 'combined' or 'each'; got {devices!r}")
   if batch not in ("combined", "each"):
     raise ValueError(f"batch must be 'combined' or 'each'; got {batch!r}")
   if processes not in ("each", "first"):
-    raise ValueError(
-        f"processes must be 'each' or 'first'; got {processes!r}")
+    raise ValueError(f"processes must be 'each' or 'first'; got {processes!r}")
   if tqdm_class is not None and not callable(tqdm_class):
     raise TypeError(f"tqdm_class must be a tqdm class; got {tqdm_class!r}")
   if tqdm_kwargs is None:
@@ -149,8 +159,16 @@ def _options(desc, every, updates, devices, batch, processes, tqdm_class,
   for key in ("total", "initial"):
     if key in tqdm_kwargs:
       raise ValueError(f"tqdm_kwargs may not set {key!r}: the loop sets it")
-  return _Options(desc, every, updates, devices, batch, processes,
-                  tqdm_class, tuple(sorted(tqdm_kwargs.items())))
+  return _Options(
+    desc,
+    every,
+    updates,
+    devices,
+    batch,
+    processes,
+    tqdm_class,
+    tuple(sorted(tqdm_kwargs.items())),
+  )
 
 
 # ------------------------------------------------- nesting (trace time)
@@ -227,16 +245,21 @@ class _Site:
   group (a device with ``devices="each"``, a batch element with
   ``batch="each"``), each fed by one or several devices."""
 
-  def __init__(self, opts: _Options, expected_devices: int, depth: int,
-               silent: bool = False):
+  def __init__(
+    self,
+    opts: _Options,
+    expected_devices: int,
+    depth: int,
+    silent: bool = False,
+  ):
     self.opts = opts
     self.silent = silent
     self.expected = 1 if opts.devices == "each" else expected_devices
     self.depth = depth
-    self.runs: dict = {}      # (group, run index) -> _Run
-    self.started: dict = {}   # (where, device) -> the run index it is in
-    self.devices: dict = {}   # group -> the devices that reported for it
-    self.done: set = set()    # (group, run index) of the runs that ended
+    self.runs: dict = {}  # (group, run index) -> _Run
+    self.started: dict = {}  # (where, device) -> the run index it is in
+    self.devices: dict = {}  # group -> the devices that reported for it
+    self.done: set = set()  # (group, run index) of the runs that ended
 
   # Tap functions: ``arg`` is (steps, totals), of equal shapes: one entry
   # per batch element with batch="each", else scalars.  A group is
@@ -256,8 +279,12 @@ class _Site:
       r = self.started.get((where, device), 0) + 1
       self.started[(where, device)] = r
       for (group, run_index), run in list(self.runs.items()):
-        if group[0] == where and run_index < r and device in run.steps \
-            and device not in run.ended:
+        if (
+          group[0] == where
+          and run_index < r
+          and device in run.steps
+          and device not in run.ended
+        ):
           # This device started again without ending its previous run:
           # that run stopped (an exception); its bar stays where it was.
           run.close()
@@ -272,7 +299,7 @@ class _Site:
       for group, step, total in self._entries(arg, device):
         run = self._run(group, device, total)
         if run is None or run.closed:  # closed meanwhile (close_all, or
-          continue                     # its device failed): not shown
+          continue  # its device failed): not shown
         run.steps[device] = step
         run.show()
 
@@ -320,11 +347,10 @@ class _Site:
     self.devices.setdefault(group, set()).add(device)
     run = self.runs.get((group, r))
     if run is None:
-      run = self.runs[(group, r)] = _Run(self._bar(group, total),
-                                         self.expected)
+      run = self.runs[(group, r)] = _Run(self._bar(group, total), self.expected)
       _open_runs.add(run)
     elif total > (run.bar.total or 0) >= 0:  # devices of other totals:
-      run.bar.total = total                  # the largest
+      run.bar.total = total  # the largest
     run.steps.setdefault(device, step)
     self._grow(run, group)
     return run
@@ -341,19 +367,31 @@ class _Site:
     steps, totals = arg
     where = device if self.opts.devices == "each" else None
     if np.ndim(steps) == 0 and np.ndim(totals) == 0:  # the common case
-      return [((where, 0 if self.opts.batch == "each" else None),
-               int(steps), int(totals))]
+      return [
+        (
+          (where, 0 if self.opts.batch == "each" else None),
+          int(steps),
+          int(totals),
+        )
+      ]
     steps, totals = np.broadcast_arrays(steps, totals)
-    return [((where, i), int(s), int(t)) for i, (s, t) in enumerate(
-        zip(steps.ravel().tolist(), totals.ravel().tolist()))]
+    return [
+      ((where, i), int(s), int(t))
+      for i, (s, t) in enumerate(
+        zip(steps.ravel().tolist(), totals.ravel().tolist())
+      )
+    ]
 
   def _bar(self, group, total: int):
     device, element = group
     desc = self.opts.desc or ""
     parts = []
     if device is not None:
-      parts.append(f"{device.platform}:{device.id}"
-                   if hasattr(device, "platform") else str(device))
+      parts.append(
+        f"{device.platform}:{device.id}"
+        if hasattr(device, "platform")
+        else str(device)
+      )
     elif self.expected > 1:
       parts.append(f"{self.expected} devices")
     if element is not None:
@@ -383,8 +421,10 @@ def _at_exit() -> None:
     return
   try:
     if not wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
-      logger.error("hostcb.progress: at exit, taps still pending after %s s",
-                   EXIT_TIMEOUT_SECONDS)
+      logger.error(
+        "hostcb.progress: at exit, taps still pending after %s s",
+        EXIT_TIMEOUT_SECONDS,
+      )
   except Exception:
     # Logged with its traceback; the bars are closed below all the same.
     logger.exception("hostcb.progress: waiting for taps at exit")
@@ -414,12 +454,14 @@ def _install_hooks() -> None:
     if patches.is_installed("progress: at exit"):
       return
     atexit.register(_at_exit)
-    patches.record("progress: at exit", "atexit (hostcb.progress._at_exit)",
-                   lambda: atexit.unregister(_at_exit))
+    patches.record(
+      "progress: at exit",
+      "atexit (hostcb.progress._at_exit)",
+      lambda: atexit.unregister(_at_exit),
+    )
     if sys.excepthook is sys.__excepthook__:  # not where a tool set one
       _previous_excepthook[:] = [sys.excepthook]
-      patches.install("progress: excepthook", sys, "excepthook",
-                      _excepthook)
+      patches.install("progress: excepthook", sys, "excepthook", _excepthook)
 
 
 # ---------------------------------------------------- the device's side
@@ -437,6 +479,7 @@ def _period(opts: _Options, static_total: int | None) -> Callable:
   def pred(step, total):
     k = jnp.maximum(1, (total + opts.updates - 1) // opts.updates)
     return jnp.where(total > 0, step % k == 0, _geometric(step, total))
+
   return pred
 
 
@@ -458,8 +501,7 @@ class _Ticks:
   def __init__(self, site: _Site, opts: _Options, static_total):
     each = opts.batch == "each"
     self.start = self._make(site.on_start, None, each)
-    self.update = self._make(site.on_update, _period(opts, static_total),
-                             each)
+    self.update = self._make(site.on_update, _period(opts, static_total), each)
     self.end = self._make(site.on_end, None, each)
 
   @staticmethod
@@ -470,9 +512,11 @@ class _Ticks:
         id_tap(func, (steps, totals), tap_with_device=True)
         return
       pred = period(jnp.max(steps), jnp.max(totals))
-      lax.cond(pred,
-               lambda: id_tap(func, (steps, totals), tap_with_device=True),
-               lambda: (steps, totals))
+      lax.cond(
+        pred,
+        lambda: id_tap(func, (steps, totals), tap_with_device=True),
+        lambda: (steps, totals),
+      )
 
     @jax.custom_batching.custom_vmap
     def tick(steps, totals, witness):
@@ -497,7 +541,7 @@ class _Ticks:
 
 
 def _witness(opts: _Options, *trees):
-  return (jax.tree_util.tree_leaves(trees) if opts.batch == "each" else ())
+  return jax.tree_util.tree_leaves(trees) if opts.batch == "each" else ()
 
 
 def _total_operand(total) -> Any:
@@ -522,17 +566,28 @@ def _static_int(x) -> int | None:
   try:
     return operator.index(x)
   except Exception:  # noqa: BLE001  (a tracer: the value is known only on
-    return None      # the device, which computes the update period itself)
+    return None  # the device, which computes the update period itself)
 
 
 # -------------------------------------------------------------- loops
-def scan(f: Callable, init, xs=None, length: int | None = None,
-         reverse: bool = False, unroll: int | bool = 1,
-         _split_transpose: bool = False, *, desc: str | None = None,
-         every: int | None = None, updates: int = DEFAULT_UPDATES,
-         devices: str = "combined", batch: str = "combined",
-         processes: str = "each", tqdm_class=None,
-         tqdm_kwargs: dict | None = None):
+def scan(
+  f: Callable,
+  init,
+  xs=None,
+  length: int | None = None,
+  reverse: bool = False,
+  unroll: int | bool = 1,
+  _split_transpose: bool = False,
+  *,
+  desc: str | None = None,
+  every: int | None = None,
+  updates: int = DEFAULT_UPDATES,
+  devices: str = "combined",
+  batch: str = "combined",
+  processes: str = "each",
+  tqdm_class=None,
+  tqdm_kwargs: dict | None = None,
+):
   """``lax.scan`` with a progress bar: same arguments and results.
 
   Args:
@@ -552,8 +607,9 @@ def scan(f: Callable, init, xs=None, length: int | None = None,
     tqdm_kwargs: more keyword arguments for the bars (``file``, ``unit``,
       ``leave``...).
   """
-  opts = _options(desc, every, updates, devices, batch, processes,
-                   tqdm_class, tqdm_kwargs)
+  opts = _options(
+    desc, every, updates, devices, batch, processes, tqdm_class, tqdm_kwargs
+  )
   extra = {"_split_transpose": True} if _split_transpose else {}
   total = _scan_length(xs, length)
   if total is None:  # lax.scan says what is wrong
@@ -570,8 +626,9 @@ def scan(f: Callable, init, xs=None, length: int | None = None,
     return (step, c), y
 
   with _inside_loop():
-    (step, out), ys = lax.scan(body, (jnp.int32(0), init), xs, length,
-                               reverse, unroll, **extra)
+    (step, out), ys = lax.scan(
+      body, (jnp.int32(0), init), xs, length, reverse, unroll, **extra
+    )
   ticks.end(step, totals, _witness(opts, out, ys))
   return out, ys
 
@@ -585,17 +642,28 @@ def _scan_length(xs, length) -> int | None:
   return int(np.shape(leaves[0])[0])
 
 
-def fori_loop(lower, upper, body_fun: Callable, init_val, *,
-              unroll: int | bool | None = None, desc: str | None = None,
-              every: int | None = None, updates: int = DEFAULT_UPDATES,
-              devices: str = "combined", batch: str = "combined",
-              processes: str = "each", tqdm_class=None,
-              tqdm_kwargs: dict | None = None):
+def fori_loop(
+  lower,
+  upper,
+  body_fun: Callable,
+  init_val,
+  *,
+  unroll: int | bool | None = None,
+  desc: str | None = None,
+  every: int | None = None,
+  updates: int = DEFAULT_UPDATES,
+  devices: str = "combined",
+  batch: str = "combined",
+  processes: str = "each",
+  tqdm_class=None,
+  tqdm_kwargs: dict | None = None,
+):
   """``lax.fori_loop`` with a progress bar: same arguments and results;
   the bar counts ``upper - lower`` steps.  The other keyword arguments are
   those of :func:`scan`."""
-  opts = _options(desc, every, updates, devices, batch, processes,
-                  tqdm_class, tqdm_kwargs)
+  opts = _options(
+    desc, every, updates, devices, batch, processes, tqdm_class, tqdm_kwargs
+  )
   extra = {} if unroll is None else {"unroll": unroll}
   lo, hi = _static_int(lower), _static_int(upper)
   static_total = None if lo is None or hi is None else max(hi - lo, 0)
@@ -603,8 +671,9 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *,
   if static_total is not None:
     totals = jnp.int32(static_total)
   else:
-    totals = jnp.maximum(jnp.asarray(upper) - jnp.asarray(lower),
-                         0).astype(jnp.int32)
+    totals = jnp.maximum(jnp.asarray(upper) - jnp.asarray(lower), 0).astype(
+      jnp.int32
+    )
   ticks.start(jnp.int32(0), totals, _witness(opts, init_val))
 
   def body(i, val):
@@ -623,11 +692,21 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *,
   return out
 
 
-def while_loop(cond_fun: Callable, body_fun: Callable, init_val, *,
-               total=None, desc: str | None = None, every: int | None = None,
-               updates: int = DEFAULT_UPDATES, devices: str = "combined",
-               batch: str = "combined", processes: str = "each",
-               tqdm_class=None, tqdm_kwargs: dict | None = None):
+def while_loop(
+  cond_fun: Callable,
+  body_fun: Callable,
+  init_val,
+  *,
+  total=None,
+  desc: str | None = None,
+  every: int | None = None,
+  updates: int = DEFAULT_UPDATES,
+  devices: str = "combined",
+  batch: str = "combined",
+  processes: str = "each",
+  tqdm_class=None,
+  tqdm_kwargs: dict | None = None,
+):
   """``lax.while_loop`` with a progress bar: same arguments and results.
 
   Args:
@@ -637,8 +716,9 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val, *,
       that ends before ``total`` leaves its bar at the count it reached.
     The other keyword arguments are those of :func:`scan`.
   """
-  opts = _options(desc, every, updates, devices, batch, processes,
-                  tqdm_class, tqdm_kwargs)
+  opts = _options(
+    desc, every, updates, devices, batch, processes, tqdm_class, tqdm_kwargs
+  )
   static_total = _NO_TOTAL if total is None else _static_int(total)
   # The predicate travels in the carry: evaluated on the initial value
   # here and at the end of each step, as often and in the same order as
@@ -666,7 +746,6 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val, *,
   # that moves it: a loop's carry keeps its type.
   step0 = pred.astype(jnp.int32) * 0
   with _inside_loop():
-    step, _, out = lax.while_loop(lambda c: c[1], body,
-                                  (step0, pred, init_val))
+    step, _, out = lax.while_loop(lambda c: c[1], body, (step0, pred, init_val))
   ticks.end(step, totals, _witness(opts, out))
   return out

@@ -12,6 +12,7 @@ The returned objects wrap XLA's own: every method checks what it is asked
 and raises a Python exception on wrong use, where XLA's objects would abort
 the interpreter (``tuple_shapes()`` of an array shape, for instance).
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,16 @@ import jax
 
 from hostcb import jax_internals as _internals
 
-__all__ = ["xla_computation", "XlaComputation", "ProgramShape", "Shape",
-           "HloModule", "HloComputation", "HloInstruction", "HloPrintOptions"]
+__all__ = [
+  "xla_computation",
+  "XlaComputation",
+  "ProgramShape",
+  "Shape",
+  "HloModule",
+  "HloComputation",
+  "HloInstruction",
+  "HloPrintOptions",
+]
 
 HloPrintOptions = _internals.HloPrintOptions
 """XLA's options for printing HLO text, for :meth:`HloModule.to_string`.
@@ -118,16 +127,19 @@ class Shape:
 class ProgramShape:
   """The parameter shapes and the result shape of a computation."""
 
-  def __init__(self, xla_program_shape: Any,
-               names: Sequence[str] | None = None):
+  def __init__(
+    self, xla_program_shape: Any, names: Sequence[str] | None = None
+  ):
     self._params = tuple(Shape(s) for s in xla_program_shape.parameter_shapes())
     self._result = Shape(xla_program_shape.result_shape())
     self._text = repr(xla_program_shape)
     if names is not None and len(names) == len(self._params):
       # XLA now calls them p0, p1, ...; legacy: Arg_0, ... or arg_tuple.
       self._text = re.sub(
-          r"(^\(|, )p(\d+): ",
-          lambda m: f"{m.group(1)}{names[int(m.group(2))]}: ", self._text)
+        r"(^\(|, )p(\d+): ",
+        lambda m: f"{m.group(1)}{names[int(m.group(2))]}: ",
+        self._text,
+      )
 
   def parameter_shapes(self) -> list[Shape]:
     """One shape per parameter of the entry computation."""
@@ -161,8 +173,9 @@ class HloInstruction:
 
   def operands(self) -> list[HloInstruction]:
     """The instructions whose values this one reads."""
-    return [HloInstruction(i, self._owner)
-            for i in self._instruction.operands()]
+    return [
+      HloInstruction(i, self._owner) for i in self._instruction.operands()
+    ]
 
   def users(self) -> list[HloInstruction]:
     """The instructions that read this one's value."""
@@ -193,9 +206,10 @@ class HloComputation:
     listing = getattr(self._computation, "instructions", None)
     if listing is None:
       raise NotImplementedError(
-          "this jaxlib cannot list the instructions of an HLO computation "
-          "(jaxlib 0.8 lacks HloComputation.instructions); read "
-          "HloModule.to_string() instead")
+        "this jaxlib cannot list the instructions of an HLO computation "
+        "(jaxlib 0.8 lacks HloComputation.instructions); read "
+        "HloModule.to_string() instead"
+      )
     return [HloInstruction(i, self._owner) for i in listing()]
 
   def __repr__(self) -> str:
@@ -208,7 +222,8 @@ class HloModule:
   def __init__(self, serialized: bytes):
     self._serialized = serialized
     self._module = _internals.xla_computation_from_proto(
-        serialized).get_hlo_module()
+      serialized
+    ).get_hlo_module()
 
   @property
   def name(self) -> str:
@@ -226,15 +241,18 @@ class HloModule:
     if options is None:
       return self._module.to_string()
     if not isinstance(options, HloPrintOptions):
-      raise TypeError("HloModule.to_string: options must be an "
-                      "HloPrintOptions (hostcb.xla_computation.HloPrintOptions,"
-                      f" XLA's own class) or None; got {options!r}")
+      raise TypeError(
+        "HloModule.to_string: options must be an "
+        "HloPrintOptions (hostcb.xla_computation.HloPrintOptions,"
+        f" XLA's own class) or None; got {options!r}"
+      )
     return self._module.to_string(options)
 
   def computations(self) -> list[HloComputation]:
     """Every computation of the module, the entry computation last."""
-    return [HloComputation(c, self._module)
-            for c in self._module.computations()]
+    return [
+      HloComputation(c, self._module) for c in self._module.computations()
+    ]
 
   def as_serialized_hlo_module_proto(self) -> bytes:
     """The module as a serialized ``HloModuleProto``."""
@@ -262,8 +280,9 @@ class XlaComputation:
   def as_hlo_text(self, print_large_constants: bool = False) -> str:
     """The HLO text (large constants elided unless asked for)."""
     if not isinstance(print_large_constants, bool):
-      raise TypeError("print_large_constants must be a bool; got "
-                      f"{print_large_constants!r}")
+      raise TypeError(
+        f"print_large_constants must be a bool; got {print_large_constants!r}"
+      )
     return self._computation.as_hlo_text(print_large_constants)
 
   def as_serialized_hlo_module_proto(self) -> bytes:
@@ -286,8 +305,9 @@ class XlaComputation:
     Its text names the parameters as legacy did (``Arg_0``, ...,
     ``arg_tuple``), after the parameter instructions of the HLO.
     """
-    return ProgramShape(self._computation.program_shape(),
-                        _parameter_names(self.as_hlo_text()))
+    return ProgramShape(
+      self._computation.program_shape(), _parameter_names(self.as_hlo_text())
+    )
 
   def hash(self) -> int:
     """XLA's fingerprint of the HLO module."""
@@ -297,12 +317,14 @@ class XlaComputation:
     return f"<hostcb.XlaComputation {self.name()}>"
 
 
-_PARAMETER = re.compile(r"^\s*(?:ROOT )?(\S+?)(?:\.\d+)? = .* parameter\((\d+)\)")
+_PARAMETER = re.compile(
+  r"^\s*(?:ROOT )?(\S+?)(?:\.\d+)? = .* parameter\((\d+)\)"
+)
 
 
 def _parameter_names(hlo_text: str) -> list[str]:
   """The entry computation's parameter names, in parameter order."""
-  entry = hlo_text[hlo_text.find("\nENTRY "):]
+  entry = hlo_text[hlo_text.find("\nENTRY ") :]
   found = {}
   for line in entry.splitlines()[1:]:
     if line.startswith("}"):
@@ -321,18 +343,21 @@ def _argnums(value: Any, what: str) -> tuple[int, ...]:
   except TypeError:
     items = None
   if items is None or not all(
-      isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-      for i in items):
-    raise TypeError(f"{what} must be an int or a sequence of ints; "
-                    f"got {value!r}")
+    isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items
+  ):
+    raise TypeError(
+      f"{what} must be an int or a sequence of ints; got {value!r}"
+    )
   return tuple(int(i) for i in items)
 
 
 def _axis_env(value: Any) -> tuple[tuple[Hashable, int], ...]:
   if value is None:
     return ()
-  expected = ("axis_env must be a sequence of (axis name, positive size) "
-              "pairs, e.g. [('i', 4)]")
+  expected = (
+    "axis_env must be a sequence of (axis name, positive size) "
+    "pairs, e.g. [('i', 4)]"
+  )
   if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
     raise TypeError(f"{expected}; got {value!r}")
   pairs = []
@@ -343,17 +368,23 @@ def _axis_env(value: Any) -> tuple[tuple[Hashable, int], ...]:
     try:
       hash(name)
     except TypeError:
-      raise TypeError(f"{expected}; the axis name {name!r} is not "
-                      "hashable") from None
-    if (isinstance(size, bool) or not isinstance(size, (int, np.integer))
-        or size < 1):
+      raise TypeError(
+        f"{expected}; the axis name {name!r} is not hashable"
+      ) from None
+    if (
+      isinstance(size, bool)
+      or not isinstance(size, (int, np.integer))
+      or size < 1
+    ):
       raise ValueError(f"{expected}; axis {name!r} has size {size!r}")
     pairs.append((name, int(size)))
   names = [n for n, _ in pairs]
   duplicates = sorted({repr(n) for n in names if names.count(n) > 1})
   if duplicates:
-    raise ValueError(f"axis_env names each axis once; {', '.join(duplicates)}"
-                     f" appears more than once in {value!r}")
+    raise ValueError(
+      f"axis_env names each axis once; {', '.join(duplicates)}"
+      f" appears more than once in {value!r}"
+    )
   return tuple(pairs)
 
 
@@ -361,8 +392,10 @@ def _platform(backend: Any) -> str:
   if backend is None:
     return jax.default_backend()
   if not isinstance(backend, str):
-    raise TypeError(f"backend must be a platform name such as 'cpu', 'gpu' or"
-                    f" 'tpu', or None; got {backend!r}")
+    raise TypeError(
+      f"backend must be a platform name such as 'cpu', 'gpu' or"
+      f" 'tpu', or None; got {backend!r}"
+    )
   name = backend.lower()
   if name == "gpu":
     try:
@@ -370,23 +403,31 @@ def _platform(backend: Any) -> str:
     except RuntimeError:
       return "cuda"  # no GPU here: lower for CUDA, the usual GPU platform
   if name not in _PLATFORMS:
-    raise ValueError(f"backend must be one of 'cpu', 'gpu', "
-                     f"{', '.join(repr(p) for p in _PLATFORMS[1:])}; "
-                     f"got {backend!r}")
+    raise ValueError(
+      f"backend must be one of 'cpu', 'gpu', "
+      f"{', '.join(repr(p) for p in _PLATFORMS[1:])}; "
+      f"got {backend!r}"
+    )
   return name
 
 
-def _positions(argnums: tuple[int, ...], nargs: int, what: str,
-               static: tuple[int, ...], donate: tuple[int, ...]) -> set[int]:
+def _positions(
+  argnums: tuple[int, ...],
+  nargs: int,
+  what: str,
+  static: tuple[int, ...],
+  donate: tuple[int, ...],
+) -> set[int]:
   positions = set()
   for i in argnums:
     j = i + nargs if i < 0 else i
     if not 0 <= j < nargs:
       raise ValueError(
-          f"jitted function has static_argnums={static}, donate_argnums="
-          f"{donate} but was called with only {nargs} positional "
-          f"argument{'' if nargs == 1 else 's'}. ({what} refers to argument "
-          f"{i}, but the function was given {nargs} positional argument(s))")
+        f"jitted function has static_argnums={static}, donate_argnums="
+        f"{donate} but was called with only {nargs} positional "
+        f"argument{'' if nargs == 1 else 's'}. ({what} refers to argument "
+        f"{i}, but the function was given {nargs} positional argument(s))"
+      )
     positions.add(j)
   return positions
 
@@ -404,8 +445,19 @@ def _module_name(name: str) -> str:
 
 # ------------------------------------------------------- example arguments
 def _is_concrete(leaf: Any) -> bool:
-  return isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int,
-                           float, complex, jax.ShapeDtypeStruct))
+  return isinstance(
+    leaf,
+    (
+      jax.Array,
+      np.ndarray,
+      np.generic,
+      bool,
+      int,
+      float,
+      complex,
+      jax.ShapeDtypeStruct,
+    ),
+  )
 
 
 def _example(leaf: Any, where: str) -> Any:
@@ -415,11 +467,15 @@ def _example(leaf: Any, where: str) -> Any:
     try:
       return jax.ShapeDtypeStruct(tuple(leaf.shape), np.dtype(leaf.dtype))
     except TypeError as e:
-      raise TypeError(f"{where}: shape {leaf.shape!r} and dtype "
-                      f"{leaf.dtype!r} do not describe an array ({e})") from e
-  raise TypeError(f"Argument {leaf!r} of type {type(leaf)} is not a valid "
-                  f"JAX type ({where} must be an array, a scalar or an object "
-                  f"with shape and dtype; got {type(leaf).__name__} {leaf!r})")
+      raise TypeError(
+        f"{where}: shape {leaf.shape!r} and dtype "
+        f"{leaf.dtype!r} do not describe an array ({e})"
+      ) from e
+  raise TypeError(
+    f"Argument {leaf!r} of type {type(leaf)} is not a valid "
+    f"JAX type ({where} must be an array, a scalar or an object "
+    f"with shape and dtype; got {type(leaf).__name__} {leaf!r})"
+  )
 
 
 def _where(path: tuple) -> str:
@@ -437,9 +493,13 @@ def _examples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 # --------------------------------------------------------------- in_parts
 def _is_tiles(x: Any) -> bool:
-  return (isinstance(x, tuple) and len(x) > 0 and
-          all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-              for i in x))
+  return (
+    isinstance(x, tuple)
+    and len(x) > 0
+    and all(
+      isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in x
+    )
+  )
 
 
 def _is_spec(x: Any) -> bool:
@@ -456,48 +516,60 @@ class _Repeated:
 def _specs_per_leaf(prefix: Any, tree: Any, what: str) -> list:
   def repeat(spec, subtree):
     return _Repeated(spec, len(jax.tree_util.tree_leaves(subtree)))
+
   try:
     repeated = jax.tree_util.tree_map(repeat, prefix, tree, is_leaf=_is_spec)
   except (ValueError, TypeError) as e:
     raise ValueError(
-        f"{what} must be None, a tuple of partition counts (one per "
-        "dimension), or a tree of those matching the structure of "
-        f"{'the arguments' if what == 'in_parts' else 'the outputs'}; "
-        f"got {prefix!r} ({e})") from e
-  return [spec for r in jax.tree_util.tree_leaves(repeated)
-          for spec in r.items]
+      f"{what} must be None, a tuple of partition counts (one per "
+      "dimension), or a tree of those matching the structure of "
+      f"{'the arguments' if what == 'in_parts' else 'the outputs'}; "
+      f"got {prefix!r} ({e})"
+    ) from e
+  return [spec for r in jax.tree_util.tree_leaves(repeated) for spec in r.items]
 
 
-def _sharding_texts(specs: Sequence[Any], avals: Sequence[Any],
-                    what: str) -> list[str]:
+def _sharding_texts(
+  specs: Sequence[Any], avals: Sequence[Any], what: str
+) -> list[str]:
   texts = []
   for spec, aval in zip(specs, avals):
     if spec is not None:
       if len(spec) != len(aval.shape) or any(int(n) < 1 for n in spec):
         raise ValueError(
-            f"{what}: {spec!r} must give a positive partition count for each "
-            f"of the {len(aval.shape)} dimensions of a value of shape "
-            f"{tuple(aval.shape)}")
+          f"{what}: {spec!r} must give a positive partition count for each "
+          f"of the {len(aval.shape)} dimensions of a value of shape "
+          f"{tuple(aval.shape)}"
+        )
       spec = tuple(int(n) for n in spec)
     texts.append(_internals.tiled_sharding_text(spec))
   return texts
 
 
 def _partition_count(*spec_lists: Sequence[Any] | None) -> int:
-  counts = [math.prod(s) for specs in spec_lists if specs
-            for s in specs if s is not None]
+  counts = [
+    math.prod(s)
+    for specs in spec_lists
+    if specs
+    for s in specs
+    if s is not None
+  ]
   return max(counts, default=1)
 
 
 # ------------------------------------------------------------ the function
-def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
-                    axis_env: Sequence[tuple[Hashable, int]] | None = None,
-                    in_parts: Any = None, out_parts: Any = None,
-                    backend: str | None = None,
-                    tuple_args: bool | None = False,
-                    instantiate_const_outputs: bool | None = None,
-                    return_shape: bool = False,
-                    donate_argnums: int | Iterable[int] = ()) -> Callable:
+def xla_computation(
+  fun: Callable,
+  static_argnums: int | Iterable[int] = (),
+  axis_env: Sequence[tuple[Hashable, int]] | None = None,
+  in_parts: Any = None,
+  out_parts: Any = None,
+  backend: str | None = None,
+  tuple_args: bool | None = False,
+  instantiate_const_outputs: bool | None = None,
+  return_shape: bool = False,
+  donate_argnums: int | Iterable[int] = (),
+) -> Callable:
   """Wraps ``fun`` so that calling it on example arguments gives its HLO.
 
   ``xla_computation(fun, ...)(*args, **kwargs)`` traces ``fun`` and returns
@@ -538,15 +610,18 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
     ``return_shape`` is true.
   """
   if not callable(fun):
-    raise TypeError(f"Expected a callable value, got {fun!r} "
-                    "(xla_computation expects a callable)")
+    raise TypeError(
+      f"Expected a callable value, got {fun!r} "
+      "(xla_computation expects a callable)"
+    )
   static = _argnums(static_argnums, "static_argnums")
   donate = _argnums(donate_argnums, "donate_argnums")
   env = _axis_env(axis_env)
   platform = _platform(backend)
   if tuple_args is not None and not isinstance(tuple_args, bool):
-    raise TypeError(f"tuple_args must be True, False or None; got "
-                    f"{tuple_args!r}")
+    raise TypeError(
+      f"tuple_args must be True, False or None; got {tuple_args!r}"
+    )
   del instantiate_const_outputs  # documented as doing nothing
   name = _function_name(fun)
 
@@ -555,9 +630,11 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
     static_at = _positions(static, nargs, "static_argnums", static, donate)
     donate_at = _positions(donate, nargs, "donate_argnums", static, donate)
     if static_at & donate_at:
-      raise ValueError("an argument cannot be both static and donated; "
-                       f"positions {sorted(static_at & donate_at)} are in "
-                       "static_argnums and donate_argnums")
+      raise ValueError(
+        "an argument cannot be both static and donated; "
+        f"positions {sorted(static_at & donate_at)} are in "
+        "static_argnums and donate_argnums"
+      )
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_at)
     examples, example_kwargs = _examples(dynamic, kwargs)
 
@@ -569,22 +646,32 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
     try:
       with _internals.staging_pmaps():
         closed, out_info = jax.make_jaxpr(
-            with_statics, axis_env=list(env) or None,
-            return_shape=True)(*examples, **example_kwargs)
+          with_statics, axis_env=list(env) or None, return_shape=True
+        )(*examples, **example_kwargs)
     except NameError as e:
       match = re.search(r"unbound axis name: (.*?)\. ", str(e))
-      legacy = "" if match is None else (
+      legacy = (
+        ""
+        if match is None
+        else (
           f"unbound axis name: {match.group(1)}. The following axis names "
           "(e.g. defined by pmap) are available to collective operations: "
-          f"{[n for n, _ in env]}. ")
-      raise NameError(f"{legacy}{e} (xla_computation binds the axis names "
-                      f"of axis_env, here {[n for n, _ in env]})") from e
+          f"{[n for n, _ in env]}. "
+        )
+      )
+      raise NameError(
+        f"{legacy}{e} (xla_computation binds the axis names "
+        f"of axis_env, here {[n for n, _ in env]})"
+      ) from e
     in_avals = closed.in_avals
     out_avals = closed.out_avals
 
     dynamic_positions = [i for i in range(nargs) if i not in static_at]
-    donated = [i in donate_at for i, a in zip(dynamic_positions, dynamic)
-               for _ in jax.tree_util.tree_leaves(a)]
+    donated = [
+      i in donate_at
+      for i, a in zip(dynamic_positions, dynamic)
+      for _ in jax.tree_util.tree_leaves(a)
+    ]
     donated += [False] * (len(in_avals) - len(donated))
 
     arg_texts = result_texts = None
@@ -600,26 +687,36 @@ def xla_computation(fun: Callable, static_argnums: int | Iterable[int] = (),
       result_texts = _sharding_texts(result_specs, out_avals, "out_parts")
 
     module = _internals.lower_for_replicas(
-        closed, module_name=_module_name(name), axis_env=env,
-        platform=platform, donated=donated)
+      closed,
+      module_name=_module_name(name),
+      axis_env=env,
+      platform=platform,
+      donated=donated,
+    )
     if arg_texts is not None or result_texts is not None:
       _internals.annotate_shardings(
-          module, args=arg_texts, results=result_texts,
-          num_partitions=_partition_count(arg_specs, result_specs))
-    tupled = (len(in_avals) > TUPLE_ARGS_THRESHOLD if tuple_args is None
-              else tuple_args)
+        module,
+        args=arg_texts,
+        results=result_texts,
+        num_partitions=_partition_count(arg_specs, result_specs),
+      )
+    tupled = (
+      len(in_avals) > TUPLE_ARGS_THRESHOLD if tuple_args is None else tuple_args
+    )
     computation = XlaComputation(
-        _internals.to_xla_computation(module, tuple_args=tupled))
+      _internals.to_xla_computation(module, tuple_args=tupled)
+    )
     if not return_shape:
       return computation
     shapes = jax.tree_util.tree_map(
-        lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), out_info)
+      lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), out_info
+    )
     return computation, shapes
 
   try:
     computation_maker = functools.wraps(fun)(computation_maker)
   except (AttributeError, TypeError):  # a callable without function metadata
-    pass                               # (e.g. a partial): the name below
+    pass  # (e.g. a partial): the name below
   computation_maker.__name__ = f"xla_computation({name})"
   computation_maker.__qualname__ = computation_maker.__name__
   return computation_maker

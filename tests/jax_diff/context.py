@@ -1,4 +1,5 @@
 """What a scenario gets: the API under test and a recording context."""
+
 from __future__ import annotations
 
 import logging
@@ -31,9 +32,11 @@ class Api:
   def __init__(self, impl: str):
     import jax
     import jax.experimental
+
     self.impl = impl
     if impl == "hostcb":
       import hostcb
+
       self.debug_print = hostcb.debug.print
       self.debug_callback = hostcb.debug.callback
       self.io_callback = hostcb.io_callback
@@ -41,26 +44,34 @@ class Api:
     else:
       if impl == "installed":
         import hostcb
+
         hostcb.install(jax_callbacks=True)
       from jax.experimental import io_callback
+
       self.debug_print = jax.debug.print
       self.debug_callback = jax.debug.callback
       self.io_callback = io_callback
       self.pure_callback = jax.pure_callback
       if impl == "installed":
-        wrong = [n for n, ours in [
+        wrong = [
+          n
+          for n, ours in [
             ("debug_print", hostcb.debug.print),
             ("debug_callback", hostcb.debug.callback),
             ("io_callback", hostcb.io_callback),
-            ("pure_callback", hostcb.pure_callback)]
-                 if getattr(self, n) is not ours]
+            ("pure_callback", hostcb.pure_callback),
+          ]
+          if getattr(self, n) is not ours
+        ]
         if wrong:
-          raise RuntimeError("hostcb.install(jax_callbacks=True) did not "
-                             f"replace JAX's {wrong}")
+          raise RuntimeError(
+            f"hostcb.install(jax_callbacks=True) did not replace JAX's {wrong}"
+          )
 
   @staticmethod
   def effects_barrier():
     import jax
+
     return jax.effects_barrier()
 
 
@@ -94,11 +105,13 @@ class Context:
   def recorder(self, name: str, result=None):
     """A callback that logs ``name(<what it received>)`` and returns
     ``result(*args, **kwargs)`` (``None`` when ``result`` is ``None``)."""
+
     def callback(*args, **kwargs):
       shown = [see(a) for a in args]
       shown += [f"{k}={see(v)}" for k, v in kwargs.items()]
       self.log(f"{name}(" + ", ".join(shown) + ")")
       return None if result is None else result(*args, **kwargs)
+
     return callback
 
   def barrier(self) -> None:

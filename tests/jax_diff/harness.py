@@ -7,6 +7,7 @@ crash) or makes no progress for :data:`SCENARIO_TIMEOUT` seconds in one
 scenario (a hang), that scenario is recorded as ``CRASHED``/``HUNG`` and a
 new interpreter goes on after it.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,26 +37,32 @@ def devices() -> int:
 def env() -> dict:
   """A runner's environment: CPU devices, hostcb from ``src``, no hooks."""
   e = dict(os.environ)
-  flags = [f for f in e.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
+  flags = [
+    f
+    for f in e.get("XLA_FLAGS", "").split()
+    if not f.startswith("--xla_force_host_platform_device_count")
+  ]
   e["XLA_FLAGS"] = " ".join(
-      flags + [f"--xla_force_host_platform_device_count={devices()}"])
+    flags + [f"--xla_force_host_platform_device_count={devices()}"]
+  )
   e["JAX_PLATFORMS"] = "cpu"
   e["HOSTCB_NO_IMPORT_HOOK"] = "1"
   e["PYTHONPATH"] = SRC
   return e
 
 
-def _start(impl: str, out: str, start_after: str | None,
-           only: str | None) -> subprocess.Popen:
+def _start(
+  impl: str, out: str, start_after: str | None, only: str | None
+) -> subprocess.Popen:
   cmd = [sys.executable, os.path.join(HERE, "runner.py"), impl, out]
   if start_after:
     cmd += ["--start-after", start_after]
   if only:
     cmd += ["--only", only]
   with open(out + ".stderr", "a") as err:
-    return subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=err)
+    return subprocess.Popen(
+      cmd, env=env(), stdout=subprocess.DEVNULL, stderr=err
+    )
 
 
 def run_suites(impls: list[str], only: str | None = None) -> list[dict]:
@@ -65,8 +72,12 @@ def run_suites(impls: list[str], only: str | None = None) -> list[dict]:
   tmp = tempfile.mkdtemp(prefix="hostcb-jax-diff-")
   outs = [os.path.join(tmp, f"{impl}.jsonl") for impl in impls]
   return _diff_runs.supervise(
-      lambda i, start_after: _start(impls[i], outs[i], start_after, only),
-      outs, impls, SCENARIO_TIMEOUT, SUITE_TIMEOUT)
+    lambda i, start_after: _start(impls[i], outs[i], start_after, only),
+    outs,
+    impls,
+    SCENARIO_TIMEOUT,
+    SUITE_TIMEOUT,
+  )
 
 
 def main(argv: list[str]) -> int:
@@ -75,11 +86,13 @@ def main(argv: list[str]) -> int:
   ``jax,hostcb``) and prints every scenario whose outputs differ."""
   import difflib
   from jax_diff import registry
+
   impls = (argv[0] if argv else "jax,hostcb").split(",")
   only = argv[1] if len(argv) > 1 else None
   results = run_suites(impls, only)
-  for m in os.environ.get("HOSTCB_JAX_DIFF_MODULES",
-                          ",".join(registry.MODULES)).split(","):
+  for m in os.environ.get(
+    "HOSTCB_JAX_DIFF_MODULES", ",".join(registry.MODULES)
+  ).split(","):
     __import__(f"jax_diff.{m}")
   theirs = results[0]
   same = 0
@@ -88,14 +101,17 @@ def main(argv: list[str]) -> int:
     for impl, res in zip(impls[1:], results[1:]):
       ours = res.get(name, "MISSING")
       want = sc.expect if sc.differs is not None else text
-      if registry.view(ours, sc.unordered) == registry.view(want,
-                                                            sc.unordered):
+      if registry.view(ours, sc.unordered) == registry.view(want, sc.unordered):
         same += 1
         continue
       print(f"==== {name} ({impl}){' [documented]' if sc.differs else ''}")
-      print("\n".join(difflib.unified_diff(
-          want.splitlines(), ours.splitlines(), "expected", impl,
-          lineterm="")))
+      print(
+        "\n".join(
+          difflib.unified_diff(
+            want.splitlines(), ours.splitlines(), "expected", impl, lineterm=""
+          )
+        )
+      )
       if sc.differs is not None:
         print("---- jax's own output:\n" + text)
   print(f"{same} of {len(theirs) * (len(impls) - 1)} match")

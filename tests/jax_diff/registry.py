@@ -26,6 +26,7 @@ How the outputs must relate:
   deliberate, with what fixing it needs; checked as ``ours`` is, so that
   a fix (or any other change) shows.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,7 @@ from typing import Callable
 @dataclasses.dataclass(frozen=True)
 class Scenario:
   """One registered scenario and how hostcb's output must relate to JAX's."""
+
   name: str
   func: Callable
   module: str
@@ -52,18 +54,34 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 #: The scenario modules, in the order in which the runner imports them.
-MODULES = ["s_print", "s_callback", "s_transforms", "s_control", "s_io",
-           "s_pure", "s_parallel", "s_barrier"]
+MODULES = [
+  "s_print",
+  "s_callback",
+  "s_transforms",
+  "s_control",
+  "s_io",
+  "s_pure",
+  "s_parallel",
+  "s_barrier",
+]
 
 
-def scenario(func=None, *, ours: str | None = None, expect: str | None = None,
-             unordered: str | None = None, gap: str | None = None):
+def scenario(
+  func=None,
+  *,
+  ours: str | None = None,
+  expect: str | None = None,
+  unordered: str | None = None,
+  gap: str | None = None,
+):
   """Registers ``func`` as a scenario under its own name (module doc)."""
   if ours is not None and gap is not None:
     raise ValueError("a difference is deliberate (`ours`) or not (`gap`)")
   if (ours is None and gap is None) != (expect is None):
-    raise ValueError("a scenario with `ours` or `gap` states its `expect` "
-                     "output, and only such a scenario")
+    raise ValueError(
+      "a scenario with `ours` or `gap` states its `expect` "
+      "output, and only such a scenario"
+    )
   for reason in (ours, unordered, gap):
     if reason is not None and len(reason.split()) < 4:
       raise ValueError(f"say why, in words: {reason!r}")

@@ -12,6 +12,7 @@ interpreter if one does.  A scenario runs with ``sys.stdout`` recorded; what
 it returns is shown after a barrier, what it raises is recorded, and a last
 ``jax.effects_barrier()`` after it is recorded when it raises.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,6 +30,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # tests/: the jax_diff package
 
 def main(argv: list[str]) -> int:
   import argparse
+
   p = argparse.ArgumentParser()
   p.add_argument("impl", choices=["jax", "hostcb", "installed"])
   p.add_argument("out")
@@ -40,6 +42,7 @@ def main(argv: list[str]) -> int:
   from jax_diff import registry
   from jax_diff.context import Api, Context, LogRecorder
   from jax_diff.values import exc_text, normalize
+
   api = Api(args.impl)
   logs = LogRecorder.attach()
   modules = registry.MODULES
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> int:
     importlib.import_module(f"jax_diff.{m}")
   names = list(registry.SCENARIOS)
   if args.start_after is not None:
-    names = names[names.index(args.start_after) + 1:]
+    names = names[names.index(args.start_after) + 1 :]
   if args.only:
     only = set(args.only.split(","))
     names = [n for n in names if n in only]
@@ -72,9 +75,16 @@ def main(argv: list[str]) -> int:
             traceback.print_exc(file=sys.stderr)
         ctx.barrier()
       logs.ctx = None
-      out.write(json.dumps({"name": name, "output": normalize(ctx.text()),
-                            "secs": round(time.perf_counter() - t0, 3)})
-                + "\n")
+      out.write(
+        json.dumps(
+          {
+            "name": name,
+            "output": normalize(ctx.text()),
+            "secs": round(time.perf_counter() - t0, 3),
+          }
+        )
+        + "\n"
+      )
       out.flush()
   return 0
 

@@ -4,6 +4,7 @@ No scenario here calls ``ctx.barrier()`` or ``ctx.show()`` before the line
 it checks: the line written right after ``api.effects_barrier()`` must come
 after every callback dispatched before it.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,8 +35,7 @@ def barrier_waits_for_print(ctx, api):
 def barrier_waits_for_many_calls(ctx, api):
   """Twenty dispatched calls, ordered: all ran, in order, before the
   barrier returns."""
-  f = jax.jit(lambda i: api.debug_callback(ctx.recorder("cb"), i,
-                                           ordered=True))
+  f = jax.jit(lambda i: api.debug_callback(ctx.recorder("cb"), i, ordered=True))
   for i in range(20):
     f(np.int32(i))
   api.effects_barrier()
@@ -47,9 +47,11 @@ def barrier_waits_for_scan_of_callbacks(ctx, api):
   """A long scan of unordered callbacks: all ran before the barrier
   returns (counted)."""
   calls = []
+
   def body(c, x):
     api.debug_callback(lambda x: calls.append(int(x)), x)
     return c, None
+
   jax.jit(lambda xs: jax.lax.scan(body, 0, xs))(np.arange(500))
   api.effects_barrier()
   ctx.log("calls:", len(calls), "in order:", calls == sorted(calls))
@@ -66,8 +68,9 @@ def barrier_waits_for_io_callback_without_result(ctx, api):
 @scenario
 def barrier_waits_for_ordered_io_callback(ctx, api):
   """Ordered io_callbacks of several calls have run."""
-  f = jax.jit(lambda i: api.io_callback(ctx.recorder("io"), None, i,
-                                        ordered=True))
+  f = jax.jit(
+    lambda i: api.io_callback(ctx.recorder("io"), None, i, ordered=True)
+  )
   for i in range(5):
     f(np.int32(i))
   api.effects_barrier()
@@ -92,9 +95,13 @@ def barrier_after_eager_callbacks(ctx, api):
 @scenario
 def barrier_after_pure_callback_result(ctx, api):
   """A pure_callback's result is ready; the barrier changes nothing."""
-  y = jax.jit(lambda x: api.pure_callback(
+  y = jax.jit(
+    lambda x: api.pure_callback(
       ctx.recorder("pure", lambda x: np.asarray(x) + 1),
-      jax.ShapeDtypeStruct((3,), jnp.float32), x))(X3)
+      jax.ShapeDtypeStruct((3,), jnp.float32),
+      x,
+    )
+  )(X3)
   ctx.log("value", np.asarray(y).tolist())
   api.effects_barrier()
   ctx.log("after barrier")
@@ -103,8 +110,7 @@ def barrier_after_pure_callback_result(ctx, api):
 @scenario
 def barrier_between_functions_ordered(ctx, api):
   """Two functions with ordered callbacks, a barrier between them."""
-  f = jax.jit(lambda x: api.debug_callback(ctx.recorder("f"), x,
-                                           ordered=True))
+  f = jax.jit(lambda x: api.debug_callback(ctx.recorder("f"), x, ordered=True))
   g = jax.jit(lambda x: api.debug_print("g {}", x, ordered=True))
   f(X3)
   api.effects_barrier()
@@ -122,9 +128,11 @@ def barrier_callback_dispatches_printing_code(ctx, api):
   queued behind it and may come after the first barrier, as
   docs/jax_callbacks.md says.)"""
   inner = jax.jit(lambda x: api.debug_print("inner {}", x))
+
   def cb(x):
     ctx.log("outer", np.asarray(x).tolist())
     inner(x + 1)
+
   jax.jit(lambda x: api.debug_callback(cb, x))(X3)
   api.effects_barrier()
   api.effects_barrier()
@@ -138,11 +146,14 @@ def barrier_io_callback_dispatches_printing_code(ctx, api):
   result is ready: JAX's inner print runs inside the io_callback, hostcb's
   device does not wait for it.)"""
   inner = jax.jit(lambda x: api.debug_print("inner {}", x))
+
   def cb(x):
     inner(x + 1)
     return np.asarray(x)
-  y = jax.jit(lambda x: api.io_callback(cb, jax.ShapeDtypeStruct(
-      (3,), jnp.float32), x))(X3)
+
+  y = jax.jit(
+    lambda x: api.io_callback(cb, jax.ShapeDtypeStruct((3,), jnp.float32), x)
+  )(X3)
   y.block_until_ready()
   api.effects_barrier()
   ctx.log("after barrier, value", np.asarray(y).tolist())

@@ -1,4 +1,5 @@
 """Scenarios: what ``jax.debug.print`` prints (format strings, values)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,18 +25,22 @@ def print_eager_keyword(ctx, api):
 @scenario
 def print_jit_positional(ctx, api):
   """Under jit: positional fields, the function's result after."""
+
   def f(x):
     api.debug_print("x={} y={}", x, x * 2)
     return x + 1
+
   return jax.jit(f)(X3)
 
 
 @scenario
 def print_jit_keyword(ctx, api):
   """Under jit: named fields, used out of order."""
+
   def f(x):
     api.debug_print("{b} then {a}", a=x, b=x.sum())
     return x
+
   return jax.jit(f)(X3)
 
 
@@ -55,14 +60,14 @@ def print_format_spec_float(ctx, api):
 def print_format_spec_int(ctx, api):
   """Integer format specs: zero padding, hex, sign."""
   jax.jit(lambda i: api.debug_print("{:04d} {:x} {:+d}", i, i * 16, i))(
-      np.int32(5))
+    np.int32(5)
+  )
 
 
 @scenario
 def print_format_spec_width_string(ctx, api):
   """Width and alignment specs on a scalar (``{:>8}``, ``{:<6}|``)."""
-  jax.jit(lambda x: api.debug_print("[{:>8}] [{:<6}]", x, x))(
-      np.float32(2.5))
+  jax.jit(lambda x: api.debug_print("[{:>8}] [{:<6}]", x, x))(np.float32(2.5))
 
 
 @scenario
@@ -111,43 +116,56 @@ def print_pytree_field_item(ctx, api):
 @scenario
 def print_dtypes_int(ctx, api):
   """Integer dtypes (int8, uint8, int16, uint32, int32)."""
+
   def f(x):
-    api.debug_print("{} {} {} {} {}", x.astype(jnp.int8),
-                    x.astype(jnp.uint8), x.astype(jnp.int16),
-                    x.astype(jnp.uint32), x)
+    api.debug_print(
+      "{} {} {} {} {}",
+      x.astype(jnp.int8),
+      x.astype(jnp.uint8),
+      x.astype(jnp.int16),
+      x.astype(jnp.uint32),
+      x,
+    )
+
   jax.jit(f)(np.array([-1, 0, 7], np.int32))
 
 
 @scenario
 def print_dtypes_float(ctx, api):
   """Float dtypes (float16, bfloat16, float32) with fractions."""
+
   def f(x):
-    api.debug_print("{} {} {}", x.astype(jnp.float16),
-                    x.astype(jnp.bfloat16), x)
+    api.debug_print(
+      "{} {} {}", x.astype(jnp.float16), x.astype(jnp.bfloat16), x
+    )
+
   jax.jit(f)(np.array([0.1, 1.5, -3.25], np.float32))
 
 
 @scenario
 def print_dtypes_bool_complex(ctx, api):
   """bool and complex64."""
+
   def f(x):
     api.debug_print("{} {}", x > 1, x + 1j * x)
+
   jax.jit(f)(X3)
 
 
 @scenario
 def print_shapes(ctx, api):
   """Scalars, 2-d, 3-d and empty arrays."""
+
   def f(x):
     api.debug_print("{}|{}|{}|{}", x[0, 0], x, x.reshape(1, 2, 3), x[:0])
+
   jax.jit(f)(X23)
 
 
 @scenario
 def print_large_array_summarized(ctx, api):
   """An array above NumPy's summarization threshold (``...``)."""
-  jax.jit(lambda x: api.debug_print("{}", x))(
-      np.arange(2000, dtype=np.int32))
+  jax.jit(lambda x: api.debug_print("{}", x))(np.arange(2000, dtype=np.int32))
 
 
 @scenario
@@ -182,9 +200,11 @@ def print_string_argument(ctx, api):
 @scenario
 def print_object_argument(ctx, api):
   """An object argument (not an array) prints with its ``__format__``."""
+
   class Tag:
     def __format__(self, spec):
       return f"<tag {spec or 'plain'}>"
+
   jax.jit(lambda x: api.debug_print("{} {:wide} {}", Tag(), Tag(), x))(X3)
 
 
@@ -216,15 +236,15 @@ def print_empty_format(ctx, api):
 def print_skip_format_check_no_fields(ctx, api):
   """``skip_format_check=True`` and a format without fields: the format
   and then the arguments, separated by spaces."""
-  jax.jit(lambda x: api.debug_print("values:", x, x[0],
-                                    skip_format_check=True))(X3)
+  jax.jit(
+    lambda x: api.debug_print("values:", x, x[0], skip_format_check=True)
+  )(X3)
 
 
 @scenario
 def print_skip_format_check_unused(ctx, api):
   """``skip_format_check=True`` with a field and an unused argument."""
-  jax.jit(lambda x: api.debug_print("{}", x, x[0],
-                                    skip_format_check=True))(X3)
+  jax.jit(lambda x: api.debug_print("{}", x, x[0], skip_format_check=True))(X3)
 
 
 @scenario
@@ -301,9 +321,11 @@ def print_eager_then_jit_order(ctx, api):
 @scenario
 def print_ordered_sequence(ctx, api):
   """Ordered prints in one function, in program order."""
+
   def f(x):
     for i in range(5):
       api.debug_print("step {i}: {x}", i=i, x=x + i, ordered=True)
+
   jax.jit(f)(X3)
 
 
@@ -318,9 +340,11 @@ def print_ordered_across_calls(ctx, api):
 @scenario
 def print_result_unused(ctx, api):
   """A print of a value that nothing else uses still prints under jit."""
+
   def f(x):
     api.debug_print("dead {}", x * 3)
     return jnp.float32(0)
+
   return jax.jit(f)(X3)
 
 
@@ -332,15 +356,21 @@ def print_in_jit_traced_once(ctx, api):
   f(X3 + 1)
 
 
-@scenario(ours=("hostcb's device does not wait for an unordered debug "
-                "print (issue 18: the fast path): a print that fails under "
-                "jit does not fail the computation, which JAX's does "
-                "(JaxRuntimeError from the call); the exception is logged "
-                "where JAX logs it, and, as with JAX, no barrier raises it "
-                "(issue 33: docs/jax_callbacks.md)"),
-          expect=("log jax._src.debugging ERROR: jax.debug.callback failed "
-                  "[TypeError: unsupported format string passed to "
-                  "numpy.ndarray.__format__]\n"))
+@scenario(
+  ours=(
+    "hostcb's device does not wait for an unordered debug "
+    "print (issue 18: the fast path): a print that fails under "
+    "jit does not fail the computation, which JAX's does "
+    "(JaxRuntimeError from the call); the exception is logged "
+    "where JAX logs it, and, as with JAX, no barrier raises it "
+    "(issue 33: docs/jax_callbacks.md)"
+  ),
+  expect=(
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[TypeError: unsupported format string passed to "
+    "numpy.ndarray.__format__]\n"
+  ),
+)
 def print_format_spec_on_array_jit(ctx, api):
   """A float spec on a non-scalar array under jit: the callback's
   failure."""
@@ -357,17 +387,21 @@ def print_scalar_float32_default_format(ctx, api):
 @scenario
 def print_scalar_extended_floats(ctx, api):
   """bfloat16 and float16 scalars, plain and with a spec."""
+
   def f(x):
     b, h = x.astype(jnp.bfloat16), x.astype(jnp.float16)
     api.debug_print("{} {:.3f} {} {:.5f}", b, b, h, h)
+
   jax.jit(f)(np.float32(0.1))
 
 
 @scenario
 def print_scalar_specs_misc(ctx, api):
   """Thousands separators, exponent, percent and bool as int."""
+
   def f(i, x):
     api.debug_print("{:,} {:.2e} {:.1%} {:d}", i, x, x, i > 0)
+
   jax.jit(f)(np.int32(1234567), np.float32(0.25))
 
 
@@ -388,8 +422,9 @@ def print_under_disable_jit(ctx, api):
 @scenario
 def print_aot_compiled(ctx, api):
   """A print in a function compiled ahead of time (lower/compile)."""
-  compiled = jax.jit(lambda x: api.debug_print("aot {}", x) or x + 1).lower(
-      X3).compile()
+  compiled = (
+    jax.jit(lambda x: api.debug_print("aot {}", x) or x + 1).lower(X3).compile()
+  )
   return compiled(X3)
 
 
@@ -428,5 +463,6 @@ def print_repr_weak_value_eager(ctx, api):
 def print_namedtuple(ctx, api):
   """A NamedTuple prints its fields' reprs."""
   import collections
+
   Point = collections.namedtuple("Point", ["x", "y"])
   jax.jit(lambda x: api.debug_print("{}", Point(x, 2)))(X3)

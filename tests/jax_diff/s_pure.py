@@ -30,36 +30,49 @@ def pure_eager_value(ctx, api):
 @scenario
 def pure_jit_value(ctx, api):
   """Under jit: the result flows on."""
-  return jax.jit(lambda x: api.pure_callback(ctx.recorder("pure", _double),
-                                             F32_3, x) * 3)(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x) * 3
+  )(X3)
 
 
 @scenario
 def pure_pytree_result(ctx, api):
   """A tuple/dict of results."""
+
   def cb(x):
     return (np.asarray(x)[:2], {"s": np.asarray(x).sum().astype(np.int32)})
-  shapes = (jax.ShapeDtypeStruct((2,), jnp.float32),
-            {"s": jax.ShapeDtypeStruct((), jnp.int32)})
-  return jax.jit(lambda x: api.pure_callback(ctx.recorder("pure", cb),
-                                             shapes, x))(X3)
+
+  shapes = (
+    jax.ShapeDtypeStruct((2,), jnp.float32),
+    {"s": jax.ShapeDtypeStruct((), jnp.int32)},
+  )
+  return jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", cb), shapes, x)
+  )(X3)
 
 
 @scenario
 def pure_keyword_arguments(ctx, api):
   """Pytree and keyword arguments."""
+
   def cb(a, *, b):
     return np.asarray(a[0]) + np.asarray(b["k"])
-  return jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", cb), F32_3, [x], b={"k": x[1]}))(X3)
+
+  return jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", cb), F32_3, [x], b={"k": x[1]}
+    )
+  )(X3)
 
 
 @scenario
 def pure_unused_result_removed_jit(ctx, api):
   """Under jit, a pure_callback whose result is unused is not called."""
+
   def f(x):
     api.pure_callback(ctx.recorder("pure", _double), F32_3, x)
     return x + 1
+
   return jax.jit(f)(X3)
 
 
@@ -72,32 +85,40 @@ def pure_unused_result_eager(ctx, api):
 @scenario
 def pure_partly_used_result(ctx, api):
   """One of two results used: called once."""
+
   def cb(x):
     return np.asarray(x), np.asarray(x) * 2
-  return jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", cb), (F32_3, F32_3), x)[1])(X3)
+
+  return jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", cb), (F32_3, F32_3), x)[1]
+  )(X3)
 
 
 @scenario
 def pure_unused_in_scan_removed(ctx, api):
   """An unused pure_callback in a scan body is removed too."""
+
   def body(c, x):
     api.pure_callback(ctx.recorder("pure", _double), F32, x)
     return c + x, None
+
   return jax.jit(lambda xs: jax.lax.scan(body, 0.0, xs)[0])(X3)
 
 
 @scenario
 def pure_in_scan(ctx, api):
   """A used pure_callback in a scan body: once per step."""
+
   def body(c, x):
     return c + api.pure_callback(ctx.recorder("pure", _double), F32, x), None
+
   return jax.jit(lambda xs: jax.lax.scan(body, np.float32(0), xs)[0])(X3)
 
 
 def _vmapped(ctx, api, method, in_axes=(0, None)):
-  f = lambda x, y: api.pure_callback(ctx.recorder("pure", _add), F32_3, x,
-                                     y, vmap_method=method)
+  f = lambda x, y: api.pure_callback(
+    ctx.recorder("pure", _add), F32_3, x, y, vmap_method=method
+  )
   return jax.vmap(f, in_axes=in_axes)(X23, X3)
 
 
@@ -146,31 +167,43 @@ def pure_vmap_method_invalid(ctx, api):
 @scenario
 def pure_invalid_method_not_vmapped(ctx, api):
   """``vmap_method=None`` without vmap works."""
-  return jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", _double), F32_3, x, vmap_method=None))(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", _double), F32_3, x, vmap_method=None
+    )
+  )(X3)
 
 
 @scenario
 def pure_vmap_sequential_axis_1_jit(ctx, api):
   """``sequential`` under jit, batched on axis 1."""
-  f = lambda x: api.pure_callback(ctx.recorder("pure", lambda x: np.asarray(
-      x).sum()), F32, x, vmap_method="sequential")
+  f = lambda x: api.pure_callback(
+    ctx.recorder("pure", lambda x: np.asarray(x).sum()),
+    F32,
+    x,
+    vmap_method="sequential",
+  )
   return jax.jit(jax.vmap(f, in_axes=1))(X23)
 
 
 @scenario
 def pure_vmap_expand_dims_axis_1(ctx, api):
   """``expand_dims``, batched on axis 1 (moved to the front)."""
-  f = lambda x: api.pure_callback(ctx.recorder("pure", lambda x: np.asarray(
-      x).sum(axis=-1)), F32, x, vmap_method="expand_dims")
+  f = lambda x: api.pure_callback(
+    ctx.recorder("pure", lambda x: np.asarray(x).sum(axis=-1)),
+    F32,
+    x,
+    vmap_method="expand_dims",
+  )
   return jax.vmap(f, in_axes=1)(X23)
 
 
 @scenario
 def pure_vmap_nested_expand_dims(ctx, api):
   """Nested vmaps with ``expand_dims``: one call with both axes."""
-  f = lambda x, y: api.pure_callback(ctx.recorder("pure", _add), F32, x, y,
-                                     vmap_method="expand_dims")
+  f = lambda x, y: api.pure_callback(
+    ctx.recorder("pure", _add), F32, x, y, vmap_method="expand_dims"
+  )
   inner = jax.vmap(f, in_axes=(0, None))
   return jax.vmap(inner, in_axes=(0, None))(X23, np.float32(10))
 
@@ -178,16 +211,18 @@ def pure_vmap_nested_expand_dims(ctx, api):
 @scenario
 def pure_vmap_nested_sequential(ctx, api):
   """Nested vmaps with ``sequential``: JAX's order of the calls."""
-  f = lambda x: api.pure_callback(ctx.recorder("pure", _double), F32, x,
-                                  vmap_method="sequential")
+  f = lambda x: api.pure_callback(
+    ctx.recorder("pure", _double), F32, x, vmap_method="sequential"
+  )
   return jax.vmap(jax.vmap(f))(X23)
 
 
 @scenario
 def pure_vmap_nested_broadcast_all(ctx, api):
   """Nested vmaps with ``broadcast_all`` and an unbatched scalar."""
-  f = lambda x, y: api.pure_callback(ctx.recorder("pure", _add), F32, x, y,
-                                     vmap_method="broadcast_all")
+  f = lambda x, y: api.pure_callback(
+    ctx.recorder("pure", _add), F32, x, y, vmap_method="broadcast_all"
+  )
   inner = jax.vmap(f, in_axes=(0, None))
   return jax.vmap(inner, in_axes=(0, None))(X23, np.float32(10))
 
@@ -195,67 +230,93 @@ def pure_vmap_nested_broadcast_all(ctx, api):
 @scenario
 def pure_vmap_pytree_result(ctx, api):
   """``expand_dims`` with a pytree result."""
+
   def cb(x):
     return {"a": np.asarray(x) * 2, "b": np.asarray(x).sum(-1)}
-  f = lambda x: api.pure_callback(ctx.recorder("pure", cb),
-                                  {"a": F32_3, "b": F32}, x,
-                                  vmap_method="expand_dims")
+
+  f = lambda x: api.pure_callback(
+    ctx.recorder("pure", cb),
+    {"a": F32_3, "b": F32},
+    x,
+    vmap_method="expand_dims",
+  )
   return jax.vmap(f)(X23)
 
 
 @scenario
 def pure_jvp_error(ctx, api):
   """jvp: ValueError."""
-  jax.jvp(lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3,
-                                      x), (X3,), (X3,))
+  jax.jvp(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x),
+    (X3,),
+    (X3,),
+  )
 
 
 @scenario
 def pure_grad_error(ctx, api):
   """grad: ValueError."""
-  jax.grad(lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3,
-                                       x).sum())(X3)
+  jax.grad(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x).sum()
+  )(X3)
 
 
 @scenario
 def pure_linearize_error(ctx, api):
   """linearize: ValueError."""
-  jax.linearize(lambda x: api.pure_callback(ctx.recorder("pure", _double),
-                                            F32_3, x), X3)
+  jax.linearize(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x), X3
+  )
 
 
 @scenario
 def pure_grad_of_unrelated_input(ctx, api):
   """grad with respect to an argument the callback does not use."""
+
   def f(x, y):
-    return (api.pure_callback(ctx.recorder("pure", _double), F32_3, y)
-            * x).sum()
+    return (
+      api.pure_callback(ctx.recorder("pure", _double), F32_3, y) * x
+    ).sum()
+
   return jax.grad(f)(X3, X3 + 1)
 
 
 @scenario
 def pure_custom_jvp_grad(ctx, api):
   """pure_callback in custom_jvp: differentiable by its rule."""
+
   @jax.custom_jvp
   def f(x):
-    return api.pure_callback(ctx.recorder("sin", lambda x: np.sin(x)),
-                             F32_3, x)
-  f.defjvp(lambda p, t: (f(p[0]), api.pure_callback(
-      ctx.recorder("cos", lambda x: np.cos(x)), F32_3, p[0]) * t[0]))
+    return api.pure_callback(ctx.recorder("sin", lambda x: np.sin(x)), F32_3, x)
+
+  f.defjvp(
+    lambda p, t: (
+      f(p[0]),
+      api.pure_callback(ctx.recorder("cos", lambda x: np.cos(x)), F32_3, p[0])
+      * t[0],
+    )
+  )
   return jax.grad(lambda x: f(x).sum())(X3)
 
 
 @scenario
 def pure_custom_vjp_grad(ctx, api):
   """pure_callback in custom_vjp's fwd and bwd."""
+
   @jax.custom_vjp
   def f(x):
     return api.pure_callback(ctx.recorder("f", _double), F32_3, x)
+
   def fwd(x):
     return f(x), x
+
   def bwd(x, g):
-    return (api.pure_callback(ctx.recorder("bwd", lambda x, g: np.asarray(g)
-                                           * 2), F32_3, x, g),)
+    return (
+      api.pure_callback(
+        ctx.recorder("bwd", lambda x, g: np.asarray(g) * 2), F32_3, x, g
+      ),
+    )
+
   f.defvjp(fwd, bwd)
   return jax.jit(jax.grad(lambda x: f(x).sum()))(X3)
 
@@ -263,78 +324,102 @@ def pure_custom_vjp_grad(ctx, api):
 @scenario
 def pure_shape_mismatch(ctx, api):
   """A result of the wrong shape, under jit."""
-  jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", lambda x: np.zeros((1, 3), np.float32)),
-      F32_3, x))(X3)
+  jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", lambda x: np.zeros((1, 3), np.float32)), F32_3, x
+    )
+  )(X3)
 
 
 @scenario
 def pure_dtype_mismatch(ctx, api):
   """A result of the wrong dtype, under jit."""
-  jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", lambda x: np.zeros(3, np.int8)), F32_3, x))(X3)
+  jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", lambda x: np.zeros(3, np.int8)), F32_3, x
+    )
+  )(X3)
 
 
 @scenario
 def pure_dtype_mismatch_second_result(ctx, api):
   """The second result of the wrong dtype, outside jit."""
-  api.pure_callback(ctx.recorder("pure", lambda x: (x, np.zeros(3, bool))),
-                    (F32_3, F32_3), X3)
+  api.pure_callback(
+    ctx.recorder("pure", lambda x: (x, np.zeros(3, bool))), (F32_3, F32_3), X3
+  )
 
 
 @scenario
 def pure_count_mismatch(ctx, api):
   """One result where two are expected."""
-  jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", _double), (F32_3, F32_3), x))(X3)
+  jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", _double), (F32_3, F32_3), x
+    )
+  )(X3)
 
 
 @scenario
 def pure_result_structure_ignored(ctx, api):
   """Only the leaves count: a dict returned where a tuple is expected."""
-  return jax.jit(lambda x: api.pure_callback(
+  return jax.jit(
+    lambda x: api.pure_callback(
       ctx.recorder("pure", lambda x: {"z": np.float32(1), "a": np.float32(2)}),
-      (F32, F32), x))(X3)
+      (F32, F32),
+      x,
+    )
+  )(X3)
 
 
 @scenario
 def pure_result_int64_narrowed(ctx, api):
   """An int64 result for int32 is narrowed (no x64)."""
-  return jax.jit(lambda x: api.pure_callback(
+  return jax.jit(
+    lambda x: api.pure_callback(
       ctx.recorder("pure", lambda x: np.arange(3)),
-      jax.ShapeDtypeStruct((3,), jnp.int32), x))(X3)
+      jax.ShapeDtypeStruct((3,), jnp.int32),
+      x,
+    )
+  )(X3)
 
 
 @scenario
 def pure_x64_result_spec_error(ctx, api):
   """An int64 result spec without x64: ValueError."""
-  api.pure_callback(ctx.recorder("pure"), jax.ShapeDtypeStruct((), np.int64),
-                    X3)
+  api.pure_callback(
+    ctx.recorder("pure"), jax.ShapeDtypeStruct((), np.int64), X3
+  )
 
 
 @scenario
 def pure_raises_eager(ctx, api):
   """A callback that raises, outside jit."""
+
   def cb(x):
     raise RuntimeError("pure boom")
+
   api.pure_callback(cb, F32_3, X3)
 
 
 @scenario
 def pure_raises_jit(ctx, api):
   """A callback that raises under jit."""
+
   def cb(x):
     raise ZeroDivisionError("pure boom")
+
   jax.jit(lambda x: api.pure_callback(cb, F32_3, x))(X3)
 
 
 @scenario
 def pure_raises_in_vmap_sequential(ctx, api):
   """A callback that raises at the second element of a sequential vmap."""
+
   def cb(x):
     if np.asarray(x)[0] > 0:
       raise ValueError(f"bad {np.asarray(x).tolist()}")
     return np.asarray(x)
+
   f = lambda x: api.pure_callback(cb, F32_3, x, vmap_method="sequential")
   jax.jit(jax.vmap(f))(X23)
 
@@ -342,23 +427,29 @@ def pure_raises_in_vmap_sequential(ctx, api):
 @scenario
 def pure_no_arguments(ctx, api):
   """A callback without arguments, under jit."""
-  return jax.jit(lambda: api.pure_callback(
-      ctx.recorder("pure", lambda: np.float32(4)), F32))()
+  return jax.jit(
+    lambda: api.pure_callback(ctx.recorder("pure", lambda: np.float32(4)), F32)
+  )()
 
 
 @scenario
 def pure_empty_result_shape(ctx, api):
   """A zero-size result."""
-  return jax.jit(lambda x: api.pure_callback(
+  return jax.jit(
+    lambda x: api.pure_callback(
       ctx.recorder("pure", lambda x: np.zeros((0, 2), np.float32)),
-      jax.ShapeDtypeStruct((0, 2), jnp.float32), x))(X3)
+      jax.ShapeDtypeStruct((0, 2), jnp.float32),
+      x,
+    )
+  )(X3)
 
 
 @scenario
 def pure_traced_once_called_each_time(ctx, api):
   """A jitted function with a pure_callback called three times."""
-  f = jax.jit(lambda x: api.pure_callback(ctx.recorder("pure", _double),
-                                          F32, x))
+  f = jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32, x)
+  )
   return [f(np.float32(i)) for i in range(3)]
 
 
@@ -366,26 +457,34 @@ def pure_traced_once_called_each_time(ctx, api):
 def pure_eager_same_callback_twice(ctx, api):
   """The same callback called eagerly twice: called twice."""
   cb = ctx.recorder("pure", _double)
-  return [api.pure_callback(cb, F32_3, X3),
-          api.pure_callback(cb, F32_3, X3 + 1)]
+  return [
+    api.pure_callback(cb, F32_3, X3),
+    api.pure_callback(cb, F32_3, X3 + 1),
+  ]
 
 
 @scenario
 def pure_sharding_single_device(ctx, api):
   """``sharding=SingleDeviceSharding``."""
   s = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  return jax.jit(lambda x: api.pure_callback(ctx.recorder("pure", _double),
-                                             F32_3, x, sharding=s))(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", _double), F32_3, x, sharding=s
+    )
+  )(X3)
 
 
 @scenario
 def pure_arg_types(ctx, api):
   """The Python type of the array arguments."""
+
   def cb(label):
     def f(x):
       ctx.log(f"{label}:", type(x).__name__)
       return np.asarray(x)
+
     return f
+
   api.pure_callback(cb("eager"), F32_3, X3)
   jax.jit(lambda x: api.pure_callback(cb("jit"), F32_3, x))(X3)
 
@@ -393,27 +492,37 @@ def pure_arg_types(ctx, api):
 @scenario
 def pure_key_argument(ctx, api):
   """A PRNG key argument under jit: its data."""
-  return jax.jit(lambda k: api.pure_callback(
+  return jax.jit(
+    lambda k: api.pure_callback(
       ctx.recorder("pure", lambda k: np.int32(1)),
-      jax.ShapeDtypeStruct((), jnp.int32), k))(jax.random.key(5))
+      jax.ShapeDtypeStruct((), jnp.int32),
+      k,
+    )
+  )(jax.random.key(5))
 
 
 @scenario
 def pure_vmap_in_cond(ctx, api):
   """A sequential pure_callback in a cond under vmap (both branches)."""
   f = lambda p, x: jax.lax.cond(
-      p, lambda x: api.pure_callback(ctx.recorder("t", _double), F32_3, x,
-                                     vmap_method="sequential"),
-      lambda x: x, x)
+    p,
+    lambda x: api.pure_callback(
+      ctx.recorder("t", _double), F32_3, x, vmap_method="sequential"
+    ),
+    lambda x: x,
+    x,
+  )
   return jax.vmap(f)(np.array([True, False]), X23)
 
 
 @scenario
 def pure_checkpoint_grad_custom_jvp(ctx, api):
   """checkpoint of a custom_jvp pure_callback under grad: recomputed."""
+
   @jax.custom_jvp
   def f(x):
     return api.pure_callback(ctx.recorder("f", _double), F32_3, x)
+
   f.defjvp(lambda p, t: (f(p[0]), 2 * t[0]))
   return jax.grad(lambda x: jax.checkpoint(f)(x).sum())(X3)
 
@@ -421,68 +530,91 @@ def pure_checkpoint_grad_custom_jvp(ctx, api):
 @scenario
 def pure_result_spec_is_array(ctx, api):
   """The argument itself as ``result_shape_dtypes`` (a tracer)."""
-  return jax.jit(lambda x: api.pure_callback(ctx.recorder("pure", _double),
-                                             x, x))(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), x, x)
+  )(X3)
 
 
 @scenario
 def pure_result_spec_weak_scalar(ctx, api):
   """A weakly typed scalar as the result spec: the result is strong."""
-  return jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", lambda x: np.float32(2)), jnp.asarray(1.0),
-      x))(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", lambda x: np.float32(2)), jnp.asarray(1.0), x
+    )
+  )(X3)
 
 
 @scenario
 def pure_calls_jax_inside(ctx, api):
   """A callback that runs JAX operations and returns a JAX array."""
-  return jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", lambda x: jnp.cos(jnp.asarray(x))), F32_3,
-      x))(X3)
+  return jax.jit(
+    lambda x: api.pure_callback(
+      ctx.recorder("pure", lambda x: jnp.cos(jnp.asarray(x))), F32_3, x
+    )
+  )(X3)
 
 
 @scenario
 def pure_eval_shape_does_not_call(ctx, api):
   """eval_shape gives the result shapes without calling."""
-  return jax.eval_shape(lambda x: api.pure_callback(
-      ctx.recorder("pure", _double), {"r": F32_3}, x), X3)
+  return jax.eval_shape(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), {"r": F32_3}, x),
+    X3,
+  )
 
 
 @scenario
 def pure_vmap_expand_dims_jit_in_scan(ctx, api):
   """``expand_dims`` under jit, inside a scan: one call per step with the
   whole batch."""
+
   def body(c, x):
-    y = jax.vmap(lambda v: api.pure_callback(
-        ctx.recorder("pure", _double), F32, v,
-        vmap_method="expand_dims"))(x)
+    y = jax.vmap(
+      lambda v: api.pure_callback(
+        ctx.recorder("pure", _double), F32, v, vmap_method="expand_dims"
+      )
+    )(x)
     return c + y.sum(), None
+
   return jax.jit(lambda xs: jax.lax.scan(body, np.float32(0), xs)[0])(X23)
 
 
 @scenario
 def pure_aot_compiled(ctx, api):
   """A pure_callback in a function compiled ahead of time."""
-  compiled = jax.jit(lambda x: api.pure_callback(
-      ctx.recorder("pure", _double), F32_3, x)).lower(X3).compile()
+  compiled = (
+    jax.jit(
+      lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x)
+    )
+    .lower(X3)
+    .compile()
+  )
   return compiled(X3 + 2)
 
 
-@scenario(ours=("XLA merges two identical calls of hostcb's pure call (the "
-                "same callback on the same operands: an equal custom call "
-                "without side effect), where JAX's lowering gives each call "
-                "its own callback index, so that XLA keeps both; "
-                "pure_callback's contract allows a pure function to be "
-                "called fewer times, and the result is the same"),
-          expect=("pure(float32[3]=[0.0, 1.0, 2.0])\n"
-                  "result: Array(float32[3]=[0.0, 4.0, 8.0], weak=False)\n"))
+@scenario(
+  ours=(
+    "XLA merges two identical calls of hostcb's pure call (the "
+    "same callback on the same operands: an equal custom call "
+    "without side effect), where JAX's lowering gives each call "
+    "its own callback index, so that XLA keeps both; "
+    "pure_callback's contract allows a pure function to be "
+    "called fewer times, and the result is the same"
+  ),
+  expect=(
+    "pure(float32[3]=[0.0, 1.0, 2.0])\n"
+    "result: Array(float32[3]=[0.0, 4.0, 8.0], weak=False)\n"
+  ),
+)
 def pure_identical_calls_jit(ctx, api):
   """Two identical pure_callbacks on the same value under jit: how many
   calls reach the host."""
   cb = ctx.recorder("pure", _double)
+
   def f(x):
-    return (api.pure_callback(cb, F32_3, x)
-            + api.pure_callback(cb, F32_3, x))
+    return api.pure_callback(cb, F32_3, x) + api.pure_callback(cb, F32_3, x)
+
   return jax.jit(f)(X3)
 
 
@@ -497,32 +629,39 @@ def pure_vmap_expand_dims_wrong_shape(ctx, api):
   """``expand_dims`` and a callback that ignores the batch axis: the
   shape error names the batched shape."""
   f = lambda x: api.pure_callback(
-      ctx.recorder("pure", lambda x: np.zeros(3, np.float32)), F32_3, x,
-      vmap_method="expand_dims")
+    ctx.recorder("pure", lambda x: np.zeros(3, np.float32)),
+    F32_3,
+    x,
+    vmap_method="expand_dims",
+  )
   jax.jit(jax.vmap(f))(X23)
 
 
 @scenario
 def pure_vmap_sequential_empty_batch(ctx, api):
   """``sequential`` over an empty batch: never called."""
-  f = lambda x: api.pure_callback(ctx.recorder("pure", _double), F32_3, x,
-                                  vmap_method="sequential")
+  f = lambda x: api.pure_callback(
+    ctx.recorder("pure", _double), F32_3, x, vmap_method="sequential"
+  )
   return jax.vmap(f)(np.zeros((0, 3), np.float32))
 
 
 @scenario
 def pure_vmap_broadcast_all_empty_batch(ctx, api):
   """``broadcast_all`` over an empty batch: one call with empty arrays."""
-  f = lambda x, y: api.pure_callback(ctx.recorder("pure", _add), F32_3, x, y,
-                                     vmap_method="broadcast_all")
+  f = lambda x, y: api.pure_callback(
+    ctx.recorder("pure", _add), F32_3, x, y, vmap_method="broadcast_all"
+  )
   return jax.vmap(f, in_axes=(0, None))(np.zeros((0, 3), np.float32), X3)
 
 
 @scenario
 def pure_in_scan_grad_unrelated(ctx, api):
   """grad through a scan whose pure_callback uses only the scanned values."""
+
   def body(c, x):
     return c * api.pure_callback(ctx.recorder("pure", _double), F32, x), None
+
   return jax.grad(lambda c: jax.lax.scan(body, c, X3)[0])(np.float32(1))
 
 
@@ -530,7 +669,12 @@ def pure_in_scan_grad_unrelated(ctx, api):
 def pure_namedtuple_result(ctx, api):
   """A NamedTuple of result shapes: the result is that NamedTuple."""
   import collections
+
   Pair = collections.namedtuple("Pair", ["a", "b"])
-  return jax.jit(lambda x: api.pure_callback(
+  return jax.jit(
+    lambda x: api.pure_callback(
       ctx.recorder("pure", lambda x: (np.asarray(x), np.asarray(x)[0])),
-      Pair(F32_3, F32), x))(X3)
+      Pair(F32_3, F32),
+      x,
+    )
+  )(X3)

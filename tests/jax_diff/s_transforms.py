@@ -1,4 +1,5 @@
 """Scenarios: debug callbacks and prints under vmap, autodiff, remat."""
+
 import functools
 
 import jax
@@ -10,9 +11,11 @@ from jax_diff.registry import scenario
 X3 = np.arange(3, dtype=np.float32)
 X23 = np.arange(6, dtype=np.float32).reshape(2, 3)
 
-_XLA_ORDER = ("JAX's unordered callbacks that do not depend on each other "
-              "run in the order XLA schedules them, which varies (hostcb "
-              "runs them in program order); the lines are compared as sets")
+_XLA_ORDER = (
+  "JAX's unordered callbacks that do not depend on each other "
+  "run in the order XLA schedules them, which varies (hostcb "
+  "runs them in program order); the lines are compared as sets"
+)
 
 
 # ---------------------------------------------------------------- vmap
@@ -25,37 +28,41 @@ def vmap_cb_eager_per_element(ctx, api):
 @scenario(unordered=_XLA_ORDER)
 def vmap_cb_jit_per_element(ctx, api):
   """vmap under jit: once per element."""
-  jax.jit(jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x)))(
-      X23)
+  jax.jit(jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x)))(X23)
 
 
 @scenario
 def vmap_cb_jit_ordered_per_element(ctx, api):
   """vmap under jit of an ordered callback: once per element, in order."""
-  jax.jit(jax.vmap(lambda x: api.debug_callback(
-      ctx.recorder("cb"), x, x.sum(), ordered=True)))(X23)
+  jax.jit(
+    jax.vmap(
+      lambda x: api.debug_callback(ctx.recorder("cb"), x, x.sum(), ordered=True)
+    )
+  )(X23)
 
 
 @scenario
 def vmap_cb_unbatched_argument(ctx, api):
   """``in_axes=(0, None)``: the unbatched argument is passed whole."""
-  jax.vmap(lambda x, y: api.debug_callback(ctx.recorder("cb"), x, y),
-           in_axes=(0, None))(X3, X23)
+  jax.vmap(
+    lambda x, y: api.debug_callback(ctx.recorder("cb"), x, y), in_axes=(0, None)
+  )(X3, X23)
 
 
 @scenario
 def vmap_cb_batch_axis_1(ctx, api):
   """``in_axes=1``: the elements are the columns."""
-  jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x),
-           in_axes=1)(X23)
+  jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x), in_axes=1)(X23)
 
 
 @scenario
 def vmap_cb_batched_after_op_axis(ctx, api):
   """A value whose batch axis moved (a transpose inside vmap)."""
+
   def f(x):
     y = jnp.outer(x, jnp.ones(2))
     api.debug_callback(ctx.recorder("cb"), y.T, x[0])
+
   jax.vmap(f, in_axes=1)(X23)
 
 
@@ -63,30 +70,38 @@ def vmap_cb_batched_after_op_axis(ctx, api):
 def vmap_cb_nested_eager_order(ctx, api):
   """Nested eager vmaps: the order of JAX's unrolling (inner index
   slowest)."""
-  jax.vmap(jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x)))(
-      X23)
+  jax.vmap(jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x)))(X23)
 
 
 @scenario
 def vmap_cb_nested_jit_ordered(ctx, api):
   """Nested vmaps under jit, ordered: JAX's order."""
-  jax.jit(jax.vmap(jax.vmap(lambda x: api.debug_callback(
-      ctx.recorder("cb"), x, ordered=True))))(X23)
+  jax.jit(
+    jax.vmap(
+      jax.vmap(
+        lambda x: api.debug_callback(ctx.recorder("cb"), x, ordered=True)
+      )
+    )
+  )(X23)
 
 
 @scenario
 def vmap_cb_nested_unbatched_inner(ctx, api):
   """Nested vmaps where the inner one leaves an argument unbatched."""
-  f = jax.vmap(lambda x, y: api.debug_callback(ctx.recorder("cb"), x, y),
-               in_axes=(0, None))
-  jax.vmap(f, in_axes=(None, 0))(X3, np.array([10., 20.], np.float32))
+  f = jax.vmap(
+    lambda x, y: api.debug_callback(ctx.recorder("cb"), x, y), in_axes=(0, None)
+  )
+  jax.vmap(f, in_axes=(None, 0))(X3, np.array([10.0, 20.0], np.float32))
 
 
 @scenario
 def vmap_cb_static_and_pytree(ctx, api):
   """vmap with a static argument and a dict."""
-  jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), "tag",
-                                        {"v": x, "s": x.sum()}))(X23)
+  jax.vmap(
+    lambda x: api.debug_callback(
+      ctx.recorder("cb"), "tag", {"v": x, "s": x.sum()}
+    )
+  )(X23)
 
 
 @scenario
@@ -104,8 +119,7 @@ def vmap_print_jit_ordered(ctx, api):
 @scenario
 def vmap_of_jit_ordered(ctx, api):
   """vmap of a jitted function with an ordered callback."""
-  f = jax.jit(lambda x: api.debug_callback(ctx.recorder("cb"), x,
-                                           ordered=True))
+  f = jax.jit(lambda x: api.debug_callback(ctx.recorder("cb"), x, ordered=True))
   jax.vmap(f)(X23)
 
 
@@ -118,9 +132,11 @@ def vmap_cb_size_one(ctx, api):
 @scenario
 def vmap_cb_result_of_vmap(ctx, api):
   """The vmapped function's result is unaffected by the callback."""
+
   def f(x):
     api.debug_callback(ctx.recorder("cb"), x)
     return x * 2
+
   return jax.vmap(f)(X23)
 
 
@@ -129,6 +145,7 @@ def _sin_with_cb(ctx, api, what="cb", ordered=False):
   def f(x):
     api.debug_callback(ctx.recorder(what), x, ordered=ordered)
     return jnp.sin(x).sum()
+
   return f
 
 
@@ -159,28 +176,34 @@ def grad_of_jit_cb(ctx, api):
 @scenario
 def grad_print(ctx, api):
   """A print under grad prints the primal."""
+
   def f(x):
     api.debug_print("x={}", x)
     return (x * x).sum()
+
   return jax.grad(f)(X3)
 
 
 @scenario
 def grad_cb_of_intermediate(ctx, api):
   """A callback of an intermediate value, under grad."""
+
   def f(x):
     y = jnp.cos(x) * 2
     api.debug_callback(ctx.recorder("cb"), y)
     return (y * x).sum()
+
   return jax.grad(f)(X3)
 
 
 @scenario
 def grad_of_grad_cb(ctx, api):
   """Second derivative: how often the callback runs."""
+
   def f(x):
     api.debug_callback(ctx.recorder("cb"), x)
     return jnp.sin(x) * x
+
   return jax.grad(jax.grad(f))(np.float32(0.5))
 
 
@@ -210,18 +233,22 @@ def vjp_cb(ctx, api):
 @scenario
 def jacfwd_cb(ctx, api):
   """jacfwd (vmap of jvp): how often the callback runs."""
+
   def f(x):
     api.debug_callback(ctx.recorder("cb"), x)
     return jnp.sin(x)
+
   return jax.jacfwd(f)(X3)
 
 
 @scenario
 def jacrev_cb(ctx, api):
   """jacrev (vmap of vjp)."""
+
   def f(x):
     api.debug_callback(ctx.recorder("cb"), x)
     return jnp.sin(x)
+
   return jax.jacrev(f)(X3)
 
 
@@ -234,9 +261,11 @@ def grad_cb_ordered_jit(ctx, api):
 @scenario
 def grad_vmap_cb(ctx, api):
   """vmap of grad (per-example gradients)."""
+
   def f(x):
     api.debug_callback(ctx.recorder("cb"), x)
     return jnp.sin(x).sum()
+
   return jax.vmap(jax.grad(f))(X23)
 
 
@@ -249,10 +278,11 @@ def _custom_jvp(ctx, api):
 
   @f.defjvp
   def f_jvp(primals, tangents):
-    x, = primals
-    t, = tangents
+    (x,) = primals
+    (t,) = tangents
     api.debug_callback(ctx.recorder("jvp"), x, t)
     return f(x), jnp.cos(x) * t
+
   return f
 
 
@@ -328,8 +358,9 @@ def checkpoint_grad_cb_jit(ctx, api):
 @scenario
 def checkpoint_policy_saveable_cb(ctx, api):
   """checkpoint with a policy that saves everything."""
-  f = jax.checkpoint(_sin_with_cb(ctx, api),
-                     policy=jax.checkpoint_policies.everything_saveable)
+  f = jax.checkpoint(
+    _sin_with_cb(ctx, api), policy=jax.checkpoint_policies.everything_saveable
+  )
   return jax.grad(f)(X3)
 
 
@@ -342,20 +373,24 @@ def checkpoint_no_grad_cb(ctx, api):
 @scenario
 def checkpoint_scan_grad_cb(ctx, api):
   """grad of a scan with a checkpointed body."""
+
   @jax.checkpoint
   def body(c, x):
     api.debug_callback(ctx.recorder("body"), c, x, ordered=True)
     return c * jnp.sin(x), None
+
   return jax.grad(lambda xs: jax.lax.scan(body, 1.0, xs)[0])(X3)
 
 
 @scenario
 def remat_partial_cb(ctx, api):
   """jax.remat (an alias of checkpoint) with static_argnums."""
+
   @functools.partial(jax.remat, static_argnums=(1,))
   def f(x, k):
     api.debug_callback(ctx.recorder("cb"), x, k)
     return jnp.sin(x * k).sum()
+
   return jax.grad(f)(X3, 2)
 
 
@@ -363,7 +398,8 @@ def remat_partial_cb(ctx, api):
 def vmap_cb_empty_batch(ctx, api):
   """vmap over an empty batch: never called."""
   jax.vmap(lambda x: api.debug_callback(ctx.recorder("cb"), x))(
-      np.zeros((0, 3), np.float32))
+    np.zeros((0, 3), np.float32)
+  )
   ctx.log("done")
 
 
@@ -371,7 +407,8 @@ def vmap_cb_empty_batch(ctx, api):
 def vmap_cb_empty_batch_jit(ctx, api):
   """vmap over an empty batch under jit: never called."""
   jax.jit(jax.vmap(lambda x: api.debug_print("{}", x)))(
-      np.zeros((0, 3), np.float32))
+    np.zeros((0, 3), np.float32)
+  )
   ctx.log("done")
 
 
@@ -379,8 +416,7 @@ def vmap_cb_empty_batch_jit(ctx, api):
 def vmap_cb_static_arguments_only(ctx, api):
   """A callback with only host-side arguments inside vmap: not batched,
   called once."""
-  jax.vmap(lambda x: (api.debug_callback(ctx.recorder("cb"), "hi"), x)[1])(
-      X23)
+  jax.vmap(lambda x: (api.debug_callback(ctx.recorder("cb"), "hi"), x)[1])(X23)
 
 
 @scenario

@@ -11,6 +11,7 @@
   message (they name each implementation's source files and lines) and
   object addresses (``at 0x...``); nothing else.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,6 +23,7 @@ _EXTENDED_FLOATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 
 def _is_key(x) -> bool:
   import jax
+
   try:
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
   except Exception:  # noqa: BLE001  (no dtype)
@@ -36,6 +38,7 @@ def _values(a: np.ndarray):
 
 def _array_text(x) -> str:
   import jax
+
   if _is_key(x):
     data = np.asarray(jax.random.key_data(x))
     return f"key<{jax.random.key_impl(x)}>{list(x.shape)}={data.tolist()}"
@@ -46,14 +49,19 @@ def _array_text(x) -> str:
 def see(x) -> str:
   """What a callback received (module doc): arrays by value and dtype."""
   import jax
+
   if isinstance(x, jax.Array):
     return _array_text(x)
   if isinstance(x, (np.ndarray, np.generic)):
     return f"{type(x).__name__}:{_array_text(x)}"
   if isinstance(x, tuple):
     name = "" if type(x) is tuple else type(x).__name__
-    return (f"{name}(" + ", ".join(see(v) for v in x)
-            + ("," if len(x) == 1 else "") + ")")
+    return (
+      f"{name}("
+      + ", ".join(see(v) for v in x)
+      + ("," if len(x) == 1 else "")
+      + ")"
+    )
   if isinstance(x, list):
     return "[" + ", ".join(see(v) for v in x) + "]"
   if isinstance(x, dict):
@@ -64,6 +72,7 @@ def see(x) -> str:
 def fmt(x) -> str:
   """A value a scenario returns or shows, with its type (module doc)."""
   import jax
+
   if isinstance(x, jax.Array):
     weak = getattr(x, "weak_type", None)
     return f"Array({_array_text(x)}, weak={weak})"
@@ -73,8 +82,12 @@ def fmt(x) -> str:
     return f"np.{type(x).__name__}({_array_text(x)})"
   if isinstance(x, tuple):
     name = "" if type(x) is tuple else type(x).__name__
-    return (f"{name}(" + ", ".join(fmt(v) for v in x)
-            + ("," if len(x) == 1 else "") + ")")
+    return (
+      f"{name}("
+      + ", ".join(fmt(v) for v in x)
+      + ("," if len(x) == 1 else "")
+      + ")"
+    )
   if isinstance(x, list):
     return "[" + ", ".join(fmt(v) for v in x) + "]"
   if isinstance(x, dict):
@@ -88,13 +101,15 @@ def exc_text(e: BaseException) -> str:
 
 
 _TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\):\n"
-    r"(?:(?:  File .*\n)(?:    .*\n)*)*")
+  r"Traceback \(most recent call last\):\n"
+  r"(?:(?:  File .*\n)(?:    .*\n)*)*"
+)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def normalize(text: str) -> str:
   """``text`` without traceback frames and addresses (module doc)."""
-  text = _TRACEBACK.sub("Traceback (most recent call last):\n  <frames>\n",
-                        text)
+  text = _TRACEBACK.sub(
+    "Traceback (most recent call last):\n  <frames>\n", text
+  )
   return _ADDRESS.sub(" at 0x?", text)

@@ -9,12 +9,15 @@ Line by line and exactly, with two rules:
   legacy's when it *starts with* legacy's line: issue 8 item 6 asks hostcb
   to keep legacy's wording and add its own detail after it.
 """
+
 from __future__ import annotations
 
 import re
 
-_ERROR_LINE = re.compile(r"^(raised |barrier raised |[A-Za-z_][\w.]*"
-                         r"(Error|Exception): )")
+_ERROR_LINE = re.compile(
+  r"^(raised |barrier raised |[A-Za-z_][\w.]*"
+  r"(Error|Exception): )"
+)
 
 
 def _lines(text: str, unordered: bool) -> list[str]:
@@ -33,8 +36,12 @@ def expected_view(legacy: str, ours: str, unordered: bool) -> str:
   out = []
   for i, line in enumerate(a):
     theirs = b[i] if i < len(b) else None
-    if (theirs is not None and theirs != line and _ERROR_LINE.match(line)
-        and theirs.startswith(line)):
+    if (
+      theirs is not None
+      and theirs != line
+      and _ERROR_LINE.match(line)
+      and theirs.startswith(line)
+    ):
       out.append(theirs)
     else:
       out.append(line)

@@ -14,6 +14,7 @@ JSON forms.  A pytree is ``{"tuple": [...]}``, ``{"list": [...]}``,
 ``["sin"]``, ``["mul", k]``, ``["add", k]``, ``["tap"]``, ``["print"]``,
 ``["scan", n, ops]``, ``["fori", n, ops]``, ``["cond", ops, ops]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,16 @@ from hypothesis import strategies as st
 N_PYTREES = 30
 N_PROGRAMS = 24
 
-DTYPES = ["bool", "int8", "int32", "uint8", "uint32", "float16", "float32",
-          "complex64"]
+DTYPES = [
+  "bool",
+  "int8",
+  "int32",
+  "uint8",
+  "uint32",
+  "float16",
+  "float32",
+  "complex64",
+]
 
 
 @st.composite
@@ -44,55 +53,74 @@ def arrays(draw):
   elif dtype.startswith("int"):
     vals = draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n))
   else:  # quarters are exact in every float type
-    vals = [q / 4 for q in draw(st.lists(st.integers(-400, 400),
-                                         min_size=n, max_size=n))]
+    vals = [
+      q / 4
+      for q in draw(st.lists(st.integers(-400, 400), min_size=n, max_size=n))
+    ]
   return {"dtype": dtype, "shape": shape, "v": vals}
 
 
 scalars = st.one_of(
-    st.integers(-5, 5).map(lambda v: {"py": "int", "v": v}),
-    st.integers(-20, 20).map(lambda v: {"py": "float", "v": v / 4}),
-    st.booleans().map(lambda v: {"py": "bool", "v": v}))
+  st.integers(-5, 5).map(lambda v: {"py": "int", "v": v}),
+  st.integers(-20, 20).map(lambda v: {"py": "float", "v": v / 4}),
+  st.booleans().map(lambda v: {"py": "bool", "v": v}),
+)
 
 pytrees = st.recursive(
-    st.one_of(arrays(), scalars, st.just({"none": 1})),
-    lambda children: st.one_of(
-        st.lists(children, max_size=4).map(lambda c: {"tuple": c}),
-        st.lists(children, max_size=4).map(lambda c: {"list": c}),
-        st.dictionaries(st.sampled_from("abcdefgh"), children,
-                        max_size=4).map(
-            lambda d: {"dict": sorted(d.items())})),
-    max_leaves=8)
+  st.one_of(arrays(), scalars, st.just({"none": 1})),
+  lambda children: st.one_of(
+    st.lists(children, max_size=4).map(lambda c: {"tuple": c}),
+    st.lists(children, max_size=4).map(lambda c: {"list": c}),
+    st.dictionaries(st.sampled_from("abcdefgh"), children, max_size=4).map(
+      lambda d: {"dict": sorted(d.items())}
+    ),
+  ),
+  max_leaves=8,
+)
 
-pytree_cases = st.fixed_dictionaries({
+pytree_cases = st.fixed_dictionaries(
+  {
     "tree": pytrees,
     "jit": st.booleans(),
     "threshold": st.one_of(st.none(), st.integers(1, 12)),
     "what": st.one_of(st.none(), st.sampled_from(["w", "a value"])),
-})
+  }
+)
 
 _leaf_ops = st.one_of(
-    st.just(["sin"]), st.just(["tap"]), st.just(["print"]),
-    st.integers(-3, 3).map(lambda k: ["mul", k / 2]),
-    st.integers(-3, 3).map(lambda k: ["add", k / 2]))
+  st.just(["sin"]),
+  st.just(["tap"]),
+  st.just(["print"]),
+  st.integers(-3, 3).map(lambda k: ["mul", k / 2]),
+  st.integers(-3, 3).map(lambda k: ["add", k / 2]),
+)
 
 ops = st.recursive(
-    st.lists(_leaf_ops, min_size=1, max_size=4),
-    lambda inner: st.lists(st.one_of(
-        _leaf_ops,
-        st.tuples(st.just("scan"), st.integers(1, 3), inner).map(list),
-        st.tuples(st.just("fori"), st.integers(0, 3), inner).map(list),
-        st.tuples(st.just("cond"), inner, inner).map(list)),
-        min_size=1, max_size=4),
-    max_leaves=10)
+  st.lists(_leaf_ops, min_size=1, max_size=4),
+  lambda inner: st.lists(
+    st.one_of(
+      _leaf_ops,
+      st.tuples(st.just("scan"), st.integers(1, 3), inner).map(list),
+      st.tuples(st.just("fori"), st.integers(0, 3), inner).map(list),
+      st.tuples(st.just("cond"), inner, inner).map(list),
+    ),
+    min_size=1,
+    max_size=4,
+  ),
+  max_leaves=10,
+)
 
-program_cases = st.fixed_dictionaries({
+program_cases = st.fixed_dictionaries(
+  {
     "ops": ops,
-    "wrap": st.sampled_from(["eager", "jit", "vmap", "jit_vmap", "grad",
-                             "jvp", "vmap_grad"]),
-    "x": st.lists(st.integers(-8, 8).map(lambda v: v / 4), min_size=1,
-                  max_size=3),
-})
+    "wrap": st.sampled_from(
+      ["eager", "jit", "vmap", "jit_vmap", "grad", "jvp", "vmap_grad"]
+    ),
+    "x": st.lists(
+      st.integers(-8, 8).map(lambda v: v / 4), min_size=1, max_size=3
+    ),
+  }
+)
 
 
 def _draw(strategy, n: int) -> list:
@@ -100,23 +128,31 @@ def _draw(strategy, n: int) -> list:
   out: list = []
   seen: set = set()
 
-  @settings(derandomize=True, database=None, max_examples=4 * n,
-            phases=[Phase.generate], deadline=None,
-            suppress_health_check=list(HealthCheck))
+  @settings(
+    derandomize=True,
+    database=None,
+    max_examples=4 * n,
+    phases=[Phase.generate],
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+  )
   @given(strategy)
   def collect(case):
     key = json.dumps(case, sort_keys=True)
     if key not in seen:
       seen.add(key)
       out.append(case)
+
   collect()
   return out[:n]
 
 
 def cases() -> dict:
   """``{"pytrees": [...], "programs": [...]}``, the same on every run."""
-  return {"pytrees": _draw(pytree_cases, N_PYTREES),
-          "programs": _draw(program_cases, N_PROGRAMS)}
+  return {
+    "pytrees": _draw(pytree_cases, N_PYTREES),
+    "programs": _draw(program_cases, N_PROGRAMS),
+  }
 
 
 def write(path: str, data: dict) -> None:

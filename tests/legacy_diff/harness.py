@@ -6,6 +6,7 @@ scenario, that scenario is recorded as ``CRASHED``/``HUNG`` and a new
 interpreter goes on after it, so one bad scenario costs one restart, not the
 suite.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 SRC = os.path.join(REPO, "src")
 #: The oracle's interpreter; ``HOSTCB_LEGACY_PYTHON`` points elsewhere.
 LEGACY_PYTHON = os.environ.get(
-    "HOSTCB_LEGACY_PYTHON", os.path.join(REPO, ".venv-legacy", "bin", "python"))
+  "HOSTCB_LEGACY_PYTHON", os.path.join(REPO, ".venv-legacy", "bin", "python")
+)
 
 #: Seconds one interpreter may spend on one scenario before it counts as hung.
 SCENARIO_TIMEOUT = 60
@@ -29,10 +31,14 @@ def env_for(impl: str) -> dict:
   """The environment of a runner: 2 CPU devices, hostcb from ``src``."""
   env = dict(os.environ)
   env.pop("PYTHONPATH", None)
-  flags = [f for f in env.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
+  flags = [
+    f
+    for f in env.get("XLA_FLAGS", "").split()
+    if not f.startswith("--xla_force_host_platform_device_count")
+  ]
   env["XLA_FLAGS"] = " ".join(
-      flags + ["--xla_force_host_platform_device_count=2"])
+    flags + ["--xla_force_host_platform_device_count=2"]
+  )
   env["JAX_PLATFORMS"] = "cpu"
   env["HOSTCB_NO_IMPORT_HOOK"] = "1"
   if impl.startswith("hostcb"):
@@ -43,23 +49,40 @@ def env_for(impl: str) -> dict:
 def legacy_problem() -> str | None:
   """Why the legacy oracle cannot run here, or None when it can."""
   if not os.path.exists(LEGACY_PYTHON):
-    return (f"legacy JAX oracle missing: {LEGACY_PYTHON} does not exist "
-            "(`make .venv-legacy` creates it; it needs python3.11 and "
-            "jax==0.4.30, jaxlib==0.4.30, numpy<2 from PyPI)")
+    return (
+      f"legacy JAX oracle missing: {LEGACY_PYTHON} does not exist "
+      "(`make .venv-legacy` creates it; it needs python3.11 and "
+      "jax==0.4.30, jaxlib==0.4.30, numpy<2 from PyPI)"
+    )
   probe = subprocess.run(
-      [LEGACY_PYTHON, "-c",
-       "import jax; from jax.experimental import host_callback; "
-       "print(jax.__version__)"],
-      capture_output=True, text=True, env=env_for("legacy"), timeout=120)
+    [
+      LEGACY_PYTHON,
+      "-c",
+      "import jax; from jax.experimental import host_callback; "
+      "print(jax.__version__)",
+    ],
+    capture_output=True,
+    text=True,
+    env=env_for("legacy"),
+    timeout=120,
+  )
   if probe.returncode != 0 or probe.stdout.strip() != "0.4.30":
-    return ("legacy JAX oracle unusable: " + LEGACY_PYTHON +
-            " cannot import jax 0.4.30 with jax.experimental.host_callback: "
-            + (probe.stderr.strip().splitlines() or [probe.stdout])[-1])
+    return (
+      "legacy JAX oracle unusable: "
+      + LEGACY_PYTHON
+      + " cannot import jax 0.4.30 with jax.experimental.host_callback: "
+      + (probe.stderr.strip().splitlines() or [probe.stdout])[-1]
+    )
   return None
 
 
-def start(python: str, impl: str, cases: str | None, out: str,
-          start_after: str | None = None) -> subprocess.Popen:
+def start(
+  python: str,
+  impl: str,
+  cases: str | None,
+  out: str,
+  start_after: str | None = None,
+) -> subprocess.Popen:
   """Starts one runner interpreter writing JSON lines to ``out``."""
   cmd = [python, os.path.join(HERE, "runner.py"), impl, out]
   if cases:
@@ -67,8 +90,9 @@ def start(python: str, impl: str, cases: str | None, out: str,
   if start_after:
     cmd += ["--start-after", start_after]
   with open(out + ".stderr", "w") as err:
-    return subprocess.Popen(cmd, env=env_for(impl), stdout=subprocess.DEVNULL,
-                            stderr=err)
+    return subprocess.Popen(
+      cmd, env=env_for(impl), stdout=subprocess.DEVNULL, stderr=err
+    )
 
 
 #: Seconds the whole run may take (each wait has a deadline).
@@ -82,9 +106,15 @@ def run_suites(jobs: list[tuple[str, str]], cases: str | None) -> list[dict]:
   ``HUNG``; the next interpreter starts after it.
   """
   tmp = tempfile.mkdtemp(prefix="hostcb-diff-")
-  outs = [os.path.join(tmp, f"{i}-{impl}.jsonl")
-          for i, (_, impl) in enumerate(jobs)]
+  outs = [
+    os.path.join(tmp, f"{i}-{impl}.jsonl") for i, (_, impl) in enumerate(jobs)
+  ]
   return _diff_runs.supervise(
-      lambda i, start_after: start(jobs[i][0], jobs[i][1], cases, outs[i],
-                                   start_after=start_after),
-      outs, [impl for _, impl in jobs], SCENARIO_TIMEOUT, SUITE_TIMEOUT)
+    lambda i, start_after: start(
+      jobs[i][0], jobs[i][1], cases, outs[i], start_after=start_after
+    ),
+    outs,
+    [impl for _, impl in jobs],
+    SCENARIO_TIMEOUT,
+    SUITE_TIMEOUT,
+  )

@@ -19,6 +19,7 @@ from a scenario's whole output only what changed in JAX itself between
 * the callback's name in ``call``'s result errors (legacy wrote the repr
   of its internal ``_CallbackWrapper`` there).
 """
+
 from __future__ import annotations
 
 import re
@@ -26,30 +27,43 @@ import re
 import numpy as np
 
 _RULES = [
-    (re.compile(r"TFRT_CPU_(\d+)"), r"cpu:\1"),
-    (re.compile(r"CpuDevice\(id=(\d+)\)"), r"cpu:\1"),
-    (re.compile(r"\b(jaxlib\.xla_extension\.|jax\.errors\.|jaxlib\._jax\.)?"
-                r"(XlaRuntimeError|JaxRuntimeError)\b"), "JaxRuntimeError"),
-    (re.compile(r"Generated function failed: CpuCallback error: "
-                r"|CpuCallback error calling callback: "),
-     "CpuCallback error: "),
-    (re.compile(r" at 0x[0-9a-fA-F]+"), " at 0x?"),
-    # Legacy named its internal wrapper object in call errors, where the
-    # name of the callback goes.
-    (re.compile(r"Callback func .*? should have returned"),
-     "Callback func <callback> should have returned"),
+  (re.compile(r"TFRT_CPU_(\d+)"), r"cpu:\1"),
+  (re.compile(r"CpuDevice\(id=(\d+)\)"), r"cpu:\1"),
+  (
+    re.compile(
+      r"\b(jaxlib\.xla_extension\.|jax\.errors\.|jaxlib\._jax\.)?"
+      r"(XlaRuntimeError|JaxRuntimeError)\b"
+    ),
+    "JaxRuntimeError",
+  ),
+  (
+    re.compile(
+      r"Generated function failed: CpuCallback error: "
+      r"|CpuCallback error calling callback: "
+    ),
+    "CpuCallback error: ",
+  ),
+  (re.compile(r" at 0x[0-9a-fA-F]+"), " at 0x?"),
+  # Legacy named its internal wrapper object in call errors, where the
+  # name of the callback goes.
+  (
+    re.compile(r"Callback func .*? should have returned"),
+    "Callback func <callback> should have returned",
+  ),
 ]
 
 _TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\):\n"
-    r"(?:(?:  File .*\n)(?:    .*\n)*)*"
-    r"(?:\n?During handling.*\n\n)?")
+  r"Traceback \(most recent call last\):\n"
+  r"(?:(?:  File .*\n)(?:    .*\n)*)*"
+  r"(?:\n?During handling.*\n\n)?"
+)
 
 
 def normalize(text: str) -> str:
   """The scenario output ``text`` without JAX-version noise (module doc)."""
-  text = _TRACEBACK.sub("Traceback (most recent call last):\n  <frames>\n",
-                        text)
+  text = _TRACEBACK.sub(
+    "Traceback (most recent call last):\n  <frames>\n", text
+  )
   for pattern, repl in _RULES:
     text = pattern.sub(repl, text)
   return text
@@ -57,6 +71,7 @@ def normalize(text: str) -> str:
 
 def _is_key(x) -> bool:
   import jax
+
   try:
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
   except Exception:  # noqa: BLE001  (not an array with a dtype)
@@ -65,8 +80,12 @@ def _is_key(x) -> bool:
 
 def _values(a: np.ndarray):
   """Exact values as Python objects (extended float types as float32)."""
-  if a.dtype.kind == "V" or a.dtype.name in ("bfloat16", "float8_e4m3fn",
-                                             "float8_e5m2", "float16"):
+  if a.dtype.kind == "V" or a.dtype.name in (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float16",
+  ):
     a = a.astype(np.float32)
   return a.tolist()
 
@@ -74,12 +93,17 @@ def _values(a: np.ndarray):
 def fmt(x) -> str:
   """Writes ``x`` with everything observable about it (module doc)."""
   import jax
+
   if x is None:
     return "None"
   if isinstance(x, tuple):
     name = "" if type(x) is tuple else type(x).__name__
-    return f"{name}(" + ", ".join(fmt(v) for v in x) + ("," if len(x) == 1
-                                                         else "") + ")"
+    return (
+      f"{name}("
+      + ", ".join(fmt(v) for v in x)
+      + ("," if len(x) == 1 else "")
+      + ")"
+    )
   if isinstance(x, list):
     return "[" + ", ".join(fmt(v) for v in x) + "]"
   if isinstance(x, dict):
@@ -87,11 +111,14 @@ def fmt(x) -> str:
   if isinstance(x, jax.Array):
     if _is_key(x):
       data = np.asarray(jax.random.key_data(x))
-      return (f"jax.Array(key<{jax.random.key_impl(x)}>, {x.shape}, "
-              f"data={data.tolist()})")
+      return (
+        f"jax.Array(key<{jax.random.key_impl(x)}>, {x.shape}, "
+        f"data={data.tolist()})"
+      )
     weak = getattr(x, "weak_type", None)
-    return (f"jax.Array({x.dtype}, {x.shape}, weak={weak}, "
-            f"{_values(np.asarray(x))})")
+    return (
+      f"jax.Array({x.dtype}, {x.shape}, weak={weak}, {_values(np.asarray(x))})"
+    )
   if isinstance(x, np.ndarray):
     return f"np.ndarray({x.dtype}, {x.shape}, {_values(x)})"
   if isinstance(x, np.generic):

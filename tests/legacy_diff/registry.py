@@ -19,6 +19,7 @@ Each scenario states how its outputs must relate:
 * ``unordered=True``: taps from several devices arrive in no set order, so
   the lines are compared as sorted lists.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,6 +29,7 @@ from typing import Callable
 @dataclasses.dataclass(frozen=True)
 class Scenario:
   """One registered scenario and how its two outputs must relate."""
+
   name: str
   func: Callable | None
   module: str
@@ -40,8 +42,14 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(func=None, *, xfail: str | None = None, ours: str | None = None,
-             expect: str | None = None, unordered: bool = False):
+def scenario(
+  func=None,
+  *,
+  xfail: str | None = None,
+  ours: str | None = None,
+  expect: str | None = None,
+  unordered: bool = False,
+):
   """Registers ``func`` as a scenario under its own name (see module doc)."""
   if (ours is None) != (expect is None):
     raise ValueError("a scenario with `ours` states its `expect` output too")
@@ -52,8 +60,9 @@ def scenario(func=None, *, xfail: str | None = None, ours: str | None = None,
     name = f.__name__
     if name in SCENARIOS:
       raise ValueError(f"duplicate scenario name {name!r}")
-    SCENARIOS[name] = Scenario(name, f, f.__module__, xfail, ours, expect,
-                               unordered)
+    SCENARIOS[name] = Scenario(
+      name, f, f.__module__, xfail, ours, expect, unordered
+    )
     return f
 
   return register(func) if func is not None else register

@@ -15,6 +15,7 @@ For each scenario it writes ``{"start": name}`` before running it and
 ``{"name": name, "output": text}`` after, flushed, so that the harness knows
 which scenario crashed the interpreter if one does, and restarts after it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,17 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-HCB_MODULES = ["s_docstring", "s_transforms", "s_control", "s_values",
-               "s_print", "s_call", "s_errors", "s_parallel", "s_generated"]
+HCB_MODULES = [
+  "s_docstring",
+  "s_transforms",
+  "s_control",
+  "s_values",
+  "s_print",
+  "s_call",
+  "s_errors",
+  "s_parallel",
+  "s_generated",
+]
 BUFFER_MODULES = ["b_buffer"]
 
 
@@ -62,6 +72,7 @@ class Context:
     ``label: <value written by fmt>``: taps are asynchronous, so only the
     barrier puts their output before the value in a set order."""
     from normalize import fmt
+
     if self._barrier is not None:
       self._barrier()
     self.log(f"{label}:", fmt(value))
@@ -69,15 +80,19 @@ class Context:
   def tap(self, arg, transforms, **kwargs) -> None:
     """A recording tap function: logs its argument, transforms, kwargs."""
     from normalize import fmt
+
     extra = "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
     self.log(f"tap: {fmt(arg)} transforms={transforms!r}{extra}")
 
   def tapper(self, what: str):
     """A recording tap function that also logs ``what``."""
+
     def tap(arg, transforms, **kwargs):
       from normalize import fmt
+
       extra = "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
       self.log(f"tap[{what}]: {fmt(arg)} transforms={transforms!r}{extra}")
+
     return tap
 
   def text(self) -> str:
@@ -89,13 +104,17 @@ def _setup(impl: str):
   """Imports the implementation; returns the barrier to call after each."""
   if impl == "hostcb":
     import hostcb
+
     hostcb.install()
   if impl in ("legacy", "hostcb"):
     from jax.experimental import host_callback as hcb
+
     return hcb.barrier_wait
   import jax
+
   if impl == "hostcb-buffer":
     import hostcb
+
     hostcb.install()
   # Looked up when called: hostcb wraps it when its first program is
   # traced, not at import.
@@ -104,9 +123,11 @@ def _setup(impl: str):
 
 def main(argv: list[str]) -> int:
   import argparse
+
   p = argparse.ArgumentParser()
-  p.add_argument("impl", choices=["legacy", "hostcb", "jax-buffer",
-                                  "hostcb-buffer"])
+  p.add_argument(
+    "impl", choices=["legacy", "hostcb", "jax-buffer", "hostcb-buffer"]
+  )
   p.add_argument("out")
   p.add_argument("--cases", default=None)
   p.add_argument("--start-after", default=None)
@@ -122,6 +143,7 @@ def main(argv: list[str]) -> int:
 
   import registry
   from normalize import exc_text, normalize
+
   modules = BUFFER_MODULES if args.impl.endswith("buffer") else HCB_MODULES
   if os.environ.get("HOSTCB_DIFF_MODULES"):  # for working on a few
     modules = os.environ["HOSTCB_DIFF_MODULES"].split(",")
@@ -129,7 +151,7 @@ def main(argv: list[str]) -> int:
     importlib.import_module(m)
   names = list(registry.SCENARIOS)
   if args.start_after is not None:
-    names = names[names.index(args.start_after) + 1:]
+    names = names[names.index(args.start_after) + 1 :]
   if args.only:
     only = set(args.only.split(","))
     names = [n for n in names if n in only]
@@ -153,9 +175,16 @@ def main(argv: list[str]) -> int:
           barrier()
         except Exception as e:  # noqa: BLE001
           ctx.log("barrier raised", exc_text(e))
-      out.write(json.dumps({"name": name, "output": normalize(ctx.text()),
-                            "secs": round(time.perf_counter() - t0, 3)})
-                + "\n")
+      out.write(
+        json.dumps(
+          {
+            "name": name,
+            "output": normalize(ctx.text()),
+            "secs": round(time.perf_counter() - t0, 3),
+          }
+        )
+        + "\n"
+      )
       out.flush()
   return 0
 

@@ -5,6 +5,7 @@ case becomes one scenario, ``gen_pytree_NN`` or ``gen_program_NN``.  A
 program runs twice, with its taps and with every tap removed, and says
 whether both results are identical: taps must never change a value.
 """
+
 import json
 import os
 
@@ -39,14 +40,18 @@ def _pytree_scenario(case):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
 
     def f(*leaves):
-      return hcb.id_print(treedef.unflatten(leaves),
-                          threshold=case["threshold"], **kw)
+      return hcb.id_print(
+        treedef.unflatten(leaves), threshold=case["threshold"], **kw
+      )
+
     return (jax.jit(f) if case["jit"] else f)(*leaves)
+
   return run
 
 
 def build_program(ops, ctx, taps: bool):
   """The function ``x -> ...`` of a list of operations."""
+
   def apply(ops, x):
     for op in ops:
       kind = op[0]
@@ -61,28 +66,35 @@ def build_program(ops, ctx, taps: bool):
       elif kind == "print":
         x = hcb.id_print(x, what="p", output_stream=ctx) if taps else x
       elif kind == "scan":
-        x = lax.scan(lambda c, _, b=op[2]: (apply(b, c), None), x, None,
-                     length=op[1])[0]
+        x = lax.scan(
+          lambda c, _, b=op[2]: (apply(b, c), None), x, None, length=op[1]
+        )[0]
       elif kind == "fori":
         x = lax.fori_loop(0, op[1], lambda i, c, b=op[2]: apply(b, c), x)
       elif kind == "cond":
-        x = lax.cond(jnp.sum(x) > 0, lambda v, b=op[1]: apply(b, v),
-                     lambda v, b=op[2]: apply(b, v), x)
+        x = lax.cond(
+          jnp.sum(x) > 0,
+          lambda v, b=op[1]: apply(b, v),
+          lambda v, b=op[2]: apply(b, v),
+          x,
+        )
     return x
+
   return lambda x: apply(ops, x)
 
 
 def _wrap(f, wrap):
   def total(x):
     return jnp.sum(f(x))
+
   return {
-      "eager": f,
-      "jit": jax.jit(f),
-      "vmap": jax.vmap(f),
-      "jit_vmap": jax.jit(jax.vmap(f)),
-      "grad": jax.grad(total),
-      "jvp": lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),)),
-      "vmap_grad": jax.vmap(jax.grad(f)),
+    "eager": f,
+    "jit": jax.jit(f),
+    "vmap": jax.vmap(f),
+    "jit_vmap": jax.jit(jax.vmap(f)),
+    "grad": jax.grad(total),
+    "jvp": lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),)),
+    "vmap_grad": jax.vmap(jax.grad(f)),
   }[wrap]
 
 
@@ -93,10 +105,17 @@ def _program_scenario(case):
     hcb.barrier_wait()
     ctx.show("result", with_taps)
     without = _wrap(build_program(case["ops"], ctx, False), case["wrap"])(x)
-    same = jax.tree_util.tree_all(jax.tree_util.tree_map(
-        lambda a, b: np.array_equal(np.asarray(a), np.asarray(b),
-                                    equal_nan=True), with_taps, without))
+    same = jax.tree_util.tree_all(
+      jax.tree_util.tree_map(
+        lambda a, b: np.array_equal(
+          np.asarray(a), np.asarray(b), equal_nan=True
+        ),
+        with_taps,
+        without,
+      )
+    )
     ctx.log("same without taps:", same)
+
   return run
 
 

@@ -1,4 +1,5 @@
 """Scenarios: pmap (2 CPU devices), sharded jit, devices of taps."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,32 +21,38 @@ def par_pmap_tap(ctx):
 @scenario(unordered=True)
 def par_pmap_tap_with_device(ctx):
   """A tap with ``tap_with_device`` in pmap."""
-  return jax.pmap(lambda x: hcb.id_tap(ctx.tap, x + 1,
-                                       tap_with_device=True))(X2)
+  return jax.pmap(lambda x: hcb.id_tap(ctx.tap, x + 1, tap_with_device=True))(
+    X2
+  )
 
 
 @scenario(unordered=True)
 def par_pmap_print(ctx):
   """id_print in pmap, with device."""
-  return jax.pmap(lambda x: hcb.id_print(x, what="p",
-                                         tap_with_device=True))(X24)
+  return jax.pmap(lambda x: hcb.id_print(x, what="p", tap_with_device=True))(
+    X24
+  )
 
 
 @scenario(unordered=True)
 def par_pmap_call_with_device(ctx):
   """call with ``call_with_device`` in pmap."""
+
   def host(a, *, device):
     ctx.log("call on", device, "with", a.tolist())
     return a * 10
-  return jax.pmap(lambda x: hcb.call(host, x, result_shape=x,
-                                     call_with_device=True))(X24)
+
+  return jax.pmap(
+    lambda x: hcb.call(host, x, result_shape=x, call_with_device=True)
+  )(X24)
 
 
 @scenario(unordered=True)
 def par_pmap_vmap(ctx):
   """vmap inside pmap: batched taps per device."""
-  return jax.pmap(jax.vmap(lambda x: hcb.id_tap(ctx.tap, x,
-                                                tap_with_device=True)))(X24)
+  return jax.pmap(
+    jax.vmap(lambda x: hcb.id_tap(ctx.tap, x, tap_with_device=True))
+  )(X24)
 
 
 @scenario(unordered=True)
@@ -57,27 +64,33 @@ def par_pmap_grad(ctx):
 @scenario(unordered=True)
 def par_pmap_collective(ctx):
   """A tap of a psum result in pmap."""
-  return jax.pmap(lambda x: hcb.id_tap(ctx.tap, jax.lax.psum(x, "i")),
-                  axis_name="i")(X2)
+  return jax.pmap(
+    lambda x: hcb.id_tap(ctx.tap, jax.lax.psum(x, "i")), axis_name="i"
+  )(X2)
 
 
-@scenario(ours="issue 8 item 10 (documented difference): under jit of a "
-          "pmap, hostcb runs a tap outside the pmap once, legacy once per "
-          "device",
-          expect="tap[inside]: np.ndarray(float32, (), 0.0) transforms=() "
-          "device=cpu:0\n"
-          "tap[inside]: np.ndarray(float32, (), 1.0) transforms=() "
-          "device=cpu:1\n"
-          "tap[outside]: np.ndarray(float32, (2,), [1.0, 2.0]) "
-          "transforms=() device=cpu:0\n"
-          "result: jax.Array(float32, (2,), weak=False, [1.0, 2.0])\n",
-          unordered=True)
+@scenario(
+  ours="issue 8 item 10 (documented difference): under jit of a "
+  "pmap, hostcb runs a tap outside the pmap once, legacy once per "
+  "device",
+  expect="tap[inside]: np.ndarray(float32, (), 0.0) transforms=() "
+  "device=cpu:0\n"
+  "tap[inside]: np.ndarray(float32, (), 1.0) transforms=() "
+  "device=cpu:1\n"
+  "tap[outside]: np.ndarray(float32, (2,), [1.0, 2.0]) "
+  "transforms=() device=cpu:0\n"
+  "result: jax.Array(float32, (2,), weak=False, [1.0, 2.0])\n",
+  unordered=True,
+)
 def par_jit_of_pmap_outside_tap(ctx):
   """A tap inside and one outside a pmap, all under jit."""
+
   def f(x):
-    y = jax.pmap(lambda v: hcb.id_tap(ctx.tapper("inside"), v,
-                                      tap_with_device=True))(x)
+    y = jax.pmap(
+      lambda v: hcb.id_tap(ctx.tapper("inside"), v, tap_with_device=True)
+    )(x)
     return hcb.id_tap(ctx.tapper("outside"), y + 1, tap_with_device=True)
+
   return jax.jit(f)(X2)
 
 
@@ -87,8 +100,7 @@ def par_sharded_jit_tap(ctx):
   whole value, from device 0."""
   mesh = Mesh(jax.devices()[:2], ("d",))
   x = jax.device_put(X24, NamedSharding(mesh, P("d")))
-  return jax.jit(lambda x: hcb.id_tap(ctx.tap, x * 2,
-                                      tap_with_device=True))(x)
+  return jax.jit(lambda x: hcb.id_tap(ctx.tap, x * 2, tap_with_device=True))(x)
 
 
 @scenario
@@ -100,14 +112,21 @@ def par_sharded_jit_call(ctx):
   def host(a):
     ctx.log("host got shape", a.shape)
     return a + 1
+
   return jax.jit(lambda x: hcb.call(host, x, result_shape=x))(x)
 
 
-@scenario(ours=("legacy 0.4.30's CPU callback reported device 0 for every "
-                'jit; hostcb reports the device that ran the tap (cpu:1 for '
-                'an operand there)'),
-          expect=('tap: np.ndarray(float32, (2,), [0.0, 1.0]) transforms=() device=cpu:1\n'
-                 'result: jax.Array(float32, (2,), weak=False, [0.0, 1.0])\n'))
+@scenario(
+  ours=(
+    "legacy 0.4.30's CPU callback reported device 0 for every "
+    "jit; hostcb reports the device that ran the tap (cpu:1 for "
+    "an operand there)"
+  ),
+  expect=(
+    "tap: np.ndarray(float32, (2,), [0.0, 1.0]) transforms=() device=cpu:1\n"
+    "result: jax.Array(float32, (2,), weak=False, [0.0, 1.0])\n"
+  ),
+)
 def par_jit_on_device1(ctx):
   """A jit whose operand lives on device 1: the tap comes from cpu:1."""
   x = jax.device_put(X2, jax.devices()[1])

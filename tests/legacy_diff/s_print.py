@@ -5,6 +5,7 @@ long and multi-line arrays, ``threshold``, ``output_stream``, keyword
 arguments (also those that collide with the printer's own), devices and
 transforms.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,14 +29,18 @@ def pr_scalar(ctx):
 @scenario
 def pr_tuple_short(ctx):
   """A short tuple (fits on one line)."""
-  _jp((np.float32(3.), np.float32(9.)))
+  _jp((np.float32(3.0), np.float32(9.0)))
 
 
 @scenario
 def pr_nested_dict(ctx):
   """The issue's dict: ``{ a=[0. 1. 2.] b=( 1 [ 2. 3. ] ) }``."""
-  _jp(dict(a=np.arange(3, dtype=np.float32),
-           b=(np.int32(1), [np.float32(2.), np.float32(3.)])))
+  _jp(
+    dict(
+      a=np.arange(3, dtype=np.float32),
+      b=(np.int32(1), [np.float32(2.0), np.float32(3.0)]),
+    )
+  )
 
 
 @scenario
@@ -53,7 +58,7 @@ def pr_list(ctx):
 @scenario
 def pr_deeply_nested(ctx):
   """Containers nested four deep."""
-  _jp(([(np.int32(1), {"k": [np.float32(2.)]})], np.bool_(True)))
+  _jp(([(np.int32(1), {"k": [np.float32(2.0)]})], np.bool_(True)))
 
 
 @scenario
@@ -77,7 +82,7 @@ def pr_multiline_array(ctx):
 @scenario
 def pr_multiline_array_in_tuple(ctx):
   """A 2-D array inside a tuple, next to a scalar."""
-  _jp((np.float32(1.), np.arange(12, dtype=np.float32).reshape(3, 4)))
+  _jp((np.float32(1.0), np.arange(12, dtype=np.float32).reshape(3, 4)))
 
 
 @scenario
@@ -113,8 +118,9 @@ def pr_threshold_small(ctx):
 @scenario
 def pr_threshold_in_tuple(ctx):
   """``threshold=3`` applies to every array of a tuple."""
-  _jp((np.arange(10, dtype=np.int32), np.arange(5, dtype=np.float32)),
-      threshold=3)
+  _jp(
+    (np.arange(10, dtype=np.int32), np.arange(5, dtype=np.float32)), threshold=3
+  )
 
 
 @scenario
@@ -126,77 +132,99 @@ def pr_threshold_large(ctx):
 @scenario
 def pr_output_stream(ctx):
   """``output_stream=ctx``: printed through its ``write``."""
-  _jp((np.float32(1.), np.int32(2)), output_stream=ctx, what="stream")
+  _jp((np.float32(1.0), np.int32(2)), output_stream=ctx, what="stream")
 
 
 @scenario
 def pr_kwargs_sorted(ctx):
   """Several keyword arguments, printed sorted by key."""
-  _jp(np.float32(1.), zeta=3, alpha="a", mid=[1, 2])
+  _jp(np.float32(1.0), zeta=3, alpha="a", mid=[1, 2])
 
 
 @scenario
 def pr_kwarg_string_with_spaces(ctx):
   """A keyword value with spaces and a newline."""
-  _jp(np.float32(1.), what="two words\nand a line")
+  _jp(np.float32(1.0), what="two words\nand a line")
 
 
-@scenario(ours=('legacy 0.4.30 ran CPU taps synchronously, so a failing tap '
-                'failed the computation with JaxRuntimeError; hostcb runs '
-                "taps asynchronously, as legacy's documentation describes: "
-                'the computation completes and the next barrier_wait raises '
-                'CallbackException'),
-          expect=('barrier raised CallbackException: There were exceptions during callback processing. Last one was:\n'
-                 'Traceback (most recent call last):\n'
-                 '  <frames>\n'
-                 "TypeError: print_tap() got multiple values for argument 'transforms'\n"
-                 '\n'))
+@scenario(
+  ours=(
+    "legacy 0.4.30 ran CPU taps synchronously, so a failing tap "
+    "failed the computation with JaxRuntimeError; hostcb runs "
+    "taps asynchronously, as legacy's documentation describes: "
+    "the computation completes and the next barrier_wait raises "
+    "CallbackException"
+  ),
+  expect=(
+    "barrier raised CallbackException: There were exceptions during callback processing. Last one was:\n"
+    "Traceback (most recent call last):\n"
+    "  <frames>\n"
+    "TypeError: print_tap() got multiple values for argument 'transforms'\n"
+    "\n"
+  ),
+)
 def pr_kwarg_named_transforms(ctx):
   """A user keyword ``transforms=`` collides with the printer's own."""
-  _jp(np.float32(1.), transforms="mine")
+  _jp(np.float32(1.0), transforms="mine")
 
 
-@scenario(ours=('legacy 0.4.30 ran CPU taps synchronously, so a failing tap '
-                'failed the computation with JaxRuntimeError; hostcb runs '
-                "taps asynchronously, as legacy's documentation describes: "
-                'the computation completes and the next barrier_wait raises '
-                'CallbackException'),
-          expect=('barrier raised CallbackException: There were exceptions during callback processing. Last one was:\n'
-                 'Traceback (most recent call last):\n'
-                 '  <frames>\n'
-                 "TypeError: print_tap() got multiple values for argument 'transforms'\n"
-                 '\n'))
+@scenario(
+  ours=(
+    "legacy 0.4.30 ran CPU taps synchronously, so a failing tap "
+    "failed the computation with JaxRuntimeError; hostcb runs "
+    "taps asynchronously, as legacy's documentation describes: "
+    "the computation completes and the next barrier_wait raises "
+    "CallbackException"
+  ),
+  expect=(
+    "barrier raised CallbackException: There were exceptions during callback processing. Last one was:\n"
+    "Traceback (most recent call last):\n"
+    "  <frames>\n"
+    "TypeError: print_tap() got multiple values for argument 'transforms'\n"
+    "\n"
+  ),
+)
 def pr_kwarg_named_transforms_vmap(ctx):
   """A user ``transforms=`` keyword under vmap (the printer adds its own)."""
   jax.vmap(lambda x: hcb.id_print(x, transforms="mine"))(
-      np.arange(2, dtype=np.float32))
+    np.arange(2, dtype=np.float32)
+  )
 
 
 @scenario
 def pr_kwarg_named_device(ctx):
   """A user keyword ``device=`` with ``tap_with_device=True``."""
-  _jp(np.float32(1.), device="mine", tap_with_device=True)
+  _jp(np.float32(1.0), device="mine", tap_with_device=True)
 
 
 @scenario
 def pr_kwarg_named_threshold_stream(ctx):
   """``threshold`` and ``output_stream`` are not printed as keywords."""
-  _jp(np.arange(6, dtype=np.int32), threshold=2, output_stream=ctx,
-      what="t")
+  _jp(np.arange(6, dtype=np.int32), threshold=2, output_stream=ctx, what="t")
 
 
 @scenario
 def pr_tap_with_device(ctx):
   """``tap_with_device=True`` prints the device first."""
-  _jp(np.float32(2.), tap_with_device=True, what="d")
+  _jp(np.float32(2.0), tap_with_device=True, what="d")
 
 
 @scenario
 def pr_dtypes(ctx):
   """One value of each printable dtype in a tuple."""
-  _jp((np.bool_(True), np.int8(-3), np.uint8(200), np.int32(7),
-       np.uint32(9), np.float16(1.5), jnp.bfloat16(2.5), np.float32(1 / 3),
-       np.complex64(1 + 2j)))
+  _jp(
+    (
+      np.bool_(True),
+      np.int8(-3),
+      np.uint8(200),
+      np.int32(7),
+      np.uint32(9),
+      np.float16(1.5),
+      jnp.bfloat16(2.5),
+      np.float32(1 / 3),
+      np.complex64(1 + 2j),
+    )
+  )
 
 
 @scenario
@@ -208,13 +236,13 @@ def pr_bool_array(ctx):
 @scenario
 def pr_empty_containers(ctx):
   """Empty tuple, list and dict, inside a tuple."""
-  _jp(((), [], {}, np.float32(1.)))
+  _jp(((), [], {}, np.float32(1.0)))
 
 
 @scenario
 def pr_empty_tuple_alone(ctx):
   """An empty tuple alone."""
-  jax.jit(lambda x: (hcb.id_print(()), x)[1])(np.float32(1.))
+  jax.jit(lambda x: (hcb.id_print(()), x)[1])(np.float32(1.0))
 
 
 @scenario
@@ -226,26 +254,28 @@ def pr_zero_size(ctx):
 @scenario
 def pr_none_leaf(ctx):
   """``None`` in the printed pytree."""
-  _jp((None, np.float32(1.)))
+  _jp((None, np.float32(1.0)))
 
 
 @scenario
 def pr_eager(ctx):
   """id_print eagerly, of a tuple."""
-  return hcb.id_print((np.float32(1.), np.arange(3)), what="eager")
+  return hcb.id_print((np.float32(1.0), np.arange(3)), what="eager")
 
 
 @scenario
 def pr_vmap_tuple(ctx):
   """vmap of id_print of a tuple with an unbatched leaf."""
-  jax.vmap(lambda x: hcb.id_print((x, 3.), what="v"))(
-      np.arange(3, dtype=np.float32))
+  jax.vmap(lambda x: hcb.id_print((x, 3.0), what="v"))(
+    np.arange(3, dtype=np.float32)
+  )
 
 
 @scenario
 def pr_jvp_tangents_zero(ctx):
   """A custom_jvp printing its tangents where one tangent is a symbolic zero
   (the argument jvp does not differentiate)."""
+
   @jax.custom_jvp
   def f(x, y):
     return x * y
@@ -254,13 +284,16 @@ def pr_jvp_tangents_zero(ctx):
   def f_jvp(primals, tangents):
     hcb.id_print(tangents, what="tangents")
     return f(*primals), tangents[0] * primals[1]
-  return jax.jvp(lambda x: f(x, np.float32(3.)), (np.float32(2.),),
-                 (np.float32(1.),))
+
+  return jax.jvp(
+    lambda x: f(x, np.float32(3.0)), (np.float32(2.0),), (np.float32(1.0),)
+  )
 
 
 @scenario
 def pr_grad_integer_input_cotangent(ctx):
   """A custom_vjp printing cotangents of an int input (float0)."""
+
   @jax.custom_vjp
   def f(x, n):
     return x * n
@@ -271,8 +304,9 @@ def pr_grad_integer_input_cotangent(ctx):
   def bwd(n, ct):
     hcb.id_print(ct, what="ct")
     return ct * n, None
+
   f.defvjp(fwd, bwd)
-  return jax.grad(f)(np.float32(2.), 3)
+  return jax.grad(f)(np.float32(2.0), 3)
 
 
 @scenario
@@ -290,14 +324,17 @@ def pr_negative_and_nan(ctx):
 @scenario
 def pr_two_prints_order(ctx):
   """Two prints in one jit come out in program order."""
+
   def f(x):
     y = hcb.id_print(x, what="first")
     return hcb.id_print(y * 2, what="second")
-  return jax.jit(f)(np.float32(1.))
+
+  return jax.jit(f)(np.float32(1.0))
 
 
 @scenario
 def pr_grad_print(ctx):
   """id_print under grad prints the primal only."""
-  return jax.grad(lambda x: hcb.id_print(x * x, what="sq") * 2.)(
-      np.float32(3.))
+  return jax.grad(lambda x: hcb.id_print(x * x, what="sq") * 2.0)(
+    np.float32(3.0)
+  )

@@ -3,6 +3,7 @@
 Each tap goes to ``ctx.tap`` (or ``ctx.tapper(what)``), which records the
 NumPy values and the ``transforms`` the tap function receives.
 """
+
 import functools
 
 import jax
@@ -18,9 +19,11 @@ X23 = np.arange(6, dtype=np.float32).reshape(2, 3)
 
 def _f(ctx):
   """x -> sin(tap(2x)) * x, with the tap recorded."""
+
   def f(x):
-    y = hcb.id_tap(ctx.tap, 2. * x)
+    y = hcb.id_tap(ctx.tap, 2.0 * x)
     return jnp.sin(y) * x
+
   return f
 
 
@@ -69,26 +72,32 @@ def tr_vmap_of_vmap_in_axes(ctx):
 @scenario
 def tr_vmap_unbatched_leaf(ctx):
   """vmap where one tapped leaf is not batched (``batch_dims`` None)."""
+
   def f(x, c):
-    hcb.id_tap(ctx.tap, (x, c, 3.))
+    hcb.id_tap(ctx.tap, (x, c, 3.0))
     return x * c
-  return jax.vmap(f, in_axes=(0, None))(X3, np.float32(2.))
+
+  return jax.vmap(f, in_axes=(0, None))(X3, np.float32(2.0))
 
 
 @scenario
 def tr_vmap_all_unbatched(ctx):
   """vmap where the tapped value does not depend on the batched input."""
+
   def f(x):
-    hcb.id_tap(ctx.tap, jnp.float32(7.))
+    hcb.id_tap(ctx.tap, jnp.float32(7.0))
     return x + 1
+
   return jax.vmap(f)(X3)
 
 
 @scenario
 def tr_vmap_of_vmap_mixed(ctx):
   """vmap of vmap where the inner axis is not batched for one leaf."""
+
   def f(x, y):
     return hcb.id_tap(ctx.tap, (x, y))[0] + y
+
   inner = jax.vmap(f, in_axes=(0, None))
   return jax.vmap(inner, in_axes=(0, 0))(X23, np.arange(2, dtype=np.float32))
 
@@ -128,7 +137,7 @@ def tr_vjp(ctx):
   """Under vjp, and the vjp function applied."""
   y, f_vjp = jax.vjp(_f(ctx), np.float32(1.5))
   ctx.show("y", y)
-  return f_vjp(np.float32(1.))
+  return f_vjp(np.float32(1.0))
 
 
 @scenario
@@ -136,8 +145,8 @@ def tr_linearize(ctx):
   """Under linearize, and the linear function applied twice."""
   y, f_lin = jax.linearize(_f(ctx), np.float32(1.5))
   ctx.show("y", y)
-  ctx.show("lin(1)", f_lin(np.float32(1.)))
-  return f_lin(np.float32(2.))
+  ctx.show("lin(1)", f_lin(np.float32(1.0)))
+  return f_lin(np.float32(2.0))
 
 
 @scenario
@@ -180,7 +189,8 @@ def tr_jvp_of_vmap(ctx):
 def tr_vmap_of_jvp(ctx):
   """vmap of jvp."""
   return jax.vmap(lambda x, t: jax.jvp(_f(ctx), (x,), (t,)))(
-      X3, np.ones(3, np.float32))
+    X3, np.ones(3, np.float32)
+  )
 
 
 @scenario
@@ -192,9 +202,11 @@ def tr_checkpoint_grad(ctx):
 @scenario
 def tr_checkpoint_policy_dots(ctx):
   """checkpoint with the ``checkpoint_dots`` policy under grad."""
+
   def f(x):
     y = hcb.id_tap(ctx.tapper("in"), x @ x)
     return jnp.sin(y)
+
   g = jax.checkpoint(f, policy=jax.checkpoint_policies.checkpoint_dots)
   return jax.grad(g)(X3)
 
@@ -202,16 +214,16 @@ def tr_checkpoint_policy_dots(ctx):
 @scenario
 def tr_checkpoint_policy_nothing(ctx):
   """checkpoint with ``nothing_saveable`` under jit of grad."""
-  g = jax.checkpoint(_f(ctx),
-                     policy=jax.checkpoint_policies.nothing_saveable)
+  g = jax.checkpoint(_f(ctx), policy=jax.checkpoint_policies.nothing_saveable)
   return jax.jit(jax.grad(g))(np.float32(1.5))
 
 
 @scenario
 def tr_checkpoint_policy_everything(ctx):
   """checkpoint with ``everything_saveable`` under grad: no re-run tap."""
-  g = jax.checkpoint(_f(ctx),
-                     policy=jax.checkpoint_policies.everything_saveable)
+  g = jax.checkpoint(
+    _f(ctx), policy=jax.checkpoint_policies.everything_saveable
+  )
   return jax.grad(g)(np.float32(1.5))
 
 
@@ -225,70 +237,79 @@ def tr_checkpoint_prevent_cse_false(ctx):
 @scenario
 def tr_custom_jvp_primals_and_tangents(ctx):
   """A custom_jvp rule that taps its primals and its tangents, under jvp."""
+
   @jax.custom_jvp
   def f(x):
     return jnp.sin(x)
 
   @f.defjvp
   def f_jvp(primals, tangents):
-    x, = primals
-    t, = tangents
+    (x,) = primals
+    (t,) = tangents
     hcb.id_tap(ctx.tapper("primal"), x)
     hcb.id_tap(ctx.tapper("tangent"), t)
     return jnp.sin(x), jnp.cos(x) * t
-  return jax.jvp(f, (np.float32(0.5),), (np.float32(2.),))
+
+  return jax.jvp(f, (np.float32(0.5),), (np.float32(2.0),))
 
 
 @scenario
 def tr_custom_jvp_tangent_tap_grad(ctx):
   """grad through a custom_jvp rule that taps its tangent: the tap of the
   cotangent is transposed (``transforms`` ends with ``transpose``)."""
+
   @jax.custom_jvp
   def f(x):
     return jnp.sin(x)
 
   @f.defjvp
   def f_jvp(primals, tangents):
-    x, = primals
-    t, = tangents
+    (x,) = primals
+    (t,) = tangents
     t = hcb.id_tap(ctx.tapper("tangent"), t)
     return jnp.sin(x), jnp.cos(x) * t
+
   return jax.grad(f)(np.float32(0.5))
 
 
 @scenario
 def tr_custom_jvp_tangent_tap_grad_vmap(ctx):
   """vmap of grad through a custom_jvp rule that taps its tangent."""
+
   @jax.custom_jvp
   def f(x):
     return jnp.sin(x)
 
   @f.defjvp
   def f_jvp(primals, tangents):
-    x, = primals
-    t, = tangents
+    (x,) = primals
+    (t,) = tangents
     t = hcb.id_tap(ctx.tapper("tangent"), t)
     return jnp.sin(x), jnp.cos(x) * t
+
   return jax.vmap(jax.grad(f))(X3)
 
 
 @scenario
 def tr_custom_jvp_under_vmap(ctx):
   """vmap of jvp through a custom_jvp rule that taps primals and tangents."""
+
   @jax.custom_jvp
   def f(x):
-    return x * 2.
+    return x * 2.0
 
   @f.defjvp
   def f_jvp(primals, tangents):
     hcb.id_tap(ctx.tapper("rule"), (primals, tangents))
-    return f(*primals), tangents[0] * 2.
+    return f(*primals), tangents[0] * 2.0
+
   return jax.vmap(lambda x: jax.jvp(f, (x,), (x,)))(X3)
 
 
 @scenario
 def tr_custom_vjp_cotangents(ctx):
   """A custom_vjp whose fwd taps the primal and bwd taps the cotangent."""
+
   @jax.custom_vjp
   def f(x):
     return jnp.sin(x)
@@ -300,6 +321,7 @@ def tr_custom_vjp_cotangents(ctx):
   def bwd(res, ct):
     hcb.id_tap(ctx.tapper("bwd"), (res, ct))
     return (res * ct,)
+
   f.defvjp(fwd, bwd)
   return jax.jit(jax.grad(f))(np.float32(0.5))
 
@@ -307,6 +329,7 @@ def tr_custom_vjp_cotangents(ctx):
 @scenario
 def tr_custom_vjp_under_vmap(ctx):
   """vmap of grad of a custom_vjp that taps in fwd and bwd."""
+
   @jax.custom_vjp
   def f(x):
     return x * x
@@ -317,7 +340,8 @@ def tr_custom_vjp_under_vmap(ctx):
 
   def bwd(res, ct):
     hcb.id_tap(ctx.tapper("bwd"), ct)
-    return (2. * res * ct,)
+    return (2.0 * res * ct,)
+
   f.defvjp(fwd, bwd)
   return jax.vmap(jax.grad(f))(X3)
 
@@ -325,41 +349,47 @@ def tr_custom_vjp_under_vmap(ctx):
 @scenario
 def tr_custom_vjp_primal_call(ctx):
   """A custom_vjp function called without differentiation: fwd not used."""
+
   @jax.custom_vjp
   def f(x):
     hcb.id_tap(ctx.tapper("primal"), x)
-    return x * 3.
-  f.defvjp(lambda x: (f(x), None), lambda r, ct: (ct * 3.,))
-  return jax.jit(f)(np.float32(2.))
+    return x * 3.0
+
+  f.defvjp(lambda x: (f(x), None), lambda r, ct: (ct * 3.0,))
+  return jax.jit(f)(np.float32(2.0))
 
 
 @scenario
 def tr_tap_result_param_grad(ctx):
   """grad through ``id_tap(..., result=y)``: result flows, arg is tapped."""
+
   def f(x):
     y = jnp.sin(x)
-    return hcb.id_tap(ctx.tap, x * 2., result=y) * 3.
+    return hcb.id_tap(ctx.tap, x * 2.0, result=y) * 3.0
+
   return jax.grad(f)(np.float32(0.5))
 
 
 @scenario
 def tr_tap_jvp_of_grad(ctx):
   """jvp of grad (forward over reverse)."""
-  return jax.jvp(jax.grad(_f(ctx)), (np.float32(1.5),), (np.float32(1.),))
+  return jax.jvp(jax.grad(_f(ctx)), (np.float32(1.5),), (np.float32(1.0),))
 
 
 @scenario
 def tr_pure_partial(ctx):
   """A tap function given by functools.partial with keyword arguments."""
   tap = functools.partial(ctx.tapper("partial"), extra=5)
-  return jax.jit(lambda x: hcb.id_tap(tap, x) + 1)(np.float32(1.))
+  return jax.jit(lambda x: hcb.id_tap(tap, x) + 1)(np.float32(1.0))
 
 
 @scenario
 def tr_print_jvp_of_vmap(ctx):
   """``id_print`` of a value under jvp of vmap (printed transforms)."""
+
   def f(x):
-    return hcb.id_print(x * 2., what="v") * x
+    return hcb.id_print(x * 2.0, what="v") * x
+
   return jax.jvp(jax.vmap(f), (X3,), (np.ones(3, np.float32),))
 
 

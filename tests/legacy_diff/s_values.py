@@ -3,6 +3,7 @@
 Every dtype (eagerly and under jit), Python scalars, empty containers,
 zero-size arrays, ``None`` leaves, namedtuples, ``result=`` and PRNG keys.
 """
+
 import collections
 
 import jax
@@ -13,9 +14,23 @@ from jax.experimental import host_callback as hcb
 import registry
 from registry import scenario
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-          "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
-          "complex64", "complex128"]
+DTYPES = [
+  "bool",
+  "int8",
+  "int16",
+  "int32",
+  "int64",
+  "uint8",
+  "uint16",
+  "uint32",
+  "uint64",
+  "float16",
+  "bfloat16",
+  "float32",
+  "float64",
+  "complex64",
+  "complex128",
+]
 
 
 def _array(dtype: str):
@@ -29,8 +44,10 @@ def _dtype_scenario(dtype: str, jit: bool):
     x = _array(dtype)
     f = lambda x: hcb.id_tap(ctx.tap, x)
     return (jax.jit(f) if jit else f)(x)
-  run.__doc__ = (f"A {dtype} array tapped "
-                 + ("under jit." if jit else "eagerly (its return value too)."))
+
+  run.__doc__ = f"A {dtype} array tapped " + (
+    "under jit." if jit else "eagerly (its return value too)."
+  )
   return run
 
 
@@ -68,34 +85,39 @@ def val_python_scalars_jit(ctx):
 @scenario
 def val_empty_tuple(ctx):
   """An empty tuple tapped under jit."""
-  return jax.jit(lambda x: (hcb.id_tap(ctx.tap, ()), x)[1])(np.float32(1.))
+  return jax.jit(lambda x: (hcb.id_tap(ctx.tap, ()), x)[1])(np.float32(1.0))
 
 
 @scenario
 def val_empty_containers_jit(ctx):
   """Empty list, dict and tuple nested in a tapped pytree, under jit."""
   return jax.jit(lambda x: hcb.id_tap(ctx.tap, ([], {}, (), x)))(
-      np.float32(1.))
+    np.float32(1.0)
+  )
 
 
 @scenario
 def val_empty_containers_eager(ctx):
   """Empty containers nested in a tapped pytree, eagerly."""
-  return hcb.id_tap(ctx.tap, ([], {}, (), np.float32(1.)))
+  return hcb.id_tap(ctx.tap, ([], {}, (), np.float32(1.0)))
 
 
 @scenario
 def val_none_leaf(ctx):
   """``None`` inside the tapped pytree (an empty subtree)."""
   return jax.jit(lambda x: hcb.id_tap(ctx.tap, (None, x, [None])))(
-      np.float32(1.))
+    np.float32(1.0)
+  )
 
 
 @scenario
 def val_zero_size_arrays(ctx):
   """Zero-size arrays of several shapes and dtypes, under jit."""
-  args = (np.zeros((0,), np.float32), np.zeros((2, 0), np.int32),
-          np.zeros((0, 3), np.bool_))
+  args = (
+    np.zeros((0,), np.float32),
+    np.zeros((2, 0), np.int32),
+    np.zeros((0, 3), np.bool_),
+  )
   return jax.jit(lambda *a: hcb.id_tap(ctx.tap, a))(*args)
 
 
@@ -103,7 +125,8 @@ def val_zero_size_arrays(ctx):
 def val_zero_size_vmap(ctx):
   """vmap over a batch of zero-size arrays."""
   return jax.vmap(lambda x: hcb.id_tap(ctx.tap, x * 2))(
-      np.zeros((2, 0), np.float32))
+    np.zeros((2, 0), np.float32)
+  )
 
 
 @scenario
@@ -120,28 +143,31 @@ Point = collections.namedtuple("Point", ["x", "y"])
 def val_namedtuple(ctx):
   """A namedtuple keeps its type through the tap."""
   return jax.jit(lambda p: hcb.id_tap(ctx.tap, p))(
-      Point(np.float32(1.), np.int32(2)))
+    Point(np.float32(1.0), np.int32(2))
+  )
 
 
 @scenario
 def val_dict_key_order(ctx):
   """A dict with unsorted keys: the tap gets JAX's (sorted) order."""
   return jax.jit(lambda d: hcb.id_tap(ctx.tap, d))(
-      {"b": np.float32(1.), "a": np.float32(2.), "c": np.int32(3)})
+    {"b": np.float32(1.0), "a": np.float32(2.0), "c": np.int32(3)}
+  )
 
 
 @scenario
 def val_result_param_jit(ctx):
   """``result=``: the tap gets arg, the caller gets result."""
   return jax.jit(lambda x: hcb.id_tap(ctx.tap, x * 2, result=(x, x + 1)))(
-      np.float32(1.))
+    np.float32(1.0)
+  )
 
 
 @scenario
 def val_result_param_eager(ctx):
   """``result=`` eagerly: the result object is returned as it is."""
-  r = (np.float32(1.), 2.)
-  out = hcb.id_tap(ctx.tap, np.float32(5.), result=r)
+  r = (np.float32(1.0), 2.0)
+  out = hcb.id_tap(ctx.tap, np.float32(5.0), result=r)
   hcb.barrier_wait()
   ctx.log("same object:", out is r)
   return out
@@ -151,9 +177,11 @@ def val_result_param_eager(ctx):
 def val_large_array(ctx):
   """A 1 MiB array tapped under jit (values summarized)."""
   got = []
-  x = jax.jit(lambda x: hcb.id_tap(lambda a, t: got.append(
-      (a.shape, a.dtype.name, float(a.sum()))), x * 2))(
-          np.arange(1 << 18, dtype=np.float32))
+  x = jax.jit(
+    lambda x: hcb.id_tap(
+      lambda a, t: got.append((a.shape, a.dtype.name, float(a.sum()))), x * 2
+    )
+  )(np.arange(1 << 18, dtype=np.float32))
   hcb.barrier_wait()
   ctx.log("tap got:", got)
   return float(x.sum())

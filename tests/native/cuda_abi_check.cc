@@ -16,23 +16,28 @@ namespace {
 // An argument or result type as the ABI sees it on x86-64 and aarch64:
 // a pointer, or an integer of some width.
 template <typename T, typename = void>
-struct Abi { using type = std::integral_constant<std::size_t, sizeof(T)>; };
+struct Abi {
+  using type = std::integral_constant<std::size_t, sizeof(T)>;
+};
 template <typename T>
-struct Abi<T*> { using type = void*; };
+struct Abi<T*> {
+  using type = void*;
+};
 
-template <typename F> struct FnAbi;
+template <typename F>
+struct FnAbi;
 template <typename R, typename... A>
 struct FnAbi<R (*)(A...)> {
   using type = typename Abi<R>::type (*)(typename Abi<A>::type...);
 };
 
 template <typename Ours, typename Theirs>
-constexpr bool kSameAbi = std::is_same_v<typename FnAbi<Ours>::type,
-                                         typename FnAbi<Theirs>::type>;
+constexpr bool kSameAbi =
+    std::is_same_v<typename FnAbi<Ours>::type, typename FnAbi<Theirs>::type>;
 
 using hostcb::cuda::Api;
-#define CHECK(field, symbol)                                              \
-  static_assert(kSameAbi<decltype(Api::field), decltype(&::symbol)>,     \
+#define CHECK(field, symbol)                                         \
+  static_assert(kSameAbi<decltype(Api::field), decltype(&::symbol)>, \
                 #field " does not have the ABI of " #symbol)
 
 CHECK(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);

@@ -57,12 +57,24 @@ struct Frame {
   XLA_FFI_Api api{};
   float value[4] = {1, 2, 3, 4};
   int64_t dims[1] = {4};
-  XLA_FFI_Buffer token{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-                       XLA_FFI_DataType_TOKEN, nullptr, 0, nullptr};
-  XLA_FFI_Buffer arr{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, XLA_FFI_DataType_F32,
-                     value, 1, dims};
-  XLA_FFI_Buffer token_out{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-                           XLA_FFI_DataType_TOKEN, nullptr, 0, nullptr};
+  XLA_FFI_Buffer token{XLA_FFI_Buffer_STRUCT_SIZE,
+                       nullptr,
+                       XLA_FFI_DataType_TOKEN,
+                       nullptr,
+                       0,
+                       nullptr};
+  XLA_FFI_Buffer arr{XLA_FFI_Buffer_STRUCT_SIZE,
+                     nullptr,
+                     XLA_FFI_DataType_F32,
+                     value,
+                     1,
+                     dims};
+  XLA_FFI_Buffer token_out{XLA_FFI_Buffer_STRUCT_SIZE,
+                           nullptr,
+                           XLA_FFI_DataType_TOKEN,
+                           nullptr,
+                           0,
+                           nullptr};
   XLA_FFI_ArgType arg_types[2] = {XLA_FFI_ArgType_BUFFER,
                                   XLA_FFI_ArgType_BUFFER};
   void* args[2] = {&token, &arr};
@@ -84,12 +96,12 @@ struct Frame {
     frame.api = &api;
     frame.ctx = reinterpret_cast<XLA_FFI_ExecutionContext*>(this);
     frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
-    frame.args = XLA_FFI_Args{XLA_FFI_Args_STRUCT_SIZE, nullptr, 2, arg_types,
-                              args};
-    frame.rets = XLA_FFI_Rets{XLA_FFI_Rets_STRUCT_SIZE, nullptr, 1, ret_types,
-                              rets};
-    frame.attrs = XLA_FFI_Attrs{XLA_FFI_Attrs_STRUCT_SIZE, nullptr, 1,
-                                attr_types, names, attrs};
+    frame.args =
+        XLA_FFI_Args{XLA_FFI_Args_STRUCT_SIZE, nullptr, 2, arg_types, args};
+    frame.rets =
+        XLA_FFI_Rets{XLA_FFI_Rets_STRUCT_SIZE, nullptr, 1, ret_types, rets};
+    frame.attrs = XLA_FFI_Attrs{
+        XLA_FFI_Attrs_STRUCT_SIZE, nullptr, 1, attr_types, names, attrs};
   }
 };
 
@@ -110,9 +122,10 @@ size_t Drain(hostcb::Queue* q, double timeout_s, long work_ns, bool* ok) {
       *ok = false;
     }
     if (work_ns > 0) {
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::nanoseconds(work_ns);
-      while (std::chrono::steady_clock::now() < until) {}
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::nanoseconds(work_ns);
+      while (std::chrono::steady_clock::now() < until) {
+      }
     }
     q->NoteRan(1);
   }
@@ -129,7 +142,9 @@ double ThreadCpuNs() {
   return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-struct Timing { double wall_ns, cpu_ns; };  // per call
+struct Timing {
+  double wall_ns, cpu_ns;
+};  // per call
 
 Timing NsPerCall(XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*), Frame* f,
                  long calls, hostcb::Queue* q_inline, long work_ns) {
@@ -198,12 +213,22 @@ int main(int argc, char** argv) {
   bool inline_consumer = false, errors_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--errors") { errors_only = true; continue; }
-    if (a == "--calls" && i + 1 < argc) calls = std::atol(argv[++i]);
-    else if (a == "--work-ns" && i + 1 < argc) work_ns = std::atol(argv[++i]);
-    else if (a == "--consumer=inline") inline_consumer = true;
-    else if (a == "--consumer=thread") inline_consumer = false;
-    else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+    if (a == "--errors") {
+      errors_only = true;
+      continue;
+    }
+    if (a == "--calls" && i + 1 < argc)
+      calls = std::atol(argv[++i]);
+    else if (a == "--work-ns" && i + 1 < argc)
+      work_ns = std::atol(argv[++i]);
+    else if (a == "--consumer=inline")
+      inline_consumer = true;
+    else if (a == "--consumer=thread")
+      inline_consumer = false;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return 2;
+    }
   }
   hostcb::g_dtype_supported[XLA_FFI_DataType_F32].store(true);
   Frame f;
@@ -219,14 +244,16 @@ int main(int argc, char** argv) {
   if (!inline_consumer) {
     consumer = std::thread([&] {
       while (!stop.load()) Drain(q, 0.01, work_ns, &ok);
-      while (Drain(q, 0, work_ns, &ok)) {}
+      while (Drain(q, 0, work_ns, &ok)) {
+      }
     });
   }
   const Timing noop = NsPerCall(HostcbNoop, &f, calls, nullptr, 0);
   const Timing tap =
       NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
   if (inline_consumer) {
-    while (Drain(q, 0, work_ns, &ok)) {}
+    while (Drain(q, 0, work_ns, &ok)) {
+    }
   } else {
     stop.store(true);
     consumer.join();

@@ -9,6 +9,7 @@ that C++ and Python share (``engine.h``) come to Python from the extension
 through :func:`shared_constant`.  This module imports only the standard
 library (no JAX, no NumPy) at import.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,8 @@ __all__ = ["build_failure", "shared_constant"]
 # extension (not built, not loadable, or HOSTCB_DISABLE_NATIVE), where no C++
 # uses them; the extension's own attributes are read everywhere else.
 _WITHOUT_EXTENSION = {
-    "GPU_KEY_BASE": 1 << 30,             # kGpuKeyBase
-    "DEFAULT_QUEUE_BYTES": 256_000_000,  # kDefaultQueueBytes
+  "GPU_KEY_BASE": 1 << 30,  # kGpuKeyBase
+  "DEFAULT_QUEUE_BYTES": 256_000_000,  # kDefaultQueueBytes
 }
 
 
@@ -39,11 +40,13 @@ def shared_constant(name: str) -> int:
       value = getattr(_engine, name, None)
       if value is None:
         raise ImportError(
-            f"hostcb: the extension {_engine.__file__} has no {name}: it was "
-            "built from other sources than this hostcb; reinstall hostcb: "
-            "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
+          f"hostcb: the extension {_engine.__file__} has no {name}: it was "
+          "built from other sources than this hostcb; reinstall hostcb: "
+          "pip install --force-reinstall --no-deps --no-cache-dir hostcb"
+        )
       return value
   return _WITHOUT_EXTENSION[name]
+
 
 # The name setup.py writes (FAILURE_FILE there).
 _FAILURE_FILE = "_build_failure.txt"
@@ -53,8 +56,7 @@ def build_failure() -> str | None:
   """Why the install did not build the native engine, in one line (a
   compiler error or the headers it could not find), or None when the
   install recorded no failure."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      _FAILURE_FILE)
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _FAILURE_FILE)
   try:
     with open(path, encoding="utf-8", errors="replace") as f:
       line = f.readline().strip()

@@ -159,7 +159,8 @@ ffi::Error CopyResults(PyObject* results, const XLA_FFI_Rets* rets,
     todo.emplace_back(b, c);
     ++k;
   }
-  if (error.empty() && k != n) error = "hostcb: the call returned too many results";
+  if (error.empty() && k != n)
+    error = "hostcb: the call returned too many results";
   if (error.empty()) {
     for (auto& [b, c] : todo) {
       if (const uint64_t nbytes = BufferBytes(b)) {
@@ -289,10 +290,9 @@ ffi::Error CallOnHost(bool one_array, int32_t device, int64_t target_id,
   if (q != nullptr && q != tl_consumer_queue) q->WaitForEarlierRecords();
   PyGILState_STATE gil = AcquireGil();
   ffi::Error e =
-      one_array ? RunCall<true>(device, target_id, args, first_arg, rets,
-                                first_ret)
-                : RunCall<false>(device, target_id, args, first_arg, rets,
-                                 first_ret);
+      one_array
+          ? RunCall<true>(device, target_id, args, first_arg, rets, first_ret)
+          : RunCall<false>(device, target_id, args, first_arg, rets, first_ret);
   PyGILState_Release(gil);
   return e;
 }

@@ -94,8 +94,9 @@ std::string LoadCuda() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    g_load_error = std::string("the CUDA driver libcuda.so.1 cannot be loaded") +
-                   (why ? std::string(" (") + why + ")" : std::string());
+    g_load_error =
+        std::string("the CUDA driver libcuda.so.1 cannot be loaded") +
+        (why ? std::string(" (") + why + ")" : std::string());
     return g_load_error;
   }
   std::string missing;
@@ -148,9 +149,9 @@ using cuda::CUresult;
 using cuda::CUstream;
 
 ffi::Error CudaFailure(const char* what, CUresult r) {
-  return ffi::Error(ffi::ErrorCode::kInternal,
-                    std::string("hostcb: ") + what + " failed: " +
-                        cuda::ErrorName(r));
+  return ffi::Error(
+      ffi::ErrorCode::kInternal,
+      std::string("hostcb: ") + what + " failed: " + cuda::ErrorName(r));
 }
 
 // Runs `op` (a driver call); if the thread has no current context, makes
@@ -291,7 +292,8 @@ void* PackRecord(const Queue* q, uint64_t seq) {
 // The host function of a tap: its copies are done; the record is ready.
 void PublishRecord(void* user_data) {
   const auto packed = reinterpret_cast<uintptr_t>(user_data);
-  Queue* q = g_queues[packed & (kMaxDevices - 1)].load(std::memory_order_acquire);
+  Queue* q =
+      g_queues[packed & (kMaxDevices - 1)].load(std::memory_order_acquire);
   if (q != nullptr) q->Commit(static_cast<uint64_t>(packed) >> 12, false);
 }
 
@@ -322,7 +324,8 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   auto [base, size] = q->RingLocked(lock);
   lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
   // Not in the ring: an oversize record's own (pageable) allocation.
-  const bool in_ring = base != nullptr && r.data >= base && r.data < base + size;
+  const bool in_ring =
+      base != nullptr && r.data >= base && r.data < base + size;
   if (in_ring) {
     pinner->Ensure(api, static_cast<CUstream>(stream), base, size, r.data,
                    layout.payload);
@@ -350,8 +353,7 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   if (failed == cuda::kSuccess) {
     what = "launching the tap's host function (cuLaunchHostFunc)";
     failed = WithContext(api, stream, [&] {
-      return api->LaunchHostFunc(stream, &PublishRecord,
-                                 PackRecord(q, r.seq));
+      return api->LaunchHostFunc(stream, &PublishRecord, PackRecord(q, r.seq));
     });
     if (failed == cuda::kSuccess) return ffi::Error::Success();
   }
@@ -469,7 +471,8 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
           "hostcb: a call's operands and results must be buffers");
     }
     const auto* b = static_cast<const XLA_FFI_Buffer*>(
-        is_arg ? args->args[first_arg + i] : rets->rets[first_ret + i - n_args]);
+        is_arg ? args->args[first_arg + i]
+               : rets->rets[first_ret + i - n_args]);
     bufs[i] = *b;
     ptrs[i] = &bufs[i];
     if (b->dtype != XLA_FFI_DataType_TOKEN) total += AlignUp(BufferBytes(b));
@@ -517,8 +520,8 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
   host_rets.size = static_cast<int64_t>(n_rets);
   host_rets.types = ret_types.data();
   host_rets.rets = ptrs.data() + n_args;
-  ffi::Error e = CallOnHost(one_array, key, target_id, &host_args, 0,
-                            &host_rets, 0);
+  ffi::Error e =
+      CallOnHost(one_array, key, target_id, &host_args, 0, &host_rets, 0);
   if (e.failure()) {
     g_staging.Give(staging);  // nothing of it is on the stream
     return e;
@@ -558,7 +561,8 @@ void ForgetGpuStateAfterFork() {
 namespace {
 RingPinner* PinnerOf(int32_t ordinal) {
   Queue* q = ordinal >= 0 && ordinal < kMaxGpuOrdinal
-                 ? FindQueue(kGpuKeyBase + ordinal) : nullptr;
+                 ? FindQueue(kGpuKeyBase + ordinal)
+                 : nullptr;
   return q == nullptr ? nullptr
                       : g_pinners[q->slot()].load(std::memory_order_acquire);
 }

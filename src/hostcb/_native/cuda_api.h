@@ -21,10 +21,10 @@
 namespace hostcb {
 namespace cuda {
 
-using CUresult = int;             // CUDA_SUCCESS is 0
-using CUstream = void*;           // CUstream_st*
-using CUcontext = void*;          // CUctx_st*
-using CUdeviceptr = uint64_t;     // unsigned long long on 64-bit platforms
+using CUresult = int;          // CUDA_SUCCESS is 0
+using CUstream = void*;        // CUstream_st*
+using CUcontext = void*;       // CUctx_st*
+using CUdeviceptr = uint64_t;  // unsigned long long on 64-bit platforms
 using CUhostFn = void (*)(void* user_data);
 
 constexpr CUresult kSuccess = 0;
@@ -37,23 +37,24 @@ constexpr unsigned kMemHostAllocPortable = 0x01;
 // are what cuda.h's macros select for 64-bit builds).
 struct Api {
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes,
-                              CUstream stream);        // cuMemcpyDtoHAsync_v2
+                              CUstream stream);  // cuMemcpyDtoHAsync_v2
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes,
-                              CUstream stream);        // cuMemcpyHtoDAsync_v2
+                              CUstream stream);  // cuMemcpyHtoDAsync_v2
   CUresult (*LaunchHostFunc)(CUstream stream, CUhostFn fn,
-                             void* user_data);         // cuLaunchHostFunc
-  CUresult (*StreamSynchronize)(CUstream stream);      // cuStreamSynchronize
+                             void* user_data);     // cuLaunchHostFunc
+  CUresult (*StreamSynchronize)(CUstream stream);  // cuStreamSynchronize
   CUresult (*StreamGetCtx)(CUstream stream, CUcontext* ctx);  // cuStreamGetCtx
-  CUresult (*CtxSetCurrent)(CUcontext ctx);            // cuCtxSetCurrent
-  CUresult (*CtxPushCurrent)(CUcontext ctx);           // cuCtxPushCurrent_v2
-  CUresult (*CtxPopCurrent)(CUcontext* ctx);           // cuCtxPopCurrent_v2
+  CUresult (*CtxSetCurrent)(CUcontext ctx);                   // cuCtxSetCurrent
+  CUresult (*CtxPushCurrent)(CUcontext ctx);  // cuCtxPushCurrent_v2
+  CUresult (*CtxPopCurrent)(CUcontext* ctx);  // cuCtxPopCurrent_v2
   CUresult (*MemHostRegister)(void* p, size_t bytes,
-                              unsigned flags);         // cuMemHostRegister_v2
-  CUresult (*MemHostUnregister)(void* p);              // cuMemHostUnregister
+                              unsigned flags);  // cuMemHostRegister_v2
+  CUresult (*MemHostUnregister)(void* p);       // cuMemHostUnregister
   CUresult (*MemHostAlloc)(void** p, size_t bytes,
-                           unsigned flags);            // cuMemHostAlloc
-  CUresult (*MemFreeHost)(void* p);                    // cuMemFreeHost
-  CUresult (*GetErrorName)(CUresult error, const char** name);  // cuGetErrorName
+                           unsigned flags);  // cuMemHostAlloc
+  CUresult (*MemFreeHost)(void* p);          // cuMemFreeHost
+  CUresult (*GetErrorName)(CUresult error,
+                           const char** name);  // cuGetErrorName
 };
 
 // The table in use: the real driver once LoadCuda succeeded, the simulated

@@ -109,9 +109,8 @@ CUresult HtoD(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
     std::lock_guard<std::mutex> lock(g_mu);
     ++g_counters.copies;
   }
-  static_cast<Stream*>(s)->Push([dst, src, n] {
-    std::memcpy(reinterpret_cast<void*>(dst), src, n);
-  });
+  static_cast<Stream*>(s)->Push(
+      [dst, src, n] { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
   return kSuccess;
 }
 
@@ -176,16 +175,23 @@ CUresult Free(void* p) {
 
 CUresult Name(CUresult r, const char** name) {
   switch (r) {
-    case kErrorInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; break;
-    case kErrorOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-    case kErrorUnknown: *name = "CUDA_ERROR_UNKNOWN"; break;
-    default: return kErrorInvalidValue;
+    case kErrorInvalidValue:
+      *name = "CUDA_ERROR_INVALID_VALUE";
+      break;
+    case kErrorOutOfMemory:
+      *name = "CUDA_ERROR_OUT_OF_MEMORY";
+      break;
+    case kErrorUnknown:
+      *name = "CUDA_ERROR_UNKNOWN";
+      break;
+    default:
+      return kErrorInvalidValue;
   }
   return kSuccess;
 }
 
-const Api kFake = {DtoH, HtoD, HostFunc, Sync, GetCtx, SetCurrent, Push, Pop,
-                   Register, Unregister, Alloc, Free, Name};
+const Api kFake = {DtoH, HtoD,     HostFunc,   Sync,  GetCtx, SetCurrent, Push,
+                   Pop,  Register, Unregister, Alloc, Free,   Name};
 
 }  // namespace
 

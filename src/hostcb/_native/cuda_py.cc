@@ -22,21 +22,19 @@ PyObject* Capsule(void* fn) { return PyCapsule_New(fn, nullptr, nullptr); }
 
 PyObject* Py_cuda_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N,s:N,s:N}",
-      "hostcb_tap", Capsule(reinterpret_cast<void*>(&HostcbTapCuda)),
-      "hostcb_tap_v1", Capsule(reinterpret_cast<void*>(&HostcbTapCudaV1)),
-      "hostcb_call_v1", Capsule(reinterpret_cast<void*>(&HostcbCallCudaV1)),
-      "hostcb_noop", Capsule(reinterpret_cast<void*>(&HostcbNoop)),
-      "hostcb_call", Capsule(reinterpret_cast<void*>(&HostcbCallCuda)),
-      "hostcb_call_one", Capsule(reinterpret_cast<void*>(&HostcbCallOneCuda)));
+      "{s:N,s:N,s:N,s:N,s:N,s:N}", "hostcb_tap",
+      Capsule(reinterpret_cast<void*>(&HostcbTapCuda)), "hostcb_tap_v1",
+      Capsule(reinterpret_cast<void*>(&HostcbTapCudaV1)), "hostcb_call_v1",
+      Capsule(reinterpret_cast<void*>(&HostcbCallCudaV1)), "hostcb_noop",
+      Capsule(reinterpret_cast<void*>(&HostcbNoop)), "hostcb_call",
+      Capsule(reinterpret_cast<void*>(&HostcbCallCuda)), "hostcb_call_one",
+      Capsule(reinterpret_cast<void*>(&HostcbCallOneCuda)));
 }
 
 PyObject* Py_load_cuda(PyObject*, PyObject*) {
   std::string error;
-  Py_BEGIN_ALLOW_THREADS
-  error = cuda::LoadCuda();
-  Py_END_ALLOW_THREADS
-  if (error.empty()) Py_RETURN_NONE;
+  Py_BEGIN_ALLOW_THREADS error = cuda::LoadCuda();
+  Py_END_ALLOW_THREADS if (error.empty()) Py_RETURN_NONE;
   return PyUnicode_FromString(error.c_str());
 }
 
@@ -94,10 +92,8 @@ PyObject* Py_fake_sync(PyObject*, PyObject* handle) {
   if (s == nullptr) return nullptr;
   const cuda::Api* api = cuda::Current();
   cuda::CUresult r = 0;
-  Py_BEGIN_ALLOW_THREADS
-  r = api->StreamSynchronize(s);
-  Py_END_ALLOW_THREADS
-  if (r != 0) {
+  Py_BEGIN_ALLOW_THREADS r = api->StreamSynchronize(s);
+  Py_END_ALLOW_THREADS if (r != 0) {
     PyErr_SetString(PyExc_TimeoutError, cuda::ErrorName(r).c_str());
     return nullptr;
   }
@@ -107,11 +103,10 @@ PyObject* Py_fake_sync(PyObject*, PyObject* handle) {
 PyObject* Py_fake_counters(PyObject*, PyObject*) {
   const cuda::FakeCounters c = cuda::GetFakeCounters();
   return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "copies",
-      (unsigned long long)c.copies, "host_functions",
-      (unsigned long long)c.host_functions, "synchronizations",
-      (unsigned long long)c.synchronizations, "registrations",
-      (unsigned long long)c.registrations, "registered_bytes",
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "copies", (unsigned long long)c.copies,
+      "host_functions", (unsigned long long)c.host_functions,
+      "synchronizations", (unsigned long long)c.synchronizations,
+      "registrations", (unsigned long long)c.registrations, "registered_bytes",
       (unsigned long long)c.registered_bytes, "unregistrations",
       (unsigned long long)c.unregistrations, "pinned_allocations",
       (unsigned long long)c.pinned_allocations);
@@ -123,15 +118,21 @@ PyObject* Py_fake_fail(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "sii", &op, &count, &code)) return nullptr;
   const std::string name = op;
   cuda::FakeOp which;
-  if (name == "copy") which = cuda::FakeOp::kCopy;
-  else if (name == "host_function") which = cuda::FakeOp::kHostFunc;
-  else if (name == "register") which = cuda::FakeOp::kRegister;
-  else if (name == "unregister") which = cuda::FakeOp::kUnregister;
-  else if (name == "alloc") which = cuda::FakeOp::kAlloc;
+  if (name == "copy")
+    which = cuda::FakeOp::kCopy;
+  else if (name == "host_function")
+    which = cuda::FakeOp::kHostFunc;
+  else if (name == "register")
+    which = cuda::FakeOp::kRegister;
+  else if (name == "unregister")
+    which = cuda::FakeOp::kUnregister;
+  else if (name == "alloc")
+    which = cuda::FakeOp::kAlloc;
   else {
     PyErr_Format(PyExc_ValueError,
                  "hostcb: expected one of 'copy', 'host_function', "
-                 "'register', 'unregister', 'alloc'; got %R", PyTuple_GET_ITEM(args, 0));
+                 "'register', 'unregister', 'alloc'; got %R",
+                 PyTuple_GET_ITEM(args, 0));
     return nullptr;
   }
   cuda::FailFake(which, count, code);
@@ -159,7 +160,8 @@ struct Buffers {
   bool Add(PyObject* item, bool writable) {
     if (!PyArray_Check(item) ||
         !PyArray_ISCARRAY_RO(reinterpret_cast<PyArrayObject*>(item)) ||
-        (writable && !PyArray_ISWRITEABLE(reinterpret_cast<PyArrayObject*>(item)))) {
+        (writable &&
+         !PyArray_ISWRITEABLE(reinterpret_cast<PyArrayObject*>(item)))) {
       PyErr_SetString(PyExc_TypeError,
                       "hostcb: expected C-contiguous NumPy arrays");
       return false;
@@ -193,7 +195,8 @@ struct Buffers {
 };
 
 bool AddAll(Buffers* b, PyObject* seq, bool writable) {
-  PyObject* fast = PySequence_Fast(seq, "hostcb: expected a sequence of arrays");
+  PyObject* fast =
+      PySequence_Fast(seq, "hostcb: expected a sequence of arrays");
   if (fast == nullptr) return false;
   bool ok = true;
   for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); ++i) {
@@ -228,10 +231,8 @@ PyObject* Py_cuda_test_tap(PyObject*, PyObject* args) {
   a.types = types.data();
   a.args = in.Pointers();
   ffi::Error e = ffi::Error::Success();
-  Py_BEGIN_ALLOW_THREADS
-  e = TapOnStream(s, ordinal, tid, &a, 0);
-  Py_END_ALLOW_THREADS
-  if (e.failure()) return Raise(e);
+  Py_BEGIN_ALLOW_THREADS e = TapOnStream(s, ordinal, tid, &a, 0);
+  Py_END_ALLOW_THREADS if (e.failure()) return Raise(e);
   Py_RETURN_NONE;
 }
 
@@ -242,8 +243,8 @@ PyObject* Py_cuda_test_call(PyObject*, PyObject* args) {
   PyObject *handle, *arrays, *outs;
   int ordinal, one;
   long long tid;
-  if (!PyArg_ParseTuple(args, "OiLOOp", &handle, &ordinal, &tid, &arrays,
-                        &outs, &one)) {
+  if (!PyArg_ParseTuple(args, "OiLOOp", &handle, &ordinal, &tid, &arrays, &outs,
+                        &one)) {
     return nullptr;
   }
   void* s = StreamArg(handle);
@@ -263,10 +264,9 @@ PyObject* Py_cuda_test_call(PyObject*, PyObject* args) {
   r.types = rt.data();
   r.rets = out.Pointers();
   ffi::Error e = ffi::Error::Success();
-  Py_BEGIN_ALLOW_THREADS
-  e = CallOnStream(one != 0, s, ordinal, tid, &a, 0, &r, 0);
-  Py_END_ALLOW_THREADS
-  if (e.failure()) return Raise(e);
+  Py_BEGIN_ALLOW_THREADS e =
+      CallOnStream(one != 0, s, ordinal, tid, &a, 0, &r, 0);
+  Py_END_ALLOW_THREADS if (e.failure()) return Raise(e);
   Py_RETURN_NONE;
 }
 

@@ -37,7 +37,8 @@ Queue* FindQueue(int32_t device);
 // Sets the default capacity and that of every existing queue.
 void SetCapacityAll(uint64_t bytes);
 // Calls fn on every existing queue.
-template <typename Fn> void ForEachQueue(Fn fn);
+template <typename Fn>
+void ForEachQueue(Fn fn);
 // In a forked child: forget (leak) every queue, whose mutexes may have been
 // held by threads that do not exist in the child.
 void ResetAfterFork();
@@ -67,7 +68,8 @@ extern std::atomic<uint64_t> g_print_targets[kMaxPrintTargets / 64];
 inline bool IsPrintTarget(int64_t id) {
   return id >= 0 && id < kMaxPrintTargets &&
          (g_print_targets[id / 64].load(std::memory_order_relaxed) >>
-          (id % 64)) & 1;
+          (id % 64)) &
+             1;
 }
 
 // The queue whose consumer runs on this thread (set by run_batch).  A tap
@@ -102,9 +104,9 @@ inline uint64_t BufferBytes(const XLA_FFI_Buffer* b) {
 
 // The payload of a tap (queue.h's layout) for its array operands.
 struct TapLayout {
-  uint16_t num;       // array operands (tokens are skipped)
-  uint64_t header;    // bytes of the descriptors and dims, padded
-  uint64_t payload;   // header and operand bytes
+  uint16_t num;      // array operands (tokens are skipped)
+  uint64_t header;   // bytes of the descriptors and dims, padded
+  uint64_t payload;  // header and operand bytes
 };
 // Measures the array operands args[first:], refusing what the consumer
 // cannot turn into NumPy arrays (handlers.cc).
@@ -201,7 +203,8 @@ uint64_t GpuPinnedBytes(int32_t ordinal);
 // GPU's ring, or "" (every chunk reached so far is pinned).
 std::string GpuPinRefusal(int32_t ordinal);
 
-template <typename Fn> void ForEachQueue(Fn fn) {
+template <typename Fn>
+void ForEachQueue(Fn fn) {
   for (int32_t i = 0; i < kMaxDevices; ++i) {
     if (Queue* q = g_queues[i].load(std::memory_order_acquire)) fn(q);
   }
@@ -217,8 +220,8 @@ XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HostcbTapCuda(XLA_FFI_CallFrame* call_frame);      // cuda.cc
 XLA_FFI_Error* HostcbCallCuda(XLA_FFI_CallFrame* call_frame);     // cuda.cc
 XLA_FFI_Error* HostcbCallOneCuda(XLA_FFI_CallFrame* call_frame);  // cuda.cc
-XLA_FFI_Error* HostcbTapV1(XLA_FFI_CallFrame* call_frame);       // named.cc
-XLA_FFI_Error* HostcbCallV1(XLA_FFI_CallFrame* call_frame);      // named.cc
-XLA_FFI_Error* HostcbTapCudaV1(XLA_FFI_CallFrame* call_frame);   // named.cc
-XLA_FFI_Error* HostcbCallCudaV1(XLA_FFI_CallFrame* call_frame);  // named.cc
+XLA_FFI_Error* HostcbTapV1(XLA_FFI_CallFrame* call_frame);        // named.cc
+XLA_FFI_Error* HostcbCallV1(XLA_FFI_CallFrame* call_frame);       // named.cc
+XLA_FFI_Error* HostcbTapCudaV1(XLA_FFI_CallFrame* call_frame);    // named.cc
+XLA_FFI_Error* HostcbCallCudaV1(XLA_FFI_CallFrame* call_frame);   // named.cc
 }

@@ -51,9 +51,12 @@ constexpr uint64_t kOwnBlockBytes = uint64_t{1} << 20;
 
 bool SubByte(int dtype) {
   switch (dtype) {
-    case XLA_FFI_DataType_S1: case XLA_FFI_DataType_S2:
-    case XLA_FFI_DataType_S4: case XLA_FFI_DataType_U1:
-    case XLA_FFI_DataType_U2: case XLA_FFI_DataType_U4:
+    case XLA_FFI_DataType_S1:
+    case XLA_FFI_DataType_S2:
+    case XLA_FFI_DataType_S4:
+    case XLA_FFI_DataType_U1:
+    case XLA_FFI_DataType_U2:
+    case XLA_FFI_DataType_U4:
     case XLA_FFI_DataType_F4E2M1FN:
       return true;
     default:
@@ -64,7 +67,8 @@ bool SubByte(int dtype) {
 ffi::Error Unsupported(int dtype) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                     "hostcb: the native tap engine cannot pass arrays of XLA "
-                    "dtype " + std::to_string(dtype) + " to Python");
+                    "dtype " +
+                        std::to_string(dtype) + " to Python");
 }
 
 }  // namespace
@@ -103,8 +107,8 @@ ffi::Error OutOfRange(int32_t device) {
 
 ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
                       size_t first, TapLayout* layout,
-                      std::unique_lock<std::mutex>& lock,
-                      Queue::Reservation* r, uint64_t own_block_from) {
+                      std::unique_lock<std::mutex>& lock, Queue::Reservation* r,
+                      uint64_t own_block_from) {
   RequestConsumer(q);
   ffi::Error e = MeasureTap(args, first, layout);
   if (e.failure()) return e;
@@ -146,8 +150,8 @@ ffi::Error EnqueueTap(int32_t device, int64_t target_id,
   TapLayout layout;
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
-                            kOwnBlockBytes);
+  ffi::Error e =
+      ReserveTap(q, target_id, args, first, &layout, lock, &r, kOwnBlockBytes);
   if (e.failure()) return e;
   const bool copy_unlocked = layout.payload > kCopyUnderLock;
   if (copy_unlocked) lock.unlock();
@@ -209,8 +213,7 @@ Queue* GetQueue(int32_t device) {
     Queue* q = g_queues[s].load(std::memory_order_acquire);
     if (q != nullptr && q->device() == device) return q;
     if (q == nullptr) {
-      q = new Queue(device, g_default_capacity.load(),
-                    static_cast<int32_t>(s));
+      q = new Queue(device, g_default_capacity.load(), static_cast<int32_t>(s));
       g_queues[s].store(q, std::memory_order_release);
       return q;
     }
@@ -290,10 +293,10 @@ XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
 }  // namespace hostcb
 
 // hostcb_tap.  The execute stage's usual call frame (no extension, the one
-// attribute, token results only) is decoded here, straight from the C structs: the binding's
-// decoding (a diagnostic engine, optionals and the attribute looked up by
-// name on every call) cost about a quarter of a tap's instructions (issue
-// 38).  Anything else goes through the binding (kTapBound), which checks
+// attribute, token results only) is decoded here, straight from the C structs:
+// the binding's decoding (a diagnostic engine, optionals and the attribute
+// looked up by name on every call) cost about a quarter of a tap's instructions
+// (issue 38).  Anything else goes through the binding (kTapBound), which checks
 // what this does not and reports the errors in XLA's words.
 extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   const int64_t* target_id = nullptr;

@@ -46,24 +46,31 @@ constexpr uint64_t kCopyWithoutGil = 1 << 20;
 // ------------------------------------------------------------ functions
 Queue* QueueArg(long device) {
   Queue* q = GetQueue(static_cast<int32_t>(device));
-  if (!q) PyErr_Format(PyExc_ValueError, "hostcb: bad device ordinal %ld", device);
+  if (!q)
+    PyErr_Format(PyExc_ValueError, "hostcb: bad device ordinal %ld", device);
   return q;
 }
 
 PyObject* Py_handlers(PyObject*, PyObject*) {
   return Py_BuildValue(
-      "{s:N,s:N,s:N,s:N,s:N,s:N}",
-      "hostcb_tap", PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
-      "hostcb_tap_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbTapV1), nullptr, nullptr),
-      "hostcb_call_v1", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallV1), nullptr, nullptr),
-      "hostcb_call", PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
-      "hostcb_call_one", PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
-      "hostcb_noop", PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
+      "{s:N,s:N,s:N,s:N,s:N,s:N}", "hostcb_tap",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbTap), nullptr, nullptr),
+      "hostcb_tap_v1",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbTapV1), nullptr, nullptr),
+      "hostcb_call_v1",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbCallV1), nullptr, nullptr),
+      "hostcb_call",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbCall), nullptr, nullptr),
+      "hostcb_call_one",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbCallOne), nullptr, nullptr),
+      "hostcb_noop",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbNoop), nullptr, nullptr));
 }
 
 PyObject* Py_set_dtypes(PyObject*, PyObject* mapping) {
   if (!PyDict_Check(mapping)) {
-    PyErr_SetString(PyExc_TypeError, "set_dtypes takes {xla_code: numpy dtype}");
+    PyErr_SetString(PyExc_TypeError,
+                    "set_dtypes takes {xla_code: numpy dtype}");
     return nullptr;
   }
   PyObject *key, *value;
@@ -71,7 +78,8 @@ PyObject* Py_set_dtypes(PyObject*, PyObject* mapping) {
   while (PyDict_Next(mapping, &pos, &key, &value)) {
     long code = PyLong_AsLong(key);
     if (code < 0 || code >= kMaxDtype) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad dtype code");
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "bad dtype code");
       return nullptr;
     }
     PyArray_Descr* d = nullptr;
@@ -85,8 +93,16 @@ PyObject* Py_set_dtypes(PyObject*, PyObject* mapping) {
 
 // One record of a batch, built: a tap's arrays (a new reference) or a
 // marker (arrays nullptr).
-struct Copy { void* dst; const void* src; uint64_t n; };
-struct Built { RecordKind kind; int64_t target_id; PyObject* arrays; };
+struct Copy {
+  void* dst;
+  const void* src;
+  uint64_t n;
+};
+struct Built {
+  RecordKind kind;
+  int64_t target_id;
+  PyObject* arrays;
+};
 
 // Fault injection (tests): the next this many array allocations of
 // run_batch fail as if out of memory (_fail_next_allocations).
@@ -106,8 +122,8 @@ void FreeBlock(PyObject* capsule) {
 PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
                       uint8_t* adopted) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
-  auto* dims = reinterpret_cast<const int64_t*>(r.data +
-                                                r.num_operands * sizeof(OperandDesc));
+  auto* dims = reinterpret_cast<const int64_t*>(
+      r.data + r.num_operands * sizeof(OperandDesc));
   if (g_failing_allocations > 0) {
     --g_failing_allocations;
     return PyErr_NoMemory();
@@ -120,11 +136,14 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
     if (!owner) return nullptr;
   }
   PyObject* arrays = PyTuple_New(r.num_operands);
-  if (!arrays) { Py_XDECREF(owner); return nullptr; }
+  if (!arrays) {
+    Py_XDECREF(owner);
+    return nullptr;
+  }
   for (uint16_t i = 0; i < r.num_operands; ++i) {
     const OperandDesc& d = descs[i];
-    PyObject* a = NewArray(d.dtype, d.rank, dims,
-                           owner ? r.data + d.offset : nullptr);
+    PyObject* a =
+        NewArray(d.dtype, d.rank, dims, owner ? r.data + d.offset : nullptr);
     dims += d.rank;
     if (a && owner) {
       Py_INCREF(owner);
@@ -140,7 +159,8 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
     }
     // Read-only, as legacy's tap arrays and those of XLA's Python callbacks
     // (the fallback): copied bytes are written through the pointer below.
-    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a), NPY_ARRAY_WRITEABLE);
+    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a),
+                       NPY_ARRAY_WRITEABLE);
     if (!owner && d.nbytes) {
       copies->push_back(Copy{PyArray_DATA(reinterpret_cast<PyArrayObject*>(a)),
                              r.data + d.offset, d.nbytes});
@@ -157,8 +177,8 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
 }
 
 // The consumer's Python hooks (set_consumer_hooks; strong references).
-PyObject* g_on_marker = nullptr;            // on_marker(marker_id)
-PyObject* g_on_failure = nullptr;           // on_failure(target_id, exc)
+PyObject* g_on_marker = nullptr;             // on_marker(marker_id)
+PyObject* g_on_failure = nullptr;            // on_failure(target_id, exc)
 PyObject* g_on_dispatch_finished = nullptr;  // dispatch_finished()
 
 // Calls hook(args...) and drops its result; an exception of the hook
@@ -176,7 +196,8 @@ void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
 // Runs the tap function of one built record (see run_batch).
 void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* entry = b.arrays == nullptr  // a lost tap
-                        ? nullptr : TableEntry(functions, b.target_id);
+                        ? nullptr
+                        : TableEntry(functions, b.target_id);
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
@@ -185,7 +206,8 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
       // (func, second): func(arrays[0], second)
       PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
                            PyTuple_GET_ITEM(entry, 1)};
-      result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), argv, 2, nullptr);
+      result =
+          PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), argv, 2, nullptr);
     } else {
       PyObject* argv[2] = {b.arrays, device_obj};
       result = PyObject_Vectorcall(entry, argv, 2, nullptr);
@@ -198,7 +220,8 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   }
   // No such function (a lost tap has id -1), or it raised.
   PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
-  if (PyObject* tid = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+  if (PyObject* tid =
+          PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
     PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
     CallHook(g_on_failure, argv, 2);
     Py_DECREF(tid);
@@ -209,9 +232,9 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
 }
 
 PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
-  static const char* kw[] = {"device", "functions", "device_obj",
-                             "max_records", "timeout", "max_bytes", "poll",
-                             nullptr};
+  static const char* kw[] = {"device",      "functions", "device_obj",
+                             "max_records", "timeout",   "max_bytes",
+                             "poll",        nullptr};
   long device;
   PyObject* functions;
   PyObject* device_obj;
@@ -219,11 +242,10 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   PyObject* timeout_obj = Py_None;
   unsigned long long max_bytes = 0;
   double poll = 0.05;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "lO!O|nOKd",
-                                   const_cast<char**>(kw), &device,
-                                   &PyList_Type, &functions, &device_obj,
-                                   &max_records, &timeout_obj, &max_bytes,
-                                   &poll)) {
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "lO!O|nOKd", const_cast<char**>(kw), &device,
+          &PyList_Type, &functions, &device_obj, &max_records, &timeout_obj,
+          &max_bytes, &poll)) {
     return nullptr;
   }
   double timeout = -1;
@@ -240,17 +262,18 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   if (max_records < 1) max_records = 1;
   std::vector<Record> records;
   Queue::Take got;
-  Py_BEGIN_ALLOW_THREADS
-  got = q->TakeReady(&records, static_cast<size_t>(max_records), max_bytes,
-                     timeout, poll);
-  Py_END_ALLOW_THREADS
-  switch (got) {
-    case Queue::Take::kTimeout: return PyLong_FromLong(0);
+  Py_BEGIN_ALLOW_THREADS got = q->TakeReady(
+      &records, static_cast<size_t>(max_records), max_bytes, timeout, poll);
+  Py_END_ALLOW_THREADS switch (got) {
+    case Queue::Take::kTimeout:
+      return PyLong_FromLong(0);
     case Queue::Take::kBusy:
-      PyErr_SetString(PyExc_RuntimeError,
-                      "hostcb: another thread is consuming this device's queue");
+      PyErr_SetString(
+          PyExc_RuntimeError,
+          "hostcb: another thread is consuming this device's queue");
       return nullptr;
-    case Queue::Take::kRecords: break;
+    case Queue::Take::kRecords:
+      break;
   }
   // Build every array of the batch, copy the bytes, free the ring; then run.
   std::vector<Copy> copies;
@@ -278,8 +301,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   uint64_t total = 0;
   for (const Copy& c : copies) total += c.n;
   if (total >= kCopyWithoutGil) {
-    Py_BEGIN_ALLOW_THREADS
-    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
+    Py_BEGIN_ALLOW_THREADS for (const Copy& c : copies)
+        std::memcpy(c.dst, c.src, c.n);
     Py_END_ALLOW_THREADS
   } else {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
@@ -287,7 +310,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   q->Release(records.size(), adopted.data());
   for (Built& b : built) {
     if (b.kind == kMarker) {
-      if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+      if (PyObject* id =
+              PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
         CallHook(g_on_marker, &id, 1);
         Py_DECREF(id);
       } else {
@@ -313,7 +337,8 @@ PyObject* Py_set_consumer_hooks(PyObject*, PyObject* args) {
   }
   if (!PyCallable_Check(on_marker) || !PyCallable_Check(on_failure) ||
       !PyCallable_Check(dispatch_finished)) {
-    PyErr_SetString(PyExc_TypeError, "set_consumer_hooks takes three callables");
+    PyErr_SetString(PyExc_TypeError,
+                    "set_consumer_hooks takes three callables");
     return nullptr;
   }
   Py_INCREF(on_marker);
@@ -347,10 +372,8 @@ PyObject* Py_set_capacity(PyObject*, PyObject* arg) {
   }
   // Without the GIL: a GPU ring unpinned here may make the driver wait for
   // work on its streams, which may include XLA's Python callbacks.
-  Py_BEGIN_ALLOW_THREADS
-  SetCapacityAll(n);
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+  Py_BEGIN_ALLOW_THREADS SetCapacityAll(n);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 PyObject* Py_set_consumer_dispatching(PyObject*, PyObject* args) {
@@ -390,14 +413,13 @@ PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
   // Nothing pending (the common case): no release of the GIL.
   if (prints_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
   bool ok = true;
-  Py_BEGIN_ALLOW_THREADS
-  if (prints_only) {
+  Py_BEGIN_ALLOW_THREADS if (prints_only) {
     ok = q->WaitForEarlierPrints(timeout_s);
-  } else {
+  }
+  else {
     q->WaitForEarlierRecords();
   }
-  Py_END_ALLOW_THREADS
-  if (ok) Py_RETURN_TRUE;
+  Py_END_ALLOW_THREADS if (ok) Py_RETURN_TRUE;
   Py_RETURN_FALSE;
 }
 
@@ -497,7 +519,8 @@ PyMethodDef kMethods[] = {
     {"set_dtypes", Py_set_dtypes, METH_O,
      "set_dtypes({xla_ffi_dtype_code: numpy dtype}): the dtypes that taps "
      "may carry."},
-    {"run_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Py_run_batch)),
+    {"run_batch",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Py_run_batch)),
      METH_VARARGS | METH_KEYWORDS,
      "run_batch(device, functions, device_obj, max_records=256, "
      "timeout=None, max_bytes=0, poll=0.05) -> int.\n\nWaits (GIL "
@@ -573,10 +596,9 @@ PyMethodDef kMethods[] = {
      "os.register_at_fork)."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_engine",
-                       "hostcb's native tap engine (see hostcb/engine/native.py).",
-                       -1,
-                       kMethods};
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT, "_engine",
+    "hostcb's native tap engine (see hostcb/engine/native.py).", -1, kMethods};
 
 }  // namespace
 
@@ -608,11 +630,11 @@ PyMODINIT_FUNC PyInit__engine(void) {
   // hostcb._native.shared_constant.
   if (PyModule_AddIntConstant(m, "MAX_DEVICES", hostcb::kMaxDevices) < 0 ||
       PyModule_AddIntConstant(m, "MAX_PRINT_TARGETS",
-                              static_cast<long>(hostcb::kMaxPrintTargets))
-          < 0 ||
+                              static_cast<long>(hostcb::kMaxPrintTargets)) <
+          0 ||
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
-                              static_cast<long>(hostcb::kDefaultQueueBytes))
-          < 0 ||
+                              static_cast<long>(hostcb::kDefaultQueueBytes)) <
+          0 ||
       hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;

@@ -74,20 +74,22 @@ bool SameBytes(const Memo& m, std::string_view name, std::string_view spec) {
 int64_t AskPython(std::string_view name, std::string_view spec,
                   std::string* error) {
   if (PythonIsFinalizing()) {
-    *error = "hostcb: a host function by name ran while Python was shutting "
-             "down";
+    *error =
+        "hostcb: a host function by name ran while Python was shutting "
+        "down";
     return -1;
   }
   PyGILState_STATE gil = PyGILState_Ensure();
   int64_t value = -1;
   if (g_name_resolver == nullptr) {
-    *error = "hostcb: no resolver of host functions by name is set (hostcb "
-             "was not imported in this process)";
+    *error =
+        "hostcb: no resolver of host functions by name is set (hostcb "
+        "was not imported in this process)";
   } else {
-    PyObject* out = PyObject_CallFunction(
-        g_name_resolver, "s#s#", name.data(),
-        static_cast<Py_ssize_t>(name.size()), spec.data(),
-        static_cast<Py_ssize_t>(spec.size()));
+    PyObject* out =
+        PyObject_CallFunction(g_name_resolver, "s#s#", name.data(),
+                              static_cast<Py_ssize_t>(name.size()), spec.data(),
+                              static_cast<Py_ssize_t>(spec.size()));
     if (out != nullptr) {
       value = PyLong_AsLongLong(out);
       Py_DECREF(out);
@@ -137,7 +139,8 @@ int64_t ResolveNamed(std::string_view name, std::string_view spec,
     value = AskPython(name, spec, error);
     if (value < 0) return -1;  // not kept: the name may be bound later
     std::lock_guard<std::mutex> lock(g_named_mu);
-    if (g_named == nullptr) g_named = new std::unordered_map<std::string, int64_t>();
+    if (g_named == nullptr)
+      g_named = new std::unordered_map<std::string, int64_t>();
     (*g_named)[key] = value;
   }
   Memo& m = tl_memo[tl_memo_next];
@@ -153,7 +156,8 @@ int64_t ResolveNamed(std::string_view name, std::string_view spec,
 
 void SetNamed(std::string_view name, std::string_view spec, int64_t value) {
   std::lock_guard<std::mutex> lock(g_named_mu);
-  if (g_named == nullptr) g_named = new std::unordered_map<std::string, int64_t>();
+  if (g_named == nullptr)
+    g_named = new std::unordered_map<std::string, int64_t>();
   (*g_named)[Key(name, spec)] = value;
 }
 

@@ -71,12 +71,11 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
   if (raw == nullptr) return nullptr;
   auto address = reinterpret_cast<uintptr_t>(
       PyArray_DATA(reinterpret_cast<PyArrayObject*>(raw)));
-  auto* aligned = reinterpret_cast<char*>(
-      (address + kArrayAlignment - 1) & ~uintptr_t(kArrayAlignment - 1));
+  auto* aligned = reinterpret_cast<char*>((address + kArrayAlignment - 1) &
+                                          ~uintptr_t(kArrayAlignment - 1));
   Py_INCREF(descr);  // PyArray_NewFromDescr steals it
-  PyObject* a = PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape,
-                                     nullptr, aligned, NPY_ARRAY_CARRAY,
-                                     nullptr);
+  PyObject* a = PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape, nullptr,
+                                     aligned, NPY_ARRAY_CARRAY, nullptr);
   if (a == nullptr) {
     Py_DECREF(raw);
     return nullptr;

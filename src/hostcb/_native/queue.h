@@ -85,7 +85,7 @@ inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 enum RecordKind : uint8_t { kTap = 1, kMarker = 3 };
 
 struct OperandDesc {
-  int32_t dtype;   // XLA_FFI_DataType code
+  int32_t dtype;  // XLA_FFI_DataType code
   int32_t rank;
   uint64_t offset;  // of the operand's bytes, from the payload start
   uint64_t nbytes;
@@ -93,14 +93,14 @@ struct OperandDesc {
 
 struct Record {
   RecordKind kind;
-  bool ready;          // payload written (guarded by Queue::mu_)
+  bool ready;  // payload written (guarded by Queue::mu_)
   uint16_t num_operands;
   int32_t device;
-  int64_t target_id;   // tap function id, or the marker id
-  uint8_t* data;       // payload: in the ring, or the external allocation
+  int64_t target_id;  // tap function id, or the marker id
+  uint8_t* data;      // payload: in the ring, or the external allocation
   uint64_t payload_bytes;
-  uint64_t ring_pos;   // first ring byte of this record (incl. wrap padding)
-  uint64_t ring_bytes; // ring bytes to free (0 for external payloads)
+  uint64_t ring_pos;    // first ring byte of this record (incl. wrap padding)
+  uint64_t ring_bytes;  // ring bytes to free (0 for external payloads)
   uint64_t external_bytes;  // bytes of the external allocation (or 0)
 };
 
@@ -149,7 +149,7 @@ class RecordFifo {
     mask_ = num_slots_ - 1;
   }
   static constexpr size_t kKeptSlots = 1 << 16;  // kept when empty
-  std::vector<Record> slots_;  // a power of two in size
+  std::vector<Record> slots_;                    // a power of two in size
   // slots_.size() and that minus 1, kept: a Record is 56 bytes, so the
   // vector's size() is a division (by a multiplication) on every access.
   uint64_t num_slots_ = 0, mask_ = 0;
@@ -171,7 +171,9 @@ struct RingHooks {
 class Queue {
  public:
   explicit Queue(int32_t device, uint64_t capacity, int32_t slot = 0)
-      : device_(device), slot_(slot), capacity_(capacity),
+      : device_(device),
+        slot_(slot),
+        capacity_(capacity),
         next_capacity_(capacity) {}
   ~Queue() { Unmap(); }
   Queue(const Queue&) = delete;
@@ -201,7 +203,7 @@ class Queue {
 
   // ----------------------------------------------------------- producers
   struct Reservation {
-    uint64_t seq;     // of its record in the FIFO
+    uint64_t seq;  // of its record in the FIFO
     uint8_t* data;
   };
 
@@ -238,7 +240,10 @@ class Queue {
           break;
         }
       } else {
-        if (!EnsureRingLocked()) { external = true; break; }
+        if (!EnsureRingLocked()) {
+          external = true;
+          break;
+        }
         // (head_ is below capacity_ until the ring's first wrap: no
         // division on the hot path then.)
         const uint64_t phys = head_ < capacity_ ? head_ : head_ % capacity_;
@@ -251,7 +256,10 @@ class Queue {
           data = ring_ + (pad ? 0 : phys);
           break;
         }
-        if (never_wait || consumer_dispatching_) { external = true; break; }
+        if (never_wait || consumer_dispatching_) {
+          external = true;
+          break;
+        }
       }
       ++space_waiters_;
       WakeConsumerLocked();  // it may be polling: free space sooner
@@ -260,8 +268,8 @@ class Queue {
     }
     uint64_t external_bytes = 0;
     if (external) {
-      data = static_cast<uint8_t*>(std::aligned_alloc(
-          kAlign, payload_bytes ? payload_bytes : kAlign));
+      data = static_cast<uint8_t*>(
+          std::aligned_alloc(kAlign, payload_bytes ? payload_bytes : kAlign));
       external_bytes = payload_bytes;
       external_held_ += external_bytes;  // counted even if data is nullptr
     }
@@ -344,8 +352,10 @@ class Queue {
         consumer_cv_.wait_for(lock, std::chrono::milliseconds(1));
       } else {
         consumer_state_ = kSleeping;
-        if (forever) consumer_cv_.wait(lock);
-        else consumer_cv_.wait_until(lock, deadline);
+        if (forever)
+          consumer_cv_.wait(lock);
+        else
+          consumer_cv_.wait_until(lock, deadline);
       }
       consumer_state_ = kRunning;
     }
@@ -432,9 +442,8 @@ class Queue {
     if (processed_ >= target || consumer_dispatching_) return;
     WakeConsumerLocked();  // it may be polling with taps not yet seen
     ++processed_waiters_;
-    processed_cv_.wait(lock, [&] {
-      return processed_ >= target || consumer_dispatching_;
-    });
+    processed_cv_.wait(
+        lock, [&] { return processed_ >= target || consumer_dispatching_; });
     --processed_waiters_;
   }
 
@@ -509,9 +518,9 @@ class Queue {
   };
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
-    return Counters{records_in_, records_out_, HeldLocked(),
-                    records_.size(), capacity_,
-                    static_cast<uint64_t>(space_waiters_)};
+    return Counters{records_in_,  records_out_,
+                    HeldLocked(), records_.size(),
+                    capacity_,    static_cast<uint64_t>(space_waiters_)};
   }
 
  private:
@@ -557,16 +566,16 @@ class Queue {
   const int32_t slot_;
   RingHooks* hooks_ = nullptr;
   std::mutex mu_;
-  std::condition_variable space_cv_;     // producers waiting for space
-  std::condition_variable consumer_cv_;  // the consumer waiting for records
+  std::condition_variable space_cv_;      // producers waiting for space
+  std::condition_variable consumer_cv_;   // the consumer waiting for records
   std::condition_variable processed_cv_;  // calls waiting for earlier taps
   RecordFifo records_;
   uint8_t* ring_ = nullptr;
   uint64_t mapped_ = 0;
   uint64_t capacity_;
   uint64_t next_capacity_;
-  uint64_t head_ = 0;   // next free ring position (logical, mod capacity_)
-  uint64_t tail_ = 0;   // first ring position still held
+  uint64_t head_ = 0;  // next free ring position (logical, mod capacity_)
+  uint64_t tail_ = 0;  // first ring position still held
   uint64_t external_held_ = 0;
   int space_waiters_ = 0;
   int processed_waiters_ = 0;

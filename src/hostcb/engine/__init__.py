@@ -21,6 +21,7 @@ the barrier.  It subscribes to the options of :mod:`hostcb.config` that
 concern it (the queue bound; the strict barrier, which turns fast dispatch
 off).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -32,35 +33,68 @@ from hostcb import config
 from hostcb import jax_internals as ji
 from hostcb.engine import gpu, native, pyqueue, registry
 from hostcb.engine import lifecycle  # noqa: F401  (fork and exit handlers)
-from hostcb.engine.barrier import (barrier_wait, stop_outfeed_receiver,
-                                   wait_for_taps)
+from hostcb.engine.barrier import (
+  barrier_wait,
+  stop_outfeed_receiver,
+  wait_for_taps,
+)
 from hostcb.engine.errors import CallbackException, record_exception
 from hostcb.engine.lifecycle import note_lowered
-from hostcb.engine.native import (call_one_target_name, call_target_name,
-                                  counters, device_of_ordinal,
-                                  mark_print, noop_target_name,
-                                  supports,
-                                  unavailable_reason, wait_for_device)
+from hostcb.engine.native import (
+  call_one_target_name,
+  call_target_name,
+  counters,
+  device_of_ordinal,
+  mark_print,
+  noop_target_name,
+  supports,
+  unavailable_reason,
+  wait_for_device,
+)
 from hostcb.engine.native import tap_target_name as ffi_target_name
-from hostcb.engine.native import (call_v1_target_name, set_name_resolver,
-                                  tap_v1_target_name)
+from hostcb.engine.native import (
+  call_v1_target_name,
+  set_name_resolver,
+  tap_v1_target_name,
+)
 from hostcb.engine.print_order import prints_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 from hostcb.engine.registry import ProcessLocalFunctionError
 
 __all__ = [
-    "tap_v1_target_name", "call_v1_target_name", "named_target_id",
-    "set_name_resolver", "rebind_name",
-    "available", "serves", "unavailable_reason", "EngineFallbackWarning",
-    "warn_if_unavailable", "ffi_target_name", "call_target_name",
-    "call_one_target_name", "noop_target_name", "target_id",
-    "call_target_id", "supports", "device_of_ordinal", "counters",
-    "wait_for_device", "drain_device",
-    "queue_for", "python_queues", "record_exception",
-    "CallbackException", "barrier_wait", "stop_outfeed_receiver",
-    "wait_for_taps", "note_lowered", "prints_staged", "mark_print",
-    "ProcessLocalFunctionError",
+  "tap_v1_target_name",
+  "call_v1_target_name",
+  "named_target_id",
+  "set_name_resolver",
+  "rebind_name",
+  "available",
+  "serves",
+  "unavailable_reason",
+  "EngineFallbackWarning",
+  "warn_if_unavailable",
+  "ffi_target_name",
+  "call_target_name",
+  "call_one_target_name",
+  "noop_target_name",
+  "target_id",
+  "call_target_id",
+  "supports",
+  "device_of_ordinal",
+  "counters",
+  "wait_for_device",
+  "drain_device",
+  "queue_for",
+  "python_queues",
+  "record_exception",
+  "CallbackException",
+  "barrier_wait",
+  "stop_outfeed_receiver",
+  "wait_for_taps",
+  "note_lowered",
+  "prints_staged",
+  "mark_print",
+  "ProcessLocalFunctionError",
 ]
 
 
@@ -93,8 +127,9 @@ def serves(platform: str) -> bool:
   return False
 
 
-def target_id(key: Any, make: Callable[[], Any], func: Any = None
-              ) -> registry.Lease:
+def target_id(
+  key: Any, make: Callable[[], Any], func: Any = None
+) -> registry.Lease:
   """A lease (:class:`.registry.Lease`) of the native target id
   (``.tid``) of the tap entry that ``make()`` builds, one per ``key`` (see
   :mod:`.registry`); registers the handlers on first use.  The id lives
@@ -104,8 +139,9 @@ def target_id(key: Any, make: Callable[[], Any], func: Any = None
   return registry.tap_id(key, make, func)
 
 
-def call_target_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
-                   func: Any = None) -> registry.Lease:
+def call_target_id(
+  key: Any, make: Callable[[], tuple[Callable, Callable]], func: Any = None
+) -> registry.Lease:
   """A lease of the native target id of a call, one per ``key`` (see
   :func:`.registry.call_id` and :func:`target_id`)."""
   native.register_targets(_capacity())
@@ -126,8 +162,12 @@ def drain_device(device: Any, engine_records: bool = True) -> None:
       wait_for_device(key)
 
 
-def named_target_id(name: str, spec: str, install: Callable[[int], None],
-                    value: Callable[[int], int]) -> int:
+def named_target_id(
+  name: str,
+  spec: str,
+  install: Callable[[int], None],
+  value: Callable[[int], int],
+) -> int:
   """The native target id of the host function by name ``(name, spec)``
   (see :func:`.registry.named_id`); the handlers by name learn
   ``value(tid)`` (the id * 2 + one-array call) now rather than asking."""
@@ -162,10 +202,13 @@ def warn_if_unavailable() -> None:
   if native.disabled_by_user() or env_flag("HOSTCB_NO_ENGINE_WARNING"):
     return
   warnings.warn(
-      f"hostcb: the native engine is not available: {unavailable_reason()}. "
-      "Taps and calls on CPU use XLA's Python callbacks instead, several "
-      "times slower per tap and call. Set HOSTCB_NO_ENGINE_WARNING=1 to "
-      "silence this warning.", EngineFallbackWarning, stacklevel=3)
+    f"hostcb: the native engine is not available: {unavailable_reason()}. "
+    "Taps and calls on CPU use XLA's Python callbacks instead, several "
+    "times slower per tap and call. Set HOSTCB_NO_ENGINE_WARNING=1 to "
+    "silence this warning.",
+    EngineFallbackWarning,
+    stacklevel=3,
+  )
 
 
 # ------------------------------------------------------------- wiring

@@ -20,6 +20,7 @@ Then it puts a marker behind the taps in every queue of both back ends
 them.  It waits for what was queued before it, not for an empty queue, so
 it returns while other threads keep tapping.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,13 +40,14 @@ def _wait_for_live_arrays() -> None:
   platforms (tapping computations of other threads whose results are
   alive, in the fast-dispatch mode)."""
   import jax  # noqa: PLC0415  (public API)
+
   platforms = {d.platform for d in ji.local_devices()}
   for platform in platforms:
     for a in jax.live_arrays(platform):
       try:
         a.block_until_ready()
       except Exception:  # noqa: BLE001  (deleted meanwhile, or it failed:
-        pass           # its error reaches its own caller)
+        pass  # its error reaches its own caller)
 
 
 def wait_for_taps(timeout: float | None = None) -> bool:
@@ -53,16 +55,20 @@ def wait_for_taps(timeout: float | None = None) -> bool:
   (module docstring); False if ``timeout`` seconds passed first."""
   if is_consumer():
     raise RuntimeError(
-        "barrier_wait() was called from a tap function; it would wait for "
-        "that function itself. Call it from the thread that runs the "
-        "computation.")
+      "barrier_wait() was called from a tap function; it would wait for "
+      "that function itself. Call it from the thread that runs the "
+      "computation."
+    )
   retired = registry.barrier_started()
   ji.wait_for_dispatched_computations()
   if ji.fast_dispatch_used():
     ji.drain_this_thread()
     _wait_for_live_arrays()
-  waits = [a for a in (native.put_markers(Arrivals),
-                       pyqueue.put_markers(Arrivals)) if a is not None]
+  waits = [
+    a
+    for a in (native.put_markers(Arrivals), pyqueue.put_markers(Arrivals))
+    if a is not None
+  ]
   try:
     done = all([a.wait(timeout) for a in waits])
   finally:
@@ -73,9 +79,12 @@ def wait_for_taps(timeout: float | None = None) -> bool:
   return done
 
 
-def barrier_wait(logging_name: str | None = None, *,
-                 all_processes: bool = False,
-                 settles_jax_callback_failures: bool = True) -> None:
+def barrier_wait(
+  logging_name: str | None = None,
+  *,
+  all_processes: bool = False,
+  settles_jax_callback_failures: bool = True,
+) -> None:
   """Blocks until every tap of the computations started so far has run.
 
   Waits for the tapping computations dispatched before the call to
@@ -110,6 +119,7 @@ def barrier_wait(logging_name: str | None = None, *,
   wait_for_taps()
   if all_processes:
     from hostcb import distributed  # noqa: PLC0415  (JAX's multi-process)
+
     distributed.wait_for_all_processes(name)
   logger.debug("hostcb: barrier_wait(%s) done", name)
   if settles_jax_callback_failures:
@@ -118,8 +128,8 @@ def barrier_wait(logging_name: str | None = None, *,
   if last is not None:
     exc, text = last
     raise errors.CallbackException(
-        "There were exceptions during callback processing. "
-        f"Last one was:\n{text}") from exc
+      f"There were exceptions during callback processing. Last one was:\n{text}"
+    ) from exc
 
 
 def stop_outfeed_receiver() -> None:

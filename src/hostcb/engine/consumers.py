@@ -7,6 +7,7 @@ jitted code that a tap function runs would.  This thread-local state is the
 one place that says which thread is a consumer and whether its tap
 function dispatched a computation.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,8 @@ __all__ = ["this_thread", "is_consumer", "in_host_function"]
 
 class _ThisThread(threading.local):
   ordinal: int | None = None  # the device this native consumer serves
-  queue: Any = None           # the Python-callback queue this thread serves
-  dispatching = False         # its tap function dispatched a computation
+  queue: Any = None  # the Python-callback queue this thread serves
+  dispatching = False  # its tap function dispatched a computation
   # How many io_callback/pure_callback host functions this thread is
   # running: a computation waits for them, so they must not wait for a
   # consumer (which may be waiting for that computation).

@@ -6,15 +6,22 @@ raise :class:`CallbackException` with the last one.  Both back ends of the
 engine record here, and so does a failing ``call`` (which also fails its
 computation).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import traceback
 
-__all__ = ["CallbackException", "record_exception", "take_last_exception",
-           "mark_jax_callback_failure", "note_jax_callback_failure",
-           "take_jax_callback_failure", "take_for_exit"]
+__all__ = [
+  "CallbackException",
+  "record_exception",
+  "take_last_exception",
+  "mark_jax_callback_failure",
+  "note_jax_callback_failure",
+  "take_jax_callback_failure",
+  "take_for_exit",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -67,9 +74,12 @@ def take_jax_callback_failure() -> bool:
   return failed
 
 
-def record_exception(e: BaseException,
-                     what: str = "a tap function raised an exception", *,
-                     reaches_caller: bool = False) -> None:
+def record_exception(
+  e: BaseException,
+  what: str = "a tap function raised an exception",
+  *,
+  reaches_caller: bool = False,
+) -> None:
   """Logs ``e`` and keeps it for the next barrier (``barrier_wait``).
 
   ``reaches_caller``: ``e`` also fails the computation (a ``call``), so
@@ -99,8 +109,11 @@ def take_for_exit() -> tuple[tuple[BaseException, str] | None, bool, bool]:
   global _last
   with _lock:
     last, _last = _last, None
-    return (last, _last_reached_caller,
-            _jax_callback_failed or (last is not None and _last_is_jax_callback))
+    return (
+      last,
+      _last_reached_caller,
+      _jax_callback_failed or (last is not None and _last_is_jax_callback),
+    )
 
 
 def after_fork_in_child() -> None:

@@ -24,6 +24,7 @@ Off by default (``hostcb_gpu_engine``, ``HOSTCB_GPU_ENGINE=1``) until it
 has passed ``scripts/check_gpu.sh`` on a real GPU; its host side is tested
 on CPU machines with a simulated driver (``tests/test_engine_gpu.py``).
 """
+
 from __future__ import annotations
 
 import threading
@@ -55,7 +56,9 @@ def available(capacity: int) -> bool:
   if _registered:
     return True
   if not native.available(capacity):
-    _reason = f"the native engine is not available: {native.unavailable_reason()}"
+    _reason = (
+      f"the native engine is not available: {native.unavailable_reason()}"
+    )
     return False
   with _lock:
     if _registered:
@@ -67,6 +70,7 @@ def available(capacity: int) -> bool:
       return False
     try:
       import jax  # noqa: PLC0415
+
       for name, capsule in engine.cuda_handlers().items():
         jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
     except Exception as e:  # noqa: BLE001  (e.g. built for another jaxlib)
@@ -81,6 +85,7 @@ def has_local_gpu() -> bool:
   """Whether JAX has NVIDIA GPUs in this process (its backend for them
   started)."""
   import jax  # noqa: PLC0415
+
   try:
     return bool(jax.local_devices(backend="cuda"))
   except RuntimeError:  # no CUDA backend
@@ -104,10 +109,12 @@ def warn_unavailable() -> None:
     return
   _warned[0] = True
   warnings.warn(
-      f"hostcb: the GPU engine (hostcb_gpu_engine) is on but cannot be used: "
-      f"{_reason}. Taps and calls on GPUs use XLA's Python callbacks "
-      "instead, which make the stream wait for Python.",
-      GpuEngineFallbackWarning, stacklevel=4)
+    f"hostcb: the GPU engine (hostcb_gpu_engine) is on but cannot be used: "
+    f"{_reason}. Taps and calls on GPUs use XLA's Python callbacks "
+    "instead, which make the stream wait for Python.",
+    GpuEngineFallbackWarning,
+    stacklevel=4,
+  )
 
 
 def key_of(local_hardware_id: int) -> int:
@@ -133,6 +140,7 @@ def _clear_caches(_value: Any, _first=[True]) -> None:  # noqa: B006
     _first[0] = False
     return
   import jax  # noqa: PLC0415
+
   jax.clear_caches()
 
 

@@ -11,6 +11,7 @@ lowered in this process, the exit handler waits for the dispatched
 computations and then for their taps (:func:`.barrier.wait_for_taps`,
 bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -54,8 +55,9 @@ def _at_exit() -> None:
     return
   try:
     if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
-      logger.error("hostcb: at exit, taps still pending after %s s",
-                   EXIT_TIMEOUT_SECONDS)
+      logger.error(
+        "hostcb: at exit, taps still pending after %s s", EXIT_TIMEOUT_SECONDS
+      )
   except Exception:  # the interpreter is going away: log it, go on
     # Raising here would only print an "Exception ignored in atexit"
     # without hostcb's context; the log says what failed, with the trace.
@@ -82,6 +84,7 @@ def _exit_as_jax_does() -> None:
   hostcb was imported (JAX's cleanup among them) do not run."""
   try:
     import jax  # noqa: PLC0415  (public API; loaded when taps were lowered)
+
     jax.distributed.shutdown()
   except Exception:  # exiting with status 1 anyway: logged
     logger.exception("hostcb: at exit, shutting down jax.distributed failed")
@@ -106,9 +109,11 @@ def _install_hooks() -> None:
   if ji.is_installed("engine: at exit"):
     return
   atexit.register(_at_exit)
-  ji.record_patch("engine: at exit",
-                  "atexit (hostcb.engine.lifecycle._at_exit)",
-                  lambda: atexit.unregister(_at_exit))
+  ji.record_patch(
+    "engine: at exit",
+    "atexit (hostcb.engine.lifecycle._at_exit)",
+    lambda: atexit.unregister(_at_exit),
+  )
   if hasattr(os, "register_at_fork") and not _fork_hook[0]:
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _fork_hook[0] = True

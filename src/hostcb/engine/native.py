@@ -56,6 +56,7 @@ device ordinal, which XLA's CPU client sets to the JAX device id (the GPU
 back end, :mod:`.gpu`, uses ``GPU_KEY_BASE`` plus the GPU's local
 ordinal); :func:`device_of_ordinal` maps either to a ``jax.Device``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -94,8 +95,10 @@ _MAX_BATCH = 256
 # producers need not signal) before sleeping until a producer wakes it.
 _POLL_SECONDS = 0.05
 
-_FIX_BUILD = ("install a C++ compiler (e.g. g++) and reinstall hostcb: "
-              "pip install --force-reinstall --no-deps --no-cache-dir hostcb")
+_FIX_BUILD = (
+  "install a C++ compiler (e.g. g++) and reinstall hostcb: "
+  "pip install --force-reinstall --no-deps --no-cache-dir hostcb"
+)
 
 # ------------------------------------------------------------------ loading
 _native: Any = None
@@ -122,12 +125,16 @@ def _load() -> None:
   except ImportError as e:
     failure = _build_failure()
     if failure:
-      _reason = (f"it was not built when hostcb was installed ({failure}); "
-                 f"to build it, {_FIX_BUILD}")
+      _reason = (
+        f"it was not built when hostcb was installed ({failure}); "
+        f"to build it, {_FIX_BUILD}"
+      )
     else:
       first = str(e).splitlines()[0] if str(e) else type(e).__name__
-      _reason = (f"the extension hostcb._native._engine cannot be loaded "
-                 f"({first}); {_FIX_BUILD}")
+      _reason = (
+        f"the extension hostcb._native._engine cannot be loaded "
+        f"({first}); {_FIX_BUILD}"
+      )
     return
   _native = _engine
 
@@ -167,12 +174,29 @@ def module() -> Any:
 # carry, by NumPy/ml_dtypes name.  Sub-byte types are refused by the
 # handlers.
 _DTYPE_CODES = {
-    "bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
-    "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
-    "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18,
-    "float8_e5m2": 19, "float8_e4m3fn": 20, "float8_e4m3b11fnuz": 23,
-    "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
-    "float8_e3m4": 29, "float8_e8m0fnu": 33,
+  "bool": 1,
+  "int8": 2,
+  "int16": 3,
+  "int32": 4,
+  "int64": 5,
+  "uint8": 6,
+  "uint16": 7,
+  "uint32": 8,
+  "uint64": 9,
+  "float16": 10,
+  "float32": 11,
+  "float64": 12,
+  "complex64": 15,
+  "bfloat16": 16,
+  "complex128": 18,
+  "float8_e5m2": 19,
+  "float8_e4m3fn": 20,
+  "float8_e4m3b11fnuz": 23,
+  "float8_e5m2fnuz": 24,
+  "float8_e4m3fnuz": 25,
+  "float8_e4m3": 28,
+  "float8_e3m4": 29,
+  "float8_e8m0fnu": 33,
 }
 
 _registered = False
@@ -210,6 +234,7 @@ def register_targets(capacity: int, check: bool = True) -> None:
     if _registered:
       return
     import jax  # noqa: PLC0415
+
     # With the CPU client running, XLA checks each handler now (a handler
     # built for another jaxlib raises here) instead of failing the
     # client's start later.  (JAX_PLATFORMS may leave the CPU out: the
@@ -221,10 +246,10 @@ def register_targets(capacity: int, check: bool = True) -> None:
       pass
     native.set_name_resolver(_resolve_name)  # the handlers by name ask it
     native.set_dtypes(_dtype_table())
-    native.set_call_server(registry.call_runners, _check_call,
-                           _call_failure_text)
-    native.set_consumer_hooks(_marker_arrived, _tap_failed,
-                              dispatch_finished)
+    native.set_call_server(
+      registry.call_runners, _check_call, _call_failure_text
+    )
+    native.set_consumer_hooks(_marker_arrived, _tap_failed, dispatch_finished)
     native.set_consumer_starter(_start_consumer)
     for name, capsule in native.handlers().items():
       jax.ffi.register_ffi_target(name, capsule, platform="cpu")
@@ -246,10 +271,12 @@ def register_at_import(capacity: int) -> None:
 
 
 def _refused(e: BaseException) -> None:
-  _disable(f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
-           "reinstall hostcb to build it for the installed jaxlib: "
-           "pip install --force-reinstall --no-deps --no-cache-dir "
-           "hostcb")
+  _disable(
+    f"XLA refused its FFI handlers ({str(e).splitlines()[0]}); "
+    "reinstall hostcb to build it for the installed jaxlib: "
+    "pip install --force-reinstall --no-deps --no-cache-dir "
+    "hostcb"
+  )
 
 
 # resolver(name, spec) -> target id * 2 + one-array call: set by hostcb.named.
@@ -266,8 +293,9 @@ def _resolve_name(name: str, spec: str) -> int:
   resolver = _name_resolver[0]
   if resolver is None:
     raise LookupError(
-        f"hostcb: no host function is registered under the name {name!r} in "
-        "this process (hostcb.named is not imported)")
+      f"hostcb: no host function is registered under the name {name!r} in "
+      "this process (hostcb.named is not imported)"
+    )
   return resolver(name, spec)
 
 
@@ -317,8 +345,10 @@ def _call_failure_text(e: BaseException) -> str:
   It begins as XLA's own Python callbacks word it ("CpuCallback error
   calling callback: " and the traceback), which user code may match.
   """
-  return "CpuCallback error calling callback: " + "".join(
-      traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+  return (
+    "CpuCallback error calling callback: "
+    + "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+  )
 
 
 # ------------------------------------------------------------ consumers
@@ -338,9 +368,11 @@ def device_of_ordinal(ordinal: int) -> Any:
   device ordinal (XLA's CPU client gives its handlers the device id), or
   ``GPU_KEY_BASE`` plus a GPU's local hardware id (:mod:`.gpu`)."""
   global _devices_by_ordinal
-  if _devices_by_ordinal is None or (ordinal >= GPU_KEY_BASE
-                                     and ordinal not in _devices_by_ordinal):
+  if _devices_by_ordinal is None or (
+    ordinal >= GPU_KEY_BASE and ordinal not in _devices_by_ordinal
+  ):
     import jax  # noqa: PLC0415
+
     table = {}
     for backend in ("cpu", "gpu"):
       try:
@@ -361,8 +393,10 @@ def key_of_device(device: Any) -> int | None:
   platform = getattr(device, "platform", None)
   if platform == "cpu":
     return device.id
-  if (platform in ("gpu", "cuda")
-      and getattr(device, "local_hardware_id", None) is not None):
+  if (
+    platform in ("gpu", "cuda")
+    and getattr(device, "local_hardware_id", None) is not None
+  ):
     return GPU_KEY_BASE + device.local_hardware_id
   return None
 
@@ -390,11 +424,13 @@ class _Consumer:
   def __init__(self, ordinal: int):
     self.ordinal = ordinal
     self.device = device_of_ordinal(ordinal)
-    self.thread = threading.Thread(target=self._run, daemon=True,
-                                   name=f"hostcb-engine-{ordinal}")
+    self.thread = threading.Thread(
+      target=self._run, daemon=True, name=f"hostcb-engine-{ordinal}"
+    )
 
   def _run(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
+
     this_thread.ordinal = self.ordinal
     delay, failed_at = 0.0, None
     with ji.running_tap_functions():
@@ -403,13 +439,15 @@ class _Consumer:
           self._consume()
         except Exception as e:  # noqa: BLE001  (the consumer never dies)
           errors.record_exception(
-              e, f"the consumer of device {self.ordinal} failed")
+            e, f"the consumer of device {self.ordinal} failed"
+          )
           # Logged and kept for the barrier; then the consumer waits before
           # it tries again, longer after each failure that follows closely
           # on the last, so that a persistent failure is no hot loop.
           now = time.monotonic()
-          delay = retry_delay(delay, None if failed_at is None
-                              else now - failed_at)
+          delay = retry_delay(
+            delay, None if failed_at is None else now - failed_at
+          )
           failed_at = now
           _sleep(delay)
 
@@ -420,8 +458,7 @@ class _Consumer:
     while True:
       # Each batch in order, the GIL held throughout (less the
       # interpreter's switches), calling the tap functions and the hooks.
-      run_batch(ordinal, functions, device, _MAX_BATCH, None, 0,
-                _POLL_SECONDS)
+      run_batch(ordinal, functions, device, _MAX_BATCH, None, 0, _POLL_SECONDS)
 
 
 def _marker_arrived(marker: int) -> None:
@@ -436,8 +473,9 @@ def _tap_failed(tid: int, e: BaseException | None) -> None:
   whose operands could not be allocated on the host, by the device or by
   the consumer): reported by the next barrier."""
   if tid == -1:
-    e = MemoryError("hostcb: a tap was lost: its operands could not be "
-                    "allocated on the host")
+    e = MemoryError(
+      "hostcb: a tap was lost: its operands could not be allocated on the host"
+    )
   elif e is None:
     e = KeyError(f"hostcb: no tap function has target id {tid}")
   elif e.__traceback__ is None:
@@ -563,8 +601,12 @@ def wait_for_prints_everywhere(deadline: float) -> bool:
   passed first.  Not from a consumer thread (the caller checks)."""
   ok = True
   for ordinal in list(_consumers):
-    ok = _native.wait_for_earlier_records(
-        ordinal, True, max(0.0, deadline - time.monotonic())) and ok
+    ok = (
+      _native.wait_for_earlier_records(
+        ordinal, True, max(0.0, deadline - time.monotonic())
+      )
+      and ok
+    )
   return ok
 
 
@@ -605,8 +647,9 @@ def install_exit_guard() -> None:
 
   def undo() -> None:
     if not _native.uninstall_exit_guard():
-      logger.warning("hostcb: another std::terminate handler replaced "
-                     "hostcb's exit guard since; left in place")
+      logger.warning(
+        "hostcb: another std::terminate handler replaced "
+        "hostcb's exit guard since; left in place"
+      )
 
-  ji.record_patch("exit guard", "std::terminate handler (exit_guard.cc)",
-                  undo)
+  ji.record_patch("exit guard", "std::terminate handler (exit_guard.cc)", undo)

@@ -36,6 +36,7 @@ cost more).  The device never waits.  :func:`uninstall` (called by
 :func:`hostcb.uninstall`) puts ``sys``'s class and the streams back; the
 next print staged installs it again.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,7 @@ from hostcb import jax_internals as ji
 from hostcb.engine import native, pyqueue
 from hostcb.engine.consumers import is_consumer
 
-__all__ = ["install", "uninstall", "installed", "OrderedStream",
-           "WAIT_SECONDS"]
+__all__ = ["install", "uninstall", "installed", "OrderedStream", "WAIT_SECONDS"]
 
 logger = logging.getLogger("hostcb")
 
@@ -129,7 +129,8 @@ class _Wrapping:
       return module.__dict__[self.name]
     except KeyError:
       raise AttributeError(
-          f"module 'sys' has no attribute {self.name!r}") from None
+        f"module 'sys' has no attribute {self.name!r}"
+      ) from None
 
   def __set__(self, module, value) -> None:
     module.__dict__[self.name] = _wrap(value)
@@ -140,6 +141,7 @@ class _Wrapping:
 
 class _SysModule(types.ModuleType):
   """``sys``'s class while installed."""
+
   stdout = _Wrapping("stdout")
   stderr = _Wrapping("stderr")
 
@@ -160,9 +162,12 @@ def install() -> None:
     if type(sys) is not types.ModuleType:
       # Another tool changed sys's class: wrap the streams as they are now
       # (a later assignment is then not wrapped), without touching it.
-      logger.warning("hostcb: sys's class is %r (another tool's): streams "
-                     "assigned to sys.stdout/sys.stderr from now on do not "
-                     "wait for hostcb's prints", type(sys))
+      logger.warning(
+        "hostcb: sys's class is %r (another tool's): streams "
+        "assigned to sys.stdout/sys.stderr from now on do not "
+        "wait for hostcb's prints",
+        type(sys),
+      )
     else:
       sys.__class__ = _SysModule
     for name in _NAMES:
@@ -190,12 +195,16 @@ def _before_write() -> None:
   state = _state
   waits = getattr(state, "waits", None)
   if waits is None:  # XLA's threads (running a callback) keep no order
-    waits = state.waits = not isinstance(threading.current_thread(),
-                                         threading._DummyThread)
+    waits = state.waits = not isinstance(
+      threading.current_thread(), threading._DummyThread
+    )
   if not waits or getattr(state, "busy", False) or is_consumer():
     return
-  if (ji.wait_for_this_threads_computation(0.0) and not pyqueue.queues
-      and native.prints_run_everywhere()):
+  if (
+    ji.wait_for_this_threads_computation(0.0)
+    and not pyqueue.queues
+    and native.prints_run_everywhere()
+  ):
     return  # nothing pending (the common case): no clock, no state
   state.busy = True  # what the waits log is written without waiting
   try:
@@ -213,7 +222,8 @@ def _wait_for_earlier_prints() -> None:
   if not ok and not _warned[0]:
     _warned[0] = True  # once per process: the same cause would repeat it
     logger.warning(
-        "hostcb: a write to sys.stdout/sys.stderr waited %s s for the "
-        "computation before it and hostcb's prints queued by them (a tap "
-        "function that does not return?); it goes on without them",
-        WAIT_SECONDS)
+      "hostcb: a write to sys.stdout/sys.stderr waited %s s for the "
+      "computation before it and hostcb's prints queued by them (a tap "
+      "function that does not return?); it goes on without them",
+      WAIT_SECONDS,
+    )

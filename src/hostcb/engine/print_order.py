@@ -22,6 +22,7 @@ nor in the host function of an ``io_callback``/``pure_callback`` (which
 reads its ``jax.Array`` arguments): its computation waits for it, and a
 consumer may be waiting for that computation.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,7 +49,7 @@ def _wait_for_earlier_prints(array: Any) -> None:
   try:
     devices = array.devices()
   except Exception:  # noqa: BLE001  (deleted: no value was read; the read
-    return           # itself raised or will raise the reason)
+    return  # itself raised or will raise the reason)
   for d in devices:  # another process's devices have no queue here
     if pyqueue.queues:
       q = pyqueue.queues.get(d)

@@ -11,6 +11,7 @@ tap functions in order.  These queues are bounded by
 overhead per tap): a device whose queue is full waits for its consumer,
 so no tap is ever dropped.
 """
+
 from __future__ import annotations
 
 import collections
@@ -51,16 +52,17 @@ class DeviceQueue:
     self._items: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition(threading.Lock())
     self._bytes = 0
-    self._waiters = 0           # producers waiting for space
+    self._waiters = 0  # producers waiting for space
     self._consumer_asleep = False  # waiting until a producer wakes it
-    self._queued = 0            # items ever queued (markers too)
-    self._done = 0              # items ever run to the end (the difference
-                                # is what is queued and not yet run)
-    self._last_print = 0        # _queued just after the latest print tap
-    self._print_waiters = 0     # host reads waiting for prints
-    self.dispatching = False    # the consumer's tap function dispatched
-    self._thread = threading.Thread(target=self._consume, daemon=True,
-                                    name=f"hostcb-consumer-{name}")
+    self._queued = 0  # items ever queued (markers too)
+    self._done = 0  # items ever run to the end (the difference
+    # is what is queued and not yet run)
+    self._last_print = 0  # _queued just after the latest print tap
+    self._print_waiters = 0  # host reads waiting for prints
+    self.dispatching = False  # the consumer's tap function dispatched
+    self._thread = threading.Thread(
+      target=self._consume, daemon=True, name=f"hostcb-consumer-{name}"
+    )
     self._thread.start()
 
   def is_consumer(self) -> bool:
@@ -73,8 +75,9 @@ class DeviceQueue:
     function)."""
     return not (self.dispatching or self.is_consumer())
 
-  def put(self, run: Callable[[], Any], nbytes: int,
-          prints: bool = False) -> None:
+  def put(
+    self, run: Callable[[], Any], nbytes: int, prints: bool = False
+  ) -> None:
     """Queues ``run()`` (a print tap if ``prints``); waits while the queue
     holds too many bytes.
 
@@ -85,12 +88,18 @@ class DeviceQueue:
     """
     cond = self._cond
     with cond:
-      if (self._bytes and self._bytes + nbytes > _max_bytes
-          and not self.is_consumer()):
+      if (
+        self._bytes
+        and self._bytes + nbytes > _max_bytes
+        and not self.is_consumer()
+      ):
         self._waiters += 1
         try:
-          while (self._bytes and self._bytes + nbytes > _max_bytes
-                 and not self.dispatching):
+          while (
+            self._bytes
+            and self._bytes + nbytes > _max_bytes
+            and not self.dispatching
+          ):
             cond.wait()
         finally:
           self._waiters -= 1
@@ -133,12 +142,14 @@ class DeviceQueue:
       self._print_waiters += 1
       try:
         return self._cond.wait_for(
-            lambda: self._done >= target or self.dispatching, timeout)
+          lambda: self._done >= target or self.dispatching, timeout
+        )
       finally:
         self._print_waiters -= 1
 
   def _consume(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
+
     this_thread.queue = self
     with ji.running_tap_functions():
       self._consume_forever()

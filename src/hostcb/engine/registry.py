@@ -53,6 +53,7 @@ mean nothing in another process (:class:`ProcessLocalFunctionError`).
 
 Standard library only: the tables are plain lists.
 """
+
 from __future__ import annotations
 
 import collections
@@ -63,9 +64,17 @@ import re
 import threading
 from typing import Any, Callable
 
-__all__ = ["tap_functions", "call_runners", "call_checks", "tap_id",
-           "call_id", "Lease", "ProcessLocalFunctionError",
-           "live_ids", "collect"]
+__all__ = [
+  "tap_functions",
+  "call_runners",
+  "call_checks",
+  "tap_id",
+  "call_id",
+  "Lease",
+  "ProcessLocalFunctionError",
+  "live_ids",
+  "collect",
+]
 
 tap_functions: list[Any] = [None]
 call_runners: list[Callable[[tuple, int], Any] | None] = [None]
@@ -101,8 +110,9 @@ def _text(key: Any) -> str:
 
 
 def _first_choice(key: Any) -> int:
-  digest = hashlib.blake2b(_text(key).encode("utf-8", "replace"),
-                           digest_size=8).digest()
+  digest = hashlib.blake2b(
+    _text(key).encode("utf-8", "replace"), digest_size=8
+  ).digest()
   return 1 + int.from_bytes(digest, "little") % SPREAD
 
 
@@ -119,6 +129,7 @@ def _new_id(key: Any) -> int:
   _probe_from[first] = tid + 1
   return tid
 
+
 class ProcessLocalFunctionError(pickle.PicklingError):
   """A compiled executable that calls process-local host functions was
   serialized: in another process, its target ids would name other
@@ -128,6 +139,7 @@ class ProcessLocalFunctionError(pickle.PicklingError):
 class Lease:
   """Keeps target id ``tid`` alive while this object lives; the lowering
   hands it to JAX's keep-alive list of the lowered module."""
+
   __slots__ = ("tid", "__weakref__")
 
   def __init__(self, tid: int):
@@ -142,21 +154,21 @@ class Lease:
 
   def __reduce__(self):
     raise ProcessLocalFunctionError(
-        "hostcb: this executable calls the host function "
-        f"{_names.get(self.tid, '?')} (hostcb target id {self.tid}), which "
-        "exists only in the process that compiled it: in another process "
-        "that id would call another function, or none, so an executable "
-        "with hostcb taps or calls of process-local functions cannot be "
-        "serialized. Register the function under a stable name "
-        "(hostcb.register(name, fn)) to call it from a serialized "
-        "executable, or serialize a program without it.")
+      "hostcb: this executable calls the host function "
+      f"{_names.get(self.tid, '?')} (hostcb target id {self.tid}), which "
+      "exists only in the process that compiled it: in another process "
+      "that id would call another function, or none, so an executable "
+      "with hostcb taps or calls of process-local functions cannot be "
+      "serialized. Register the function under a stable name "
+      "(hostcb.register(name, fn)) to call it from a serialized "
+      "executable, or serialize a program without it."
+    )
 
   def __repr__(self) -> str:
     return f"<hostcb target {self.tid}: {_names.get(self.tid, '?')}>"
 
 
-def _assign_id(key: Any, install: Callable[[int], None], name: str
-               ) -> Lease:
+def _assign_id(key: Any, install: Callable[[int], None], name: str) -> Lease:
   """A lease of the target id of ``key``; a new id is passed to
   ``install`` first."""
   with _lock:
@@ -191,12 +203,14 @@ def tap_id(key: Any, make: Callable[[], Any], func: Any = None) -> Lease:
   builds, one per ``key`` (a tap function with its tree structure and
   transforms), so that recompiling a live function does not grow the
   registry.  ``func``: the function, named in error messages."""
-  return _assign_id(key, lambda tid: _put(tap_functions, tid, make()),
-                    _name(func))
+  return _assign_id(
+    key, lambda tid: _put(tap_functions, tid, make()), _name(func)
+  )
 
 
-def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
-            func: Any = None) -> Lease:
+def call_id(
+  key: Any, make: Callable[[], tuple[Callable, Callable]], func: Any = None
+) -> Lease:
   """A lease of the target id of a call, one per ``key``.
 
   ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
@@ -205,6 +219,7 @@ def call_id(key: Any, make: Callable[[], tuple[Callable, Callable]],
   is); ``check(result)`` turns such a result into the flat, checked
   results or raises.
   """
+
   def install(tid: int) -> None:
     run, check = make()
     _put(call_checks, tid, check)

@@ -1,4 +1,5 @@
 """The one waiting primitive of the engine: a barrier's arrivals."""
+
 from __future__ import annotations
 
 import threading
@@ -40,8 +41,11 @@ class Arrivals:
     passed first."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-      left = (_WAIT_SLICE_SECONDS if deadline is None else
-              min(_WAIT_SLICE_SECONDS, deadline - time.monotonic()))
+      left = (
+        _WAIT_SLICE_SECONDS
+        if deadline is None
+        else min(_WAIT_SLICE_SECONDS, deadline - time.monotonic())
+      )
       if self._done.acquire(timeout=max(left, 0)):
         self._done.release()
         return True

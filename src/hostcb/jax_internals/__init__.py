@@ -33,56 +33,99 @@ Checked against jax 0.8.0 to 0.12.0.1 (:mod:`.versions` names the range;
 on 0.8.0, ``scripts/check_newest_jax.sh`` on the newest JAX that pip
 resolves, on Python 3.12 or newer).
 """
+
 from hostcb.jax_internals.array_reads import after_host_reads
-from hostcb.jax_internals.buffers import (ExecutionStage, buffer_callback_effect,
-                                         emit_buffer_callback, ffi_batching,
-                                         runs_on_one_of_several_devices,
-                                         same_shape_and_dtype)
-from hostcb.jax_internals.core import (Primitive, ShapedArray, apply_compiled,
-                                      host_callback_effect,
-                                      instantiate_zeros, is_symbolic_zero,
-                                      is_tracer, is_undefined_primal,
-                                      new_primitive, no_effects, not_mapped,
-                                      register_batching,
-                                      register_config_options, register_jvp,
-                                      register_lowering, register_transpose,
-                                      rematerialize_on_backward_pass,
-                                      set_dispatch_hook,
-                                      wait_at_process_barrier,
-                                      wait_for_dispatched_computations,
-                                      wait_for_this_threads_computation,
-                                      forget_dispatched_computations)
-from hostcb.jax_internals.dispatch import (declares_no_effect,
-                                          drain_this_thread, fast_dispatch,
-                                          note_print_lowered,
-                                          fast_dispatch_used, local_devices,
-                                          running_tap_functions,
-                                          set_fast_dispatch)
+from hostcb.jax_internals.buffers import (
+  ExecutionStage,
+  buffer_callback_effect,
+  emit_buffer_callback,
+  ffi_batching,
+  runs_on_one_of_several_devices,
+  same_shape_and_dtype,
+)
+from hostcb.jax_internals.core import (
+  Primitive,
+  ShapedArray,
+  apply_compiled,
+  host_callback_effect,
+  instantiate_zeros,
+  is_symbolic_zero,
+  is_tracer,
+  is_undefined_primal,
+  new_primitive,
+  no_effects,
+  not_mapped,
+  register_batching,
+  register_config_options,
+  register_jvp,
+  register_lowering,
+  register_transpose,
+  rematerialize_on_backward_pass,
+  set_dispatch_hook,
+  wait_at_process_barrier,
+  wait_for_dispatched_computations,
+  wait_for_this_threads_computation,
+  forget_dispatched_computations,
+)
+from hostcb.jax_internals.dispatch import (
+  declares_no_effect,
+  drain_this_thread,
+  fast_dispatch,
+  note_print_lowered,
+  fast_dispatch_used,
+  local_devices,
+  running_tap_functions,
+  set_fast_dispatch,
+)
 from hostcb.jax_internals.custom_calls import lowering_platforms
-from hostcb.jax_internals.custom_calls import (Placement, emit_custom_call,
-                                          emit_host_callback,
-                                          lowering_platform)
-from hostcb.jax_internals.keepalive import (hold_weakly_in_jax_caches,
-                                           keep_alive_with_executable)
-from hostcb.jax_internals.partitioned import (emit_per_shard_custom_call,
-                                             slice_bounds)
-from hostcb.jax_internals.replicas import (annotate_shardings, lower_for_replicas,
-                                          tiled_sharding_text,
-                                          to_xla_computation,
-                                          xla_computation_from_proto)
+from hostcb.jax_internals.custom_calls import (
+  Placement,
+  emit_custom_call,
+  emit_host_callback,
+  lowering_platform,
+)
+from hostcb.jax_internals.keepalive import (
+  hold_weakly_in_jax_caches,
+  keep_alive_with_executable,
+)
+from hostcb.jax_internals.partitioned import (
+  emit_per_shard_custom_call,
+  slice_bounds,
+)
+from hostcb.jax_internals.replicas import (
+  annotate_shardings,
+  lower_for_replicas,
+  tiled_sharding_text,
+  to_xla_computation,
+  xla_computation_from_proto,
+)
 from hostcb.jax_internals.replicas import HloPrintOptions, staging_pmaps
-from hostcb.jax_internals.buffers import emit_buffer_callback_everywhere, lowers_without_devices
-from hostcb.jax_internals.host_arrays import (cpu_array, cpu_arrays,
-                                             prepare_cpu_arrays)
-from hostcb.jax_internals.effects_barrier import (jax_effects_barrier,
-                                                  patch_effects_barrier)
-from hostcb.jax_internals.own_callbacks import (is_jax_value,
-                                                jax_callback_functions,
-                                                jax_io_effect,
-                                                jax_ordered_debug_effect)
-from hostcb.jax_internals.patches import (ensure, installed, is_installed,
-                                          uninstall_all, when_first_needed)
-from hostcb.jax_internals.versions import (JaxInternalChanged,
-                                           MissingJaxInternal)
+from hostcb.jax_internals.buffers import (
+  emit_buffer_callback_everywhere,
+  lowers_without_devices,
+)
+from hostcb.jax_internals.host_arrays import (
+  cpu_array,
+  cpu_arrays,
+  prepare_cpu_arrays,
+)
+from hostcb.jax_internals.effects_barrier import (
+  jax_effects_barrier,
+  patch_effects_barrier,
+)
+from hostcb.jax_internals.own_callbacks import (
+  is_jax_value,
+  jax_callback_functions,
+  jax_io_effect,
+  jax_ordered_debug_effect,
+)
+from hostcb.jax_internals.patches import (
+  ensure,
+  installed,
+  is_installed,
+  uninstall_all,
+  when_first_needed,
+)
+from hostcb.jax_internals.versions import JaxInternalChanged, MissingJaxInternal
 from hostcb.jax_internals.patches import install as install_patch
 from hostcb.jax_internals.patches import record as record_patch

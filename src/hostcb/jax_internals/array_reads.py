@@ -28,6 +28,7 @@ reads its results on the host never calls the hook.  One read escapes it:
 its memory through the buffer protocol, a slot of JAX's C++ array type
 that Python code cannot wrap.
 """
+
 from __future__ import annotations
 
 import functools
@@ -75,8 +76,7 @@ def _install(hook: Callable[[Any], None]) -> None:
   block = require(impl, "block_until_ready", _WHAT)
   item = require(impl, "item", _WHAT)
   batched = require(_xc, "batched_block_until_ready", _WHAT)
-  check_shape(value, "jax._src.array.ArrayImpl._value", _WHAT,
-              types=property)
+  check_shape(value, "jax._src.array.ArrayImpl._value", _WHAT, types=property)
   read_value = value.fget
 
   def _value(self):
@@ -101,11 +101,14 @@ def _install(hook: Callable[[Any], None]) -> None:
 
   # JAX's own function (what the class holds again after uninstall).
   _unhooked_block[:] = [block]
-  patches.install(_NAME, impl, "_value",
-                  property(_value, doc=value.__doc__))
-  patches.install(f"{_NAME} (block_until_ready)", impl, "block_until_ready",
-                  block_until_ready)
-  patches.install(f"{_NAME} (item)", impl, "item",
-                  functools.wraps(item)(item_))
-  patches.install(f"{_NAME} (several arrays)", _xc,
-                  "batched_block_until_ready", batched_block_until_ready)
+  patches.install(_NAME, impl, "_value", property(_value, doc=value.__doc__))
+  patches.install(
+    f"{_NAME} (block_until_ready)", impl, "block_until_ready", block_until_ready
+  )
+  patches.install(f"{_NAME} (item)", impl, "item", functools.wraps(item)(item_))
+  patches.install(
+    f"{_NAME} (several arrays)",
+    _xc,
+    "batched_block_until_ready",
+    batched_block_until_ready,
+  )

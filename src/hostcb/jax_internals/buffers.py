@@ -3,6 +3,7 @@
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
 checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -30,9 +31,11 @@ from hostcb.jax_internals.custom_calls import (
 # The stage in which XLA runs a buffer callback (see hostcb.buffer_callback).
 ExecutionStage = _ffi_lib.ExecutionStage
 
-_BUFFER_TARGETS = {"cpu": "xla_buffer_python_cpu_callback",
-                   "cuda": "xla_buffer_python_gpu_callback",
-                   "rocm": "xla_buffer_python_gpu_callback"}
+_BUFFER_TARGETS = {
+  "cpu": "xla_buffer_python_cpu_callback",
+  "cuda": "xla_buffer_python_gpu_callback",
+  "rocm": "xla_buffer_python_gpu_callback",
+}
 
 
 class BufferCallbackEffect(_effects.Effect):
@@ -47,10 +50,12 @@ class BufferCallbackEffect(_effects.Effect):
 
 
 buffer_callback_effect = BufferCallbackEffect()
-for _effect_set in (_effects.lowerable_effects,
-                    _effects.control_flow_allowed_effects,
-                    _effects.remat_allowed_effects,
-                    _effects.custom_derivatives_allowed_effects):
+for _effect_set in (
+  _effects.lowerable_effects,
+  _effects.control_flow_allowed_effects,
+  _effects.remat_allowed_effects,
+  _effects.custom_derivatives_allowed_effects,
+):
   _effect_set.add_type(BufferCallbackEffect)
 
 
@@ -77,17 +82,21 @@ def runs_on_one_of_several_devices(ctx) -> bool:
   callbacks, not for the buffer ones.
   """
   axis_context = ctx.module_context.axis_context
-  return (isinstance(axis_context, _sharding_impls.ShardingContext)
-          and axis_context.num_devices > 1)
+  return (
+    isinstance(axis_context, _sharding_impls.ShardingContext)
+    and axis_context.num_devices > 1
+  )
 
 
-def emit_buffer_callback_everywhere(ctx, host_fn: Callable,
-                                   args: Sequence[Any], *,
-                                   has_side_effect: bool,
-                                   operand_output_aliases: Sequence[
-                                       tuple[int, int]] = (),
-                                   command_buffer_compatible: bool = False
-                                   ) -> Sequence[Any]:
+def emit_buffer_callback_everywhere(
+  ctx,
+  host_fn: Callable,
+  args: Sequence[Any],
+  *,
+  has_side_effect: bool,
+  operand_output_aliases: Sequence[tuple[int, int]] = (),
+  command_buffer_compatible: bool = False,
+) -> Sequence[Any]:
   """Lowers a buffer callback as ``jax.experimental.buffer_callback`` does.
 
   No sharding is put on the call, so it runs wherever the computation runs:
@@ -98,14 +107,23 @@ def emit_buffer_callback_everywhere(ctx, host_fn: Callable,
   platform = lowering_platform(ctx)
   target = _BUFFER_TARGETS.get(platform)
   if target is None:
-    raise ValueError(f"`buffer_callback` not supported on {platform} backend."
-                     " (hostcb's buffer callbacks run on cpu, cuda and rocm)")
+    raise ValueError(
+      f"`buffer_callback` not supported on {platform} backend."
+      " (hostcb's buffer callbacks run on cpu, cuda and rocm)"
+    )
   if command_buffer_compatible and platform != "cpu":
     target += "_cmd_buffer"
   return _emit_ffi_call(
-      ctx, target, host_fn, list(args), list(ctx.avals_in),
-      list(ctx.avals_out), has_side_effect=has_side_effect, sharding=None,
-      aliases={int(i): int(o) for i, o in operand_output_aliases})
+    ctx,
+    target,
+    host_fn,
+    list(args),
+    list(ctx.avals_in),
+    list(ctx.avals_out),
+    has_side_effect=has_side_effect,
+    sharding=None,
+    aliases={int(i): int(o) for i, o in operand_output_aliases},
+  )
 
 
 def lowers_without_devices(prim: Primitive) -> None:
@@ -114,8 +132,9 @@ def lowers_without_devices(prim: Primitive) -> None:
   _dispatch.prim_requires_devices_during_lowering.discard(prim)
 
 
-def _host_copies_adapter(buffer_fn: Callable, avals_out: Sequence[Any],
-                         aliases: dict[int, int]) -> Callable:
+def _host_copies_adapter(
+  buffer_fn: Callable, avals_out: Sequence[Any], aliases: dict[int, int]
+) -> Callable:
   """Runs a buffer host function on NumPy copies, for XLA's copying callback.
 
   The operands arrive as NumPy arrays; the results are fresh NumPy arrays
@@ -138,19 +157,25 @@ def _host_copies_adapter(buffer_fn: Callable, avals_out: Sequence[Any],
 def _without_token_buffers(host_fn: Callable, n_operands: int) -> Callable:
   """Hides the token operand (first) and result (first output) from XLA's
   buffer callback arguments ``(ctx, *operands, *results)``."""
+
   def host_fn_with_token(raw_ctx, *buffers):
-    host_fn(raw_ctx, *buffers[1:n_operands], *buffers[n_operands + 1:])
+    host_fn(raw_ctx, *buffers[1:n_operands], *buffers[n_operands + 1 :])
     return ()
+
   return host_fn_with_token
 
 
-def emit_buffer_callback(ctx, make_host_fn: Callable[[Placement, bool],
-                                                     Callable],
-                         args: Sequence[Any], *, device_index: int,
-                         has_side_effect: bool,
-                         operand_output_aliases: Sequence[tuple[int, int]] = (),
-                         command_buffer_compatible: bool = False,
-                         ordered_effect: Any = None) -> Sequence[Any]:
+def emit_buffer_callback(
+  ctx,
+  make_host_fn: Callable[[Placement, bool], Callable],
+  args: Sequence[Any],
+  *,
+  device_index: int,
+  has_side_effect: bool,
+  operand_output_aliases: Sequence[tuple[int, int]] = (),
+  command_buffer_compatible: bool = False,
+  ordered_effect: Any = None,
+) -> Sequence[Any]:
   """Lowers a call of a host function that works on the device buffers.
 
   ``make_host_fn(placement, host_copies)`` returns the function that XLA
@@ -172,8 +197,9 @@ def emit_buffer_callback(ctx, make_host_fn: Callable[[Placement, bool],
   target = _BUFFER_TARGETS.get(platform)
   if target is None:
     raise NotImplementedError(
-        "buffer callbacks run only on cpu, cuda and rocm; this computation "
-        f"is lowered for {platform}")
+      "buffer callbacks run only on cpu, cuda and rocm; this computation "
+      f"is lowered for {platform}"
+    )
   aliases = {int(i): int(o) for i, o in operand_output_aliases}
   placement, sharding = _placement(ctx, device_index)
   host_copies = runs_on_one_of_several_devices(ctx)
@@ -195,10 +221,21 @@ def emit_buffer_callback(ctx, make_host_fn: Callable[[Placement, bool],
     avals_in.insert(0, _core.abstract_token)
     avals_out.insert(0, _core.abstract_token)
     aliases = {i + 1: o + 1 for i, o in aliases.items()}
-    host_fn = (_with_token(host_fn) if host_copies
-               else _without_token_buffers(host_fn, len(operands)))
+    host_fn = (
+      _with_token(host_fn)
+      if host_copies
+      else _without_token_buffers(host_fn, len(operands))
+    )
     sharding = _with_token_sharding(sharding, bool(ctx.avals_out))
-  return _emit_ffi_call(ctx, target, host_fn, operands, avals_in, avals_out,
-                        has_side_effect=has_side_effect, sharding=sharding,
-                        token_effect=ordered_effect if token is not None else None,
-                        aliases=aliases)
+  return _emit_ffi_call(
+    ctx,
+    target,
+    host_fn,
+    operands,
+    avals_in,
+    avals_out,
+    has_side_effect=has_side_effect,
+    sharding=sharding,
+    token_effect=ordered_effect if token is not None else None,
+    aliases=aliases,
+  )

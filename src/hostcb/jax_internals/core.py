@@ -3,6 +3,7 @@
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
 checked against jax 0.8.0, 0.10.2 and 0.12.0.1.
 """
+
 from __future__ import annotations
 
 import functools
@@ -90,8 +91,7 @@ def _chain_tokens_between_computations() -> None:
     that ``barrier_wait`` in any thread waits for the computations that any
     thread dispatched (a thread may have exited since).
   """
-  what = ("to order tapping computations and let barrier_wait see every "
-          "thread's")
+  what = "to order tapping computations and let barrier_wait see every thread's"
   cls = require(_dispatch, "RuntimeTokenSet", what)
   original_get = require(cls, "get_token_input", what)
   original_set = require(cls, "set_token_result", what)
@@ -122,9 +122,12 @@ def _chain_tokens_between_computations() -> None:
   def set_token_result(self, eff, token):
     original_set(self, eff, token)
     if isinstance(eff, HostCallbackEffect):
-      sharding = check_shape(_token_buffer(token).sharding,
-                             "the sharding of jax._src.core.Token._buf",
-                             what, fields=("_device_assignment",))
+      sharding = check_shape(
+        _token_buffer(token).sharding,
+        "the sharding of jax._src.core.Token._buf",
+        what,
+        fields=("_device_assignment",),
+      )
       devices = tuple(sharding._device_assignment)
       self._hostcb_devices = devices
       _latest_tokens[threading.get_ident()] = token
@@ -132,21 +135,28 @@ def _chain_tokens_between_computations() -> None:
         _after_multi_device_dispatch[0](token)
 
   def _current_tokens(tokens) -> dict:
-    return check_shape(getattr(tokens, "current_tokens", None),
-                       f"{symbol}.current_tokens", what, types=dict)
+    return check_shape(
+      getattr(tokens, "current_tokens", None),
+      f"{symbol}.current_tokens",
+      what,
+      types=dict,
+    )
 
   patches.install("token chain", cls, "get_token_input", get_token_input)
-  patches.install("token chain (results)", cls, "set_token_result",
-                  set_token_result)
+  patches.install(
+    "token chain (results)", cls, "set_token_result", set_token_result
+  )
 
 
 def _token_buffer(token: Any) -> Any:
   """The array behind one of JAX's tokens (``jax._src.core.Token._buf``),
   checked for what hostcb reads of it."""
-  return check_shape(getattr(token, "_buf", None),
-                     "jax._src.core.Token._buf",
-                     "to tell whether a tapping computation finished",
-                     fields=("is_ready", "sharding", "block_until_ready"))
+  return check_shape(
+    getattr(token, "_buf", None),
+    "jax._src.core.Token._buf",
+    "to tell whether a tapping computation finished",
+    fields=("is_ready", "sharding", "block_until_ready"),
+  )
 
 
 # [started]: called by the dispatching thread just before every dispatched
@@ -200,7 +210,7 @@ def wait_for_this_threads_computation(timeout: float) -> bool:
   buf = token._buf
   if buf.is_ready():
     if _latest_tokens.get(ident) is token:  # finished: nothing to wait for
-      _latest_tokens.pop(ident, None)     # (as the barrier forgets it)
+      _latest_tokens.pop(ident, None)  # (as the barrier forgets it)
     return True
   deadline = time.monotonic() + timeout
   pause = 1e-5
@@ -217,13 +227,15 @@ def forget_dispatched_computations() -> None:
   _latest_tokens.clear()
 
 
-for _effect_set in (_effects.ordered_effects,
-                    _effects.shardable_ordered_effects,
-                    _effects.lowerable_effects,
-                    _effects.control_flow_allowed_effects,
-                    _effects.remat_allowed_effects,
-                    _effects.custom_derivatives_allowed_effects,
-                    _effects.partial_eval_kept_effects):
+for _effect_set in (
+  _effects.ordered_effects,
+  _effects.shardable_ordered_effects,
+  _effects.lowerable_effects,
+  _effects.control_flow_allowed_effects,
+  _effects.remat_allowed_effects,
+  _effects.custom_derivatives_allowed_effects,
+  _effects.partial_eval_kept_effects,
+):
   _effect_set.add_type(HostCallbackEffect)
 
 
@@ -277,11 +289,15 @@ def rematerialize_on_backward_pass(prim: Primitive) -> None:
   does not save its results, once more in the backward pass, where nothing
   reads the copy's results.
   """
+
   def rule(saveable, unks_in, inst_in, eqn):
     n_out = len(eqn.outvars)
     # Known operands that the backward pass does not rebuild by itself.
-    residuals = [v for v, inst in zip(eqn.invars, inst_in)
-                 if not inst and isinstance(v, _core.Var)]
+    residuals = [
+      v
+      for v, inst in zip(eqn.invars, inst_in)
+      if not inst and isinstance(v, _core.Var)
+    ]
     if any(unks_in):
       return None, eqn, [True] * n_out, [True] * n_out, residuals
     if saveable(prim, *[v.aval for v in eqn.invars], **eqn.params):
@@ -310,6 +326,7 @@ def register_lowering(prim: Primitive, rule: Callable) -> None:
   """Registers the lowering of one of hostcb's primitives; lowering it
   installs hostcb's patches if they are not in place (a program traced
   before ``hostcb.uninstall()`` and lowered after it)."""
+
   @functools.wraps(rule)
   def lowering(*args, **kwargs):
     patches.ensure()
@@ -322,8 +339,9 @@ def register_lowering(prim: Primitive, rule: Callable) -> None:
 _CONFIG_HELP = "hostcb: see hostcb.config"
 
 
-def register_config_options(on_update: Callable[[str, Any], None],
-                            inline: bool, max_queue_bytes: int) -> None:
+def register_config_options(
+  on_update: Callable[[str, Any], None], inline: bool, max_queue_bytes: int
+) -> None:
   """Makes ``jax.config.update('jax_host_callback_...', v)`` work again.
 
   An option that hostcb defined already (hostcb imported again, e.g. after
@@ -332,26 +350,40 @@ def register_config_options(on_update: Callable[[str, Any], None],
   otherwise silently stop reaching hostcb's options.
   """
   config = _config.config
-  holders = require(config, "_value_holders",
-                    "to tell whether its jax.config options are defined",
-                    verb="uses")
-  meta = require(config, "meta", "to tell which jax.config options are "
-                 "its own", verb="uses")
+  holders = require(
+    config,
+    "_value_holders",
+    "to tell whether its jax.config options are defined",
+    verb="uses",
+  )
+  meta = require(
+    config, "meta", "to tell which jax.config options are its own", verb="uses"
+  )
   for name, make, default in (
-      ("jax_host_callback_inline", _config.bool_state, inline),
-      ("jax_host_callback_max_queue_byte_size", _config.int_state,
-       max_queue_bytes)):
+    ("jax_host_callback_inline", _config.bool_state, inline),
+    (
+      "jax_host_callback_max_queue_byte_size",
+      _config.int_state,
+      max_queue_bytes,
+    ),
+  ):
     if name in holders:
       kwargs = meta.get(name, (None, None, {}))[2]
       if kwargs.get("help") == _CONFIG_HELP:
         continue
       import jax  # noqa: PLC0415  (public API, for its version)
+
       raise RuntimeError(
-          f"hostcb: jax {jax.__version__} defines the option {name} itself; "
-          "hostcb cannot make jax.config.update reach its own option of "
-          "that name. Install a jax in the range that hostcb supports.")
-    make(name=name, default=default, help=_CONFIG_HELP,
-         update_global_hook=functools.partial(on_update, name))
+        f"hostcb: jax {jax.__version__} defines the option {name} itself; "
+        "hostcb cannot make jax.config.update reach its own option of "
+        "that name. Install a jax in the range that hostcb supports."
+      )
+    make(
+      name=name,
+      default=default,
+      help=_CONFIG_HELP,
+      update_global_hook=functools.partial(on_update, name),
+    )
 
 
 def is_tracer(x: Any) -> bool:
@@ -368,9 +400,9 @@ def wait_at_process_barrier(barrier_id: str, timeout_ms: int) -> bool:
   ``timeout_ms``.
   """
   from jax._src import distributed as _distributed  # noqa: PLC0415  (rare)
+
   client = _distributed.global_state.client
   if client is None:
     return False
   client.wait_at_barrier(barrier_id, int(timeout_ms))
   return True
-

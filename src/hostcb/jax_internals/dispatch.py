@@ -54,6 +54,7 @@ still running and whose results were all dropped.  A computation that a
 tap function dispatches keeps its token
 (see ``_in_tap_function``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -95,9 +96,12 @@ _rewritten = [False]
 # trace context, so a function compiled in both kinds of threads gets one
 # executable for each.
 _in_tap_function = _config.bool_state(
-    name="hostcb_in_tap_function", default=False,
-    help="hostcb: set in the threads that run tap functions",
-    include_in_jit_key=True, include_in_trace_context=True)
+  name="hostcb_in_tap_function",
+  default=False,
+  help="hostcb: set in the threads that run tap functions",
+  include_in_jit_key=True,
+  include_in_trace_context=True,
+)
 
 
 def running_tap_functions():
@@ -114,6 +118,7 @@ def set_fast_dispatch(on: bool) -> None:
   if _fast[0] != bool(on):
     _fast[0] = bool(on)
     import jax  # noqa: PLC0415  (public API)
+
     jax.clear_caches()
 
 
@@ -132,23 +137,41 @@ def fast_dispatch_used() -> bool:
 # shape_poly_state): 8 entries on jax 0.8, 7 on 0.10.2 and 0.12.0.1.
 _MODULE, _UNORDERED, _ORDERED = 0, 3, 4
 _LOWERING = "jax._src.interpreters.pxla._cached_lowering_to_hlo"
-_LOWERING_WHAT = ("to lower one-device tapping executables for jit's fast "
-                  "dispatch path")
+_LOWERING_WHAT = (
+  "to lower one-device tapping executables for jit's fast dispatch path"
+)
 
 
 def _checked_lowering(result: Any) -> Any:
   """The tuple that ``_cached_lowering_to_hlo`` returned, once its shape is
   the one hostcb reads by position (else :class:`JaxInternalChanged`
   naming the JAX version and the function)."""
-  check_shape(result, f"the result of {_LOWERING}", _LOWERING_WHAT,
-              types=tuple, lengths=(7, 8))
-  check_shape(result[_MODULE], f"{_LOWERING}(...)[{_MODULE}] (the module)",
-              _LOWERING_WHAT, types=_ir.Module)
+  check_shape(
+    result,
+    f"the result of {_LOWERING}",
+    _LOWERING_WHAT,
+    types=tuple,
+    lengths=(7, 8),
+  )
+  check_shape(
+    result[_MODULE],
+    f"{_LOWERING}(...)[{_MODULE}] (the module)",
+    _LOWERING_WHAT,
+    types=_ir.Module,
+  )
   for i, name in ((_UNORDERED, "unordered"), (_ORDERED, "ordered")):
-    check_shape(result[i], f"{_LOWERING}(...)[{i}] (the {name} effects)",
-                _LOWERING_WHAT, types=(list, tuple))
-  check_shape(result[-1], f"{_LOWERING}(...)[-1] (the shape_poly_state)",
-              _LOWERING_WHAT, fields=("dim_vars",))
+    check_shape(
+      result[i],
+      f"{_LOWERING}(...)[{i}] (the {name} effects)",
+      _LOWERING_WHAT,
+      types=(list, tuple),
+    )
+  check_shape(
+    result[-1],
+    f"{_LOWERING}(...)[-1] (the shape_poly_state)",
+    _LOWERING_WHAT,
+    fields=("dim_vars",),
+  )
   return result
 
 
@@ -177,7 +200,8 @@ def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
     inputs = [t for i, t in enumerate(ftype.inputs) if i != arg_pos]
     results = [t for i, t in enumerate(ftype.results) if i != index]
     main.attributes["function_type"] = _ir.TypeAttr.get(
-        _ir.FunctionType.get(inputs, results))
+      _ir.FunctionType.get(inputs, results)
+    )
     for name, drop in (("arg_attrs", arg_pos), ("res_attrs", index)):
       if name in main.attributes:
         attrs = list(main.attributes[name])
@@ -206,11 +230,13 @@ def _shift_aliases(main: Any, dropped: int) -> None:
       alias = _ir.IntegerAttr(d[_ALIAS]).value
       if alias == dropped:
         raise AssertionError(
-            f"hostcb: a donated argument aliases the token result {dropped}")
+          f"hostcb: a donated argument aliases the token result {dropped}"
+        )
       if alias > dropped:
         entries = {a.name: a.attr for a in d}
         entries[_ALIAS] = _ir.IntegerAttr.get(
-            _ir.IntegerType.get_signless(32), alias - 1)
+          _ir.IntegerType.get_signless(32), alias - 1
+        )
         d = _ir.DictAttr.get(entries)
         changed = True
     attrs.append(d)
@@ -219,14 +245,18 @@ def _shift_aliases(main: Any, dropped: int) -> None:
 
 
 def _main(module: Any) -> Any:
-  return next(op for op in module.body.operations
-              if isinstance(op, _func.FuncOp) and op.sym_name.value == "main")
+  return next(
+    op
+    for op in module.body.operations
+    if isinstance(op, _func.FuncOp) and op.sym_name.value == "main"
+  )
 
 
 def _leading_tokens(module: Any, num_dim_vars: int) -> int:
   """How many token arguments ``main`` takes after its shape variables."""
-  inputs = _ir.FunctionType(_main(module).attributes["function_type"].value
-                            ).inputs[num_dim_vars:]
+  inputs = _ir.FunctionType(
+    _main(module).attributes["function_type"].value
+  ).inputs[num_dim_vars:]
   n = 0
   while n < len(inputs) and _hlo.TokenType.isinstance(inputs[n]):
     n += 1
@@ -314,8 +344,11 @@ def _install() -> None:
     # (.own_callbacks), which would keep the executable off the fast path
     # as well; where hostcb's effect is there, the guarantees
     # above hold for the whole executable, so JAX's go too.
-    mine = [i for i, e in enumerate(ordered)
-            if isinstance(e, HostCallbackEffect) or is_jax_callback_effect(e)]
+    mine = [
+      i
+      for i, e in enumerate(ordered)
+      if isinstance(e, HostCallbackEffect) or is_jax_callback_effect(e)
+    ]
     with module.context:
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
@@ -325,14 +358,18 @@ def _install() -> None:
       del ordered[i]
     result = list(result)
     result[_ORDERED] = ordered
-    result[_UNORDERED] = [e for e in result[_UNORDERED]
-                          if not is_jax_callback_effect(e)]
+    result[_UNORDERED] = [
+      e for e in result[_UNORDERED] if not is_jax_callback_effect(e)
+    ]
     return tuple(result)
 
-  patches.install("fast dispatch", _pxla, "_cached_lowering_to_hlo",
-                  cached_lowering_to_hlo,
-                  before_undo=functools.partial(_forget_rewritten_lowerings,
-                                                original))
+  patches.install(
+    "fast dispatch",
+    _pxla,
+    "_cached_lowering_to_hlo",
+    cached_lowering_to_hlo,
+    before_undo=functools.partial(_forget_rewritten_lowerings, original),
+  )
 
 
 def _forget_rewritten_lowerings(original: Any) -> None:
@@ -343,9 +380,12 @@ def _forget_rewritten_lowerings(original: Any) -> None:
   not match its calling convention.  So that cache is cleared (JAX's
   caches of compiled executables are not: what they hold is consistent)."""
   if _used[0] or _rewritten[0]:
-    require(original, "cache_clear",
-            "to forget the modules it rewrote at hostcb.uninstall()",
-            verb="uses")()
+    require(
+      original,
+      "cache_clear",
+      "to forget the modules it rewrote at hostcb.uninstall()",
+      verb="uses",
+    )()
 
 
 patches.when_first_needed(_install)
@@ -361,10 +401,14 @@ def _install_aot_guard() -> None:
   3").  Such a compiled function keeps JAX's Python call path, which
   passes the token.  Checked on jax 0.8.0, 0.10.2 and 0.12.0.1
   (``MeshExecutable.create_cpp_call``)."""
-  executable = require(_pxla, "MeshExecutable",
-                       "to keep the runtime token of compiled functions")
-  original = require(executable, "create_cpp_call",
-                     "to keep the runtime token of compiled functions")
+  executable = require(
+    _pxla, "MeshExecutable", "to keep the runtime token of compiled functions"
+  )
+  original = require(
+    executable,
+    "create_cpp_call",
+    "to keep the runtime token of compiled functions",
+  )
   if patches.is_installed("compiled-call guard"):
     return
 
@@ -373,8 +417,13 @@ def _install_aot_guard() -> None:
       return None  # JAX's Python path, which passes the token
     return original(self, params)
 
-  patches.install("compiled-call guard", executable, "create_cpp_call",
-                  create_cpp_call, before_undo=_settle_compiled_functions)
+  patches.install(
+    "compiled-call guard",
+    executable,
+    "create_cpp_call",
+    create_cpp_call,
+    before_undo=_settle_compiled_functions,
+  )
 
 
 def _keeps_token(executable: Any) -> bool:
@@ -382,8 +431,10 @@ def _keeps_token(executable: Any) -> bool:
   executable whose call is not JAX's replicated call (no
   ``ordered_effects``) has none: JAX's own ``create_cpp_call`` decides."""
   call = getattr(executable, "unsafe_call", None)
-  return any(isinstance(e, HostCallbackEffect)
-             for e in getattr(call, "ordered_effects", ()))
+  return any(
+    isinstance(e, HostCallbackEffect)
+    for e in getattr(call, "ordered_effects", ())
+  )
 
 
 # Whether an executable that keeps hostcb's runtime token was lowered in
@@ -410,17 +461,25 @@ def _settle_compiled_functions() -> None:
   for obj in gc.get_objects():
     if not isinstance(obj, compiled) or getattr(obj, "_call", 0) is not None:
       continue
-    check_shape(obj, "jax._src.stages.Compiled", _AOT_WHAT,
-                fields=("_executable", "_params", "_call"))
+    check_shape(
+      obj,
+      "jax._src.stages.Compiled",
+      _AOT_WHAT,
+      fields=("_executable", "_params", "_call"),
+    )
     if _keeps_token(obj._executable):
       obj._call = functools.partial(_python_call, call, obj._params)
 
 
 def _python_call(call: Any, params: Any, *args, **kwargs) -> Any:
   """JAX's Python call path of a compiled function: its outputs."""
-  result = check_shape(call(params, *args, **kwargs),
-                       "the result of jax._src.stages.Compiled.call",
-                       _AOT_WHAT, types=tuple, lengths=(3,))
+  result = check_shape(
+    call(params, *args, **kwargs),
+    "the result of jax._src.stages.Compiled.call",
+    _AOT_WHAT,
+    types=tuple,
+    lengths=(3,),
+  )
   return result[0]
 
 
@@ -460,6 +519,7 @@ def drain_this_thread() -> None:
   GPU its stream's), the CPU's too beside an accelerator, and waits for
   them."""
   import jax  # noqa: PLC0415  (public API)
+
   noop = _noop()
   # Outside the caller's context mesh (``jax.set_mesh``): jit refuses an
   # argument on a device that the context mesh does not hold, and the
@@ -475,6 +535,7 @@ def local_devices() -> list:
   """The local devices of the default platform and, beside an accelerator,
   the CPU's: a program may tap on both."""
   import jax  # noqa: PLC0415  (public API)
+
   devices = list(jax.local_devices())
   if devices and devices[0].platform != "cpu":
     try:
@@ -487,6 +548,7 @@ def local_devices() -> list:
 @functools.cache
 def _noop():
   import jax  # noqa: PLC0415  (public API)
+
   return jax.jit(lambda x: x + 1)
 
 

@@ -14,6 +14,7 @@ given (hostcb's barrier).  Only the public name: JAX's own callers of its
 barrier (``jax.clear_backends``) keep JAX's function, so that a failed tap
 cannot interrupt them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,9 +34,10 @@ def jax_effects_barrier() -> Callable[[], None]:
   original = getattr(_api, "effects_barrier", None)
   if original is None:
     raise RuntimeError(
-        f"hostcb: jax {jax.__version__} has no jax._src.api.effects_barrier, "
-        "which hostcb wraps so that jax.effects_barrier() also waits for "
-        f"hostcb's callbacks (hostcb is checked against {CHECKED_RANGE})")
+      f"hostcb: jax {jax.__version__} has no jax._src.api.effects_barrier, "
+      "which hostcb wraps so that jax.effects_barrier() also waits for "
+      f"hostcb's callbacks (hostcb is checked against {CHECKED_RANGE})"
+    )
   return original
 
 
@@ -50,9 +52,10 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
   current = getattr(jax, "effects_barrier", None)
   if current is not original:
     raise RuntimeError(
-        f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
-        "jax._src.api.effects_barrier, which hostcb expects to wrap "
-        f"(checked against {CHECKED_RANGE})")
+      f"hostcb: in jax {jax.__version__}, jax.effects_barrier is not "
+      "jax._src.api.effects_barrier, which hostcb expects to wrap "
+      f"(checked against {CHECKED_RANGE})"
+    )
 
   @functools.wraps(original)
   def effects_barrier():
@@ -61,9 +64,10 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
 
   effects_barrier._hostcb_waiter = also_wait
   effects_barrier.__doc__ = (
-      "Waits until the computations dispatched so far have completed their "
-      "side effects: JAX's own ordered callbacks, and (hostcb) every tap and "
-      "call of hostcb's, such as hostcb.debug.print; raises "
-      "hostcb.CallbackException if one of hostcb's callbacks failed since "
-      "the previous barrier.")
+    "Waits until the computations dispatched so far have completed their "
+    "side effects: JAX's own ordered callbacks, and (hostcb) every tap and "
+    "call of hostcb's, such as hostcb.debug.print; raises "
+    "hostcb.CallbackException if one of hostcb's callbacks failed since "
+    "the previous barrier."
+  )
   patches.install("effects barrier", jax, "effects_barrier", effects_barrier)

@@ -29,6 +29,7 @@ arrays and views of them); any other array is copied, so that a later
 change of a buffer that hostcb does not own can never change a value the
 callback saw.
 """
+
 from __future__ import annotations
 
 import threading
@@ -67,6 +68,7 @@ def prepare_cpu_arrays() -> None:
   with _lock:
     if _put is None:
       import jax  # noqa: PLC0415  (public API; hostcb imports it anyway)
+
       put = require(_xc, "batched_device_put", _WHAT, verb="uses")
       device = jax.local_devices(backend="cpu")[0]
       _sharding = jax.sharding.SingleDeviceSharding(device)
@@ -97,8 +99,11 @@ def cpu_array(a: Any) -> Any:
   if aval is None:
     aval = _new_aval(key)
   base = a.base
-  if (base is None or type(base) is _CAPSULE
-      or (type(base) is np.ndarray and base.base is None)):
+  if (
+    base is None
+    or type(base) is _CAPSULE
+    or (type(base) is np.ndarray and base.base is None)
+  ):
     return _put(aval, _sharding, [a], _devices, True)
   return _put(aval, _sharding, [a], _devices, True, True)
 

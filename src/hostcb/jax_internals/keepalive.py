@@ -31,6 +31,7 @@ every program that uses it until 2048 other evaluations pushed it out.
 through :mod:`.patches`), so that the entry goes with the last jaxpr that
 holds the target, as JAX's own callbacks' do.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,9 +44,12 @@ from hostcb.jax_internals.versions import require
 
 __all__ = ["keep_alive_with_executable", "hold_weakly_in_jax_caches"]
 
-_add = require(getattr(_mlir, "ModuleContext", None), "add_keepalive",
-               "to free the host functions of an executable with it",
-               verb="uses")
+_add = require(
+  getattr(_mlir, "ModuleContext", None),
+  "add_keepalive",
+  "to free the host functions of an executable with it",
+  verb="uses",
+)
 
 
 def keep_alive_with_executable(ctx: Any, obj: Any) -> None:
@@ -62,11 +66,17 @@ def hold_weakly_in_jax_caches(*classes: type) -> None:
   The classes must support weak references."""
 
   def install() -> None:
-    types = require(_util, "weakref_cache_key_types",
-                    "so that JAX's caches do not keep tap functions alive")
+    types = require(
+      _util,
+      "weakref_cache_key_types",
+      "so that JAX's caches do not keep tap functions alive",
+    )
     added = [cls for cls in classes if cls not in types]
     types.update(added)
-    patches.record("weak cache keys", "jax._src.util.weakref_cache_key_types",
-                   lambda: types.difference_update(added))
+    patches.record(
+      "weak cache keys",
+      "jax._src.util.weakref_cache_key_types",
+      lambda: types.difference_update(added),
+    )
 
   patches.when_first_needed(install)

@@ -13,6 +13,7 @@ under a mesh that does not hold that device alone.  From jax 0.10 on,
 states that ``set_mesh`` sets (private, looked up only on such a JAX) to
 the empty meshes that stand for "no context mesh".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,10 @@ def _without_mesh_states() -> Iterator[None]:
   """jax 0.8: ``set_mesh``'s two thread-local states, emptied."""
   from jax._src import config as _config  # noqa: PLC0415  (jax 0.8 only)
   from jax._src import mesh as _mesh  # noqa: PLC0415
-  abstract = require(_config, "abstract_mesh_context_manager", _WHAT,
-                     verb="uses")
+
+  abstract = require(
+    _config, "abstract_mesh_context_manager", _WHAT, verb="uses"
+  )
   concrete = require(_config, "device_context", _WHAT, verb="uses")
   empty_abstract = require(_mesh, "empty_abstract_mesh", _WHAT, verb="uses")
   empty_concrete = require(_mesh, "empty_concrete_mesh", _WHAT, verb="uses")

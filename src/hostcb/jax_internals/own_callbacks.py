@@ -21,6 +21,7 @@ Checked against jax 0.8.0, 0.10.2 and 0.12.0.1:
 * ``debugging.ordered_debug_effect``, which hostcb's ordered debug callbacks
   carry beside its own (:func:`jax_ordered_debug_effect`).
 """
+
 from __future__ import annotations
 
 import jax
@@ -31,15 +32,20 @@ from jax._src.interpreters import partial_eval as _pe
 
 from hostcb.jax_internals.versions import CHECKED_RANGE, require
 
-__all__ = ["jax_callback_functions", "is_jax_value",
-           "rematerialize_as_jax_debug", "jax_io_effect",
-           "jax_ordered_debug_effect", "is_jax_callback_effect"]
+__all__ = [
+  "jax_callback_functions",
+  "is_jax_value",
+  "rematerialize_as_jax_debug",
+  "jax_io_effect",
+  "jax_ordered_debug_effect",
+  "is_jax_callback_effect",
+]
 
 _DEFINED_IN = {
-    "debug_callback": (_debugging, "debug_callback"),
-    "debug_print": (_debugging, "debug_print"),
-    "io_callback": (_callback, "io_callback"),
-    "pure_callback": (_callback, "pure_callback"),
+  "debug_callback": (_debugging, "debug_callback"),
+  "debug_print": (_debugging, "debug_print"),
+  "io_callback": (_callback, "io_callback"),
+  "pure_callback": (_callback, "pure_callback"),
 }
 
 
@@ -52,9 +58,10 @@ def jax_callback_functions() -> dict:
     f = getattr(module, name, None)
     if f is None:
       raise RuntimeError(
-          f"hostcb: jax {jax.__version__} has no {module.__name__}.{name}, "
-          "which hostcb's replacement of JAX's callbacks needs (checked "
-          f"against {CHECKED_RANGE})")
+        f"hostcb: jax {jax.__version__} has no {module.__name__}.{name}, "
+        "which hostcb's replacement of JAX's callbacks needs (checked "
+        f"against {CHECKED_RANGE})"
+      )
     functions[key] = getattr(f, "_hostcb_replaces", f)
   return functions
 
@@ -82,11 +89,14 @@ def rematerialize_as_jax_debug(prim, is_debug) -> None:
   previous = _pe.partial_eval_jaxpr_custom_rules[prim]
 
   def rule(saveable, unks_in, inst_in, eqn):
-    if (is_debug(eqn.params) and not any(unks_in) and all(inst_in)
-        and saveable(prim, *[v.aval for v in eqn.invars], **eqn.params)):
+    if (
+      is_debug(eqn.params)
+      and not any(unks_in)
+      and all(inst_in)
+      and saveable(prim, *[v.aval for v in eqn.invars], **eqn.params)
+    ):
       n_out = len(eqn.outvars)
-      again = eqn.replace(
-          outvars=[_core.DropVar(v.aval) for v in eqn.outvars])
+      again = eqn.replace(outvars=[_core.DropVar(v.aval) for v in eqn.outvars])
       return eqn, again, [False] * n_out, [False] * n_out, []
     return previous(saveable, unks_in, inst_in, eqn)
 
@@ -105,8 +115,9 @@ def jax_io_effect(ordered: bool):
   executables with hostcb's effect (:mod:`.dispatch`).
   """
   what = "to give hostcb's io_callback the effect of JAX's io_callback"
-  return require(_callback, "_OrderedIOEffect" if ordered else "_IOEffect",
-                 what, verb="uses")
+  return require(
+    _callback, "_OrderedIOEffect" if ordered else "_IOEffect", what, verb="uses"
+  )
 
 
 def jax_ordered_debug_effect():
@@ -120,14 +131,19 @@ def jax_ordered_debug_effect():
   own.  Fast dispatch drops it from one-device executables with hostcb's
   effect (:mod:`.dispatch`).
   """
-  return require(_debugging, "ordered_debug_effect",
-                 "to give hostcb's ordered debug callbacks the effect of "
-                 "JAX's", verb="uses")
+  return require(
+    _debugging,
+    "ordered_debug_effect",
+    "to give hostcb's ordered debug callbacks the effect of JAX's",
+    verb="uses",
+  )
 
 
 def is_jax_callback_effect(effect) -> bool:
   """Whether ``effect`` is one that hostcb's front ends carry for JAX's
   sake: JAX's ``io_callback`` effects or its ordered debug effect."""
-  return (effect is getattr(_callback, "_IOEffect", None)
-          or effect is getattr(_callback, "_OrderedIOEffect", None)
-          or effect is getattr(_debugging, "ordered_debug_effect", None))
+  return (
+    effect is getattr(_callback, "_IOEffect", None)
+    or effect is getattr(_callback, "_OrderedIOEffect", None)
+    or effect is getattr(_debugging, "ordered_debug_effect", None)
+  )

@@ -35,6 +35,7 @@ as data: a table of every device's slice bounds, from which each device
 passes its own row (selected by its partition id) to the tap as one more
 ``int64`` operand (see :func:`slice_bounds`).
 """
+
 from __future__ import annotations
 
 import json
@@ -72,17 +73,25 @@ def _register() -> None:
   with _register_lock:
     if _registered[0]:
       return
-    register = require(_xc, "register_custom_call_partitioner",
-                       "to run hostcb taps per shard in a sharded jit "
-                       "(partitioned=True)", verb="uses")
-    register(PLACEHOLDER_TARGET, _propagate_user_sharding, _partition,
-             _infer_sharding_from_operands,
-             can_side_effecting_have_replicated_sharding=True)
+    register = require(
+      _xc,
+      "register_custom_call_partitioner",
+      "to run hostcb taps per shard in a sharded jit (partitioned=True)",
+      verb="uses",
+    )
+    register(
+      PLACEHOLDER_TARGET,
+      _propagate_user_sharding,
+      _partition,
+      _infer_sharding_from_operands,
+      can_side_effecting_have_replicated_sharding=True,
+    )
     _registered[0] = True
 
 
-def emit_per_shard_custom_call(ctx, args: Sequence[Any], *, target: str,
-                               target_id: int) -> None:
+def emit_per_shard_custom_call(
+  ctx, args: Sequence[Any], *, target: str, target_id: int
+) -> None:
   """Lowers a tap that runs on every device with its shard of ``args``.
 
   For a ``jit`` over several devices (a ``ShardingContext``).  When XLA's
@@ -93,26 +102,35 @@ def emit_per_shard_custom_call(ctx, args: Sequence[Any], *, target: str,
   """
   _register()
   axis_context = ctx.module_context.axis_context
-  config = {"target": target, "target_id": int(target_id),
-            "devices": int(axis_context.num_devices),
-            "bounds": any(len(a.shape) for a in ctx.avals_in)}
+  config = {
+    "target": target,
+    "target_id": int(target_id),
+    "devices": int(axis_context.num_devices),
+    "bounds": any(len(a.shape) for a in ctx.avals_in),
+  }
   token = ctx.tokens_in.get(host_callback_effect)
   token_type = _hlo.TokenType.get()
   op = _hlo.CustomCallOp(
-      [token_type], [token, *args],
-      call_target_name=_ir.StringAttr.get(PLACEHOLDER_TARGET),
-      has_side_effect=_ir.BoolAttr.get(True),
-      api_version=_mlir.i32_attr(2),
-      called_computations=_ir.ArrayAttr.get([]),
-      backend_config=_ir.StringAttr.get(json.dumps(config, sort_keys=True)),
-      operand_layouts=None, result_layouts=None)
+    [token_type],
+    [token, *args],
+    call_target_name=_ir.StringAttr.get(PLACEHOLDER_TARGET),
+    has_side_effect=_ir.BoolAttr.get(True),
+    api_version=_mlir.i32_attr(2),
+    called_computations=_ir.ArrayAttr.get([]),
+    backend_config=_ir.StringAttr.get(json.dumps(config, sort_keys=True)),
+    operand_layouts=None,
+    result_layouts=None,
+  )
   # A sharding on the op itself, without which XLA's SPMD partitioner does
   # not call the op's partitioner: the token's, on the first device.
   _, sharding = _placement(ctx, 0, ())
   if sharding is not None:
     _set_sharding(ctx.module_context, op, sharding)
-  ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-      _mlir.TokenSet({host_callback_effect: op.results[0]})))
+  ctx.set_tokens_out(
+    ctx.tokens_in.update_tokens(
+      _mlir.TokenSet({host_callback_effect: op.results[0]})
+    )
+  )
 
 
 def slice_bounds(bounds: np.ndarray, shapes: Sequence[tuple]) -> list:
@@ -132,16 +150,22 @@ def slice_bounds(bounds: np.ndarray, shapes: Sequence[tuple]) -> list:
   return out
 
 
-def _emit_tap(target: str, operands: Sequence[Any],
-              attributes: dict[str, int]) -> Any:
+def _emit_tap(
+  target: str, operands: Sequence[Any], attributes: dict[str, int]
+) -> Any:
   """The FFI custom call ``target`` of ``operands`` (the token first), run
   by every device on its shard; returns its token."""
   i64 = _ir.IntegerType.get_signless(64)
   op = _mlir.custom_call(
-      target, result_types=[_hlo.TokenType.get()], operands=list(operands),
-      backend_config={k: _ir.IntegerAttr.get(i64, int(v))
-                      for k, v in attributes.items()},
-      has_side_effect=True, api_version=4)
+    target,
+    result_types=[_hlo.TokenType.get()],
+    operands=list(operands),
+    backend_config={
+      k: _ir.IntegerAttr.get(i64, int(v)) for k, v in attributes.items()
+    },
+    has_side_effect=True,
+    api_version=4,
+  )
   op.attributes["mhlo.sharding"] = _ir.StringAttr.get("{manual}")
   return op.results[0]
 
@@ -152,8 +176,7 @@ def _propagate_user_sharding(user_sharding, shape, key):
   return user_sharding
 
 
-def _infer_sharding_from_operands(arg_shapes, arg_shardings, result_shape,
-                                  key):
+def _infer_sharding_from_operands(arg_shapes, arg_shardings, result_shape, key):
   del arg_shapes, arg_shardings, result_shape, key
   return _xc.HloSharding.replicate()  # the token's
 
@@ -161,23 +184,31 @@ def _infer_sharding_from_operands(arg_shapes, arg_shardings, result_shape,
 def _per_device(sharding) -> bool:
   """Whether an operand of this sharding can be tapped where it lies:
   tiled or replicated (not on one device only, nor unknown)."""
-  return sharding is not None and (sharding.is_tiled()
-                                   or sharding.is_replicated())
+  return sharding is not None and (
+    sharding.is_tiled() or sharding.is_replicated()
+  )
 
 
-def _bounds_table(shardings: Sequence[Any], shapes: Sequence[tuple],
-                  tiles: Sequence[tuple], n: int) -> np.ndarray:
+def _bounds_table(
+  shardings: Sequence[Any],
+  shapes: Sequence[tuple],
+  tiles: Sequence[tuple],
+  n: int,
+) -> np.ndarray:
   """``int64[n, 2 * total rank]``: row ``p`` holds, for the device of
   partition ``p``, each operand's slice bounds (see :func:`slice_bounds`)."""
-  to_indices = require(_op_shardings, "op_sharding_to_indices",
-                       "to give per-shard taps their slice of the array",
-                       verb="uses")
+  to_indices = require(
+    _op_shardings,
+    "op_sharding_to_indices",
+    "to give per-shard taps their slice of the array",
+    verb="uses",
+  )
   columns = []
   for sharding, shape, tile in zip(shardings, shapes, tiles):
     # JAX's indices need an even split: those of the padded shape, clipped.
     padded_shape = shape
     if sharding.is_tiled():
-      ways = sharding.tile_assignment_dimensions()[:len(shape)]
+      ways = sharding.tile_assignment_dimensions()[: len(shape)]
       padded_shape = tuple(t * w for t, w in zip(tile, ways))
     rows = []
     for index in to_indices(sharding, padded_shape, n):
@@ -201,15 +232,18 @@ def _own_row(table: np.ndarray) -> Any:
   pid = _hlo.convert(scalar_i32, _hlo.PartitionIdOp().result)
   zero = _hlo.constant(_ir.DenseElementsAttr.get(np.zeros((), np.int32)))
   row = _hlo.dynamic_slice(
-      _hlo.constant(_ir.DenseElementsAttr.get(table)), [pid, zero],
-      _ir.DenseI64ArrayAttr.get([1, width]))
+    _hlo.constant(_ir.DenseElementsAttr.get(table)),
+    [pid, zero],
+    _ir.DenseI64ArrayAttr.get([1, width]),
+  )
   return _hlo.reshape(
-      _ir.RankedTensorType.get([width], _ir.IntegerType.get_signless(64)),
-      row)
+    _ir.RankedTensorType.get([width], _ir.IntegerType.get_signless(64)), row
+  )
 
 
-def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
-               backend_config):
+def _partition(
+  arg_shapes, arg_shardings, result_shape, result_sharding, backend_config
+):
   """Called by XLA's SPMD partitioner: the module that replaces the
   placeholder, and the shardings it takes its operands and gives its
   result in."""
@@ -219,16 +253,20 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
   dtypes = [np.dtype(s.numpy_dtype()) for s in arg_shapes[1:]]
   # An operand on one device only (or of unknown sharding) is replicated
   # first: every device then taps the whole value.
-  shardings = [s if _per_device(s) else _xc.HloSharding.replicate()
-               for s in shardings]
-  tiles = [tuple(sharding.tile(s).dimensions())
-           for sharding, s in zip(shardings, arg_shapes[1:])]
+  shardings = [
+    s if _per_device(s) else _xc.HloSharding.replicate() for s in shardings
+  ]
+  tiles = [
+    tuple(sharding.tile(s).dimensions())
+    for sharding, s in zip(shardings, arg_shapes[1:])
+  ]
   with _mlir.make_ir_context(), _ir.Location.unknown():
     module = _ir.Module.create()
     types = [_hlo.TokenType.get()]
     for tile, dtype in zip(tiles, dtypes):
-      types.append(_ir.RankedTensorType.get(
-          list(tile), _mlir.dtype_to_ir_type(dtype)))
+      types.append(
+        _ir.RankedTensorType.get(list(tile), _mlir.dtype_to_ir_type(dtype))
+      )
     token_type = _hlo.TokenType.get()
     with _ir.InsertionPoint(module.body):
       main = _func.FuncOp("main", _ir.FunctionType.get(types, [token_type]))
@@ -237,10 +275,12 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding,
       with _ir.InsertionPoint(block):
         operands = list(block.arguments)
         if config["bounds"]:
-          operands.append(_own_row(_bounds_table(
-              shardings, shapes, tiles, config["devices"])))
-        token = _emit_tap(config["target"], operands,
-                          {"target_id": config["target_id"]})
+          operands.append(
+            _own_row(_bounds_table(shardings, shapes, tiles, config["devices"]))
+          )
+        token = _emit_tap(
+          config["target"], operands, {"target_id": config["target_id"]}
+        )
         _func.ReturnOp([token])
     code = _mlir.module_to_bytecode(module)
   return code, [token_sharding, *shardings], result_sharding

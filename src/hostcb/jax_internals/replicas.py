@@ -19,6 +19,7 @@ all-reduce.
 Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``;
 checked against jax 0.8.0, 0.10.2, 0.11.2 and 0.12.0.1.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,13 +55,18 @@ if jax.__version_info__ < (0, 10):
   _pmap_impl = None
 elif _pmap_impl is None:
   import warnings
+
   warnings.warn(
-      f"hostcb: jax {jax.__version__} has no jax._src.pmap; a pmap inside "
-      "hostcb.xla_computation is lowered by JAX's own rules (no per-replica "
-      "HLO)", RuntimeWarning, stacklevel=2)
+    f"hostcb: jax {jax.__version__} has no jax._src.pmap; a pmap inside "
+    "hostcb.xla_computation is lowered by JAX's own rules (no per-replica "
+    "HLO)",
+    RuntimeWarning,
+    stacklevel=2,
+  )
 
 try:
   from jax._src.lib import hlo as _hlo_lib
+
   HloPrintOptions = _hlo_lib.HloPrintOptions
 except (ImportError, AttributeError):  # jaxlib 0.8
   HloPrintOptions = _jaxlib_jax.HloPrintOptions
@@ -73,6 +79,7 @@ class _ReplicaGrid:
   It answers what JAX's collective lowerings ask of a mesh (names, sizes,
   total size) and holds no devices.
   """
+
   axis_names: tuple
   axis_sizes: tuple
 
@@ -88,9 +95,11 @@ class ReplicaAxisContext:
   ``replicas[0]`` collects the largest replica count that the lowering
   needs (pmaps inside add inner axes to the grid).
   """
+
   mesh: _ReplicaGrid
-  replicas: list = dataclasses.field(default_factory=lambda: [1],
-                                     compare=False, hash=False)
+  replicas: list = dataclasses.field(
+    default_factory=lambda: [1], compare=False, hash=False
+  )
 
 
 def _replica_axis_index(grid: _ReplicaGrid, axis_name: Any) -> Any:
@@ -100,11 +109,14 @@ def _replica_axis_index(grid: _ReplicaGrid, axis_name: Any) -> Any:
   sizes of the axes after this one: replica ids number the axes row-major.
   """
   if axis_name not in grid.axis_names:
-    raise NameError(f"axis_index: unbound axis name {axis_name!r}; the "
-                    f"axis_env names {list(grid.axis_names)}")
+    raise NameError(
+      f"axis_index: unbound axis name {axis_name!r}; the "
+      f"axis_env names {list(grid.axis_names)}"
+    )
   pos = grid.axis_names.index(axis_name)
   stride = _mlir.ir_constant(
-      np.array(_math.prod(grid.axis_sizes[pos + 1:]), np.uint32))
+    np.array(_math.prod(grid.axis_sizes[pos + 1 :]), np.uint32)
+  )
   size = _mlir.ir_constant(np.array(grid.axis_sizes[pos], np.uint32))
   return _hlo.remainder(_hlo.divide(_hlo.replica_id(), stride), size)
 
@@ -114,8 +126,9 @@ def _axis_index_from_replica_id(ctx, *, axis_name) -> list:
   if isinstance(axis_name, (tuple, list)):
     if len(axis_name) != 1:
       raise NotImplementedError(
-          f"axis_index of several axes at once; got {tuple(axis_name)}")
-    axis_name, = axis_name
+        f"axis_index of several axes at once; got {tuple(axis_name)}"
+      )
+    (axis_name,) = axis_name
   index = _replica_axis_index(grid, axis_name)
   i32 = _ir.RankedTensorType.get([], _ir.IntegerType.get_signless(32))
   return [_hlo.convert(i32, index)]
@@ -162,45 +175,67 @@ def _expand_at(x: Any, axis: int | None) -> Any:
   return x if axis is None else jax.lax.expand_dims(x, [axis])
 
 
-def _staged_pmap(fun: Any, in_tree: Any, in_axes_flat: Sequence[Any],
-                 out_axes_flat: Sequence[Any], out_axes_tree: Any,
-                 axis_name: Any, axis_size: int) -> Any:
+def _staged_pmap(
+  fun: Any,
+  in_tree: Any,
+  in_axes_flat: Sequence[Any],
+  out_axes_flat: Sequence[Any],
+  out_axes_tree: Any,
+  axis_name: Any,
+  axis_size: int,
+) -> Any:
   """pmap's cached shard_map, over an abstract mesh of ``axis_size``."""
   if getattr(_staging, "pmap_depth", 0):
     raise NotImplementedError(
-        "xla_computation: a pmap inside another pmap is not supported "
-        f"(inner axis {axis_name!r}); give the outer axes in axis_env "
-        "instead, e.g. xla_computation(f, axis_env=[('i', 2)]) around the "
-        "inner pmap")
+      "xla_computation: a pmap inside another pmap is not supported "
+      f"(inner axis {axis_name!r}); give the outer axes in axis_env "
+      "instead, e.g. xla_computation(f, axis_env=[('i', 2)]) around the "
+      "inner pmap"
+    )
   # Auto, as the Mesh of pmap's own shard_map: an AbstractMesh's axes are
   # Auto by default up to jax 0.10 but Explicit from jax 0.11 on, and over
   # Explicit axes shard_map asks the operands' types to carry the mesh
   # sharding of in_specs, which a traced operand does not.
   mesh = jax.sharding.AbstractMesh(
-      (axis_size,), (axis_name,), axis_types=(jax.sharding.AxisType.Auto,))
+    (axis_size,), (axis_name,), axis_types=(jax.sharding.AxisType.Auto,)
+  )
   tree_util = jax.tree_util
   out_axes = tree_util.tree_unflatten(out_axes_tree, list(out_axes_flat))
-  in_specs = tuple(_shard_map_impl._axes_to_pspec(axis_name, ax)
-                   for ax in in_axes_flat)
+  in_specs = tuple(
+    _shard_map_impl._axes_to_pspec(axis_name, ax) for ax in in_axes_flat
+  )
   out_specs = tree_util.tree_map(
-      lambda ax: _shard_map_impl._axes_to_pspec(axis_name, ax), out_axes,
-      is_leaf=lambda x: x is None)
+    lambda ax: _shard_map_impl._axes_to_pspec(axis_name, ax),
+    out_axes,
+    is_leaf=lambda x: x is None,
+  )
 
   def body(*flat_args):
     args, kwargs = tree_util.tree_unflatten(
-        in_tree, [_squeeze_at(x, ax) for x, ax in zip(flat_args, in_axes_flat)])
+      in_tree, [_squeeze_at(x, ax) for x, ax in zip(flat_args, in_axes_flat)]
+    )
     _staging.pmap_depth = getattr(_staging, "pmap_depth", 0) + 1
     try:
       out = fun.call_wrapped(*args, **kwargs)
     finally:
       _staging.pmap_depth -= 1
     return tree_util.tree_map(
-        lambda ax, sub: tree_util.tree_map(lambda x: _expand_at(x, ax), sub),
-        out_axes, out, is_leaf=lambda x: x is None)
+      lambda ax, sub: tree_util.tree_map(lambda x: _expand_at(x, ax), sub),
+      out_axes,
+      out,
+      is_leaf=lambda x: x is None,
+    )
 
-  jitted = jax.jit(jax.shard_map(
-      body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-      check_vma=False, axis_names={axis_name}))
+  jitted = jax.jit(
+    jax.shard_map(
+      body,
+      mesh=mesh,
+      in_specs=in_specs,
+      out_specs=out_specs,
+      check_vma=False,
+      axis_names={axis_name},
+    )
+  )
   return types.SimpleNamespace(jitted_f=jitted, jitted_f_with_shardings=jitted)
 
 
@@ -229,8 +264,9 @@ def _install_pmap_staging() -> None:
     if kwargs or len(args) != 8 or not isinstance(args[6], _StagedDevices):
       return cached(*args, **kwargs)
     fun, in_tree, in_axes, out_axes, out_tree, _, devices, name = args
-    return _staged_pmap(fun, in_tree, in_axes, out_axes, out_tree, name,
-                        len(devices))
+    return _staged_pmap(
+      fun, in_tree, in_axes, out_axes, out_tree, name, len(devices)
+    )
 
   _pmap_impl._get_mesh_devices = mesh_devices
   _pmap_impl._cached_shard_map = cached_shard_map
@@ -257,8 +293,9 @@ def _block_start(grid: _ReplicaGrid, names: tuple, block: int) -> Any:
   index = None
   for k, name in enumerate(names):
     term = _replica_axis_index(grid, name)
-    scale = _math.prod(grid.axis_sizes[grid.axis_names.index(n)]
-                       for n in names[k + 1:])
+    scale = _math.prod(
+      grid.axis_sizes[grid.axis_names.index(n)] for n in names[k + 1 :]
+    )
     if scale != 1:
       term = _hlo.multiply(term, u32(scale))
     index = term if index is None else _hlo.add(index, term)
@@ -267,11 +304,14 @@ def _block_start(grid: _ReplicaGrid, names: tuple, block: int) -> Any:
   return _hlo.convert(i32, start)
 
 
-def _starts(grid: _ReplicaGrid, entries: list[tuple],
-            block_shape: Sequence[int]) -> list:
+def _starts(
+  grid: _ReplicaGrid, entries: list[tuple], block_shape: Sequence[int]
+) -> list:
   zero = _mlir.ir_constant(np.array(0, np.int32))
-  return [_block_start(grid, names, size) if names else zero
-          for names, size in zip(entries, block_shape)]
+  return [
+    _block_start(grid, names, size) if names else zero
+    for names, size in zip(entries, block_shape)
+  ]
 
 
 def _replica_groups_over(grid: _ReplicaGrid, names: set) -> list[list[int]]:
@@ -288,16 +328,18 @@ def _replica_groups_attr(groups: list[list[int]]) -> Any:
   """The ``replica_groups`` attribute of an all-reduce: an int64 matrix,
   one row per group (JAX's own helper for it was renamed in jax 0.11)."""
   return _ir.DenseIntElementsAttr.get(
-      np.ascontiguousarray(np.array(groups, dtype=np.int64)))
+    np.ascontiguousarray(np.array(groups, dtype=np.int64))
+  )
 
 
-def _sum_over_replicas(ctx, x: Any, aval: Any, groups: list[list[int]]
-                       ) -> Any:
+def _sum_over_replicas(ctx, x: Any, aval: Any, groups: list[list[int]]) -> Any:
   """An all-reduce of ``x`` in ``groups`` (logical or for booleans)."""
-  op = _hlo.AllReduceOp([x.type], [x],
-                        replica_groups=_replica_groups_attr(groups))
-  scalar = _mlir.aval_to_ir_type(ctx.module_context,
-                                 _core.ShapedArray((), aval.dtype))
+  op = _hlo.AllReduceOp(
+    [x.type], [x], replica_groups=_replica_groups_attr(groups)
+  )
+  scalar = _mlir.aval_to_ir_type(
+    ctx.module_context, _core.ShapedArray((), aval.dtype)
+  )
   block = op.regions[0].blocks.append(scalar, scalar)
   with _ir.InsertionPoint(block):
     a, b = block.arguments
@@ -306,8 +348,9 @@ def _sum_over_replicas(ctx, x: Any, aval: Any, groups: list[list[int]]
   return op.result
 
 
-def _shard_map_per_replica(ctx, *args, jaxpr, mesh, in_specs, out_specs,
-                           **params) -> Sequence[Any]:
+def _shard_map_per_replica(
+  ctx, *args, jaxpr, mesh, in_specs, out_specs, **params
+) -> Sequence[Any]:
   """A ``shard_map`` (a staged pmap) run per replica of an extended grid."""
   del params
   outer = ctx.module_context.axis_context.mesh
@@ -315,53 +358,69 @@ def _shard_map_per_replica(ctx, *args, jaxpr, mesh, in_specs, out_specs,
   shadowed = set(names) & set(outer.axis_names)
   if shadowed:
     raise NotImplementedError(
-        f"xla_computation: a pmap over the axis name(s) {sorted(shadowed)} "
-        "inside a computation that already binds them")
+      f"xla_computation: a pmap over the axis name(s) {sorted(shadowed)} "
+      "inside a computation that already binds them"
+    )
   grid = _ReplicaGrid(outer.axis_names + names, outer.axis_sizes + sizes)
   replicas = ctx.module_context.axis_context.replicas
   replicas[0] = max(replicas[0], grid.size)
   inner_ctx = ctx.module_context.replace(
-      axis_context=ReplicaAxisContext(grid, replicas))
+    axis_context=ReplicaAxisContext(grid, replicas)
+  )
 
   blocks = []
-  for x, aval, inner_aval, spec in zip(args, ctx.avals_in,
-                                       [v.aval for v in jaxpr.invars],
-                                       in_specs):
+  for x, aval, inner_aval, spec in zip(
+    args, ctx.avals_in, [v.aval for v in jaxpr.invars], in_specs
+  ):
     entries = _spec_entries(spec, len(aval.shape))
     if not any(entries):
       blocks.append(x)
       continue
     sub = ctx.replace(avals_in=[aval], avals_out=[inner_aval])
-    blocks.append(_mlir.dynamic_slice(
-        sub, inner_aval, x,
-        start_indices=_starts(grid, entries, inner_aval.shape)))
+    blocks.append(
+      _mlir.dynamic_slice(
+        sub,
+        inner_aval,
+        x,
+        start_indices=_starts(grid, entries, inner_aval.shape),
+      )
+    )
 
-  extra = dict(dim_var_values=ctx.dim_var_values,
-               const_lowering=getattr(ctx, "const_lowering", None),
-               outer_traceback=_jaxlib_jax.Traceback())
+  extra = dict(
+    dim_var_values=ctx.dim_var_values,
+    const_lowering=getattr(ctx, "const_lowering", None),
+    outer_traceback=_jaxlib_jax.Traceback(),
+  )
   accepted = inspect.signature(_mlir.jaxpr_subcomp).parameters
   extra = {k: v for k, v in extra.items() if k in accepted}
   with _core.extend_axis_env_nd(list(zip(names, sizes))):
     outs, tokens_out = _mlir.jaxpr_subcomp(
-        inner_ctx, jaxpr, ctx.name_stack, ctx.tokens_in, (), *blocks,
-        **extra)
+      inner_ctx, jaxpr, ctx.name_stack, ctx.tokens_in, (), *blocks, **extra
+    )
   ctx.set_tokens_out(tokens_out)
 
   results = []
-  for y, aval, inner_aval, spec in zip(outs, ctx.avals_out,
-                                       [v.aval for v in jaxpr.outvars],
-                                       out_specs):
+  for y, aval, inner_aval, spec in zip(
+    outs, ctx.avals_out, [v.aval for v in jaxpr.outvars], out_specs
+  ):
     entries = _spec_entries(spec, len(aval.shape))
     if not any(entries):
       results.append(y)
       continue
     sub = ctx.replace(avals_in=[aval, inner_aval], avals_out=[aval])
     whole = _mlir.dynamic_update_slice(
-        sub, aval, _mlir.full_like_aval(sub, 0, aval), y,
-        start_indices=_starts(grid, entries, inner_aval.shape))
+      sub,
+      aval,
+      _mlir.full_like_aval(sub, 0, aval),
+      y,
+      start_indices=_starts(grid, entries, inner_aval.shape),
+    )
     split_over = set(itertools.chain.from_iterable(entries))
-    results.append(_sum_over_replicas(
-        ctx, whole, aval, _replica_groups_over(grid, split_over)))
+    results.append(
+      _sum_over_replicas(
+        ctx, whole, aval, _replica_groups_over(grid, split_over)
+      )
+    )
   return results
 
 
@@ -369,8 +428,9 @@ def _replica_context(grid: _ReplicaGrid) -> tuple[Any, Any]:
   """The axis context for ``grid`` and the lowering rules it needs."""
   native = getattr(_sharding_impls, "ReplicaAxisContext", None)
   if native is not None:  # jax 0.8 still lowers per replica by itself
-    env = _sharding_impls.AxisEnv(max(grid.size, 1), grid.axis_names,
-                                  grid.axis_sizes)
+    env = _sharding_impls.AxisEnv(
+      max(grid.size, 1), grid.axis_names, grid.axis_sizes
+    )
     return native(env), None
   rules = [(_parallel.axis_index_p, _axis_index_from_replica_id)]
   if _shard_map_impl is not None:
@@ -381,31 +441,44 @@ def _replica_context(grid: _ReplicaGrid) -> tuple[Any, Any]:
 def _lowering_parameters(**kwargs) -> Any:
   known = {f.name for f in dataclasses.fields(_mlir.LoweringParameters)}
   return _mlir.LoweringParameters(
-      **{k: v for k, v in kwargs.items() if k in known})
+    **{k: v for k, v in kwargs.items() if k in known}
+  )
 
 
-def lower_for_replicas(closed_jaxpr: Any, *, module_name: str,
-                       axis_env: Sequence[tuple[Any, int]], platform: str,
-                       donated: Sequence[bool]) -> Any:
+def lower_for_replicas(
+  closed_jaxpr: Any,
+  *,
+  module_name: str,
+  axis_env: Sequence[tuple[Any, int]],
+  platform: str,
+  donated: Sequence[bool],
+) -> Any:
   """Lowers a closed jaxpr to a StableHLO module, one program per replica.
 
   ``axis_env`` names the axes that collectives may use; the module has
   ``prod(sizes)`` replicas and one partition.  Constants of the jaxpr are
   folded into the module.  Returns the ``ir.Module``.
   """
-  grid = _ReplicaGrid(tuple(n for n, _ in axis_env),
-                      tuple(int(s) for _, s in axis_env))
+  grid = _ReplicaGrid(
+    tuple(n for n, _ in axis_env), tuple(int(s) for _, s in axis_env)
+  )
   context, overrides = _replica_context(grid)
-  params = _lowering_parameters(override_lowering_rules=overrides,
-                                hoist_constants_as_args=False)
+  params = _lowering_parameters(
+    override_lowering_rules=overrides, hoist_constants_as_args=False
+  )
   kwargs = dict(
-      num_const_args=0, in_avals=closed_jaxpr.in_avals,
-      out_avals=closed_jaxpr.out_avals,  # jax >= 0.11 asks for them
-      ordered_effects=list(
-          _effects.ordered_effects.filter_in(closed_jaxpr.effects)),
-      platforms=[platform], backend=None,
-      axis_context=context, donated_args=list(donated),
-      lowering_parameters=params)
+    num_const_args=0,
+    in_avals=closed_jaxpr.in_avals,
+    out_avals=closed_jaxpr.out_avals,  # jax >= 0.11 asks for them
+    ordered_effects=list(
+      _effects.ordered_effects.filter_in(closed_jaxpr.effects)
+    ),
+    platforms=[platform],
+    backend=None,
+    axis_context=context,
+    donated_args=list(donated),
+    lowering_parameters=params,
+  )
   accepted = inspect.signature(_mlir.lower_jaxpr_to_module).parameters
   kwargs = {k: v for k, v in kwargs.items() if k in accepted}
   result = _mlir.lower_jaxpr_to_module(module_name, closed_jaxpr, **kwargs)
@@ -414,8 +487,7 @@ def lower_for_replicas(closed_jaxpr: Any, *, module_name: str,
   if isinstance(context, ReplicaAxisContext):
     replicas = context.replicas[0]  # pmaps inside may need more
   with module.context:
-    module.operation.attributes["mhlo.num_replicas"] = _mlir.i32_attr(
-        replicas)
+    module.operation.attributes["mhlo.num_replicas"] = _mlir.i32_attr(replicas)
     # JAX strips trailing underscores (``_lambda_``); keep the name given.
     module.operation.attributes["sym_name"] = _ir.StringAttr.get(module_name)
   return module
@@ -444,12 +516,16 @@ def _main_function(module: Any) -> Any:
   raise AssertionError("lowered module has no main function")
 
 
-def _with_shardings(old: Any, count: int,
-                    shardings: Sequence[str | None]) -> Any:
+def _with_shardings(
+  old: Any, count: int, shardings: Sequence[str | None]
+) -> Any:
   # Token arguments/results of ordered effects come first: align the
   # shardings with the trailing ``len(shardings)`` entries.
-  old_dicts = ([_ir.DictAttr(d) for d in old] if old is not None
-               else [_ir.DictAttr.get({}) for _ in range(count)])
+  old_dicts = (
+    [_ir.DictAttr(d) for d in old]
+    if old is not None
+    else [_ir.DictAttr.get({}) for _ in range(count)]
+  )
   offset = count - len(shardings)
   new = []
   for i, attrs in enumerate(old_dicts):
@@ -460,36 +536,47 @@ def _with_shardings(old: Any, count: int,
   return _ir.ArrayAttr.get(new)
 
 
-def annotate_shardings(module: Any, *, args: Sequence[str | None] | None,
-                       results: Sequence[str | None] | None,
-                       num_partitions: int) -> None:
+def annotate_shardings(
+  module: Any,
+  *,
+  args: Sequence[str | None] | None,
+  results: Sequence[str | None] | None,
+  num_partitions: int,
+) -> None:
   """Puts XLA sharding texts on the main function's parameters/results."""
   main = _main_function(module)
   with module.context:
-    ftype = _ir.FunctionType(_ir.TypeAttr(
-        main.attributes["function_type"]).value)
+    ftype = _ir.FunctionType(
+      _ir.TypeAttr(main.attributes["function_type"]).value
+    )
     if args is not None:
-      old = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes \
-          else None
+      old = (
+        main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None
+      )
       main.attributes["arg_attrs"] = _with_shardings(
-          old, len(ftype.inputs), args)
+        old, len(ftype.inputs), args
+      )
     if results is not None:
-      old = main.attributes["res_attrs"] if "res_attrs" in main.attributes \
-          else None
+      old = (
+        main.attributes["res_attrs"] if "res_attrs" in main.attributes else None
+      )
       main.attributes["res_attrs"] = _with_shardings(
-          old, len(ftype.results), results)
+        old, len(ftype.results), results
+      )
     module.operation.attributes["mhlo.num_partitions"] = _mlir.i32_attr(
-        num_partitions)
+      num_partitions
+    )
 
 
 def to_xla_computation(module: Any, *, tuple_args: bool) -> Any:
   """Converts a StableHLO module to XLA's ``XlaComputation`` (tuple result)."""
   return _jaxlib_jax.mlir.mlir_module_to_xla_computation(
-      _mlir.module_to_bytecode(module), use_tuple_args=tuple_args,
-      return_tuple=True)
+    _mlir.module_to_bytecode(module),
+    use_tuple_args=tuple_args,
+    return_tuple=True,
+  )
 
 
 def xla_computation_from_proto(serialized: bytes) -> Any:
   """A fresh ``XlaComputation`` from a serialized ``HloModuleProto``."""
   return _xc.XlaComputation(serialized)
-

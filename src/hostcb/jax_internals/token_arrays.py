@@ -33,6 +33,7 @@ is unchanged: an executable starts only once its arguments are ready
 the new token array among them, are ready once it has run, taps and
 calls included.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,13 +47,18 @@ from hostcb.jax_internals.versions import require
 
 __all__ = ["tokens_as_arrays"]
 
-_WHAT = ("to pass the runtime token of a computation over several devices "
-         "that taps as a bool[0] array (serializable executables)")
+_WHAT = (
+  "to pass the runtime token of a computation over several devices "
+  "that taps as a bool[0] array (serializable executables)"
+)
 
 
 def _main(module: Any) -> Any:
-  return next(op for op in module.body.operations
-              if isinstance(op, _func.FuncOp) and op.sym_name.value == "main")
+  return next(
+    op
+    for op in module.body.operations
+    if isinstance(op, _func.FuncOp) and op.sym_name.value == "main"
+  )
 
 
 def tokens_as_arrays(module: Any, num_dim_vars: int) -> int:
@@ -65,15 +71,18 @@ def tokens_as_arrays(module: Any, num_dim_vars: int) -> int:
   ftype = _ir.FunctionType(main.attributes["function_type"].value)
   inputs, results = list(ftype.inputs), list(ftype.results)
   n = 0
-  while (num_dim_vars + n < len(inputs)
-         and _hlo.TokenType.isinstance(inputs[num_dim_vars + n])):
+  while num_dim_vars + n < len(inputs) and _hlo.TokenType.isinstance(
+    inputs[num_dim_vars + n]
+  ):
     n += 1
   if n == 0:
     return 0
-  if len(results) < n or not all(_hlo.TokenType.isinstance(t)
-                                 for t in results[:n]):
+  if len(results) < n or not all(
+    _hlo.TokenType.isinstance(t) for t in results[:n]
+  ):
     raise AssertionError(
-        f"hostcb: main takes {n} tokens but does not return them first")
+      f"hostcb: main takes {n} tokens but does not return them first"
+    )
   block = main.regions[0].blocks[0]
   with module.context, _ir.Location.unknown(module.context):
     array_type = _ir.RankedTensorType.get([0], _ir.IntegerType.get_signless(1))
@@ -84,8 +93,9 @@ def tokens_as_arrays(module: Any, num_dim_vars: int) -> int:
         require(type(arg), "set_type", _WHAT, verb="uses")(arg, array_type)
     ret = list(block.operations)[-1]
     with _ir.InsertionPoint(ret):
-      empty = _hlo.constant(_ir.DenseElementsAttr.get(
-          np.zeros((0,), np.bool_), type=array_type))
+      empty = _hlo.constant(
+        _ir.DenseElementsAttr.get(np.zeros((0,), np.bool_), type=array_type)
+      )
       operands = [empty] * n + list(ret.operands)[n:]
       _func.ReturnOp(operands)
     ret.erase()
@@ -93,7 +103,8 @@ def tokens_as_arrays(module: Any, num_dim_vars: int) -> int:
       inputs[num_dim_vars + i] = array_type
       results[i] = array_type
     main.attributes["function_type"] = _ir.TypeAttr.get(
-        _ir.FunctionType.get(inputs, results))
+      _ir.FunctionType.get(inputs, results)
+    )
     # The tokens' attributes (``jax.token``) go with them.
     for name, first in (("arg_attrs", num_dim_vars), ("res_attrs", 0)):
       if name in main.attributes:

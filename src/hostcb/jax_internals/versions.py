@@ -18,6 +18,7 @@ them is traced, with a message that says which JAX and which symbol
 gave (a ``barrier_wait`` that no longer covers other threads' computations
 would look like it works) or misreading a tuple by position.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,15 +46,18 @@ def require(owner: Any, name: str, what: str, verb: str = "patches") -> Any:
   value = getattr(owner, name, None) if owner is not None else None
   if value is None:
     import jax  # noqa: PLC0415  (public API)
-    where = getattr(owner, "__module__", None) or getattr(owner, "__name__",
-                                                           repr(owner))
+
+    where = getattr(owner, "__module__", None) or getattr(
+      owner, "__name__", repr(owner)
+    )
     if isinstance(owner, type):
       where = f"{owner.__module__}.{owner.__qualname__}"
     raise MissingJaxInternal(
-        f"hostcb: jax {jax.__version__} has no {where}.{name}, which hostcb "
-        f"{verb} {what}. hostcb was checked against {CHECKED_RANGE}; "
-        "install a jax in that range or a hostcb release that supports "
-        f"jax {jax.__version__}.")
+      f"hostcb: jax {jax.__version__} has no {where}.{name}, which hostcb "
+      f"{verb} {what}. hostcb was checked against {CHECKED_RANGE}; "
+      "install a jax in that range or a hostcb release that supports "
+      f"jax {jax.__version__}."
+    )
   return value
 
 
@@ -64,43 +68,57 @@ class JaxInternalChanged(MissingJaxInternal):
 
 def _jax_version() -> str:
   import jax  # noqa: PLC0415  (public API, for its version)
+
   return jax.__version__
 
 
-def changed(symbol: str, expected: str, found: str,
-            what: str) -> JaxInternalChanged:
+def changed(
+  symbol: str, expected: str, found: str, what: str
+) -> JaxInternalChanged:
   """The error for a private structure of JAX that lost its shape: names
   the JAX version, the symbol, what hostcb expected and found, and what
   hostcb needs it for."""
   version = _jax_version()
   return JaxInternalChanged(
-      f"hostcb: in jax {version}, {symbol} is not what hostcb reads {what}: "
-      f"expected {expected}, found {found}. hostcb was checked against "
-      f"{CHECKED_RANGE}; install a jax in that range or a hostcb release "
-      f"that supports jax {version}.")
+    f"hostcb: in jax {version}, {symbol} is not what hostcb reads {what}: "
+    f"expected {expected}, found {found}. hostcb was checked against "
+    f"{CHECKED_RANGE}; install a jax in that range or a hostcb release "
+    f"that supports jax {version}."
+  )
 
 
-def check_shape(value: Any, symbol: str, what: str, *,
-                types: type | tuple[type, ...] | None = None,
-                lengths: tuple[int, ...] | None = None,
-                fields: tuple[str, ...] = ()) -> Any:
+def check_shape(
+  value: Any,
+  symbol: str,
+  what: str,
+  *,
+  types: type | tuple[type, ...] | None = None,
+  lengths: tuple[int, ...] | None = None,
+  fields: tuple[str, ...] = (),
+) -> Any:
   """``value`` if it has the shape hostcb reads (an instance of ``types``,
   of one of the ``lengths``, with the attributes ``fields``), else
   :class:`JaxInternalChanged` naming the JAX version and ``symbol``."""
   if types is not None and not isinstance(value, types):
     names = (types,) if isinstance(types, type) else types
-    raise changed(symbol, " or ".join(t.__name__ for t in names),
-                  type(value).__name__, what)
+    raise changed(
+      symbol, " or ".join(t.__name__ for t in names), type(value).__name__, what
+    )
   if lengths is not None:
     try:
       n = len(value)
     except TypeError:
       n = None
     if n not in lengths:
-      raise changed(symbol, "length " + " or ".join(map(str, lengths)),
-                    f"{type(value).__name__} of length {n}", what)
+      raise changed(
+        symbol,
+        "length " + " or ".join(map(str, lengths)),
+        f"{type(value).__name__} of length {n}",
+        what,
+      )
   for field in fields:
     if not hasattr(value, field):
-      raise changed(symbol, f"a field {field!r}",
-                    f"{type(value).__name__} without it", what)
+      raise changed(
+        symbol, f"a field {field!r}", f"{type(value).__name__} without it", what
+      )
   return value

@@ -25,6 +25,7 @@ Sinks: :class:`TensorBoard` (``pip install hostcb[tensorboard]``),
 :class:`CSV`, a plain function ``f(step, values)``, or any object with
 ``write(records)``, ``flush()`` and ``close()``.
 """
+
 from __future__ import annotations
 
 from hostcb.metrics import _pipeline
@@ -35,9 +36,24 @@ from hostcb.metrics.sinks import CSV, Callback, JsonLines, Sink
 from hostcb.metrics.tensorboard import TensorBoard
 from hostcb.metrics.wandb import WandB
 
-__all__ = ["log", "add_sink", "remove_sink", "sinks", "flush", "configure",
-           "stats", "Record", "MetricsError", "Sink", "TensorBoard", "WandB",
-           "JsonLines", "CSV", "Callback", "REDUCTIONS"]
+__all__ = [
+  "log",
+  "add_sink",
+  "remove_sink",
+  "sinks",
+  "flush",
+  "configure",
+  "stats",
+  "Record",
+  "MetricsError",
+  "Sink",
+  "TensorBoard",
+  "WandB",
+  "JsonLines",
+  "CSV",
+  "Callback",
+  "REDUCTIONS",
+]
 
 
 def add_sink(sink, *, processes: str = "first"):
@@ -52,8 +68,7 @@ def add_sink(sink, *, processes: str = "first"):
       the records that its own devices made.
   """
   if processes not in ("first", "each"):
-    raise ValueError(f"processes must be 'first' or 'each'; got "
-                     f"{processes!r}")
+    raise ValueError(f"processes must be 'first' or 'each'; got {processes!r}")
   if not hasattr(sink, "write"):
     sink = Callback(sink)
   _pipeline.add(sink, processes)
@@ -84,8 +99,12 @@ def flush(timeout: float | None = None) -> None:
   _pipeline.flush(timeout)
 
 
-def configure(*, max_pending: int | None = None, overflow: str | None = None,
-              interval: float | None = None) -> None:
+def configure(
+  *,
+  max_pending: int | None = None,
+  overflow: str | None = None,
+  interval: float | None = None,
+) -> None:
   """The writer's settings (those not given are kept).
 
   Args:

@@ -10,6 +10,7 @@ device taps, inside a ``lax.cond``: one record per step, made where the
 first device is (in a cluster, the process that owns it).  Under ``vmap``
 the host reduces over the batch (:mod:`._records`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,9 @@ __all__ = ["log"]
 def _flatten(values, prefix: str, out: dict) -> None:
   for key, value in values.items():
     if not isinstance(key, str):
-      raise TypeError("hostcb.metrics.log: metric names must be str; got "
-                      f"{key!r}")
+      raise TypeError(
+        f"hostcb.metrics.log: metric names must be str; got {key!r}"
+      )
     name = f"{prefix}{key}"
     if isinstance(value, Mapping):
       _flatten(value, name + "/", out)
@@ -57,13 +59,18 @@ def _manual_axes() -> tuple[tuple[str, ...], int]:
 
 def _as_metric(name: str, value):
   x = jnp.asarray(value)
-  if not (jnp.issubdtype(x.dtype, jnp.number)
-          or jnp.issubdtype(x.dtype, jnp.bool_)):
-    raise TypeError(f"hostcb.metrics.log: metric {name!r} must be numeric; "
-                    f"got dtype {x.dtype}")
+  if not (
+    jnp.issubdtype(x.dtype, jnp.number) or jnp.issubdtype(x.dtype, jnp.bool_)
+  ):
+    raise TypeError(
+      f"hostcb.metrics.log: metric {name!r} must be numeric; "
+      f"got dtype {x.dtype}"
+    )
   if jnp.issubdtype(x.dtype, jnp.complexfloating):
-    raise TypeError(f"hostcb.metrics.log: metric {name!r} is complex "
-                    f"({x.dtype}); log its real and imaginary parts")
+    raise TypeError(
+      f"hostcb.metrics.log: metric {name!r} is complex "
+      f"({x.dtype}); log its real and imaginary parts"
+    )
   return x
 
 
@@ -73,8 +80,10 @@ def _reduce_on_devices(xs: list, axes: tuple, reduce: str) -> list:
   if reduce == "first":
     return xs
   if reduce == "mean":
-    xs = [x if jnp.issubdtype(x.dtype, jnp.floating)
-          else x.astype(jnp.float32) for x in xs]
+    xs = [
+      x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+      for x in xs
+    ]
     return list(lax.pmean(xs, axes))
   if reduce == "sum":
     return list(lax.psum(xs, axes))
@@ -109,20 +118,25 @@ def log(values: Mapping[str, Any], step, *, reduce: str = "mean") -> None:
       and per batch element (``name/batch_i``).
   """
   if not isinstance(values, Mapping):
-    raise TypeError("hostcb.metrics.log: values must be a dict of metric "
-                    f"name to value; got {type(values).__name__}")
+    raise TypeError(
+      "hostcb.metrics.log: values must be a dict of metric "
+      f"name to value; got {type(values).__name__}"
+    )
   if reduce not in REDUCTIONS:
-    raise ValueError(f"hostcb.metrics.log: reduce must be one of "
-                     f"{', '.join(map(repr, REDUCTIONS))}; got {reduce!r}")
+    raise ValueError(
+      f"hostcb.metrics.log: reduce must be one of "
+      f"{', '.join(map(repr, REDUCTIONS))}; got {reduce!r}"
+    )
   flat: dict = {}
   _flatten(values, "", flat)
   if not flat:
-    raise ValueError("hostcb.metrics.log: no metric to log (values is "
-                     "empty)")
+    raise ValueError("hostcb.metrics.log: no metric to log (values is empty)")
   for name in flat:
     if name in RESERVED:
-      raise ValueError(f"hostcb.metrics.log: {name!r} cannot name a metric "
-                       f"(the sinks write the record's {name} under it)")
+      raise ValueError(
+        f"hostcb.metrics.log: {name!r} cannot name a metric "
+        f"(the sinks write the record's {name} under it)"
+      )
   names = tuple(flat)
   if not any(ji.is_tracer(v) for v in (step, *flat.values())):
     # Eager (or constants only): one dispatch of the same code, jitted,
@@ -132,8 +146,10 @@ def log(values: Mapping[str, Any], step, *, reduce: str = "mean") -> None:
   xs = [_as_metric(n, v) for n, v in flat.items()]
   step = jnp.asarray(step)
   if not jnp.issubdtype(step.dtype, jnp.integer) or step.ndim != 0:
-    raise TypeError("hostcb.metrics.log: step must be an integer scalar; "
-                    f"got {step.dtype}{list(step.shape)}")
+    raise TypeError(
+      "hostcb.metrics.log: step must be an integer scalar; "
+      f"got {step.dtype}{list(step.shape)}"
+    )
   axes, n_devices = _manual_axes()
   devices_each = n_devices if axes and reduce == "each" else 0
   shapes = tuple(tuple(np.shape(x)) for x in xs)
@@ -161,15 +177,18 @@ def _staged(step, xs, *, names, reduce):
 
 # Scalars of these dtypes travel as one uint32 vector: their bits as they
 # are ("f": float32, "i": int32, "u": uint32), after exact conversions.
-_KINDS = {np.dtype(np.float32): ("f", None), np.dtype(np.int32): ("i", None),
-          np.dtype(np.uint32): ("u", None),
-          np.dtype(jnp.bfloat16): ("f", jnp.float32),
-          np.dtype(np.float16): ("f", jnp.float32),
-          np.dtype(np.bool_): ("i", jnp.int32),
-          np.dtype(np.int8): ("i", jnp.int32),
-          np.dtype(np.int16): ("i", jnp.int32),
-          np.dtype(np.uint8): ("i", jnp.int32),
-          np.dtype(np.uint16): ("i", jnp.int32)}
+_KINDS = {
+  np.dtype(np.float32): ("f", None),
+  np.dtype(np.int32): ("i", None),
+  np.dtype(np.uint32): ("u", None),
+  np.dtype(jnp.bfloat16): ("f", jnp.float32),
+  np.dtype(np.float16): ("f", jnp.float32),
+  np.dtype(np.bool_): ("i", jnp.int32),
+  np.dtype(np.int8): ("i", jnp.int32),
+  np.dtype(np.int16): ("i", jnp.int32),
+  np.dtype(np.uint8): ("i", jnp.int32),
+  np.dtype(np.uint16): ("i", jnp.int32),
+}
 
 
 def _pack(step, xs) -> tuple[str, Any] | None:

@@ -22,6 +22,7 @@ then for the writer to hand their records to the sinks and flush them.
 At interpreter exit the same happens (bounded), then the sinks are
 closed; an exception that ends the script goes through the same exit.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -38,8 +39,16 @@ from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.jax_internals import patches
 from hostcb.metrics._types import Batch, MetricsError, Record
 
-__all__ = ["put", "add", "remove", "flush", "configure", "stats",
-           "note_traced", "OVERFLOW_POLICIES"]
+__all__ = [
+  "put",
+  "add",
+  "remove",
+  "flush",
+  "configure",
+  "stats",
+  "note_traced",
+  "OVERFLOW_POLICIES",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -59,11 +68,11 @@ _pending: collections.deque = collections.deque()
 _space = threading.Condition(threading.Lock())  # producers of a full FIFO
 _wake = threading.Event()
 _state_lock = threading.Lock()
-_sinks: list = []           # _Entry, in the order added
-_errors: list = []          # exceptions not yet raised by flush()
+_sinks: list = []  # _Entry, in the order added
+_errors: list = []  # exceptions not yet raised by flush()
 _counts = {"taps": 0, "records": 0, "dropped": 0, "no_sink": 0}
 _reported = {"dropped": 0, "no_sink": 0}
-_writer: list = [None]      # the writer thread, once started
+_writer: list = [None]  # the writer thread, once started
 _traced = [False]
 
 
@@ -121,8 +130,9 @@ def _make_room() -> bool:
 def _start_writer() -> None:
   with _state_lock:
     if _writer[0] is None:
-      t = threading.Thread(target=_write_forever, daemon=True,
-                           name="hostcb-metrics-writer")
+      t = threading.Thread(
+        target=_write_forever, daemon=True, name="hostcb-metrics-writer"
+      )
       _writer[0] = t
       t.start()
 
@@ -156,7 +166,7 @@ def _write_pending() -> None:
     return
   parts: list = []  # Columns, and lists of Records
   records: list[Record] = []
-  run: list = []    # consecutive taps of one packed site, no transforms
+  run: list = []  # consecutive taps of one packed site, no transforms
   markers = 0
 
   def end_run():
@@ -237,6 +247,7 @@ _process = [None]
 def _process_index() -> int:
   if _process[0] is None:
     import jax  # noqa: PLC0415  (only once records are written)
+
     _process[0] = jax.process_index()
   return _process[0]
 
@@ -273,29 +284,34 @@ def sinks() -> list:
 def flush(timeout: float | None = None) -> None:
   if threading.current_thread() is _writer[0]:
     raise RuntimeError(
-        "hostcb.metrics.flush() was called from a sink; it would wait for "
-        "that sink itself. Call it from the thread that runs the loop.")
+      "hostcb.metrics.flush() was called from a sink; it would wait for "
+      "that sink itself. Call it from the thread that runs the loop."
+    )
   deadline = None if timeout is None else time.monotonic() + timeout
   if not wait_for_taps(timeout):
-    raise TimeoutError(f"hostcb.metrics.flush: taps still pending after "
-                       f"{timeout} s")
+    raise TimeoutError(
+      f"hostcb.metrics.flush: taps still pending after {timeout} s"
+    )
   _start_writer()
   marker = _Marker()
   _pending.append(marker)
   _wake.set()
   left = None if deadline is None else max(0.0, deadline - time.monotonic())
   if not marker.done.wait(left):
-    raise TimeoutError(f"hostcb.metrics.flush: the sinks did not finish "
-                       f"writing within {timeout} s")
+    raise TimeoutError(
+      f"hostcb.metrics.flush: the sinks did not finish "
+      f"writing within {timeout} s"
+    )
   _warn_losses()
   with _state_lock:
     errors = list(_errors)
     _errors.clear()
   if errors:
     raise MetricsError(
-        f"hostcb.metrics: {len(errors)} failure(s) since the last flush "
-        f"(logged with their tracebacks); the first: "
-        f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
+      f"hostcb.metrics: {len(errors)} failure(s) since the last flush "
+      f"(logged with their tracebacks); the first: "
+      f"{type(errors[0]).__name__}: {errors[0]}"
+    ) from errors[0]
 
 
 def _warn_losses() -> None:
@@ -304,30 +320,43 @@ def _warn_losses() -> None:
     unsinked = _counts["no_sink"] - _reported["no_sink"]
     _reported.update(dropped=_counts["dropped"], no_sink=_counts["no_sink"])
   if dropped:
-    logger.warning("hostcb.metrics: %d tap(s) dropped: the sinks were "
-                   "slower than the loop and overflow='drop'", dropped)
+    logger.warning(
+      "hostcb.metrics: %d tap(s) dropped: the sinks were "
+      "slower than the loop and overflow='drop'",
+      dropped,
+    )
   if unsinked:
-    logger.warning("hostcb.metrics: %d record(s) logged while no sink was "
-                   "added were not written", unsinked)
+    logger.warning(
+      "hostcb.metrics: %d record(s) logged while no sink was "
+      "added were not written",
+      unsinked,
+    )
 
 
-def configure(max_pending: int | None = None, overflow: str | None = None,
-              interval: float | None = None) -> None:
+def configure(
+  max_pending: int | None = None,
+  overflow: str | None = None,
+  interval: float | None = None,
+) -> None:
   if max_pending is not None:
-    if (isinstance(max_pending, bool) or not isinstance(max_pending, int)
-        or max_pending < 1):
-      raise ValueError("max_pending must be a positive int; got "
-                       f"{max_pending!r}")
+    if (
+      isinstance(max_pending, bool)
+      or not isinstance(max_pending, int)
+      or max_pending < 1
+    ):
+      raise ValueError(
+        f"max_pending must be a positive int; got {max_pending!r}"
+      )
     _settings.max_pending = max_pending
   if overflow is not None:
     if overflow not in OVERFLOW_POLICIES:
-      raise ValueError(f"overflow must be 'block' or 'drop'; got "
-                       f"{overflow!r}")
+      raise ValueError(f"overflow must be 'block' or 'drop'; got {overflow!r}")
     _settings.overflow = overflow
   if interval is not None:
     if not (isinstance(interval, (int, float)) and 0 < interval < 1e6):
-      raise ValueError(f"interval must be a positive number of seconds; "
-                       f"got {interval!r}")
+      raise ValueError(
+        f"interval must be a positive number of seconds; got {interval!r}"
+      )
     _settings.interval = float(interval)
   with _space:
     _space.notify_all()
@@ -357,8 +386,7 @@ def _at_exit() -> None:
     try:
       entry.sink.close()
     except Exception:  # as above: logged; the other sinks close
-      logger.exception("hostcb.metrics: at exit, closing sink %r",
-                       entry.sink)
+      logger.exception("hostcb.metrics: at exit, closing sink %r", entry.sink)
 
 
 def _after_fork_in_child() -> None:
@@ -389,9 +417,11 @@ def _install_hooks() -> None:
     if patches.is_installed("metrics: at exit"):
       return
     atexit.register(_at_exit)
-    patches.record("metrics: at exit",
-                   "atexit (hostcb.metrics._pipeline._at_exit)",
-                   lambda: atexit.unregister(_at_exit))
+    patches.record(
+      "metrics: at exit",
+      "atexit (hostcb.metrics._pipeline._at_exit)",
+      lambda: atexit.unregister(_at_exit),
+    )
     if hasattr(os, "register_at_fork") and not _fork_hook[0]:
       os.register_at_fork(after_in_child=_after_fork_in_child)
       _fork_hook[0] = True

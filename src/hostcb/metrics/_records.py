@@ -7,6 +7,7 @@ caches (eagerly too).  Its tap puts the raw operands in the pipeline
 (:mod:`._pipeline`); the writer thread turns them into :class:`Record` s
 here, reducing over ``vmap`` batches.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,10 +40,11 @@ class Site:
   one ``uint32`` vector (the step, then the scalar metrics), whose words
   are of these kinds (``f`` float32, ``i`` int32, ``u`` uint32); None:
   it is ``(step, values)``."""
+
   names: tuple
   reduce: str
   devices_each: int  # > 0: the values were gathered over this many devices
-  shapes: tuple      # the values' shapes as logged (per device, element)
+  shapes: tuple  # the values' shapes as logged (per device, element)
   kinds: str | None
 
   def __call__(self, arg, transforms) -> None:
@@ -54,11 +56,11 @@ class Site:
     transforms, ``items`` as queued, in columns."""
     kinds = self.kinds
     words = np.concatenate([it[1] for it in items]).reshape(
-        len(items), len(kinds))
+      len(items), len(kinds)
+    )
     steps = words[:, 0].view(_VIEWS[kinds[0]]).astype(np.int64)
     walls = np.fromiter((it[3] for it in items), np.float64, len(items))
-    cols = [words[:, j].view(_VIEWS[k]) for j, k in enumerate(kinds)
-            if j]
+    cols = [words[:, j].view(_VIEWS[k]) for j, k in enumerate(kinds) if j]
     return Columns(self.names, steps, walls, cols)
 
   def records(self, arg, transforms, wall_time: float) -> list[Record]:
@@ -67,17 +69,16 @@ class Site:
     levels = [t[1]["batch_dims"] for t in transforms if t[0] == "batch"]
     if len(levels) != len(transforms):
       raise MetricsError(
-          "hostcb.metrics.log: a metric was tapped under a transformation "
-          f"other than vmap ({[t[0] for t in transforms]}); log primal "
-          "values only")
+        "hostcb.metrics.log: a metric was tapped under a transformation "
+        f"other than vmap ({[t[0] for t in transforms]}); log primal "
+        "values only"
+      )
     if self.kinds is not None:
       (words,) = _batch_first([np.asarray(arg)], levels)
-      leaves = [words[..., j].view(_VIEWS[k])
-                for j, k in enumerate(self.kinds)]
+      leaves = [words[..., j].view(_VIEWS[k]) for j, k in enumerate(self.kinds)]
     else:
       step, xs = arg
-      leaves = _batch_first([np.asarray(step), *map(np.asarray, xs)],
-                            levels)
+      leaves = _batch_first([np.asarray(step), *map(np.asarray, xs)], levels)
     steps, xs = leaves[0], leaves[1:]
     if not levels:
       return [Record(int(steps), self._named(xs), wall_time)]
@@ -93,10 +94,11 @@ class Site:
     first = steps.flat[0]
     if not np.all(steps == first):
       raise MetricsError(
-          f"hostcb.metrics.log: under vmap the step differs across the "
-          f"batch ({sorted(set(steps.ravel().tolist()))[:8]}), so one "
-          f"record with reduce={self.reduce!r} has no single step; log an "
-          "unbatched step, or use reduce='each'")
+        f"hostcb.metrics.log: under vmap the step differs across the "
+        f"batch ({sorted(set(steps.ravel().tolist()))[:8]}), so one "
+        f"record with reduce={self.reduce!r} has no single step; log an "
+        "unbatched step, or use reduce='each'"
+      )
     axes = tuple(range(len(batch_shape)))
     reduced = [_reduce(x, axes, self.reduce) for x in xs]
     return [Record(int(first), self._named(reduced), wall_time)]
@@ -149,5 +151,7 @@ def _batch_first(leaves: list, levels: list) -> list:
     for k in range(n):
       if k not in missing:
         shape[k] = a.shape[k]
-  return [np.broadcast_to(a, tuple(shape) + a.shape[n:]) if missing else a
-          for a, missing in out]
+  return [
+    np.broadcast_to(a, tuple(shape) + a.shape[n:]) if missing else a
+    for a, missing in out
+  ]

@@ -1,4 +1,5 @@
 """The types that the sinks and the API share."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ class Record(NamedTuple):
   """One step's metrics: ``values`` maps each name to a Python number
   (a scalar metric) or a NumPy array; ``wall_time``: when the host
   received it (seconds since the epoch)."""
+
   step: int
   values: dict
   wall_time: float
@@ -25,6 +27,7 @@ class Columns(NamedTuple):
   """Records of one ``log`` site, in columns: ``steps`` (int64) and
   ``wall_times`` (float64) arrays, and one array per name in ``names``
   (scalar metrics only)."""
+
   names: tuple
   steps: Any
   wall_times: Any
@@ -32,9 +35,14 @@ class Columns(NamedTuple):
 
   def records(self) -> list:
     names = self.names
-    return [Record(s, dict(zip(names, vals)), w) for s, w, vals in zip(
-        self.steps.tolist(), self.wall_times.tolist(),
-        zip(*[c.tolist() for c in self.columns]))]
+    return [
+      Record(s, dict(zip(names, vals)), w)
+      for s, w, vals in zip(
+        self.steps.tolist(),
+        self.wall_times.tolist(),
+        zip(*[c.tolist() for c in self.columns]),
+      )
+    ]
 
 
 class Batch(Sequence):
@@ -61,8 +69,9 @@ class Batch(Sequence):
   def __len__(self) -> int:
     if self._records is not None:
       return len(self._records)
-    return sum(len(p.steps) if type(p) is Columns else len(p)
-               for p in self._parts)
+    return sum(
+      len(p.steps) if type(p) is Columns else len(p) for p in self._parts
+    )
 
   def __getitem__(self, i):
     return self._all()[i]

@@ -6,6 +6,7 @@ A sink is any object with ``write(records)``, ``flush()`` and
 since the last call), ``flush`` from :func:`hostcb.metrics.flush` and at
 exit, ``close`` from :func:`hostcb.metrics.remove_sink` and at exit.
 """
+
 from __future__ import annotations
 
 import csv

@@ -19,6 +19,7 @@ library gives for the same ``Event`` (tests/test_metrics.py checks it).
 Needs the ``tensorboard`` package (``pip install hostcb[tensorboard]``)
 for its protocol buffers, used for the file's header and histograms.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -33,15 +34,19 @@ from hostcb.metrics.sinks import Sink
 
 __all__ = ["TensorBoard", "crc32c", "encode_scalar_events"]
 
-_MISSING = ("hostcb.metrics.TensorBoard needs the tensorboard package, "
-            "which is not installed: pip install hostcb[tensorboard]  (or: "
-            "pip install tensorboard)")
+_MISSING = (
+  "hostcb.metrics.TensorBoard needs the tensorboard package, "
+  "which is not installed: pip install hostcb[tensorboard]  (or: "
+  "pip install tensorboard)"
+)
 
 
 def _protos():
   try:
     from tensorboard.compat.proto import (  # noqa: PLC0415  (optional)
-        event_pb2, summary_pb2)
+      event_pb2,
+      summary_pb2,
+    )
   except ImportError as e:
     raise ImportError(_MISSING) from e
   return event_pb2, summary_pb2
@@ -51,8 +56,9 @@ def _protos():
 def _crc_table() -> np.ndarray:
   table = np.arange(256, dtype=np.uint32)
   for _ in range(8):
-    table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78),
-                     table >> 1).astype(np.uint32)
+    table = np.where(
+      table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1
+    ).astype(np.uint32)
   return table
 
 
@@ -81,10 +87,12 @@ def _frame(events: np.ndarray) -> bytes:
   header = np.frombuffer(np.uint64(length).tobytes(), np.uint8)
   out[:, 0:8] = header
   out[:, 8:12] = np.frombuffer(
-      _masked(crc32c(header[None, :])).astype("<u4").tobytes(), np.uint8)
-  out[:, 12:12 + length] = events
-  out[:, 12 + length:] = _masked(crc32c(events)).astype("<u4").view(
-      np.uint8).reshape(n, 4)
+    _masked(crc32c(header[None, :])).astype("<u4").tobytes(), np.uint8
+  )
+  out[:, 12 : 12 + length] = events
+  out[:, 12 + length :] = (
+    _masked(crc32c(events)).astype("<u4").view(np.uint8).reshape(n, 4)
+  )
   return out.tobytes()
 
 
@@ -165,7 +173,7 @@ def encode_scalar_events(names: tuple, steps, wall_times, values) -> bytes:
         rows[:, step_at + k] = b
     v = vals[lo:hi].view(np.uint8).reshape(n, len(names), 4)
     for j, at in enumerate(value_at):
-      rows[:, at:at + 4] = v[:, j]
+      rows[:, at : at + 4] = v[:, j]
     out.append(_frame(rows))
   return b"".join(out)
 
@@ -181,8 +189,13 @@ class TensorBoard(Sink):
   LOGDIR``.  The file is made at the first write: a process that writes
   nothing (process 1 of a cluster, by default) makes none."""
 
-  def __init__(self, logdir: str | os.PathLike, *, buckets: int = 30,
-               filename_suffix: str = ""):
+  def __init__(
+    self,
+    logdir: str | os.PathLike,
+    *,
+    buckets: int = 30,
+    filename_suffix: str = "",
+  ):
     event_pb2, summary_pb2 = _protos()
     self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
     self.logdir = os.fspath(logdir)
@@ -195,12 +208,13 @@ class TensorBoard(Sink):
     os.makedirs(self.logdir, exist_ok=True)
     now = time.time()
     self.path = os.path.join(
-        self.logdir, f"events.out.tfevents.{int(now):010d}."
-        f"{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
-        f"{self._suffix}")
+      self.logdir,
+      f"events.out.tfevents.{int(now):010d}."
+      f"{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+      f"{self._suffix}",
+    )
     self._file = open(self.path, "wb")
-    header = self._event_pb2.Event(wall_time=now,
-                                   file_version="brain.Event:2")
+    header = self._event_pb2.Event(wall_time=now, file_version="brain.Event:2")
     self._file.write(_frame_one(header.SerializeToString()))
 
   def write(self, records) -> None:
@@ -211,8 +225,9 @@ class TensorBoard(Sink):
     for part in parts:
       if type(part) is Columns:
         values = np.stack(part.columns, axis=1).astype(np.float32)
-        chunks.append(encode_scalar_events(part.names, part.steps,
-                                           part.wall_times, values))
+        chunks.append(
+          encode_scalar_events(part.names, part.steps, part.wall_times, values)
+        )
       else:
         self._write_records(part, chunks)
     self._file.write(b"".join(chunks))
@@ -222,8 +237,7 @@ class TensorBoard(Sink):
     run: list = []
     for r in records:
       values = r.values
-      names = tuple(k for k, v in values.items()
-                    if type(v) is not np.ndarray)
+      names = tuple(k for k, v in values.items() if type(v) is not np.ndarray)
       if names != run_names:
         if run:
           chunks.append(self._scalars(run_names, run))
@@ -241,19 +255,26 @@ class TensorBoard(Sink):
   @staticmethod
   def _scalars(names: tuple, run: list) -> bytes:
     return encode_scalar_events(
-        names, [r.step for r in run], [r.wall_time for r in run],
-        [[float(r.values[k]) for k in names] for r in run])
+      names,
+      [r.step for r in run],
+      [r.wall_time for r in run],
+      [[float(r.values[k]) for k in names] for r in run],
+    )
 
   def _histograms(self, r) -> bytes:
     from tensorboard.plugins.histogram import (  # noqa: PLC0415  (arrays
-        summary_v2)                               # only)
+      summary_v2,
+    )  # only)
+
     out = []
     for k, v in r.values.items():
       if type(v) is np.ndarray:
-        summary = summary_v2.histogram_pb(k, v.astype(np.float64),
-                                          buckets=self.buckets)
-        event = self._event_pb2.Event(wall_time=r.wall_time, step=r.step,
-                                      summary=summary)
+        summary = summary_v2.histogram_pb(
+          k, v.astype(np.float64), buckets=self.buckets
+        )
+        event = self._event_pb2.Event(
+          wall_time=r.wall_time, step=r.step, summary=summary
+        )
         out.append(_frame_one(event.SerializeToString()))
     return b"".join(out)
 

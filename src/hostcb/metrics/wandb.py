@@ -5,6 +5,7 @@ Each record is one ``run.log(values, step=step)`` on the writer thread
 service process).  Arrays are logged as ``wandb.Histogram`` s.  W&B
 ignores, with its own warning, a step lower than one it already has.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,10 @@ from hostcb.metrics.sinks import Sink
 
 __all__ = ["WandB"]
 
-_MISSING = ("hostcb.metrics.WandB needs the wandb package, which is not "
-            "installed: pip install hostcb[wandb]  (or: pip install wandb)")
+_MISSING = (
+  "hostcb.metrics.WandB needs the wandb package, which is not "
+  "installed: pip install hostcb[wandb]  (or: pip install wandb)"
+)
 
 
 def _wandb():
@@ -44,8 +47,10 @@ class WandB(Sink):
       self.run = self._wandb.init(**self._init)
     log, histogram = self.run.log, self._wandb.Histogram
     for r in records:
-      values = {k: histogram(v) if type(v) is np.ndarray else v
-                for k, v in r.values.items()}
+      values = {
+        k: histogram(v) if type(v) is np.ndarray else v
+        for k, v in r.values.items()
+      }
       log(values, step=r.step)
 
   def close(self) -> None:

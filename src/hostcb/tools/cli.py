@@ -1,5 +1,6 @@
 """The ``hostcb`` command: ``demo``, ``run SCRIPT.py``, ``hlo FILE.py:FN``,
 ``info``."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,10 +9,12 @@ import sys
 
 def _build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog="hostcb",
-      description="JAX host callbacks that work: tools for hostcb users.")
+    prog="hostcb",
+    description="JAX host callbacks that work: tools for hostcb users.",
+  )
   sub = parser.add_subparsers(dest="command", required=True)
   from hostcb.tools import demo, hlo_render, info, legacy_runner
+
   demo.add_parser(sub)
   legacy_runner.add_parser(sub)
   hlo_render.add_parser(sub)

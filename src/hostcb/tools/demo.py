@@ -1,4 +1,5 @@
 """``hostcb demo``: a short tour of hostcb on 4 CPU devices."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,6 +17,7 @@ def run_demo() -> None:
   """Prints the tour: id_print under transformations, progress bars, call,
   barrier_wait."""
   import jax
+
   try:  # must happen before JAX starts its CPU backend
     jax.config.update("jax_num_cpu_devices", _DEVICES)
   except Exception:  # noqa: BLE001  (backend already started: use what is)
@@ -46,11 +48,13 @@ def run_demo() -> None:
 
   n = jax.local_device_count()
   kind = jax.local_devices()[0].platform.upper()
-  _section(f"under pmap on {n} {kind} devices: one tap per device, with "
-           "device=")
+  _section(
+    f"under pmap on {n} {kind} devices: one tap per device, with device="
+  )
   xs = jnp.arange(1.0, n + 1.0)
-  jax.pmap(lambda x: hostcb.id_print(x * 2, where="pmap",
-                                     tap_with_device=True))(xs)
+  jax.pmap(
+    lambda x: hostcb.id_print(x * 2, where="pmap", tap_with_device=True)
+  )(xs)
   hostcb.barrier_wait()
 
   _progress_section(n)
@@ -58,8 +62,11 @@ def run_demo() -> None:
   _section("hostcb.call: NumPy's eigvals from inside jit")
 
   def device_eigvals(m):
-    return hostcb.call(np.linalg.eigvals, m, result_shape=jax.ShapeDtypeStruct(
-        m.shape[:-1], jnp.complex64))
+    return hostcb.call(
+      np.linalg.eigvals,
+      m,
+      result_shape=jax.ShapeDtypeStruct(m.shape[:-1], jnp.complex64),
+    )
 
   rotation = jnp.array([[0.0, -1.0], [1.0, 0.0]], dtype=jnp.complex64)
   eigvals = np.asarray(jax.jit(device_eigvals)(rotation)).round(6)
@@ -88,8 +95,11 @@ def _progress_section(n: int) -> None:
   import jax.numpy as jnp
 
   import hostcb
-  _section("hostcb.progress: a tqdm bar for a jitted scan, under vmap (one "
-           f"bar for the batch) and pmap (one bar for the {n} devices)")
+
+  _section(
+    "hostcb.progress: a tqdm bar for a jitted scan, under vmap (one "
+    f"bar for the batch) and pmap (one bar for the {n} devices)"
+  )
   try:
     from hostcb import progress
   except ImportError as e:
@@ -97,9 +107,14 @@ def _progress_section(n: int) -> None:
     return
 
   def orbit(c, desc):
-    return progress.scan(lambda c, _: (jnp.sin(c) + 0.5, None), c, None,
-                         length=200_000, desc=desc,
-                         tqdm_kwargs={"file": sys.stdout, "ascii": True})[0]
+    return progress.scan(
+      lambda c, _: (jnp.sin(c) + 0.5, None),
+      c,
+      None,
+      length=200_000,
+      desc=desc,
+      tqdm_kwargs={"file": sys.stdout, "ascii": True},
+    )[0]
 
   jax.jit(jax.vmap(lambda c: orbit(c, "vmap of scan")))(jnp.arange(3.0))
   hostcb.barrier_wait()
@@ -115,8 +130,9 @@ def _main(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
   """Adds ``hostcb demo`` to the command line."""
-  p = subparsers.add_parser("demo", help="a short tour of hostcb",
-                            description=run_demo.__doc__)
+  p = subparsers.add_parser(
+    "demo", help="a short tour of hostcb", description=run_demo.__doc__
+  )
   p.set_defaults(func=_main)
 
 

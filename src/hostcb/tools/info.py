@@ -7,6 +7,7 @@ Python in the process that makes the report (``report()`` called from a
 program lists that program's changes; the command itself changed
 nothing).  Each line is ``key: value``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import sys
 
 # The two dispatch modes, by the value of the option hostcb_strict_barrier.
 _DISPATCH = {
-    True: "strict barrier (runtime tokens; legacy's cross-thread barrier)",
-    False: "fast dispatch (default)",
+  True: "strict barrier (runtime tokens; legacy's cross-thread barrier)",
+  False: "fast dispatch (default)",
 }
 
 
@@ -25,6 +26,7 @@ def _jaxlib_version() -> str:
   """jaxlib's version, as jaxlib itself states it."""
   try:
     from jaxlib import version
+
     return version.__version__
   except Exception as e:  # noqa: BLE001  (a broken jaxlib is worth a line)
     return f"unknown ({type(e).__name__}: {e})"
@@ -33,6 +35,7 @@ def _jaxlib_version() -> str:
 def _backend_lines() -> list[tuple[str, str]]:
   """JAX's default backend and its devices; the error if JAX has none."""
   import jax
+
   try:
     backend = jax.default_backend()
     devices = jax.devices()
@@ -40,8 +43,7 @@ def _backend_lines() -> list[tuple[str, str]]:
     # platform this machine lacks: the rest of the report still helps)
     first = str(e).splitlines()[0] if str(e) else type(e).__name__
     return [("backend", f"unavailable ({first})")]
-  return [("backend", backend),
-          ("devices", ", ".join(str(d) for d in devices))]
+  return [("backend", backend), ("devices", ", ".join(str(d) for d in devices))]
 
 
 def _engine_lines() -> list[tuple[str, str]]:
@@ -49,10 +51,13 @@ def _engine_lines() -> list[tuple[str, str]]:
   did not build it when it recorded that."""
   from hostcb import engine
   from hostcb._native import build_failure
+
   if engine.available():
     return [("native engine", "yes")]
-  lines = [("native engine", "no"),
-           ("native engine unavailable", str(engine.unavailable_reason()))]
+  lines = [
+    ("native engine", "no"),
+    ("native engine unavailable", str(engine.unavailable_reason())),
+  ]
   failure = build_failure()
   if failure is not None:
     lines.append(("native engine build failure", failure))
@@ -63,6 +68,7 @@ def _gpu_engine_lines() -> list[tuple[str, str]]:
   """Whether taps and calls on NVIDIA GPUs use the engine's GPU back end
   (an option, off by default, in the hostcb versions that have it)."""
   from hostcb import config
+
   try:
     on = bool(config.read("hostcb_gpu_engine"))
   except KeyError:
@@ -70,6 +76,7 @@ def _gpu_engine_lines() -> list[tuple[str, str]]:
   if not on:
     return [("GPU engine", "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")]
   from hostcb.engine import gpu
+
   if gpu.available(int(config.read("jax_host_callback_max_queue_byte_size"))):
     return [("GPU engine", "on")]
   return [("GPU engine", f"on, but unavailable: {gpu.unavailable_reason()}")]
@@ -79,6 +86,7 @@ def _strict_barrier() -> bool:
   """The value of hostcb_strict_barrier; before that option existed, the
   opposite of hostcb_fast_dispatch."""
   from hostcb import config
+
   try:
     return bool(config.read("hostcb_strict_barrier"))
   except KeyError:
@@ -88,20 +96,25 @@ def _strict_barrier() -> bool:
 def _settings_lines() -> list[tuple[str, str]]:
   """The dispatch mode and the queue bound."""
   from hostcb import config
+
   queue = config.read("jax_host_callback_max_queue_byte_size")
-  return [("dispatch", _DISPATCH[_strict_barrier()]),
-          ("queue bound", f"{queue} bytes per device")]
+  return [
+    ("dispatch", _DISPATCH[_strict_barrier()]),
+    ("queue bound", f"{queue} bytes per device"),
+  ]
 
 
 def _changes_lines() -> list[tuple[str, str]]:
   """What hostcb changed in JAX and Python in this process (each change is
   made when the first program that needs it is traced; none at import)."""
   from hostcb import jax_internals as ji
+
   changes = ji.installed()
   if not changes:
     return [("changed by hostcb", "nothing in this process")]
-  return [("changed by hostcb",
-           "; ".join(f"{p.target} ({p.name})" for p in changes))]
+  return [
+    ("changed by hostcb", "; ".join(f"{p.target} ({p.name})" for p in changes))
+  ]
 
 
 def report() -> str:
@@ -110,20 +123,24 @@ def report() -> str:
   import numpy
 
   import hostcb
+
   lines = [
-      ("hostcb", hostcb.__version__),
-      ("hostcb location", os.path.dirname(os.path.abspath(hostcb.__file__))),
-      ("jax", jax.__version__),
-      ("jaxlib", _jaxlib_version()),
-      ("numpy", numpy.__version__),
-      ("python", f"{platform.python_version()} "
-                 f"({platform.python_implementation()}, {sys.executable})"),
-      ("platform", platform.platform()),
-      *_backend_lines(),
-      *_engine_lines(),
-      *_gpu_engine_lines(),
-      *_settings_lines(),
-      *_changes_lines(),
+    ("hostcb", hostcb.__version__),
+    ("hostcb location", os.path.dirname(os.path.abspath(hostcb.__file__))),
+    ("jax", jax.__version__),
+    ("jaxlib", _jaxlib_version()),
+    ("numpy", numpy.__version__),
+    (
+      "python",
+      f"{platform.python_version()} "
+      f"({platform.python_implementation()}, {sys.executable})",
+    ),
+    ("platform", platform.platform()),
+    *_backend_lines(),
+    *_engine_lines(),
+    *_gpu_engine_lines(),
+    *_settings_lines(),
+    *_changes_lines(),
   ]
   return "".join(f"{key}: {value}\n" for key, value in lines)
 
@@ -137,11 +154,13 @@ def _main(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> None:
   """Adds ``hostcb info`` to the command line."""
   p = subparsers.add_parser(
-      "info", help="versions and settings to paste into a bug report",
-      description="Prints hostcb's, JAX's, jaxlib's, NumPy's and Python's "
-      "versions, the platform, JAX's backend and devices, whether the native "
-      "tap engine is in use (and if not, why), the dispatch mode and the "
-      "queue bound: what a bug report needs.")
+    "info",
+    help="versions and settings to paste into a bug report",
+    description="Prints hostcb's, JAX's, jaxlib's, NumPy's and Python's "
+    "versions, the platform, JAX's backend and devices, whether the native "
+    "tap engine is in use (and if not, why), the dispatch mode and the "
+    "queue bound: what a bug report needs.",
+  )
   p.set_defaults(func=_main)
 
 

@@ -8,6 +8,7 @@ runs with ``hostcb.install(jax_callbacks=True)`` in effect: JAX's own
 and ``jax.pure_callback`` are hostcb's (docs/jax_callbacks.md).  At the end,
 a barrier waits for the script's taps and callbacks, so none is lost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,13 +22,13 @@ class ScriptNotFoundError(FileNotFoundError):
   inside the script raises the script's own FileNotFoundError)."""
 
 
-def run_script(path: str, argv: list[str], jax_callbacks: bool = False
-               ) -> None:
+def run_script(path: str, argv: list[str], jax_callbacks: bool = False) -> None:
   """Runs the script at ``path`` as ``__main__`` with hostcb installed
   (``install(jax_callbacks=jax_callbacks)``)."""
   if not os.path.isfile(path):
     raise ScriptNotFoundError(f"hostcb run: no such script: {path!r}")
   from hostcb.import_hook import install
+
   install(jax_callbacks=jax_callbacks)
   sys.argv = [path, *argv]
   sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -47,6 +48,7 @@ def _main(args: argparse.Namespace) -> int:
   finally:
     from hostcb import engine
     from hostcb.engine import errors
+
     try:
       engine.barrier_wait("hostcb run", settles_jax_callback_failures=False)
     except engine.CallbackException as e:
@@ -66,15 +68,20 @@ def _main(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> None:
   """Adds ``hostcb run`` to the command line."""
   p = subparsers.add_parser(
-      "run", help="run a legacy JAX script unchanged (--jax-callbacks: "
-      "with JAX's callbacks on hostcb)",
-      description=__doc__.splitlines()[0])
+    "run",
+    help="run a legacy JAX script unchanged (--jax-callbacks: "
+    "with JAX's callbacks on hostcb)",
+    description=__doc__.splitlines()[0],
+  )
   p.add_argument(
-      "--jax-callbacks", action="store_true",
-      help="also route jax.debug.print, jax.debug.callback, "
-           "jax.experimental.io_callback and jax.pure_callback through "
-           "hostcb (hostcb.install(jax_callbacks=True))")
+    "--jax-callbacks",
+    action="store_true",
+    help="also route jax.debug.print, jax.debug.callback, "
+    "jax.experimental.io_callback and jax.pure_callback through "
+    "hostcb (hostcb.install(jax_callbacks=True))",
+  )
   p.add_argument("script", help="the Python script to run")
-  p.add_argument("args", nargs=argparse.REMAINDER,
-                 help="arguments passed to the script")
+  p.add_argument(
+    "args", nargs=argparse.REMAINDER, help="arguments passed to the script"
+  )
   p.set_defaults(func=_main)
