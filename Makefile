@@ -12,8 +12,12 @@ LEGACY := .venv-legacy
 # the CPU build that this project's machines carry.
 TORCH_VERSION ?= 2.13.0
 
-# ruff, the linter (configured in pyproject.toml).
+# ruff, the linter and formatter (configured in pyproject.toml), and
+# clang-format for the C++ (.clang-format), both pinned: a newer release may
+# format differently.
 RUFF_VERSION ?= 0.17.6
+CLANG_FORMAT_VERSION ?= 21.1.8
+CXX_SOURCES = $(wildcard src/hostcb/_native/*.cc src/hostcb/_native/*.h tests/native/*.cc)
 
 .PHONY: demo test lint install bench check-oldest check-newest wheels \
   check-wheels check-wheel clean .venv-legacy
@@ -54,9 +58,16 @@ $(VENV)/.ruff-$(RUFF_VERSION): | $(BIN)/python
 	$(BIN)/python -m pip install -q "ruff==$(RUFF_VERSION)"
 	touch $@
 
-# The lint of pyproject.toml's [tool.ruff] over the whole tree.
-lint: $(VENV)/.ruff-$(RUFF_VERSION)
+$(VENV)/.clang-format-$(CLANG_FORMAT_VERSION): | $(BIN)/python
+	$(BIN)/python -m pip install -q "clang-format==$(CLANG_FORMAT_VERSION)"
+	touch $@
+
+# The lint and the formatters' check: ruff (pyproject.toml's [tool.ruff])
+# over the whole tree, clang-format over the C++.
+lint: $(VENV)/.ruff-$(RUFF_VERSION) $(VENV)/.clang-format-$(CLANG_FORMAT_VERSION)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/clang-format --dry-run --Werror $(CXX_SOURCES)
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
 # .pth file that only a real install puts in site-packages).
