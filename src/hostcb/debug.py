@@ -41,10 +41,7 @@ from hostcb import config
 from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb import jax_internals as ji
-from hostcb.engine.errors import (
-  mark_jax_callback_failure,
-  note_jax_callback_failure,
-)
+from hostcb.engine.errors import note_jax_callback_failure
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb.primitives import TapTarget, tap_p
 from hostcb.printing import caller_print_options, numpy_print_options
@@ -180,7 +177,8 @@ class _DebugCall:
     either.  A ``BaseException`` that is no ``Exception`` (an interrupt)
     goes on to the engine.  Either way the process exits with status 1, as
     JAX's does after a failed callback
-    (:func:`hostcb.engine.errors.mark_jax_callback_failure`)."""
+    unless a barrier waited for it first
+    (:func:`hostcb.engine.errors.note_jax_callback_failure`)."""
     try:
       if not transforms and self.positional:
         # The common case, in one frame: positional array arguments.
@@ -190,13 +188,11 @@ class _DebugCall:
           self.func(*(arg if self.to_jax is None else self.to_jax(arg)))
       else:
         self.run(arg, transforms, False)
-    except Exception:  # noqa: BLE001  (logged with its traceback: the rule)
+    except BaseException as e:  # logged, and an interrupt re-raised
       _jc.debug_logger.exception("jax.debug.callback failed")
       note_jax_callback_failure()
-    except BaseException as e:
-      _jc.debug_logger.exception("jax.debug.callback failed")
-      mark_jax_callback_failure(e)
-      raise
+      if not isinstance(e, Exception):
+        raise  # an interrupt goes on to the engine
 
   def run(self, arg, transforms, wrap_keys: bool) -> None:
     """Calls the function once, or once per batch element under ``vmap``;

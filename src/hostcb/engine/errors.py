@@ -17,7 +17,6 @@ __all__ = [
   "CallbackException",
   "record_exception",
   "take_last_exception",
-  "mark_jax_callback_failure",
   "note_jax_callback_failure",
   "take_jax_callback_failure",
   "take_for_exit",
@@ -37,21 +36,10 @@ class CallbackException(Exception):
 
 _lock = threading.Lock()
 _last: tuple[BaseException, str] | None = None
-# How the last recorded exception was seen: it failed a computation, so
-# its caller got it already; it is a failure of a JAX-callback drop-in
-# (hostcb.debug), which makes the process exit with status 1 as JAX does.
+# Whether the last recorded exception failed a computation, so that its
+# caller got it already.
 _last_reached_caller = False
-_last_is_jax_callback = False
-_marked: BaseException | None = None  # see mark_jax_callback_failure
 _jax_callback_failed = False  # see note_jax_callback_failure
-
-
-def mark_jax_callback_failure(e: BaseException) -> None:
-  """``e``, about to be raised, is the failure of a callback of JAX's API
-  (``hostcb.debug.callback``, ``jax.debug.callback`` under
-  ``hostcb.install(jax_callbacks=True)``), where JAX fails the program."""
-  global _marked
-  _marked = e
 
 
 def note_jax_callback_failure() -> None:
@@ -85,15 +73,12 @@ def record_exception(
   ``reaches_caller``: ``e`` also fails the computation (a ``call``), so
   the caller sees it; the exit handler does not report it again.
   """
-  global _last, _last_reached_caller, _last_is_jax_callback, _marked
+  global _last, _last_reached_caller
   text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
   logger.error("hostcb: %s:\n%s", what, text)
   with _lock:
     _last = (e, text)
     _last_reached_caller = reaches_caller
-    _last_is_jax_callback = e is _marked
-    if e is _marked:
-      _marked = None
 
 
 def take_last_exception() -> tuple[BaseException, str] | None:
@@ -104,22 +89,21 @@ def take_last_exception() -> tuple[BaseException, str] | None:
 
 def take_for_exit() -> tuple[tuple[BaseException, str] | None, bool, bool]:
   """:func:`take_last_exception`, with whether that exception reached its
-  caller and whether it is the failure of a JAX-callback drop-in (see
-  :func:`mark_jax_callback_failure`)."""
+  caller and whether a JAX-API callback failed since the last barrier (see
+  :func:`note_jax_callback_failure`)."""
   global _last
   with _lock:
     last, _last = _last, None
     return (
       last,
       _last_reached_caller,
-      _jax_callback_failed or (last is not None and _last_is_jax_callback),
+      _jax_callback_failed,
     )
 
 
 def after_fork_in_child() -> None:
   """A forked child starts with nothing recorded and a fresh lock."""
-  global _lock, _last, _marked, _jax_callback_failed
+  global _lock, _last, _jax_callback_failed
   _lock = threading.Lock()
   _last = None
-  _marked = None
   _jax_callback_failed = False
