@@ -13,24 +13,12 @@ through the ordinary exit (which closes the sinks).
 from __future__ import annotations
 
 import os
-import sys
 
 import jax
 
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+from _cluster import join
 
-PID, NPROC, PORT, OUTDIR = (
-  int(sys.argv[1]),
-  int(sys.argv[2]),
-  sys.argv[3],
-  sys.argv[4],
-)
-jax.distributed.initialize(
-  f"127.0.0.1:{PORT}",
-  num_processes=NPROC,
-  process_id=PID,
-  initialization_timeout=60,
-)
+PID, NPROC, OUTDIR = join()
 
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
