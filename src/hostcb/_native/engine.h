@@ -118,13 +118,15 @@ xla::ffi::Error OutOfRange(int32_t device);
 // args[first:] into *layout and reserves its record in q (*r, `lock` then
 // holding q's mutex).  On failure nothing is reserved, or the record went
 // through as a lost tap (LostTap), and the handler returns the error.
-// `own_block_from`: as Queue::Reserve's.
+// `own_block_from`: as Queue::Reserve's.  `extra_bytes` are reserved after
+// the payload (layout->payload does not count them).
 xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
                            const XLA_FFI_Args* args, size_t first,
                            TapLayout* layout,
                            std::unique_lock<std::mutex>& lock,
                            Queue::Reservation* r,
-                           uint64_t own_block_from = Queue::kNoOwnBlock);
+                           uint64_t own_block_from = Queue::kNoOwnBlock,
+                           uint64_t extra_bytes = 0);
 // The error of hostcb_tap if a result other than the token is asked for.
 xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost
@@ -202,6 +204,13 @@ uint64_t GpuPinnedBytes(int32_t ordinal);
 // The CUDA error name of the first pinning that the driver refused for that
 // GPU's ring, or "" (every chunk reached so far is pinned).
 std::string GpuPinRefusal(int32_t ordinal);
+// "" where GPU taps are published by a ready word that the stream writes,
+// else why they are published by host functions (slower: the stream waits
+// for the host at each tap).
+std::string GpuPublication();
+// Tests: as if the driver had refused a ready word with CUDA error `code`
+// (0: words again).
+void SetGpuWordsRefused(int code);
 
 template <typename Fn>
 void ForEachQueue(Fn fn) {

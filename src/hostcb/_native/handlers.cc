@@ -108,11 +108,12 @@ ffi::Error OutOfRange(int32_t device) {
 ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
                       size_t first, TapLayout* layout,
                       std::unique_lock<std::mutex>& lock, Queue::Reservation* r,
-                      uint64_t own_block_from) {
+                      uint64_t own_block_from, uint64_t extra_bytes) {
   RequestConsumer(q);
   ffi::Error e = MeasureTap(args, first, layout);
   if (e.failure()) return e;
-  *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
+  *r = q->Reserve(lock, kTap, target_id, layout->num,
+                  layout->payload + extra_bytes,
                   /*never_wait=*/tl_consumer_queue == q, own_block_from);
   if (IsPrintTarget(target_id)) q->NotePrintLocked();
   if (r->data == nullptr) return LostTap(q, *r, layout->payload);
