@@ -126,10 +126,24 @@ def _changes_lines() -> list[tuple[str, str]]:
 
   changes = ji.installed()
   if not changes:
-    return [("changed by hostcb", "nothing in this process")]
-  return [
-    ("changed by hostcb", "; ".join(f"{p.target} ({p.name})" for p in changes))
-  ]
+    lines = [("changed by hostcb", "nothing in this process")]
+  else:
+    lines = [
+      (
+        "changed by hostcb",
+        "; ".join(f"{p.target} ({p.name})" for p in changes),
+      )
+    ]
+  tap_threads = ji.tap_threads  # a submodule, imported by the package
+  if tap_threads.created():
+    lines.append(
+      (
+        "kept by JAX",
+        f"jax.config state {tap_threads.NAME} (JAX cannot remove a config "
+        "state; False outside hostcb's tap threads)",
+      )
+    )
+  return lines
 
 
 def report() -> str:
