@@ -77,6 +77,7 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
+from hostcb.jax_internals.partitioned import read_taps_in_place
 from hostcb.jax_internals import patches
 from hostcb.jax_internals.token_arrays import tokens_as_arrays
 from hostcb.jax_internals.versions import check_shape, require
@@ -328,6 +329,7 @@ def _install() -> None:
       _kept_token[0] = _rewritten[0] = True
       with module.context:
         tokens_as_arrays(module, num_dim_vars)
+        read_taps_in_place(module)
       return result
     if not _fast[0] or _in_tap_function.value:
       _kept_token[0] = True
