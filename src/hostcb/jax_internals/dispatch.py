@@ -329,6 +329,7 @@ def _install() -> None:
       _kept_token[0] = _rewritten[0] = True
       with module.context:
         tokens_as_arrays(module, num_dim_vars)
+        # Per-shard taps: no copy by XLA before them (.partitioned).
         read_taps_in_place(module)
       return result
     if not _fast[0] or _in_tap_function.value:
