@@ -763,9 +763,9 @@ namespace {
 ffi::Error TapCudaImpl(void* stream, int32_t ordinal, int64_t target_id,
                        ffi::RemainingArgs args, ffi::RemainingRets rets) {
   RawRets rr(rets);
-  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
-  if (e.failure()) return e;
   RawArgs ra(args);
+  ffi::Error e = CheckOnlyTokens(ra.raw(), rr.raw(), rr.first());
+  if (e.failure()) return e;
   return TapOnStream(stream, ordinal, target_id, ra.raw(), ra.first());
 }
 

@@ -127,8 +127,15 @@ xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
                            Queue::Reservation* r,
                            uint64_t own_block_from = Queue::kNoOwnBlock,
                            uint64_t extra_bytes = 0);
-// The error of hostcb_tap if a result other than the token is asked for.
-xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
+// Whether every result from rets[first:] is the XLA token or an operand's
+// own buffer: a tap that returns operands unchanged (aliased to them by
+// output_operand_aliasing, so that XLA passes the operand's buffer as the
+// result; the tap writes nothing there).
+bool ResultsAreTokensOrOperands(const XLA_FFI_Args& args,
+                                const XLA_FFI_Rets& rets, size_t first);
+// The error of hostcb_tap if another result is asked for.
+xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Args* args,
+                                const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost
 // tap (`lock` from Reserve still held) and returns the handler's error.
 xla::ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload);

@@ -76,6 +76,7 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
+from hostcb.jax_internals.partitioned import read_taps_in_place
 from hostcb.jax_internals import patches
 from hostcb.jax_internals.tap_threads import in_tap_function
 from hostcb.jax_internals.token_arrays import tokens_as_arrays
@@ -308,6 +309,8 @@ def _install() -> None:
       _kept_token[0] = _rewritten[0] = True
       with module.context:
         tokens_as_arrays(module, num_dim_vars)
+        # Per-shard taps: no copy by XLA before them (.partitioned).
+        read_taps_in_place(module)
       return result
     if not _fast[0] or in_tap_function():
       _kept_token[0] = True
