@@ -62,9 +62,9 @@ def _same(x, *rest):
 @scenario
 def arrays_debug_callback_jit(ctx, api):
   """debug.callback under jit: floats, integers and booleans."""
-  jax.jit(
-    lambda x, i: api.debug_callback(_describer(ctx, "jit"), x, i, x > 1)
-  )(X3, jnp.int32(7))
+  jax.jit(lambda x, i: api.debug_callback(_describer(ctx, "jit"), x, i, x > 1))(
+    X3, jnp.int32(7)
+  )
 
 
 @scenario
@@ -110,9 +110,7 @@ def arrays_io_callback_eager(ctx, api):
 def arrays_io_callback_vmap(ctx, api):
   """io_callback under vmap: one call per element."""
   return jax.jit(
-    jax.vmap(
-      lambda x: api.io_callback(_describer(ctx, "io", _same), F32, x)
-    )
+    jax.vmap(lambda x: api.io_callback(_describer(ctx, "io", _same), F32, x))
   )(X3)
 
 
