@@ -1191,7 +1191,9 @@ def test_callbacks_allocate_with_numpys_own_memory_handler():
   seen = []
 
   def tap(x, transforms):
-    seen.append((_handler_name(x), _handler_name(), _handler_name(x * np.ones(2))))
+    seen.append(
+      (_handler_name(x), _handler_name(), _handler_name(x * np.ones(2)))
+    )
 
   jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(1))
   hostcb.barrier_wait()

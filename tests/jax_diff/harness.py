@@ -83,9 +83,7 @@ def _start(
   if only:
     cmd += ["--only", only]
   with open(out + ".stderr", "a") as err:
-    return subprocess.Popen(
-      cmd, env=e, stdout=subprocess.DEVNULL, stderr=err
-    )
+    return subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def run_suites(impls: list[str], only: str | None = None) -> list[dict]:
