@@ -1154,54 +1154,6 @@ def test_large_arguments_are_the_engines_aligned_memory():
   np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float32))
 
 
-def _handler_name(a=None) -> str:
-  """The name of NumPy's memory handler of ``a`` (NEP 49), or of this
-  thread's new arrays."""
-  multiarray = getattr(np, "_core", np.core).multiarray
-  return multiarray.get_handler_name(*(() if a is None else (a,)))
-
-
-def test_a_scalar_argument_is_the_engines_aligned_memory():
-  # Small arrays too: the engine allocates their data 64-byte aligned
-  # (pyarrays.h, AlignedAllocations), so the jax.Array takes it without a
-  # copy, which is cheaper than the copy even for a scalar.
-  seen = []
-  jax.jit(lambda x: hostcb.debug.callback(seen.append, x))(jnp.float32(2.5))
-  jax.effects_barrier()
-  (a,) = seen
-  assert a.unsafe_buffer_pointer() % 64 == 0
-  assert float(a) == 2.5 and a.shape == () and a.dtype == jnp.float32
-
-
-def test_an_io_callback_scalar_argument_is_aligned_memory():
-  seen = []
-
-  def cb(x):
-    seen.append(x.unsafe_buffer_pointer() % 64)
-    return x + 1
-
-  out = jax.jit(lambda x: hostcb.io_callback(cb, x, x))(jnp.float32(1.5))
-  assert float(out) == 2.5
-  assert seen == [0]
-
-
-def test_callbacks_allocate_with_numpys_own_memory_handler():
-  # The aligned handler is set only while the engine builds its arrays:
-  # what a tap function allocates is NumPy's as anywhere else.
-  seen = []
-
-  def tap(x, transforms):
-    seen.append(
-      (_handler_name(x), _handler_name(), _handler_name(x * np.ones(2)))
-    )
-
-  jax.jit(lambda x: hostcb.id_tap(tap, x))(jnp.float32(1))
-  hostcb.barrier_wait()
-  default = _handler_name()
-  assert default != "hostcb_aligned_64"
-  assert seen == [("hostcb_aligned_64", default, default)]
-
-
 def test_an_argument_outlives_its_callback():
   # The jax.Array keeps the memory it was made from alive.
   seen = []

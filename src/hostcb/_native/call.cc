@@ -91,7 +91,6 @@ PyObject* OperandArrays(const XLA_FFI_Args* args, size_t first) {
   }
   PyObject* arrays = PyTuple_New(n);
   if (arrays == nullptr) return nullptr;
-  AlignedAllocations aligned;  // jax.Arrays of them need no copy
   Py_ssize_t k = 0;
   for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
     auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);

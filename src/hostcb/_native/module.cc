@@ -17,93 +17,13 @@
 #define HOSTCB_IMPORTS_NUMPY
 #include "pyarrays.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace hostcb {
 
 PyArray_Descr* g_descr[kMaxDtype];
-
-// ------------------------------------------------ aligned NumPy memory
-namespace {
-
-// Each block starts kArrayAlignment bytes before the data it hands out;
-// its first bytes hold the data's size, which realloc needs.
-void* AlignedMalloc(void*, size_t size) {
-  const size_t rounded =
-      (size + kArrayAlignment - 1) & ~size_t(kArrayAlignment - 1);
-  auto* block = static_cast<char*>(
-      std::aligned_alloc(kArrayAlignment, kArrayAlignment + rounded));
-  if (block == nullptr) return nullptr;
-  std::memcpy(block, &size, sizeof size);
-  return block + kArrayAlignment;
-}
-
-void* AlignedCalloc(void* ctx, size_t n, size_t size) {
-  if (size != 0 && n > SIZE_MAX / size) return nullptr;
-  void* p = AlignedMalloc(ctx, n * size);
-  if (p != nullptr) std::memset(p, 0, n * size);
-  return p;
-}
-
-void AlignedFree(void*, void* p, size_t) {
-  if (p != nullptr) std::free(static_cast<char*>(p) - kArrayAlignment);
-}
-
-void* AlignedRealloc(void* ctx, void* p, size_t size) {
-  if (p == nullptr) return AlignedMalloc(ctx, size);
-  size_t old;
-  std::memcpy(&old, static_cast<char*>(p) - kArrayAlignment, sizeof old);
-  void* q = AlignedMalloc(ctx, size);
-  if (q == nullptr) return nullptr;  // `p` stays valid, as realloc's
-  std::memcpy(q, p, old < size ? old : size);
-  AlignedFree(ctx, p, old);
-  return q;
-}
-
-PyDataMem_Handler g_aligned_handler_struct = {
-    "hostcb_aligned_64",
-    1,
-    {nullptr, AlignedMalloc, AlignedCalloc, AlignedRealloc, AlignedFree}};
-
-// The handler's capsule (made once, never freed: arrays refer to it).
-PyObject* g_aligned_handler = nullptr;
-
-}  // namespace
-
-AlignedAllocations::AlignedAllocations() {
-  if (g_aligned_handler == nullptr) {
-    g_aligned_handler =
-        PyCapsule_New(&g_aligned_handler_struct, "mem_handler", nullptr);
-    if (g_aligned_handler == nullptr) {
-      // Dropped: arrays keep NumPy's allocation (see pyarrays.h), which is
-      // as correct; the next batch tries again.
-      PyErr_Clear();
-      return;
-    }
-  }
-  previous_ = PyDataMem_SetHandler(g_aligned_handler);
-  if (previous_ == nullptr) PyErr_Clear();  // as above
-}
-
-AlignedAllocations::~AlignedAllocations() {
-  if (previous_ == nullptr) return;
-  // Any pending exception (a failed allocation being reported) survives.
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  PyObject* ours = PyDataMem_SetHandler(previous_);
-  if (ours == nullptr) {
-    // The thread's context keeps the aligned handler: its arrays are
-    // aligned, which is harmless (see pyarrays.h); not worth failing for.
-    PyErr_Clear();
-  }
-  Py_XDECREF(ours);
-  Py_DECREF(previous_);
-  PyErr_Restore(type, value, tb);
-}
 // call.cc
 extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
@@ -360,8 +280,6 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   std::vector<Built> built;
   std::vector<uint8_t> adopted(records.size(), 0);
   built.reserve(records.size());
-  std::optional<AlignedAllocations> aligned;
-  aligned.emplace();
   for (const Record& r : records) {
     if (r.kind == kMarker) {
       built.push_back(Built{r.kind, r.target_id, nullptr});
@@ -380,7 +298,6 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     }
     built.push_back(Built{r.kind, r.target_id, arrays});
   }
-  aligned.reset();  // the tap functions allocate as they would anywhere
   uint64_t total = 0;
   for (const Copy& c : copies) total += c.n;
   if (total >= kCopyWithoutGil) {

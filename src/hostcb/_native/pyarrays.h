@@ -45,8 +45,6 @@ constexpr int64_t kArrayAlignment = 64;
 // 64-byte aligned: the array is a view into a fresh uint8 array a little
 // larger (its `base`, which owns the memory), so that JAX's CPU client can
 // take it as a jax.Array without a copy (hostcb.jax_internals.host_arrays).
-// Smaller arrays are aligned too where the caller holds AlignedAllocations
-// (run_batch and call.cc do): they own their memory.
 inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
                           void* data = nullptr) {
   PyArray_Descr* descr =
@@ -89,27 +87,6 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
   }
   return a;
 }
-
-// While one of these lives, the NumPy arrays that this thread allocates
-// (PyArray_NewFromDescr without data, NewArray's small arrays) have 64-byte
-// aligned data that they own (base None): a NumPy memory handler (NEP 49)
-// of module.cc's, set in this thread's context and put back by the
-// destructor.  JAX's CPU client takes such an array as a jax.Array without
-// a copy (hostcb.jax_internals.host_arrays), which is cheaper than its copy
-// even for a scalar.  Code that runs meanwhile (a finalizer that the
-// garbage collector calls) gets aligned memory too, which is harmless.
-// If the handler cannot be set, arrays have NumPy's own allocation and
-// are copied into jax.Arrays: slower, and as correct.  Needs the GIL.
-class AlignedAllocations {
- public:
-  AlignedAllocations();
-  ~AlignedAllocations();
-  AlignedAllocations(const AlignedAllocations&) = delete;
-  AlignedAllocations& operator=(const AlignedAllocations&) = delete;
-
- private:
-  PyObject* previous_ = nullptr;  // the handler to put back
-};
 
 // The pending Python exception, normalized and with its traceback set, as
 // a new reference (nullptr if none); the error indicator is cleared.

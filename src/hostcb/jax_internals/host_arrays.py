@@ -19,11 +19,9 @@ shape and dtype (the aval), never per call:
 * the ``jax.Array`` is committed to the CPU device and not weakly typed,
   as ``jax.device_put`` of a NumPy array makes it in JAX's callbacks;
 * where the memory is 64-byte aligned (the engine allocates the data of
-  all its arrays so, scalars included: pyarrays.h, AlignedAllocations),
-  the CPU client takes it without a copy, and the ``jax.Array`` holds a
-  reference to the NumPy array, which holds the record's memory: the
-  array keeps its record alive.  For an f32[] this saves the client's
-  copy, about 0.1-0.3 µs of the ~2 µs that ``batched_device_put`` costs;
+  arrays of 1 KiB and more so), the CPU client takes it without a copy,
+  and the ``jax.Array`` holds a reference to the NumPy array, which holds
+  the record's memory: the array keeps its record alive;
 * elsewhere (small or unaligned arrays, strided views) the client copies.
 
 Only arrays whose memory hostcb owns are aliased (the engine's fresh
