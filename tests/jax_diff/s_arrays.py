@@ -217,3 +217,25 @@ def arrays_callbacks_asserting_jax_arrays_then_ordered_print(ctx, api):
   ctx.barrier()
   ctx.log("calls", len(calls), "sum", sum(calls))
   jax.jit(jax.jit(lambda x: api.debug_print("x={x}", x=x, ordered=True)))(3.0)
+
+
+@scenario
+def arrays_with_x64_enabled(ctx, api):
+  """Under ``jax.enable_x64(True)``: 64-bit arguments, jitted and eager,
+  and the 64-bit results of io_callback and pure_callback."""
+  f64 = jax.ShapeDtypeStruct((3,), jnp.float64)
+  with jax.enable_x64(True):
+    x = jnp.arange(3, dtype=jnp.float64)
+    i = jnp.int64(2**40)
+    jax.jit(lambda x, i: api.debug_callback(_describer(ctx, "jit"), x, i))(x, i)
+    ctx.barrier()
+    api.debug_callback(_describer(ctx, "eager"), x, 2)
+    ctx.barrier()
+    io = jax.jit(
+      lambda x: api.io_callback(_describer(ctx, "io", _same), f64, x)
+    )(x)
+    pure = jax.jit(
+      lambda x: api.pure_callback(_describer(ctx, "pure", _same), f64, x)
+    )(x)
+    ctx.show("io", io)
+    ctx.show("pure", pure)
