@@ -239,3 +239,39 @@ def arrays_with_x64_enabled(ctx, api):
     )(x)
     ctx.show("io", io)
     ctx.show("pure", pure)
+
+
+@scenario
+def arrays_of_narrow_dtypes(ctx, api):
+  """4- and 8-bit integers and floats, and the others JAX has: each
+  argument's dtype, values and a JAX operation on it, jitted and eager."""
+  dtypes = [
+    jnp.int4,
+    jnp.uint4,
+    jnp.int8,
+    jnp.uint8,
+    jnp.uint16,
+    jnp.float8_e4m3fn,
+    jnp.float8_e5m2,
+    jnp.bfloat16,
+    jnp.float16,
+    jnp.complex64,
+    jnp.bool_,
+  ]
+
+  def cb(*xs):
+    for x in xs:
+      doubled = x + x if x.dtype != jnp.bool_ else x | x
+      ctx.log(
+        type(x).__name__,
+        str(x.dtype),
+        np.asarray(x.astype(jnp.float32).real).tolist(),
+        str(doubled.dtype),
+        np.asarray(doubled.astype(jnp.float32).real).tolist(),
+      )
+
+  x = jnp.array([0, 1, 3], jnp.int32)
+  operands = [x.astype(d) for d in dtypes]
+  jax.jit(lambda *xs: api.debug_callback(cb, *xs))(*operands)
+  ctx.barrier()
+  api.debug_callback(cb, *operands)
