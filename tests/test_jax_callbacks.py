@@ -1154,6 +1154,46 @@ def test_large_arguments_are_the_engines_aligned_memory():
   np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float32))
 
 
+def test_a_callback_traced_under_enable_x64_gets_float64_and_computes_in_it():
+  # jax.enable_x64 is the tracing thread's setting; the callback runs on
+  # hostcb's consumer thread, and gets it too (as JAX's, run in the
+  # program's thread, does).
+  seen = []
+
+  def cb(x):
+    seen.append((str(x.dtype), np.asarray(x).tolist(), str((x + 1).dtype)))
+
+  with jax.enable_x64(True):
+    jax.jit(lambda x: hostcb.debug.callback(cb, x))(
+      jnp.arange(3, dtype=jnp.float64) + 0.25
+    )
+    jax.effects_barrier()
+  assert seen == [("float64", [0.25, 1.25, 2.25], "float64")]
+
+
+def test_an_io_callback_traced_under_enable_x64_computes_in_float64():
+  seen = []
+
+  def cb(x):
+    seen.append(str((x * 2).dtype))
+    return x * 2
+
+  f64 = jax.ShapeDtypeStruct((), jnp.float64)
+  with jax.enable_x64(True):
+    out = jax.jit(lambda x: hostcb.io_callback(cb, f64, x))(jnp.float64(1.5))
+    assert (str(out.dtype), float(out)) == ("float64", 3.0)
+  assert seen == ["float64"]
+
+
+def test_a_callback_traced_without_x64_computes_as_before():
+  seen = []
+  jax.jit(
+    lambda x: hostcb.debug.callback(lambda a: seen.append(str(a.dtype)), x)
+  )(jnp.float32(1))
+  jax.effects_barrier()
+  assert seen == ["float32"]
+
+
 def test_an_argument_outlives_its_callback():
   # The jax.Array keeps the memory it was made from alive.
   seen = []

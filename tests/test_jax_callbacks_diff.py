@@ -8,7 +8,12 @@ implementation, with ``HOSTCB_TEST_DEVICES`` CPU devices:
   ``jax.experimental.io_callback``, ``jax.pure_callback`` as JAX has them;
 * ``hostcb``: ``hostcb.debug.print``, ``hostcb.debug.callback``,
   ``hostcb.io_callback``, ``hostcb.pure_callback``;
-* ``installed``: JAX's names after ``hostcb.install(jax_callbacks=True)``.
+* ``installed``: JAX's names after ``hostcb.install(jax_callbacks=True)``;
+* ``hostcb-python``: hostcb's functions again, on the Python back end
+  alone (the native engine off), which serves what the engine cannot.
+
+The runners import the hostcb that this interpreter imports (the
+installed one, with its native engine, under ``make test``).
 
 Each test compares one scenario: what it printed, what each callback
 received and how often, what it returned, raised and logged.  hostcb's
@@ -35,7 +40,7 @@ from jax_diff import harness, registry
 for _m in registry.MODULES:
   importlib.import_module(f"jax_diff.{_m}")
 
-IMPLS = ["jax", "hostcb", "installed"]
+IMPLS = ["jax", "hostcb", "installed", harness.PYTHON_BACK_END]
 NAMES = list(registry.SCENARIOS)
 
 # hostcb follows JAX 0.10.2 (the oracle).  These scenarios show what JAX

@@ -7,6 +7,8 @@ it names is the one CI checks and the docs name."""
 import os
 import re
 
+import threading
+
 import jax
 import pytest
 
@@ -283,6 +285,49 @@ def test_a_cpu_array_keeps_its_memory_alive():
   for _ in range(50):  # memory freed too early would be reused here
     np.full(1024 + 16, 1.0, np.float32)
   assert float(out.sum()) == 5.0 * 1024
+
+
+def test_a_cpu_array_keeps_a_64_bit_dtype_on_a_thread_without_x64():
+  # hostcb's consumer thread has x64 off even where the program's thread
+  # had it on (jax.enable_x64 is per thread): the float64 data stays
+  # float64, buffer and aval alike, and JAX can compute with it.
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  got = []
+
+  def make():
+    (out,) = ji.cpu_arrays([np.arange(3, dtype=np.float64) + 0.5])
+    got.append((str(out.dtype), float(jax.numpy.sum(out))))
+
+  thread = threading.Thread(target=make)
+  thread.start()
+  thread.join(timeout=60)
+  assert got == [("float64", 4.5)]
+
+
+def test_jax_array_arguments_fail_without_batched_device_puts_enable_x64():
+  # Fault injection: a jaxlib whose batched_device_put has no enable_x64
+  # parameter (64-bit values would be narrowed on a thread without x64).
+  proc = run_python(
+    "import jax, numpy as np, hostcb\n"
+    "from jax._src.lib import xla_client\n"
+    "def put(aval, sharding, xs, devices, committed=True):\n"
+    "    raise AssertionError('not to be called')\n"
+    "xla_client.batched_device_put = put\n"
+    "try:\n"
+    "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+    f"MissingJaxInternal: hostcb: jax {jax.__version__}'s "
+    "xla_client.batched_device_put has no enable_x64 parameter, which "
+    "hostcb uses to hand callbacks jax.Arrays made from the host values "
+    "(its 64-bit values unnarrowed). hostcb was checked against jax 0.8.0 "
+    "to 0.12.0.1.\n"
+  )
 
 
 def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():

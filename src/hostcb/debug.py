@@ -129,6 +129,8 @@ class _DebugCall:
       key_impls if any(k is not None for k in key_impls) else None
     )
     self.as_jax_arrays = as_jax_arrays
+    # Traced with 64-bit types on: called with them on (_jc.call_with_x64).
+    self.x64 = _jc.x64_enabled()
     self.to_jax = ji.cpu_arrays if as_jax_arrays else None
     if as_jax_arrays:
       ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
@@ -180,7 +182,9 @@ class _DebugCall:
     unless a barrier waited for it first
     (:func:`hostcb.engine.errors.note_jax_callback_failure`)."""
     try:
-      if not transforms and self.positional:
+      if self.x64 and not _jc.x64_enabled():
+        _jc.call_with_x64(self.run_staged, arg, transforms)
+      elif not transforms and self.positional:
         # The common case, in one frame: positional array arguments.
         if self.n == 1:
           self.func(arg if self.to_jax is None else _cpu_array(arg))
@@ -193,6 +197,16 @@ class _DebugCall:
       note_jax_callback_failure()
       if not isinstance(e, Exception):
         raise  # an interrupt goes on to the engine
+
+  def run_staged(self, arg, transforms) -> None:
+    """What :meth:`__call__` runs, without its handling of a failure."""
+    if not transforms and self.positional:
+      if self.n == 1:
+        self.func(arg if self.to_jax is None else _cpu_array(arg))
+      else:
+        self.func(*(arg if self.to_jax is None else self.to_jax(arg)))
+    else:
+      self.run(arg, transforms, False)
 
   def run(self, arg, transforms, wrap_keys: bool) -> None:
     """Calls the function once, or once per batch element under ``vmap``;

@@ -86,6 +86,27 @@ def wait_for_earlier_callbacks() -> None:
     _wait_for_taps()
 
 
+def x64_enabled() -> bool:
+  """Whether this thread has JAX's 64-bit types on (``jax_enable_x64``,
+  with a ``jax.enable_x64`` context of the thread's own)."""
+  return bool(jax.config.jax_enable_x64)
+
+
+def call_with_x64(fn: Callable, *args) -> Any:
+  """``fn(*args)`` with JAX's 64-bit types on in this thread.
+
+  A callback traced under ``jax.enable_x64(True)`` (a setting of the
+  tracing thread alone) runs on hostcb's consumer thread, or on XLA's,
+  where it is off: its ``float64`` arguments would turn ``float32`` in
+  its first ``jnp`` operation.  JAX's callbacks see the setting of the
+  program's thread when the CPU runs the program in that thread, as it
+  does for small programs: hostcb's get it always."""
+  if x64_enabled():
+    return fn(*args)
+  with jax.enable_x64(True):
+    return fn(*args)
+
+
 def flat_treedef(n: int):
   """The pytree structure of ``n`` flat operands as the engine hands them
   to a target: the array itself for one, else a tuple."""
@@ -117,6 +138,7 @@ class HostCall:
     "_expected",
     "_one",
     "_hash",
+    "_x64",
   )
 
   def __init__(
@@ -144,8 +166,17 @@ class HostCall:
     )
     self._expected = [(a.shape, np.dtype(a.dtype)) for a in result_avals]
     self._one = self._expected[0] if len(self._expected) == 1 else None
+    # Traced with 64-bit types on: called with them on (call_with_x64).
+    self._x64 = x64_enabled()
     self._hash = hash(
-      (function_hash(callback), in_tree, result_avals, name, jax_arrays)
+      (
+        function_hash(callback),
+        in_tree,
+        result_avals,
+        name,
+        jax_arrays,
+        self._x64,
+      )
     )
 
   def __hash__(self) -> int:
@@ -163,6 +194,7 @@ class HostCall:
           and self.result_avals == other.result_avals
           and self.name == other.name
           and self.jax_arrays == other.jax_arrays
+          and self._x64 == other._x64
         )
       )
     )
@@ -189,6 +221,8 @@ class HostCall:
     thread = _this_thread
     thread.host_functions += 1
     try:
+      if self._x64 and not x64_enabled():
+        return call_with_x64(self._call, arg)
       return self._call(arg)
     finally:
       thread.host_functions -= 1

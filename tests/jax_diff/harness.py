@@ -10,6 +10,7 @@ new interpreter goes on after it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import _diff_runs  # noqa: E402
 #: Seconds one interpreter may spend on one scenario before it counts as hung.
 SCENARIO_TIMEOUT = 60
 #: Seconds the whole run may take (each wait has a deadline).
-SUITE_TIMEOUT = 280
+SUITE_TIMEOUT = 420
 
 
 def devices() -> int:
@@ -34,8 +35,20 @@ def devices() -> int:
   return int(os.environ.get("HOSTCB_TEST_DEVICES", "4"))
 
 
+def hostcb_root() -> str:
+  """Where the runners import hostcb from: where this interpreter finds
+  it (under ``make test``, the installed hostcb, with its native engine:
+  the runners must test the engine that users get), else ``src`` (hostcb's
+  Python back end alone, without the engine)."""
+  spec = importlib.util.find_spec("hostcb")
+  if spec is None or spec.origin is None:
+    return SRC
+  return os.path.dirname(os.path.dirname(spec.origin))
+
+
 def env() -> dict:
-  """A runner's environment: CPU devices, hostcb from ``src``, no hooks."""
+  """A runner's environment: CPU devices, hostcb as :func:`hostcb_root`
+  finds it, no hooks."""
   e = dict(os.environ)
   flags = [
     f
@@ -47,22 +60,30 @@ def env() -> dict:
   )
   e["JAX_PLATFORMS"] = "cpu"
   e["HOSTCB_NO_IMPORT_HOOK"] = "1"
-  e["PYTHONPATH"] = SRC
+  e["PYTHONPATH"] = hostcb_root()
   return e
+
+
+#: The implementation that is hostcb called directly on its Python back end
+#: alone (the engine off: ``HOSTCB_DISABLE_NATIVE``), which serves GPUs and
+#: what the native engine cannot carry.
+PYTHON_BACK_END = "hostcb-python"
 
 
 def _start(
   impl: str, out: str, start_after: str | None, only: str | None
 ) -> subprocess.Popen:
+  e = env()
+  if impl == PYTHON_BACK_END:
+    impl = "hostcb"
+    e["HOSTCB_DISABLE_NATIVE"] = "1"
   cmd = [sys.executable, os.path.join(HERE, "runner.py"), impl, out]
   if start_after:
     cmd += ["--start-after", start_after]
   if only:
     cmd += ["--only", only]
   with open(out + ".stderr", "a") as err:
-    return subprocess.Popen(
-      cmd, env=env(), stdout=subprocess.DEVNULL, stderr=err
-    )
+    return subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def run_suites(impls: list[str], only: str | None = None) -> list[dict]:

@@ -63,6 +63,7 @@ MODULES = [
   "s_pure",
   "s_parallel",
   "s_barrier",
+  "s_arrays",
 ]
 
 

@@ -44,6 +44,18 @@ def main(argv: list[str]) -> int:
   from jax_diff.values import exc_text, normalize
 
   api = Api(args.impl)
+  if (
+    args.impl != "jax"
+    and os.environ.get("HOSTCB_REQUIRE_NATIVE") == "1"
+    and os.environ.get("HOSTCB_DISABLE_NATIVE") != "1"
+  ):
+    from hostcb import engine
+
+    if not engine.available():  # the scenarios would test the back end
+      raise SystemExit(
+        "runner: HOSTCB_REQUIRE_NATIVE=1 and hostcb's native engine is not "
+        f"available: {engine.unavailable_reason()}"
+      )
   logs = LogRecorder.attach()
   modules = registry.MODULES
   if os.environ.get("HOSTCB_JAX_DIFF_MODULES"):  # for working on a few

@@ -266,3 +266,32 @@ def while_grad_forward_cb(ctx, api):
     return c * 2
 
   return jax.jvp(lambda c: jax.lax.fori_loop(0, 3, body, c), (1.0,), (1.0,))
+
+
+@scenario(
+  ours=(
+    "JAX's lowering of a while loop whose predicate is batched evaluates "
+    "the predicate twice per iteration (in the loop's condition and again "
+    "in its body), so JAX prints each value twice; hostcb's callbacks are "
+    "ordered, which makes JAX carry the predicate from the body to the "
+    "condition: each value printed once per evaluation that the loop "
+    "needs, the last with the lanes as the body left them (3 for the "
+    "element already done, as JAX's own ordered print shows it) "
+    "(docs/jax_callbacks.md, the batched while_loop condition)"
+  ),
+  expect=(
+    "cond c=0\ncond c=1\ncond c=1\ncond c=2\ncond c=2\ncond c=3\n"
+    "result: Array(int32[2]=[2, 2], weak=False)\n"
+  ),
+)
+def print_in_batched_while_cond(ctx, api):
+  """A debug.print in the condition of a while loop under vmap, with a
+  batched predicate."""
+
+  def cond(c):
+    api.debug_print("cond c={}", c)
+    return c < 2
+
+  return jax.vmap(lambda c: jax.lax.while_loop(cond, lambda c: c + 1, c))(
+    np.array([0, 1], np.int32)
+  )

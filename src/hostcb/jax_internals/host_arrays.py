@@ -1,8 +1,9 @@
 """``jax.Array`` s on the CPU made straight from the engine's host arrays.
 
-Part of :mod:`hostcb.jax_internals`; checked against jax 0.10.2 (run) and,
-by reading their sources, 0.8.0 and 0.12.0.1, which have the same
-``xla_client.batched_device_put(aval, sharding, xs, devices, committed)``.
+Part of :mod:`hostcb.jax_internals`; checked against jax 0.10.2 and 0.8.0
+(run) and, by reading its sources, 0.12.0.1, which have the same
+``xla_client.batched_device_put(aval, sharding, xs, devices, committed,
+force_copy, host_buffer_semantics, enable_x64)``.
 
 JAX's own callbacks hand their functions ``jax.Array`` s on the first CPU
 device, made by ``jax.device_put`` of the host values: tens of
@@ -22,7 +23,15 @@ shape and dtype (the aval), never per call:
   arrays of 1 KiB and more so), the CPU client takes it without a copy,
   and the ``jax.Array`` holds a reference to the NumPy array, which holds
   the record's memory: the array keeps its record alive;
-* elsewhere (small or unaligned arrays, strided views) the client copies.
+* elsewhere (small or unaligned arrays, strided views) the client copies;
+* the array has the dtype of the host array, 64-bit included, whatever
+  the ``jax_enable_x64`` of the calling thread: ``enable_x64=True`` tells
+  jaxlib not to narrow the data.  Without it, jaxlib reads the thread's
+  setting, and a 64-bit value of a function traced under
+  ``jax.enable_x64(True)`` (a setting of the tracing thread only) became,
+  on hostcb's consumer thread, a ``jax.Array`` whose aval said ``float64``
+  over a ``float32`` buffer: the first operation on it failed
+  (``RuntimeProgramInputMismatch``).
 
 Only arrays whose memory hostcb owns are aliased (the engine's fresh
 arrays and views of them); any other array is copied, so that a later
@@ -39,7 +48,11 @@ import numpy as np
 from jax._src import core as _core
 from jax._src.lib import xla_client as _xc
 
-from hostcb.jax_internals.versions import require
+from hostcb.jax_internals.versions import (
+  CHECKED_RANGE,
+  MissingJaxInternal,
+  require,
+)
 
 __all__ = ["cpu_array", "cpu_arrays", "prepare_cpu_arrays"]
 
@@ -70,6 +83,14 @@ def prepare_cpu_arrays() -> None:
       import jax  # noqa: PLC0415  (public API; hostcb imports it anyway)
 
       put = require(_xc, "batched_device_put", _WHAT, verb="uses")
+      signature = str(getattr(put, "__nb_signature__", "")) + str(put.__doc__)
+      if "enable_x64" not in signature:
+        raise MissingJaxInternal(
+          f"hostcb: jax {jax.__version__}'s "
+          "xla_client.batched_device_put has no enable_x64 parameter, which "
+          f"hostcb uses {_WHAT} (its 64-bit values unnarrowed). hostcb was "
+          f"checked against {CHECKED_RANGE}."
+        )
       device = jax.local_devices(backend="cpu")[0]
       _sharding = jax.sharding.SingleDeviceSharding(device)
       _devices = [device]
@@ -104,8 +125,8 @@ def cpu_array(a: Any) -> Any:
     or type(base) is _CAPSULE
     or (type(base) is np.ndarray and base.base is None)
   ):
-    return _put(aval, _sharding, [a], _devices, True)
-  return _put(aval, _sharding, [a], _devices, True, True)
+    return _put(aval, _sharding, [a], _devices, True, enable_x64=True)
+  return _put(aval, _sharding, [a], _devices, True, True, enable_x64=True)
 
 
 def cpu_arrays(leaves: Sequence[Any]) -> list:
