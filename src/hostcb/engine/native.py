@@ -567,6 +567,15 @@ def counters(ordinal: int) -> dict[str, int]:
   return _require().counters(ordinal)
 
 
+def tap_fallbacks() -> tuple[int, str | None]:
+  """(count, reason): the CPU taps whose call frame the engine's handler did
+  not decode itself but ran through XLA FFI's generic decoding (slower,
+  still in order), and why the first did; (0, None) when every tap took
+  the fast path.  The consumer logs the reason once, on the "hostcb"
+  logger."""
+  return _require().tap_fallbacks()
+
+
 def _test_fail_next_allocations(n: int) -> None:
   """Fault injection, for tests only: the consumer fails to allocate the
   arrays of the next ``n`` taps, as if out of memory."""
