@@ -264,8 +264,16 @@ void ReportTapFallbackOnce() {
 PyObject* Py_tap_fallbacks(PyObject*, PyObject*) {
   const char* why = g_tap_fallback_reason.load(std::memory_order_acquire);
   return Py_BuildValue(
-      "(Ks)",
-      static_cast<unsigned long long>(g_tap_fallbacks.load()), why);
+      "(Ks)", static_cast<unsigned long long>(g_tap_fallbacks.load()), why);
+}
+
+// Fault injection (tests): counts a fallback of hostcb_tap as the handler
+// does, with `reason` (kept for the process's life).
+PyObject* Py_note_tap_fallback(PyObject*, PyObject* arg) {
+  const char* reason = PyUnicode_AsUTF8(arg);
+  if (reason == nullptr) return nullptr;
+  NoteTapFallback((new std::string(reason))->c_str());  // leaked on purpose
+  Py_RETURN_NONE;
 }
 
 PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
@@ -555,6 +563,9 @@ PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
      "generic decoding, and the reason of the first."},
+    {"_note_tap_fallback", Py_note_tap_fallback, METH_O,
+     "Fault injection, for tests only: counts a tap that took XLA FFI's "
+     "generic decoding, for the given reason."},
     {"handlers", Py_handlers, METH_NOARGS,
      "{name: PyCapsule} of the XLA FFI handlers, for register_ffi_target."},
     {"set_dtypes", Py_set_dtypes, METH_O,
