@@ -53,12 +53,33 @@ LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
 
 ON_GPU = jax.devices()[0].platform == "gpu"
 # The settings of hostcb_gpu_engine that the rows compare: on a GPU both,
-# labelled; elsewhere the option changes nothing.
+# labelled, and the GPU engine's taps published by host functions instead
+# of ready words (as on a driver without cuStreamWriteValue64); elsewhere
+# the option changes nothing.
+HOST_FUNCTIONS = "host functions"
 GPU_ENGINE_MODES = (
-  ((" [GPU engine]", True), (" [Python callbacks]", False))
+  (
+    (" [GPU engine]", True),
+    (" [GPU engine, host functions]", HOST_FUNCTIONS),
+    (" [Python callbacks]", False),
+  )
   if ON_GPU
   else (("", None),)
 )
+# CUDA_ERROR_NOT_SUPPORTED: what a driver without stream memory operations
+# answers.
+_NOT_SUPPORTED = 801
+
+
+def publish(mode) -> None:
+  """Has the GPU engine publish taps as `mode` says (host functions, or
+  ready words), where it runs."""
+  if ON_GPU and gpu_engine_available():
+    from hostcb.engine import native
+
+    native.module()._gpu_words_refused(
+      _NOT_SUPPORTED if mode == HOST_FUNCTIONS else 0
+    )
 
 
 def gpu_engine_available() -> bool:
@@ -75,11 +96,13 @@ def gpu_engine(on: bool | None):
     yield
     return
   before = hostcb.config.read(hostcb.config.GPU_ENGINE)
-  hostcb.config.update(hostcb.config.GPU_ENGINE, on)
+  hostcb.config.update(hostcb.config.GPU_ENGINE, bool(on))
+  publish(on)
   try:
     yield
   finally:
     hostcb.config.update(hostcb.config.GPU_ENGINE, before)
+    publish(None)
 
 
 def rss() -> int:
@@ -216,6 +239,7 @@ def per_step(steps: int, repeats: int):
 
   def once(i: int) -> float:
     count[0] = 0
+    publish(variants[i][4])
     if "held" in variants[i][0]:
       gate.clear()
     t0 = time.perf_counter()
@@ -284,7 +308,8 @@ def dispatch(calls: int, rounds: int = 5):
   for name, fn, strict_mode, taps, mode in variants:
     hostcb.config.update(strict, strict_mode)
     if mode is not None:
-      hostcb.config.update(hostcb.config.GPU_ENGINE, mode)
+      hostcb.config.update(hostcb.config.GPU_ENGINE, bool(mode))
+      publish(mode)
     count[0] = 0
     f = jax.jit(fn)
     x = jnp.float32(1)
@@ -305,6 +330,7 @@ def dispatch(calls: int, rounds: int = 5):
     rows.append((name, statistics.median(times) / calls * 1e6, ok))
   hostcb.config.update(strict, default)
   hostcb.config.update(hostcb.config.GPU_ENGINE, gpu_default)
+  publish(None)
   return rows
 
 
@@ -327,6 +353,10 @@ def many_taps(n: int, mode: bool | None = None):
 
   with gpu_engine(mode):
     run = run.lower(jnp.float32(0)).compile()
+    return _many_taps_run(run, n, seen)
+
+
+def _many_taps_run(run, n, seen):
   run(jnp.float32(0)).block_until_ready()
   hostcb.barrier_wait()
   seen[:] = [0, 0.0]
@@ -370,8 +400,8 @@ def overlap(slow_ms: float, steps: int = 200, mode: bool | None = None):
   with gpu_engine(mode):
     untapped = run_with(False).lower(c).compile()
     tapped = run_with(True).lower(c).compile()
-  device = _median_time(untapped, c, 3)
-  together = _median_time(tapped, c, 3, hostcb.barrier_wait)
+    device = _median_time(untapped, c, 3)
+    together = _median_time(tapped, c, 3, hostcb.barrier_wait)
   host = steps * slow_ms / 1e3
   return host, device, together
 
@@ -394,7 +424,14 @@ def main() -> None:
     print(
       "GPU engine: "
       + (
-        "available"
+        (
+          "available; taps published by "
+          + (
+            "ready words the stream writes"
+            if engine.gpu.publication() is None
+            else f"host functions: {engine.gpu.publication()}"
+          )
+        )
         if gpu_engine_available()
         else f"NOT available: {engine.gpu.unavailable_reason()}"
       )

@@ -8,8 +8,10 @@ with NumPy arrays standing for GPU buffers, and check what the real handler
 relies on: one copy per operand and one host function on the stream and
 nothing else, records published only once the stream has copied them, the
 barrier behind unpublished records, the queue bound, pinning, calls, and
-every failure of the driver.  On a real GPU, ``tests/test_gpu.py`` checks
-the same through JAX.
+every failure of the driver.  The tests of taps run both ways a stream can
+publish a record: by writing its ready word (the default where the driver
+has ``cuStreamWriteValue64``) and by a host function.  On a real GPU,
+``tests/test_gpu.py`` checks the same through JAX.
 
 The source arrays stay referenced until their stream has run: a paused
 stream copies them later, as a GPU would copy a buffer that XLA keeps.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import itertools
 import os
 import shutil
 import subprocess
@@ -95,12 +98,34 @@ class Stream:
     )
 
 
-@pytest.fixture
-def stream(fake):
+# CUDA_ERROR_NOT_SUPPORTED, as a driver without stream memory operations
+# answers: the stream publishes taps by host functions then.
+_NOT_SUPPORTED = 801
+PUBLICATIONS = ["ready word", "host function"]
+
+
+def _stream(fake, publication):
+  fake._gpu_words_refused(0 if publication == "ready word" else _NOT_SUPPORTED)
   s = Stream(fake)
   yield s
   s.pause(False)
   s.sync()
+  fake._gpu_words_refused(0)
+
+
+@pytest.fixture(params=PUBLICATIONS)
+def stream(fake, request):
+  yield from _stream(fake, request.param)
+
+
+@pytest.fixture
+def host_function_stream(fake):
+  yield from _stream(fake, "host function")
+
+
+@pytest.fixture
+def word_stream(fake):
+  yield from _stream(fake, "ready word")
 
 
 # The leases of the entries these tests make: kept for the process, as no
@@ -302,6 +327,9 @@ def test_an_operand_across_two_pinned_chunks_is_copied_in_two_pieces(
   assert gpu.pinned_bytes(9) == 4 << 20
 
 
+_growths = itertools.count(1)
+
+
 def test_growing_the_queue_unpins_the_old_ring(stream, fake):
   tid, seen = _recording_tap()
   stream.tap(10, tid, [np.ones(4, np.float32)])
@@ -309,7 +337,9 @@ def test_growing_the_queue_unpins_the_old_ring(stream, fake):
   assert gpu.pinned_bytes(10) == 2 << 20
   before = fake._fake_counters()["unregistrations"]
   bound = config.read(config.MAX_QUEUE_BYTE_SIZE)
-  native.set_capacity(bound + (1 << 20))  # a larger ring: the old one goes
+  # A ring larger than any mapped before (each run of this test grows
+  # it more): the old one goes.
+  native.set_capacity(bound + (next(_growths) << 20))
   try:
     assert gpu.pinned_bytes(10) == 0
     assert fake._fake_counters()["unregistrations"] > before
@@ -363,10 +393,7 @@ def test_a_refused_pin_still_delivers_the_tap(stream, fake):
   assert gpu.pin_refusal(6) == "CUDA_ERROR_OUT_OF_MEMORY"
 
 
-@pytest.mark.parametrize("op", ["copy", "host_function"])
-def test_a_driver_failure_fails_the_tap_and_the_barrier_reports_it(
-  stream, fake, op
-):
+def _a_failed_tap_is_reported_and_the_queue_goes_on(stream, fake, op):
   tid, seen = _recording_tap()
   fake._fake_fail(op, 1, 2)
   with pytest.raises(RuntimeError, match="CUDA_ERROR_OUT_OF_MEMORY"):
@@ -377,6 +404,57 @@ def test_a_driver_failure_fails_the_tap_and_the_barrier_reports_it(
   assert "a tap was lost" in str(info.value.__cause__)
   assert len(seen) == 1
   np.testing.assert_array_equal(seen[0][0][0], [3.0, 3.0])
+
+
+def test_a_failed_copy_fails_the_tap_and_the_barrier_reports_it(stream, fake):
+  _a_failed_tap_is_reported_and_the_queue_goes_on(stream, fake, "copy")
+
+
+def test_a_failed_host_function_fails_the_tap_and_the_barrier_reports_it(
+  host_function_stream, fake
+):
+  _a_failed_tap_is_reported_and_the_queue_goes_on(
+    host_function_stream, fake, "host_function"
+  )
+
+
+def test_a_tap_published_by_its_ready_word_needs_no_host_function(
+  word_stream, fake
+):
+  s = word_stream
+  tid, seen = _recording_tap()
+  before = fake._fake_counters()
+  s.tap(8, tid, [np.arange(5, dtype=np.int32)])
+  assert engine.wait_for_taps(timeout=30)
+  after = fake._fake_counters()
+  assert after["host_functions"] == before["host_functions"]
+  assert after["word_writes"] == before["word_writes"] + 1
+  np.testing.assert_array_equal(seen[0][0][0], np.arange(5))
+  assert fake.gpu_publication() is None
+
+
+def test_a_refused_ready_word_falls_back_to_host_functions_and_says_why(
+  word_stream, fake
+):
+  s = word_stream
+  tid, seen = _recording_tap()
+  fake._fake_fail("write_value", 1, 2)
+  try:
+    s.tap(9, tid, [np.arange(3, dtype=np.float32)])
+    before = fake._fake_counters()
+    s.tap(9, tid, [np.arange(4, dtype=np.float32)])
+    assert engine.wait_for_taps(timeout=30)
+    after = fake._fake_counters()
+    assert fake.gpu_publication() == (
+      "the CUDA driver refused cuStreamWriteValue64 (CUDA_ERROR_OUT_OF_MEMORY)"
+    )
+  finally:
+    fake._fake_fail("write_value", 0, 0)
+    fake._gpu_words_refused(0)
+  # Both delivered; the second one without trying a word again.
+  assert [a[0].tolist() for a, _ in seen] == [[0, 1, 2], [0, 1, 2, 3]]
+  assert after["word_writes"] == before["word_writes"]
+  assert after["host_functions"] == before["host_functions"] + 1
 
 
 # ----------------------------------------------------------------- calls
@@ -391,6 +469,29 @@ def test_a_call_returns_its_results_through_the_stream(stream):
   stream.sync()
   np.testing.assert_array_equal(outs[0], [0.0, 2.0, 4.0])
   assert outs[1] == 5
+
+
+def test_a_calls_staging_comes_back_by_its_done_word_and_is_reused(
+  word_stream, fake
+):
+  cid = _call(lambda arrays, ordinal: (arrays[0] + 1,))
+  outs = [np.zeros(4, np.float32)]
+  word_stream.call(0, cid, [np.zeros(4, np.float32)], outs)
+  word_stream.sync()
+  before = fake._fake_counters()
+  for i in range(3):
+    word_stream.call(0, cid, [np.full(4, i, np.float32)], outs)
+    word_stream.sync()
+    np.testing.assert_array_equal(outs[0], np.full(4, i + 1, np.float32))
+  after = fake._fake_counters()
+  # No host function and no wait for the whole stream: two words per call
+  # (its operands are here; its results are copied out), and the one
+  # staging buffer serves every call.  (The test's own stream.sync() is
+  # the only synchronization.)
+  assert after["host_functions"] == before["host_functions"]
+  assert after["word_writes"] == before["word_writes"] + 6
+  assert after["synchronizations"] == before["synchronizations"] + 3
+  assert after["pinned_allocations"] == before["pinned_allocations"]
 
 
 def test_a_call_runs_after_the_taps_before_it(stream):
@@ -447,7 +548,11 @@ def test_a_call_whose_staging_cannot_be_allocated_fails(stream, fake):
 
 
 # -------------------------------------------------------------- lowering
-def test_with_the_option_on_taps_lower_to_the_cuda_handler(fake):
+def test_gpu_taps_lower_to_the_cuda_handler_unless_the_option_is_off(
+  fake, monkeypatch
+):
+  # As in a process with a GPU (the simulated driver stands for its own).
+  monkeypatch.setattr(gpu, "has_local_gpu", lambda: True)
   f = jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x * 2))
 
   def custom_calls():
@@ -458,9 +563,9 @@ def test_with_the_option_on_taps_lower_to_the_cuda_handler(fake):
       if "stablehlo.custom_call @" in line
     }
 
-  assert custom_calls() == {"xla_ffi_python_gpu_callback"}  # the default
-  config.update(config.GPU_ENGINE, True)
+  assert custom_calls() == {"hostcb_tap"}  # the default
+  config.update(config.GPU_ENGINE, False)
   try:
-    assert custom_calls() == {"hostcb_tap"}
+    assert custom_calls() == {"xla_ffi_python_gpu_callback"}
   finally:
-    config.update(config.GPU_ENGINE, False)
+    config.update(config.GPU_ENGINE, True)

@@ -11,6 +11,7 @@ before and after hostcb."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -79,6 +80,12 @@ def snapshot():
       "sys.stderr": sys.stderr,
       "type(sys)": type(sys),
       "std::terminate handler": _get_terminate(),
+      # hostcb's own (JAX's modules define theirs as they are imported);
+      # legacy host_callback's options, which hostcb defines at import as
+      # JAX did (jax.config.update reaches them before any tap), are
+      # checked by test_legacy_options_are_the_only_ones_defined_at_import.
+      "jax.config states": frozenset(
+          n for n in jax.config._value_holders if n.startswith("hostcb")),
       # Other libraries register theirs as they go (tqdm, weakref).
       "atexit handlers": tuple(
           f for f in _exit_handlers
@@ -150,6 +157,19 @@ jax.effects_barrier()
 """
 
 
+def test_legacy_options_are_the_only_ones_defined_at_import():
+  out = _run(
+    "import jax\n"
+    "before = set(jax.config._value_holders)\n"
+    "import hostcb\n"
+    "print(sorted(n for n in set(jax.config._value_holders) - before\n"
+    "             if n.startswith(('hostcb', 'jax_host_callback'))))\n"
+  )
+  assert out == (
+    "['jax_host_callback_inline', 'jax_host_callback_max_queue_byte_size']\n"
+  )
+
+
 def test_first_tap_installs_the_patches_and_uninstall_restores_them():
   out = _run(
     _SNAPSHOT + "before = snapshot()\n"
@@ -158,6 +178,7 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
     "print(changed(before, snapshot()))\n"
     "hostcb.uninstall()\n"
     "print(ji.installed(), changed(before, snapshot()))\n"
+    "print(sorted(snapshot()['jax.config states']))\n"
   )
   lines = out.splitlines()
   # The print comes before the result read on the host (the read hook).
@@ -199,11 +220,17 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "sys.stdout",
         "sys.stderr",
         "type(sys)",
+        "jax.config states",
         *(["std::terminate handler"] if TERMINATE else []),
       ]
     )
   )
-  assert lines[5:] == ["[] []"]
+  # JAX cannot remove a config state: the one of tap threads stays
+  # (jax_internals/tap_threads.py), False outside hostcb's threads.
+  assert lines[5:] == [
+    "[] ['jax.config states']",
+    "['hostcb_in_tap_function']",
+  ]
 
 
 def test_a_progress_loop_installs_its_excepthook_and_uninstall_removes_it():
@@ -232,7 +259,8 @@ def test_a_progress_loop_installs_its_excepthook_and_uninstall_removes_it():
     "hostcb.uninstall()\n"
     "print(changed(before, snapshot()))\n"
   )
-  assert out == "[]\n4.0\nTrue\n[]\n"
+  # The config state of tap threads stays (see the test above).
+  assert out == "[]\n4.0\nTrue\n['jax.config states']\n"
 
 
 def test_a_tap_after_uninstall_installs_again_and_runs():
@@ -524,6 +552,196 @@ def test_a_missing_symbol_fails_at_the_first_tap_not_at_import():
     "patches to order tapping computations and let barrier_wait see "
     "every thread's. " + _VERSION_TAIL.format(v=v) + "\n"
   )
+
+
+class _Seen:
+  """A JAX module as one of hostcb's modules sees it, with some of its
+  functions replaced (the fault injected); JAX's own code keeps the
+  module's real functions."""
+
+  def __init__(self, module, **replaced):
+    self._module, self._replaced = module, replaced
+
+  def __getattr__(self, name):
+    if name in self._replaced:
+      return self._replaced[name]
+    return getattr(self._module, name)
+
+
+def _changed(symbol: str, expected: str, found: str, what: str) -> str:
+  return re.escape(
+    f"hostcb: in jax {jax.__version__}, {symbol} is not what hostcb reads "
+    f"{what}: expected {expected}, found {found}. "
+    + _VERSION_TAIL.format(v=jax.__version__)
+  )
+
+
+_NEEDS_PMAP_STAGING = pytest.mark.skipif(
+  jax.__version_info__ < (0, 10),
+  reason="pmap inside xla_computation per replica needs jax >= 0.10 (a pmap "
+  f"that is a jit of a shard_map); this is jax {jax.__version__}",
+)
+
+
+def _pmap_sum(x):
+  return jax.pmap(lambda a: jax.lax.psum(a, "i"), "i")(x)
+
+
+@_NEEDS_PMAP_STAGING
+def test_a_subcomputation_result_of_another_length_fails_naming_it(
+  monkeypatch,
+):
+  import jax.numpy as jnp
+
+  import hostcb
+  from hostcb.jax_internals import JaxInternalChanged, replicas
+
+  real = replicas._mlir.jaxpr_subcomp
+
+  @functools.wraps(real)  # its signature, which hostcb reads
+  def subcomp(*args, **kwargs):
+    return (*real(*args, **kwargs), None)
+
+  monkeypatch.setattr(
+    replicas, "_mlir", _Seen(replicas._mlir, jaxpr_subcomp=subcomp)
+  )
+  with pytest.raises(
+    JaxInternalChanged,
+    match=_changed(
+      "the result of jax._src.interpreters.mlir.jaxpr_subcomp",
+      "length 2",
+      "tuple of length 3",
+      "to lower a pmap inside xla_computation per replica",
+    ),
+  ):
+    hostcb.xla_computation(_pmap_sum)(jnp.arange(6.0))
+
+
+@_NEEDS_PMAP_STAGING
+def test_pmap_devices_passed_elsewhere_fail_naming_the_function(monkeypatch):
+  import jax.numpy as jnp
+
+  import hostcb
+  from hostcb.jax_internals import JaxInternalChanged, replicas
+
+  replicas._install_pmap_staging()
+  pmap = replicas._pmap_impl
+  hostcbs = pmap._cached_shard_map
+  # A JAX that passes the mesh devices last (swapped with the axis name).
+  monkeypatch.setattr(
+    pmap, "_cached_shard_map", lambda *a: hostcbs(*a[:6], a[7], a[6])
+  )
+  with pytest.raises(
+    JaxInternalChanged,
+    match=_changed(
+      "the arguments of jax._src.pmap._cached_shard_map",
+      "8 positional arguments, the mesh devices at position 6",
+      "8 positional arguments and keywords [], the mesh devices at [7]",
+      "to lower a pmap inside xla_computation per replica",
+    ),
+  ):
+    hostcb.xla_computation(_pmap_sum)(jnp.arange(5.0))
+
+
+def test_a_lowering_result_without_its_module_fails_naming_it(monkeypatch):
+  import types
+
+  import hostcb
+  from hostcb.jax_internals import JaxInternalChanged, replicas
+
+  real = replicas._mlir.lower_jaxpr_to_module
+
+  @functools.wraps(real)  # its signature, which hostcb reads
+  def lower(*args, **kwargs):
+    return types.SimpleNamespace(mlir_module=real(*args, **kwargs).module)
+
+  monkeypatch.setattr(
+    replicas, "_mlir", _Seen(replicas._mlir, lower_jaxpr_to_module=lower)
+  )
+  with pytest.raises(
+    JaxInternalChanged,
+    match=_changed(
+      "the result of jax._src.interpreters.mlir.lower_jaxpr_to_module",
+      "a field 'module'",
+      "SimpleNamespace without it",
+      "to lower xla_computation per replica of an axis_env",
+    ),
+  ):
+    hostcb.xla_computation(lambda x: x + 1)(1.0)
+
+
+def test_a_device_set_of_another_type_fails_naming_it(monkeypatch):
+  from jax._src import dispatch
+
+  from hostcb import jax_internals as ji
+
+  prim = ji.new_primitive("hostcb_test_devices")
+  monkeypatch.setattr(
+    dispatch,
+    "prim_requires_devices_during_lowering",
+    frozenset(dispatch.prim_requires_devices_during_lowering),
+  )
+  with pytest.raises(
+    ji.JaxInternalChanged,
+    match=_changed(
+      "jax._src.dispatch.prim_requires_devices_during_lowering",
+      "set",
+      "frozenset",
+      "to tell jit which primitives lower with their devices",
+    ),
+  ):
+    ji.lowers_without_devices(prim)
+
+
+def test_a_missing_aval_check_fails_naming_it(monkeypatch):
+  from jax._src import ffi
+
+  from hostcb.jax_internals import MissingJaxInternal, buffers
+
+  monkeypatch.delattr(ffi, "_check_compatible_avals")
+  aval = jax.core.ShapedArray((2,), jax.numpy.float32)
+  with pytest.raises(
+    MissingJaxInternal,
+    match=re.escape(
+      f"hostcb: jax {jax.__version__} has no jax._src.ffi."
+      "_check_compatible_avals, which hostcb uses to lower buffer_callback."
+    ),
+  ):
+    buffers.same_shape_and_dtype(aval, aval)
+
+
+def test_a_python_callback_lowering_of_another_length_fails_naming_it():
+  from hostcb.jax_internals import JaxInternalChanged, custom_calls
+
+  with pytest.raises(
+    JaxInternalChanged,
+    match=_changed(
+      "the result of jax._src.callback.emit_python_callback",
+      "length 3",
+      "tuple of length 2",
+      "to lower a callback on platforms without XLA's FFI callbacks",
+    ),
+  ):
+    custom_calls._checked_python_callback(([], None))
+
+
+def test_a_primitive_without_a_rematerialization_rule_fails_naming_it():
+  from jax.extend.core import Primitive
+
+  from hostcb.jax_internals import JaxInternalChanged, own_callbacks
+
+  prim = Primitive("hostcb_test_no_rule")
+  with pytest.raises(
+    JaxInternalChanged,
+    match=_changed(
+      "jax._src.interpreters.partial_eval.partial_eval_jaxpr_custom_rules"
+      "[hostcb_test_no_rule]",
+      "a rule (hostcb's primitive registered as an effectful identity)",
+      "None",
+      "to rematerialize its debug prints as JAX's under checkpoint",
+    ),
+  ):
+    own_callbacks.rematerialize_as_jax_debug(prim, lambda params: True)
 
 
 # ------------------------------------------------- small truths

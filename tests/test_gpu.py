@@ -5,10 +5,10 @@ suite's default is ``cpu``)::
 
     JAX_PLATFORMS=cuda,cpu python -m pytest tests/test_gpu.py
 
-On a GPU the taps and calls lower to XLA's Python-callback custom call for
-GPUs by default, and to the engine's GPU back end with
-``HOSTCB_GPU_ENGINE=1`` (``scripts/check_gpu.sh`` runs this file both ways);
-these tests check that every guarantee of the CPU suite holds there too:
+On a GPU the taps and calls lower to the engine's GPU back end by default,
+and to XLA's Python-callback custom call for GPUs with
+``HOSTCB_GPU_ENGINE=0`` (``scripts/check_gpu.sh`` runs this file both
+ways); these tests check that every guarantee of the CPU suite holds there too:
 values, printed output, program order, transforms, exceptions and the
 barrier.  The tests marked for the GPU back end check what only it does
 (its custom call, pinned ring, bound, overlap).
@@ -400,7 +400,7 @@ def test_buffer_callback_writes_output_with_cupy(gpu):
 # ------------------------------------------------- the engine's GPU back end
 GPU_ENGINE = pytest.mark.skipif(
   not config.read(config.GPU_ENGINE),
-  reason="the GPU back end is off: HOSTCB_GPU_ENGINE=1 is not set",
+  reason="the GPU back end is off: HOSTCB_GPU_ENGINE=0 is set",
 )
 
 
@@ -438,6 +438,36 @@ def test_gpu_engine_delivers_every_tap_in_order_through_pinned_memory(gpu):
   assert gpu_engine.pinned_bytes(gpu.local_hardware_id) >= 2 << 20, (
     gpu_engine.pin_refusal(gpu.local_hardware_id)
   )
+
+
+@GPU_ENGINE
+def test_gpu_engine_publishes_taps_by_ready_words_the_stream_writes(gpu):
+  # No host function on the stream per tap: the stream writes each
+  # record's ready word (cuStreamWriteValue64) and never waits for the
+  # host.  Over several ring wraps, every value arrives, in order.
+  seen = []
+
+  def tap(x, transforms):
+    seen.append(x.copy())
+
+  def body(c, i):
+    hostcb.id_tap(tap, (c + i).astype(jnp.float32) + jnp.arange(1000.0))
+    return c + 1, None
+
+  bound = hostcb.config.read(hostcb.config.MAX_QUEUE_BYTE_SIZE)
+  hostcb.config.update(hostcb.config.MAX_QUEUE_BYTE_SIZE, int(16e6))
+  try:
+    out = jax.jit(lambda c: lax.scan(body, c, jnp.arange(20000))[0])(
+      on(gpu, jnp.int32(0))
+    )
+    hostcb.barrier_wait()
+  finally:
+    hostcb.config.update(hostcb.config.MAX_QUEUE_BYTE_SIZE, bound)
+  assert gpu_engine.publication() is None
+  assert int(out) == 20000
+  assert len(seen) == 20000
+  for i in (0, 1, 4999, 12345, 19999):
+    np.testing.assert_array_equal(seen[i], 2 * i + np.arange(1000.0))
 
 
 @GPU_ENGINE

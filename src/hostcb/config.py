@@ -34,11 +34,11 @@ and can be changed later from Python, in any of these equivalent ways::
     compilation caches.
 
 ``hostcb_gpu_engine`` (environment: ``HOSTCB_GPU_ENGINE``)
-    hostcb's own.  ``True`` lowers taps and calls on NVIDIA GPUs to the
-    engine's CUDA back end (an asynchronous copy into pinned host memory
-    and a host function on the stream: the stream never waits for Python)
-    instead of XLA's Python callbacks for GPUs.  Default ``False`` until it
-    has passed the GPU checks (``scripts/check_gpu.sh``) on a real GPU.
+    hostcb's own.  ``True`` (the default) lowers taps and calls on NVIDIA
+    GPUs to the engine's CUDA back end (asynchronous copies into pinned host
+    memory and a ready word the stream writes: the stream never waits for
+    Python) instead of XLA's Python callbacks for GPUs, which make the
+    stream wait for Python at every callback.  ``False`` restores those.
     Changing it clears JAX's compilation caches.
 
 ``hostcb_callback_jax_arrays`` (environment: ``HOSTCB_CALLBACK_JAX_ARRAYS``)
@@ -188,7 +188,7 @@ _values: dict[str, Any] = {
     ),
   ),
   STRICT_BARRIER: _strict_from_env(),
-  GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", False),
+  GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", True),
   JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", True),
   CONSUMER_NICE: _nice_from_env(),
 }

@@ -53,6 +53,9 @@ CHECK(MemHostUnregister, cuMemHostUnregister);
 CHECK(MemHostAlloc, cuMemHostAlloc);
 CHECK(MemFreeHost, cuMemFreeHost);
 CHECK(GetErrorName, cuGetErrorName);
+// Through cuda.h's macros (cuda.cc loads the _v2 symbols where they exist).
+CHECK(StreamWriteValue64, cuStreamWriteValue64);
+CHECK(MemHostGetDevicePointer, cuMemHostGetDevicePointer);
 
 // The names cuda.h's macros select are the ones cuda.cc loads with dlsym.
 #define STR2(x) #x
@@ -72,7 +75,11 @@ static_assert(hostcb::cuda::kErrorHostMemoryAlreadyRegistered ==
               CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
 static_assert(hostcb::cuda::kMemHostRegisterPortable ==
               CU_MEMHOSTREGISTER_PORTABLE);
+static_assert(hostcb::cuda::kMemHostRegisterDeviceMap ==
+              CU_MEMHOSTREGISTER_DEVICEMAP);
 static_assert(hostcb::cuda::kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE);
+static_assert(hostcb::cuda::kMemHostAllocDeviceMap ==
+              CU_MEMHOSTALLOC_DEVICEMAP);
 static_assert(sizeof(hostcb::cuda::CUdeviceptr) == sizeof(::CUdeviceptr));
 
 }  // namespace

@@ -47,6 +47,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -114,6 +116,12 @@ std::string LoadCuda() {
   Sym(lib, "cuMemHostAlloc", &a.MemHostAlloc, &missing);
   Sym(lib, "cuMemFreeHost", &a.MemFreeHost, &missing);
   Sym(lib, "cuGetErrorName", &a.GetErrorName, &missing);
+  // Optional: without them taps are published by host functions.
+  std::string absent;
+  if (!Sym(lib, "cuStreamWriteValue64_v2", &a.StreamWriteValue64, &absent)) {
+    Sym(lib, "cuStreamWriteValue64", &a.StreamWriteValue64, &absent);
+  }
+  Sym(lib, "cuMemHostGetDevicePointer_v2", &a.MemHostGetDevicePointer, &absent);
   if (!missing.empty()) {
     g_load_error = "the CUDA driver libcuda.so.1 lacks " + missing +
                    " (a driver older than CUDA 10?)";
@@ -180,15 +188,19 @@ class RingPinner : public RingHooks {
   // best effort (a chunk the driver refuses stays pageable).  Called
   // without the queue's mutex, by a producer that holds a record there (so
   // the ring stays mapped).
-  void Ensure(const cuda::Api* api, CUstream stream, uint8_t* base,
-              uint64_t size, uint8_t* p, uint64_t n) {
-    if (n == 0) return;
+  // Returns the device address of `word` (within [p, p + n)) if its chunk
+  // is pinned and mapped for the device, else 0.
+  cuda::CUdeviceptr Ensure(const cuda::Api* api, CUstream stream, uint8_t* base,
+                           uint64_t size, uint8_t* p, uint64_t n,
+                           const uint8_t* word) {
+    if (n == 0) return 0;
     const uint64_t first = static_cast<uint64_t>(p - base) / kPinChunk;
     const uint64_t last = (static_cast<uint64_t>(p - base) + n - 1) / kPinChunk;
     std::lock_guard<std::mutex> lock(mu_);
     if (base_ != base) {  // a new ring (its first use, or after a remap)
       base_ = base;
       state_.assign((size + kPinChunk - 1) / kPinChunk, kUnpinned);
+      device_.assign(state_.size(), 0);
       // A forked child must not share pages the device writes into.
       madvise(base, size, MADV_DONTFORK);
     }
@@ -197,8 +209,9 @@ class RingPinner : public RingHooks {
       const uint64_t off = c * kPinChunk;
       const uint64_t len = std::min(kPinChunk, size - off);
       CUresult r = WithContext(api, stream, [&] {
-        return api->MemHostRegister(base + off, len,
-                                    cuda::kMemHostRegisterPortable);
+        return api->MemHostRegister(
+            base + off, len,
+            cuda::kMemHostRegisterPortable | cuda::kMemHostRegisterDeviceMap);
       });
       // Not "already registered" either: that range is someone else's.
       state_[c] = r == cuda::kSuccess ? kPinned : kRefused;
@@ -206,8 +219,25 @@ class RingPinner : public RingHooks {
       if (state_[c] == kPinned) {
         pinned_bytes_ += len;
         if (ctx_ == nullptr) api->StreamGetCtx(stream, &ctx_);
+        // Where the stream may write the chunk's ready words (0: it
+        // cannot; its taps are published by host functions).
+        cuda::CUdeviceptr d = 0;
+        if (api->MemHostGetDevicePointer != nullptr &&
+            WithContext(api, stream, [&] {
+              return api->MemHostGetDevicePointer(&d, base + off, 0);
+            }) != cuda::kSuccess) {
+          d = 0;
+        }
+        device_[c] = d;
       }
     }
+    if (word == nullptr) return 0;
+    const uint64_t w = static_cast<uint64_t>(word - base);
+    const uint64_t c = w / kPinChunk;
+    if (c >= state_.size() || state_[c] != kPinned || device_[c] == 0) {
+      return 0;
+    }
+    return device_[c] + w % kPinChunk;
   }
 
   bool BeforeUnmap(Queue*, uint8_t* ring, uint64_t) override {
@@ -232,6 +262,7 @@ class RingPinner : public RingHooks {
       if (pushed) api->CtxPopCurrent(&popped);
     }
     state_.clear();
+    device_.clear();
     base_ = nullptr;
     pinned_bytes_ = 0;
     // Pages still registered must stay mapped: the driver would otherwise
@@ -263,6 +294,7 @@ class RingPinner : public RingHooks {
   uint8_t* base_ = nullptr;
   cuda::CUcontext ctx_ = nullptr;  // the context the pages were pinned in
   std::vector<uint8_t> state_;
+  std::vector<cuda::CUdeviceptr> device_;  // per pinned chunk, or 0
   uint64_t pinned_bytes_ = 0;
   CUresult refusal_ = cuda::kSuccess;
 };
@@ -284,6 +316,10 @@ RingPinner* PinnerOf(Queue* q) {
 }
 
 // ---------------------------------------------------------- publishing
+// The driver's refusal of the first ready word a stream was asked to write
+// (cuStreamWriteValue64), or 0: taps are then published by host functions.
+std::atomic<CUresult> g_words_refused{cuda::kSuccess};
+
 void* PackRecord(const Queue* q, uint64_t seq) {
   return reinterpret_cast<void*>(
       static_cast<uintptr_t>((seq << 12) | static_cast<uint64_t>(q->slot())));
@@ -319,17 +355,30 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   TapLayout layout;
   std::unique_lock<std::mutex> lock;
   Queue::Reservation r;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r);
+  // Room for the ready word after the payload, where the stream can write
+  // it (queue.h): then no host function publishes the record.
+  const bool by_word = api->StreamWriteValue64 != nullptr &&
+                       g_words_refused.load(std::memory_order_relaxed) == 0;
+  const uint64_t word_bytes = by_word ? kAlign : 0;
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
+                            Queue::kNoOwnBlock, word_bytes);
   if (e.failure()) return e;
   auto [base, size] = q->RingLocked(lock);
   lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
   // Not in the ring: an oversize record's own (pageable) allocation.
   const bool in_ring =
       base != nullptr && r.data >= base && r.data < base + size;
+  uint64_t* word =
+      by_word ? reinterpret_cast<uint64_t*>(r.data + layout.payload) : nullptr;
+  cuda::CUdeviceptr word_device = 0;
   if (in_ring) {
-    pinner->Ensure(api, static_cast<CUstream>(stream), base, size, r.data,
-                   layout.payload);
+    word_device = pinner->Ensure(api, static_cast<CUstream>(stream), base, size,
+                                 r.data, layout.payload + word_bytes,
+                                 reinterpret_cast<const uint8_t*>(word));
   }
+  // The ring's bytes there may hold an earlier record's: cleared before
+  // the stream can write the word.
+  if (word_device != 0) __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
   CUresult failed = cuda::kSuccess;
   const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
   WritePayload(r.data, args, first, layout.header,
@@ -350,6 +399,31 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
                  }
                  return failed == cuda::kSuccess;
                });
+  if (failed == cuda::kSuccess && word_device != 0) {
+    // After the copies on the stream: the default flags order the write
+    // after them, with a memory barrier (their bytes are visible first).
+    failed = WithContext(api, stream, [&] {
+      return api->StreamWriteValue64(stream, word_device, 1, 0);
+    });
+    if (failed == cuda::kSuccess) {
+      lock.lock();
+      q->AwaitWordLocked(r, word);
+      return ffi::Error::Success();
+    }
+    // This driver or device cannot: host functions publish from now on,
+    // said once (hostcb.engine.gpu.publication() says it too).
+    CUresult none = cuda::kSuccess;
+    if (g_words_refused.compare_exchange_strong(none, failed)) {
+      std::fprintf(stderr,
+                   "hostcb: the CUDA driver refused cuStreamWriteValue64 "
+                   "(%s): GPU taps are published by host functions from now "
+                   "on, which make the stream wait for the host at each tap. "
+                   "A driver with stream memory operations (CUDA 11.7 or "
+                   "newer) avoids that.\n",
+                   cuda::ErrorName(failed).c_str());
+    }
+    failed = cuda::kSuccess;
+  }
   if (failed == cuda::kSuccess) {
     what = "launching the tap's host function (cuLaunchHostFunc)";
     failed = WithContext(api, stream, [&] {
@@ -371,11 +445,16 @@ namespace {
 
 // ---------------------------------------------------------- call staging
 // Pinned host buffers for calls' operands and results, reused: taken by a
-// call, given back by a host function once the stream has copied the
-// results out of it.
+// call, given back once the stream has copied the results out of it.  The
+// stream says so by writing the buffer's done word (after its data), where
+// the driver can (as taps' ready words, queue.h): the pool takes back such
+// a buffer once its word reads nonzero.  Elsewhere a host function gives
+// it back.
 struct Staging {
   uint8_t* data;
   uint64_t size;
+  uint64_t* done;                 // the done word, after the data
+  cuda::CUdeviceptr done_device;  // where the stream writes it, or 0
 };
 
 class StagingPool {
@@ -388,6 +467,7 @@ class StagingPool {
     Staging* found = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      ReclaimLocked();
       for (size_t i = 0; i < free_.size(); ++i) {
         if (free_[i]->size >= n) {
           found = free_[i];
@@ -411,30 +491,80 @@ class StagingPool {
     while (size < n) size *= 2;
     void* p = nullptr;
     *r = WithContext(api, stream, [&] {
-      return api->MemHostAlloc(&p, size, cuda::kMemHostAllocPortable);
+      return api->MemHostAlloc(
+          &p, size + kAlign,
+          cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap);
     });
     if (*r != cuda::kSuccess) return nullptr;
-    return new Staging{static_cast<uint8_t*>(p), size};
+    auto* s = new Staging{
+        static_cast<uint8_t*>(p), size,
+        reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p) + size), 0};
+    if (api->MemHostGetDevicePointer != nullptr &&
+        WithContext(api, stream, [&] {
+          return api->MemHostGetDevicePointer(&s->done_device, s->done, 0);
+        }) != cuda::kSuccess) {
+      s->done_device = 0;
+    }
+    return s;
   }
 
   void Give(Staging* s) {
     std::lock_guard<std::mutex> lock(mu_);
+    GiveLocked(s);
+  }
+
+  // Given back once its done word reads nonzero (the stream writes it).
+  void GiveWhenDone(Staging* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.push_back(s);
+  }
+
+ private:
+  void GiveLocked(Staging* s) {
     // Kept sorted by size, smallest first.
     auto it = free_.begin();
     while (it != free_.end() && (*it)->size < s->size) ++it;
     free_.insert(it, s);
   }
 
- private:
+  void ReclaimLocked() {
+    for (size_t i = 0; i < in_flight_.size();) {
+      Staging* s = in_flight_[i];
+      if (__atomic_load_n(s->done, __ATOMIC_ACQUIRE) != 0) {
+        in_flight_[i] = in_flight_.back();
+        in_flight_.pop_back();
+        GiveLocked(s);
+      } else {
+        ++i;
+      }
+    }
+  }
+
   static constexpr uint64_t kMinSize = 64 << 10;
   static constexpr size_t kKept = 8;
   std::mutex mu_;
   std::vector<Staging*> free_;
+  std::vector<Staging*> in_flight_;  // the stream has yet to write `done`
 };
 
 // Never destroyed: a host function may still give a buffer back while the
 // process exits.
 StagingPool& g_staging = *new StagingPool();
+
+// Watches *word until it reads nonzero (true), for at most kSpin.
+constexpr auto kSpin = std::chrono::milliseconds(2);
+bool SpinUntilNonzero(const uint64_t* word) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (uint32_t n = 1;; ++n) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != 0) return true;
+    if (n % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+}
 
 void GiveBackStaging(void* user_data) {
   g_staging.Give(static_cast<Staging*>(user_data));
@@ -504,11 +634,28 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
     g_staging.Give(staging);
     return CudaFailure("copying a call's operands (cuMemcpyDtoHAsync)", r);
   }
-  // The operands are here, and every tap before the call is published.
-  r = WithContext(api, stream, [&] { return api->StreamSynchronize(stream); });
-  if (r != cuda::kSuccess) {
-    g_staging.Give(staging);
-    return CudaFailure("waiting for the stream (cuStreamSynchronize)", r);
+  // Once the operands are here, every tap before the call is published
+  // too.  The stream says so by writing the staging's done word after the
+  // copies, which this thread watches for a while (no driver wake-up);
+  // past kSpin, or where the driver cannot write words, it synchronizes
+  // with the stream (which also reports a failed stream).
+  bool arrived = false;
+  if (staging->done_device != 0 &&
+      g_words_refused.load(std::memory_order_relaxed) == cuda::kSuccess) {
+    __atomic_store_n(staging->done, uint64_t{0}, __ATOMIC_RELAXED);
+    if (WithContext(api, stream, [&] {
+          return api->StreamWriteValue64(stream, staging->done_device, 1, 0);
+        }) == cuda::kSuccess) {
+      arrived = SpinUntilNonzero(staging->done);
+    }
+  }
+  if (!arrived) {
+    r = WithContext(api, stream,
+                    [&] { return api->StreamSynchronize(stream); });
+    if (r != cuda::kSuccess) {
+      g_staging.Give(staging);
+      return CudaFailure("waiting for the stream (cuStreamSynchronize)", r);
+    }
   }
   XLA_FFI_Args host_args{};
   host_args.struct_size = sizeof(XLA_FFI_Args);
@@ -538,6 +685,18 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
             stream);
       });
       if (r != cuda::kSuccess) break;
+    }
+  }
+  if (r == cuda::kSuccess && staging->done_device != 0 &&
+      g_words_refused.load(std::memory_order_relaxed) == cuda::kSuccess) {
+    // After the result copies on the stream (no host function: the stream
+    // never waits for the host).
+    __atomic_store_n(staging->done, uint64_t{0}, __ATOMIC_RELAXED);
+    if (WithContext(api, stream, [&] {
+          return api->StreamWriteValue64(stream, staging->done_device, 1, 0);
+        }) == cuda::kSuccess) {
+      g_staging.GiveWhenDone(staging);
+      return ffi::Error::Success();
     }
   }
   if (r == cuda::kSuccess) {
@@ -579,14 +738,34 @@ std::string GpuPinRefusal(int32_t ordinal) {
   return r == cuda::kSuccess ? std::string() : cuda::ErrorName(r);
 }
 
+std::string GpuPublication() {
+  const cuda::Api* api = cuda::Current();
+  if (api == nullptr) return "the CUDA driver is not loaded";
+  if (api->StreamWriteValue64 == nullptr ||
+      api->MemHostGetDevicePointer == nullptr) {
+    return "the CUDA driver lacks cuStreamWriteValue64 or "
+           "cuMemHostGetDevicePointer";
+  }
+  const CUresult r = g_words_refused.load(std::memory_order_relaxed);
+  if (r != cuda::kSuccess) {
+    return "the CUDA driver refused cuStreamWriteValue64 (" +
+           cuda::ErrorName(r) + ")";
+  }
+  return "";
+}
+
+void SetGpuWordsRefused(int code) {
+  g_words_refused.store(code, std::memory_order_relaxed);
+}
+
 namespace {
 
 ffi::Error TapCudaImpl(void* stream, int32_t ordinal, int64_t target_id,
                        ffi::RemainingArgs args, ffi::RemainingRets rets) {
   RawRets rr(rets);
-  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
-  if (e.failure()) return e;
   RawArgs ra(args);
+  ffi::Error e = CheckOnlyTokens(ra.raw(), rr.raw(), rr.first());
+  if (e.failure()) return e;
   return TapOnStream(stream, ordinal, target_id, ra.raw(), ra.first());
 }
 

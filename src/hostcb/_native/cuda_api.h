@@ -31,7 +31,9 @@ constexpr CUresult kSuccess = 0;
 constexpr CUresult kErrorInvalidContext = 201;
 constexpr CUresult kErrorHostMemoryAlreadyRegistered = 712;
 constexpr unsigned kMemHostRegisterPortable = 0x01;
+constexpr unsigned kMemHostRegisterDeviceMap = 0x02;
 constexpr unsigned kMemHostAllocPortable = 0x01;
+constexpr unsigned kMemHostAllocDeviceMap = 0x02;
 
 // The driver functions, by the symbol names libcuda exports (the _v2 names
 // are what cuda.h's macros select for 64-bit builds).
@@ -55,6 +57,14 @@ struct Api {
   CUresult (*MemFreeHost)(void* p);          // cuMemFreeHost
   CUresult (*GetErrorName)(CUresult error,
                            const char** name);  // cuGetErrorName
+  // Optional (nullptr where the driver lacks them): a tap's record is then
+  // published by a host function instead of a word the stream writes.
+  CUresult (*StreamWriteValue64)(CUstream stream, CUdeviceptr addr,
+                                 uint64_t value, unsigned flags);
+  // cuStreamWriteValue64_v2 (CUDA 11.7), else cuStreamWriteValue64
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr* dptr, void* p,
+                                      unsigned flags);
+  // cuMemHostGetDevicePointer_v2
 };
 
 // The table in use: the real driver once LoadCuda succeeded, the simulated

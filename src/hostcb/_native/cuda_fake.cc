@@ -124,6 +124,26 @@ CUresult HostFunc(CUstream s, CUhostFn fn, void* user) {
   return kSuccess;
 }
 
+CUresult WriteValue(CUstream s, CUdeviceptr addr, uint64_t value, unsigned) {
+  if (Fails(FakeOp::kWriteValue)) return g_fail_code;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    ++g_counters.word_writes;
+  }
+  static_cast<Stream*>(s)->Push([addr, value] {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(addr), value,
+                     __ATOMIC_RELEASE);
+  });
+  return kSuccess;
+}
+
+// Registered host memory: the device's address is the host's (as with
+// unified addressing).
+CUresult DevicePointer(CUdeviceptr* d, void* p, unsigned) {
+  *d = reinterpret_cast<CUdeviceptr>(p);
+  return kSuccess;
+}
+
 CUresult Sync(CUstream s) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -190,8 +210,9 @@ CUresult Name(CUresult r, const char** name) {
   return kSuccess;
 }
 
-const Api kFake = {DtoH, HtoD,     HostFunc,   Sync,  GetCtx, SetCurrent, Push,
-                   Pop,  Register, Unregister, Alloc, Free,   Name};
+const Api kFake = {DtoH,       HtoD, HostFunc, Sync,       GetCtx,
+                   SetCurrent, Push, Pop,      Register,   Unregister,
+                   Alloc,      Free, Name,     WriteValue, DevicePointer};
 
 }  // namespace
 

@@ -8,11 +8,20 @@
 namespace hostcb {
 namespace cuda {
 
-enum class FakeOp { kNone, kCopy, kHostFunc, kRegister, kUnregister, kAlloc };
+enum class FakeOp {
+  kNone,
+  kCopy,
+  kHostFunc,
+  kRegister,
+  kUnregister,
+  kAlloc,
+  kWriteValue
+};
 
 struct FakeCounters {
   uint64_t copies = 0;
   uint64_t host_functions = 0;
+  uint64_t word_writes = 0;
   uint64_t synchronizations = 0;
   uint64_t registrations = 0;
   uint64_t registered_bytes = 0;

@@ -53,6 +53,19 @@ PyObject* Py_gpu_pin_refusal(PyObject*, PyObject* arg) {
   return PyUnicode_FromString(name.c_str());
 }
 
+PyObject* Py_gpu_publication(PyObject*, PyObject*) {
+  const std::string why = GpuPublication();
+  if (why.empty()) Py_RETURN_NONE;
+  return PyUnicode_FromString(why.c_str());
+}
+
+PyObject* Py_gpu_words_refused(PyObject*, PyObject* arg) {
+  const long code = PyLong_AsLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  SetGpuWordsRefused(static_cast<int>(code));
+  Py_RETURN_NONE;
+}
+
 // ------------------------------------------------------ simulated driver
 PyObject* Py_use_fake_cuda(PyObject*, PyObject*) {
   cuda::UseFakeCuda();
@@ -102,14 +115,16 @@ PyObject* Py_fake_sync(PyObject*, PyObject* handle) {
 
 PyObject* Py_fake_counters(PyObject*, PyObject*) {
   const cuda::FakeCounters c = cuda::GetFakeCounters();
-  return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "copies", (unsigned long long)c.copies,
-      "host_functions", (unsigned long long)c.host_functions,
-      "synchronizations", (unsigned long long)c.synchronizations,
-      "registrations", (unsigned long long)c.registrations, "registered_bytes",
-      (unsigned long long)c.registered_bytes, "unregistrations",
-      (unsigned long long)c.unregistrations, "pinned_allocations",
-      (unsigned long long)c.pinned_allocations);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "copies",
+                       (unsigned long long)c.copies, "host_functions",
+                       (unsigned long long)c.host_functions, "word_writes",
+                       (unsigned long long)c.word_writes, "synchronizations",
+                       (unsigned long long)c.synchronizations, "registrations",
+                       (unsigned long long)c.registrations, "registered_bytes",
+                       (unsigned long long)c.registered_bytes,
+                       "unregistrations", (unsigned long long)c.unregistrations,
+                       "pinned_allocations",
+                       (unsigned long long)c.pinned_allocations);
 }
 
 PyObject* Py_fake_fail(PyObject*, PyObject* args) {
@@ -128,10 +143,12 @@ PyObject* Py_fake_fail(PyObject*, PyObject* args) {
     which = cuda::FakeOp::kUnregister;
   else if (name == "alloc")
     which = cuda::FakeOp::kAlloc;
+  else if (name == "write_value")
+    which = cuda::FakeOp::kWriteValue;
   else {
     PyErr_Format(PyExc_ValueError,
                  "hostcb: expected one of 'copy', 'host_function', "
-                 "'register', 'unregister', 'alloc'; got %R",
+                 "'register', 'unregister', 'alloc', 'write_value'; got %R",
                  PyTuple_GET_ITEM(args, 0));
     return nullptr;
   }
@@ -282,6 +299,12 @@ PyMethodDef kCudaMethods[] = {
     {"gpu_pin_refusal", Py_gpu_pin_refusal, METH_O,
      "gpu_pin_refusal(ordinal): the CUDA error of the first chunk of that "
      "GPU's ring that the driver refused to pin, or None."},
+    {"gpu_publication", Py_gpu_publication, METH_NOARGS,
+     "gpu_publication(): None where the streams publish GPU taps by "
+     "writing a ready word, else why host functions publish them."},
+    {"_gpu_words_refused", Py_gpu_words_refused, METH_O,
+     "Tests: _gpu_words_refused(code): as if the driver had refused ready "
+     "words with CUDA error `code` (0: words again)."},
     {"_use_fake_cuda", Py_use_fake_cuda, METH_NOARGS,
      "Tests: the GPU back end uses the simulated driver from now on."},
     {"_fake_stream", Py_fake_stream, METH_NOARGS,
@@ -298,7 +321,7 @@ PyMethodDef kCudaMethods[] = {
     {"_fake_fail", Py_fake_fail, METH_VARARGS,
      "Tests: _fake_fail(op, count, code): the next `count` operations of "
      "kind op ('copy', 'host_function', 'register', 'unregister', "
-     "'alloc') fail with "
+     "'alloc', 'write_value') fail with "
      "CUDA error `code`."},
     {"_cuda_test_tap", Py_cuda_test_tap, METH_VARARGS,
      "Tests: _cuda_test_tap(stream, ordinal, target_id, arrays)."},

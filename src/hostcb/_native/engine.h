@@ -126,15 +126,24 @@ xla::ffi::Error OutOfRange(int32_t device);
 // args[first:] into *layout and reserves its record in q (*r, `lock` then
 // holding q's mutex).  On failure nothing is reserved, or the record went
 // through as a lost tap (LostTap), and the handler returns the error.
-// `own_block_from`: as Queue::Reserve's.
+// `own_block_from`: as Queue::Reserve's.  `extra_bytes` are reserved after
+// the payload (layout->payload does not count them).
 xla::ffi::Error ReserveTap(Queue* q, int64_t target_id,
                            const XLA_FFI_Args* args, size_t first,
                            TapLayout* layout,
                            std::unique_lock<std::mutex>& lock,
                            Queue::Reservation* r,
-                           uint64_t own_block_from = Queue::kNoOwnBlock);
-// The error of hostcb_tap if a result other than the token is asked for.
-xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first);
+                           uint64_t own_block_from = Queue::kNoOwnBlock,
+                           uint64_t extra_bytes = 0);
+// Whether every result from rets[first:] is the XLA token or an operand's
+// own buffer: a tap that returns operands unchanged (aliased to them by
+// output_operand_aliasing, so that XLA passes the operand's buffer as the
+// result; the tap writes nothing there).
+bool ResultsAreTokensOrOperands(const XLA_FFI_Args& args,
+                                const XLA_FFI_Rets& rets, size_t first);
+// The error of hostcb_tap if another result is asked for.
+xla::ffi::Error CheckOnlyTokens(const XLA_FFI_Args* args,
+                                const XLA_FFI_Rets* rets, size_t first);
 // Commits reservation r, whose payload could not be allocated, as a lost
 // tap (`lock` from Reserve still held) and returns the handler's error.
 xla::ffi::Error LostTap(Queue* q, Queue::Reservation r, uint64_t payload);
@@ -210,6 +219,13 @@ uint64_t GpuPinnedBytes(int32_t ordinal);
 // The CUDA error name of the first pinning that the driver refused for that
 // GPU's ring, or "" (every chunk reached so far is pinned).
 std::string GpuPinRefusal(int32_t ordinal);
+// "" where GPU taps are published by a ready word that the stream writes,
+// else why they are published by host functions (slower: the stream waits
+// for the host at each tap).
+std::string GpuPublication();
+// Tests: as if the driver had refused a ready word with CUDA error `code`
+// (0: words again).
+void SetGpuWordsRefused(int code);
 
 template <typename Fn>
 void ForEachQueue(Fn fn) {

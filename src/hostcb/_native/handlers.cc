@@ -108,24 +108,41 @@ ffi::Error OutOfRange(int32_t device) {
 ffi::Error ReserveTap(Queue* q, int64_t target_id, const XLA_FFI_Args* args,
                       size_t first, TapLayout* layout,
                       std::unique_lock<std::mutex>& lock, Queue::Reservation* r,
-                      uint64_t own_block_from) {
+                      uint64_t own_block_from, uint64_t extra_bytes) {
   RequestConsumer(q);
   ffi::Error e = MeasureTap(args, first, layout);
   if (e.failure()) return e;
-  *r = q->Reserve(lock, kTap, target_id, layout->num, layout->payload,
+  *r = q->Reserve(lock, kTap, target_id, layout->num,
+                  layout->payload + extra_bytes,
                   /*never_wait=*/tl_consumer_queue == q, own_block_from);
   if (IsPrintTarget(target_id)) q->NotePrintLocked();
   if (r->data == nullptr) return LostTap(q, *r, layout->payload);
   return ffi::Error::Success();
 }
 
-ffi::Error CheckOnlyTokens(const XLA_FFI_Rets* rets, size_t first) {
-  for (size_t i = first; i < static_cast<size_t>(rets->size); ++i) {
-    auto* b = static_cast<const XLA_FFI_Buffer*>(rets->rets[i]);
-    if (b->dtype != XLA_FFI_DataType_TOKEN) {
-      return ffi::Error::InvalidArgument(
-          "hostcb_tap: its only result may be the XLA token");
+bool ResultsAreTokensOrOperands(const XLA_FFI_Args& args,
+                                const XLA_FFI_Rets& rets, size_t first) {
+  for (size_t i = first; i < static_cast<size_t>(rets.size); ++i) {
+    if (rets.types[i] != XLA_FFI_RetType_BUFFER) return false;
+    auto* r = static_cast<const XLA_FFI_Buffer*>(rets.rets[i]);
+    if (r->dtype == XLA_FFI_DataType_TOKEN) continue;
+    bool aliased = false;
+    for (int64_t j = 0; j < args.size && !aliased; ++j) {
+      auto* a = static_cast<const XLA_FFI_Buffer*>(args.args[j]);
+      aliased = args.types[j] == XLA_FFI_ArgType_BUFFER && a->data == r->data &&
+                a->dtype == r->dtype && BufferBytes(a) == BufferBytes(r);
     }
+    if (!aliased) return false;
+  }
+  return true;
+}
+
+ffi::Error CheckOnlyTokens(const XLA_FFI_Args* args, const XLA_FFI_Rets* rets,
+                           size_t first) {
+  if (!ResultsAreTokensOrOperands(*args, *rets, first)) {
+    return ffi::Error::InvalidArgument(
+        "hostcb_tap: its only result may be the XLA token (or an operand "
+        "that it returns unchanged, in the operand's own buffer)");
   }
   return ffi::Error::Success();
 }
@@ -171,9 +188,9 @@ namespace {
 ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   RawRets rr(rets);
-  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
-  if (e.failure()) return e;
   RawArgs ra(args);
+  ffi::Error e = CheckOnlyTokens(ra.raw(), rr.raw(), rr.first());
+  if (e.failure()) return e;
   return EnqueueTap(device, target_id, ra.raw(), ra.first());
 }
 
@@ -266,19 +283,6 @@ const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs) {
   return static_cast<const int64_t*>(scalar->value);
 }
 
-// Whether every result is a buffer of the XLA token (else the binding
-// reports CheckOnlyTokens' error).
-bool OnlyTokens(const XLA_FFI_Rets& rets) {
-  for (int64_t i = 0; i < rets.size; ++i) {
-    if (rets.types[i] != XLA_FFI_RetType_BUFFER ||
-        static_cast<const XLA_FFI_Buffer*>(rets.rets[i])->dtype !=
-            XLA_FFI_DataType_TOKEN) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // An ffi::Error as the C API's error (what the binding returns for it).
 XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
   XLA_FFI_Error_Create_Args args;
@@ -308,7 +312,9 @@ const char* FastFrameRefusal(const XLA_FFI_CallFrame* frame,
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) {
     return "a stage other than execute";
   }
-  if (!OnlyTokens(frame->rets)) return "a result other than the token";
+  if (!ResultsAreTokensOrOperands(frame->args, frame->rets, 0)) {
+    return "a result that is neither the token nor an operand's own buffer";
+  }
   *target_id = TargetIdAttr(frame->attrs);
   if (*target_id == nullptr) {
     return "attributes other than one int64 scalar target_id";

@@ -184,9 +184,9 @@ ffi::Error TapV1(int32_t device, std::string_view name, std::string_view spec,
   const int64_t value = ResolveNamed(name, spec, &error);
   if (value < 0) return Unresolved(std::move(error));
   RawRets rr(rets);
-  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
-  if (e.failure()) return e;
   RawArgs ra(args);
+  ffi::Error e = CheckOnlyTokens(ra.raw(), rr.raw(), rr.first());
+  if (e.failure()) return e;
   return EnqueueTap(device, value / 2, ra.raw(), ra.first());
 }
 
@@ -208,9 +208,9 @@ ffi::Error TapCudaV1(void* stream, int32_t ordinal, std::string_view name,
   const int64_t value = ResolveNamed(name, spec, &error);
   if (value < 0) return Unresolved(std::move(error));
   RawRets rr(rets);
-  ffi::Error e = CheckOnlyTokens(rr.raw(), rr.first());
-  if (e.failure()) return e;
   RawArgs ra(args);
+  ffi::Error e = CheckOnlyTokens(ra.raw(), rr.raw(), rr.first());
+  if (e.failure()) return e;
   return TapOnStream(stream, ordinal, value / 2, ra.raw(), ra.first());
 }
 

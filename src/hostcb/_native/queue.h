@@ -32,7 +32,14 @@
 //    GPU producer has its stream write them (an asynchronous copy) and
 //    commits from a host function that the stream runs after that copy
 //    (Commit(seq)); the record is found again by its sequence number, which
-//    stays valid while the record is queued.
+//    stays valid while the record is queued.  Where the driver can, the
+//    stream instead writes a nonzero value into the record's ready word (in
+//    pinned ring memory, after its payload) once the copy is done
+//    (AwaitWordLocked): no host function, so the stream never waits for the
+//    host.  Such a record is ready once its word reads nonzero; only the
+//    consumer reads the word, polling it (with mu_ held, a bounded back-off
+//    between reads) while such a record is the oldest one, since no host
+//    code runs when the stream writes it.
 //  * No CUDA call is ever made with mu_ held, except by the ring hooks'
 //    BeforeUnmap, which runs only when the queue is empty: then every host
 //    function that commits into this queue has already committed (its
@@ -66,6 +73,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -102,6 +110,9 @@ struct Record {
   uint64_t ring_pos;    // first ring byte of this record (incl. wrap padding)
   uint64_t ring_bytes;  // ring bytes to free (0 for external payloads)
   uint64_t external_bytes;  // bytes of the external allocation (or 0)
+  // Where the stream writes nonzero once the payload is there (GPU taps
+  // published without a host function), or nullptr.
+  const uint64_t* ready_word = nullptr;
 };
 
 // Size of the payload header (descs + dims, padded) for operand ranks.
@@ -304,6 +315,14 @@ class Queue {
     CommitSeqLocked(seq, urgent);
   }
 
+  // The record is ready once *word reads nonzero (a CUDA stream writes
+  // it after the record's copies); `lock` must hold mu_.  A sleeping
+  // consumer is woken so that it polls the word.
+  void AwaitWordLocked(Reservation r, const uint64_t* word) {
+    records_.at(r.seq).ready_word = word;
+    if (consumer_state_ == kSleeping) WakeConsumerLocked();
+  }
+
  private:
   void CommitSeqLocked(uint64_t seq, bool urgent) {
     records_.at(seq).ready = true;
@@ -344,10 +363,17 @@ class Queue {
     const auto deadline =
         start + std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double>(forever ? 0 : timeout_s));
-    while (records_.empty() || !records_.front().ready) {
+    // Back-off between reads of a ready word (see AwaitWordLocked).
+    auto word_poll = std::chrono::microseconds(10);
+    while (records_.empty() || !ReadyLocked(records_.front())) {
       auto now = Clock::now();
       if (!forever && now >= deadline) return Take::kTimeout;
-      if (now < poll_end) {
+      if (!records_.empty() && records_.front().ready_word != nullptr) {
+        // Written by a stream: nobody signals it.
+        consumer_state_ = kPolling;
+        consumer_cv_.wait_for(lock, word_poll);
+        word_poll = std::min(word_poll * 2, std::chrono::microseconds(1000));
+      } else if (now < poll_end) {
         consumer_state_ = kPolling;
         consumer_cv_.wait_for(lock, std::chrono::milliseconds(1));
       } else {
@@ -362,8 +388,8 @@ class Queue {
     if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
     for (uint64_t seq = records_.front_seq(); seq < records_.end_seq(); ++seq) {
-      const Record& r = records_.at(seq);
-      if (!r.ready || out->size() >= max_records) break;
+      Record& r = records_.at(seq);
+      if (!ReadyLocked(r) || out->size() >= max_records) break;
       if (!out->empty() && bytes + r.payload_bytes > max_bytes) break;
       bytes += r.payload_bytes;
       out->push_back(r);
@@ -525,6 +551,15 @@ class Queue {
 
  private:
   enum ConsumerState { kRunning, kPolling, kSleeping };
+
+  // Whether r is ready: committed, or its ready word written (noted then).
+  static bool ReadyLocked(Record& r) {
+    if (!r.ready && r.ready_word != nullptr &&
+        __atomic_load_n(r.ready_word, __ATOMIC_ACQUIRE) != 0) {
+      r.ready = true;
+    }
+    return r.ready;
+  }
 
   // The bytes counted against capacity_ (see the invariants above).
   uint64_t HeldLocked() const {

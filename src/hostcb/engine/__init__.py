@@ -116,13 +116,16 @@ def serves(platform: str) -> bool:
   """Whether taps and calls lowered for ``platform`` (``cpu``, ``cuda``...)
   go to the engine's rings.  Warns once when they cannot although they
   should (CPU without the native engine; GPUs with ``hostcb_gpu_engine``
-  on and no usable driver)."""
+  on and no usable driver).  A program lowered for CUDA in a process
+  without an NVIDIA GPU (``xla_computation(backend="cuda")``, say) runs
+  elsewhere: it takes XLA's Python callbacks, which any GPU machine runs,
+  without a warning."""
   if platform == "cpu":
     if available():
       return True
     warn_if_unavailable()
     return False
-  if platform == "cuda" and gpu.enabled():
+  if platform == "cuda" and gpu.enabled() and gpu.has_local_gpu():
     if gpu.available(_capacity()):
       return True
     gpu.warn_unavailable()

@@ -5,8 +5,10 @@ A tap lowered for CUDA is the custom call ``hostcb_tap`` registered for
 the ``CUDA`` platform (``src/hostcb/_native/cuda.cc``).  Its handler
 reserves the record in the ring of its GPU on the host and puts on the
 GPU's stream an asynchronous copy of the operands into the ring (pinned
-pages) and a host function that only marks the record ready.  The stream
-never waits for Python; the ring's bound, the order of records, the
+pages) and a write of the record's ready word (``cuStreamWriteValue64``),
+which the consumer thread polls; where the driver cannot write words, a
+host function marks the record ready instead (:func:`publication` says
+which).  The stream never waits for Python; the ring's bound, the order of records, the
 consumer thread, the registry, the barrier's markers and the recording of
 exceptions are those of the CPU back end (:mod:`.native`), so a GPU's tap
 functions run exactly as a CPU device's do.  ``hostcb_call`` copies the
@@ -20,9 +22,10 @@ back end says why (:func:`unavailable_reason`).
 A GPU's queue is the engine's queue of key :data:`GPU_KEY_BASE` plus the
 GPU's local hardware id (the FFI device ordinal XLA gives the handlers).
 
-Off by default (``hostcb_gpu_engine``, ``HOSTCB_GPU_ENGINE=1``) until it
-has passed ``scripts/check_gpu.sh`` on a real GPU; its host side is tested
-on CPU machines with a simulated driver (``tests/test_engine_gpu.py``).
+On by default (``hostcb_gpu_engine``; ``HOSTCB_GPU_ENGINE=0`` turns it
+off): ``scripts/check_gpu.sh`` passed on an NVIDIA H200 with jax 0.11.2.
+Its host side is tested on CPU machines with a simulated driver
+(``tests/test_engine_gpu.py``).
 """
 
 from __future__ import annotations
@@ -125,6 +128,14 @@ def key_of(local_hardware_id: int) -> int:
 def pinned_bytes(local_hardware_id: int) -> int:
   """Bytes of that GPU's ring that are pinned (page-locked) so far."""
   return native.module().gpu_pinned_bytes(int(local_hardware_id))
+
+
+def publication() -> str | None:
+  """None where streams publish GPU taps by writing each record's ready
+  word (``cuStreamWriteValue64``: the stream never waits for the host),
+  else why host functions publish them (each makes the stream wait for
+  the host)."""
+  return native.module().gpu_publication()
 
 
 def pin_refusal(local_hardware_id: int) -> str | None:

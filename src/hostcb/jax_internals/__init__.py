@@ -9,6 +9,8 @@ per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.tap_threads`: the ``jax.config`` state of the threads where tap
+  functions run (created on first need);
 * :mod:`.token_arrays`: runtime tokens of multi-device executables as
   ``bool[0]`` arrays (the persistent compilation cache can write them);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
@@ -74,9 +76,9 @@ from hostcb.jax_internals.dispatch import (
   note_print_lowered,
   fast_dispatch_used,
   local_devices,
-  running_tap_functions,
   set_fast_dispatch,
 )
+from hostcb.jax_internals.tap_threads import running_tap_functions
 from hostcb.jax_internals.custom_calls import lowering_platforms
 from hostcb.jax_internals.custom_calls import (
   Placement,

@@ -10,13 +10,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from jax._src import core as _core
-from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src import ffi as _ffi
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.lib import ffi as _ffi_lib
 
-from hostcb.jax_internals.core import Primitive, not_mapped
+from hostcb.jax_internals.core import (
+  Primitive,
+  lowered_with_devices,
+  not_mapped,
+)
 from hostcb.jax_internals.custom_calls import (
   _FFI_TARGETS,
   Placement,
@@ -27,9 +30,12 @@ from hostcb.jax_internals.custom_calls import (
   _with_token_sharding,
   lowering_platform,
 )
+from hostcb.jax_internals.versions import check_shape, require
+
+_WHAT = "to lower buffer_callback"
 
 # The stage in which XLA runs a buffer callback (see hostcb.buffer_callback).
-ExecutionStage = _ffi_lib.ExecutionStage
+ExecutionStage = require(_ffi_lib, "ExecutionStage", _WHAT, "uses")
 
 _BUFFER_TARGETS = {
   "cpu": "xla_buffer_python_cpu_callback",
@@ -61,7 +67,8 @@ for _effect_set in (
 
 def same_shape_and_dtype(a: Any, b: Any) -> bool:
   """Whether two abstract values may share one buffer (aliasing)."""
-  return bool(_ffi._check_compatible_avals(a, b))
+  check = require(_ffi, "_check_compatible_avals", _WHAT, "uses")
+  return bool(check(a, b))
 
 
 def ffi_batching(prim: Primitive, args, dims, **params):
@@ -71,7 +78,8 @@ def ffi_batching(prim: Primitive, args, dims, **params):
   passed through to ``prim.bind``.
   """
   dims = [None if d is not_mapped else d for d in dims]
-  return _ffi.ffi_batching_rule(prim, args, dims, **params)
+  rule = require(_ffi, "ffi_batching_rule", "to batch buffer_callback", "uses")
+  return rule(prim, args, dims, **params)
 
 
 def runs_on_one_of_several_devices(ctx) -> bool:
@@ -82,9 +90,22 @@ def runs_on_one_of_several_devices(ctx) -> bool:
   callbacks, not for the buffer ones.
   """
   axis_context = ctx.module_context.axis_context
+  if not isinstance(axis_context, _sharding_impls.ShardingContext):
+    return False
+  devices = check_shape(
+    axis_context,
+    "jax._src.sharding_impls.ShardingContext",
+    _WHAT,
+    fields=("num_devices",),
+  ).num_devices
   return (
-    isinstance(axis_context, _sharding_impls.ShardingContext)
-    and axis_context.num_devices > 1
+    check_shape(
+      devices,
+      "jax._src.sharding_impls.ShardingContext.num_devices",
+      _WHAT,
+      types=int,
+    )
+    > 1
   )
 
 
@@ -129,7 +150,7 @@ def emit_buffer_callback_everywhere(
 def lowers_without_devices(prim: Primitive) -> None:
   """Lets ``jit`` lower ``prim`` without a device assignment (as JAX's own
   callbacks), which also lets operands of different meshes meet."""
-  _dispatch.prim_requires_devices_during_lowering.discard(prim)
+  lowered_with_devices().discard(prim)
 
 
 def _host_copies_adapter(

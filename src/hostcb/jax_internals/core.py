@@ -250,6 +250,22 @@ class _HostcbPrimitive(_core.Primitive):
     return super().bind(*args, **params)
 
 
+_DEVICES_SET = "prim_requires_devices_during_lowering"
+_DEVICES_WHAT = "to tell jit which primitives lower with their devices"
+
+
+def lowered_with_devices() -> set:
+  """JAX's set of the primitives whose lowering is given the devices
+  (``jax._src.dispatch.prim_requires_devices_during_lowering``, a set on
+  jax 0.8.0, 0.10.2 and 0.12.0.1)."""
+  return check_shape(
+    require(_dispatch, _DEVICES_SET, _DEVICES_WHAT, verb="uses"),
+    f"jax._src.dispatch.{_DEVICES_SET}",
+    _DEVICES_WHAT,
+    types=set,
+  )
+
+
 def new_primitive(name: str) -> Primitive:
   """A multiple-results primitive whose lowering may ask for the devices;
   binding it installs hostcb's patches (:class:`_HostcbPrimitive`)."""
@@ -257,7 +273,7 @@ def new_primitive(name: str) -> Primitive:
   prim.multiple_results = True
   # Makes jit pass the device assignment to the lowering, even for a single
   # device, so the host side knows which device a callback comes from.
-  _dispatch.prim_requires_devices_during_lowering.add(prim)
+  lowered_with_devices().add(prim)
   prim.def_impl(functools.partial(_dispatch.apply_primitive, prim))
   return prim
 

@@ -99,6 +99,19 @@ _FFI_TARGETS = {
 }
 
 
+def _checked_python_callback(result: Any) -> Any:
+  """What ``emit_python_callback`` returned, once it is the triple hostcb
+  unpacks (results, token, keep-alive; checked on jax 0.8.0, 0.10.2 and
+  0.12.0.1), else :class:`JaxInternalChanged`."""
+  return check_shape(
+    result,
+    "the result of jax._src.callback.emit_python_callback",
+    "to lower a callback on platforms without XLA's FFI callbacks",
+    types=tuple,
+    lengths=(3,),
+  )
+
+
 def emit_host_callback(
   ctx,
   make_host_fn: Callable[[Placement], Callable],
@@ -127,16 +140,18 @@ def emit_host_callback(
       raise NotImplementedError(
         f"hostcb per-device callbacks are not supported on {platform}"
       )
-    results, _, _ = _callback.emit_python_callback(
-      ctx,
-      host_fn,
-      None,
-      list(args),
-      ctx.avals_in,
-      avals_out,
-      has_side_effect=has_side_effect,
-      returns_token=False,
-      sharding=sharding,
+    results, _, _ = _checked_python_callback(
+      _callback.emit_python_callback(
+        ctx,
+        host_fn,
+        None,
+        list(args),
+        ctx.avals_in,
+        avals_out,
+        has_side_effect=has_side_effect,
+        returns_token=False,
+        sharding=sharding,
+      )
     )
     return results
   operands, avals_in, avals_out = _operands(ctx, args, placement, avals_out)

@@ -52,7 +52,7 @@ whose results are alive (``jax.live_arrays``) and for those that finished;
 not for a one-device computation that another thread dispatched, that is
 still running and whose results were all dropped.  A computation that a
 tap function dispatches keeps its token
-(see ``_in_tap_function``).
+(see :mod:`.tap_threads`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ import weakref
 from typing import Any
 
 import numpy as np
-from jax._src import config as _config
 from jax._src import stages as _stages
 from jax._src.interpreters import pxla as _pxla
 from jax._src.interpreters import mlir as _mlir
@@ -77,7 +76,9 @@ from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
+from hostcb.jax_internals.partitioned import read_taps_in_place
 from hostcb.jax_internals import patches
+from hostcb.jax_internals.tap_threads import in_tap_function
 from hostcb.jax_internals.token_arrays import tokens_as_arrays
 from hostcb.jax_internals.versions import check_shape, require
 
@@ -87,26 +88,6 @@ _fast = [True]
 _used = [False]  # an executable was lowered in fast-dispatch mode
 # A lowered module's tokens were made arrays (.token_arrays), in place.
 _rewritten = [False]
-
-# True in hostcb's consumer threads, where tap functions run.  A computation
-# that a tap function dispatches keeps its runtime token even in fast mode:
-# its dispatch is what tells the engine that the consumer waits for a
-# computation (the dispatch hook of .core), so that the taps and calls of
-# that computation do not wait for the consumer.  Part of JAX's jit key and
-# trace context, so a function compiled in both kinds of threads gets one
-# executable for each.
-_in_tap_function = _config.bool_state(
-  name="hostcb_in_tap_function",
-  default=False,
-  help="hostcb: set in the threads that run tap functions",
-  include_in_jit_key=True,
-  include_in_trace_context=True,
-)
-
-
-def running_tap_functions():
-  """A context for a consumer thread's whole life (see above)."""
-  return _in_tap_function(True)
 
 
 def set_fast_dispatch(on: bool) -> None:
@@ -328,8 +309,10 @@ def _install() -> None:
       _kept_token[0] = _rewritten[0] = True
       with module.context:
         tokens_as_arrays(module, num_dim_vars)
+        # Per-shard taps: no copy by XLA before them (.partitioned).
+        read_taps_in_place(module)
       return result
-    if not _fast[0] or _in_tap_function.value:
+    if not _fast[0] or in_tap_function():
       _kept_token[0] = True
       return result
     if module in _print_modules and not _for_export(args, kwargs):

@@ -30,7 +30,12 @@ from jax._src import core as _core
 from jax._src import debugging as _debugging
 from jax._src.interpreters import partial_eval as _pe
 
-from hostcb.jax_internals.versions import CHECKED_RANGE, require
+from hostcb.jax_internals.versions import (
+  CHECKED_RANGE,
+  changed,
+  check_shape,
+  require,
+)
 
 __all__ = [
   "jax_callback_functions",
@@ -86,7 +91,22 @@ def rematerialize_as_jax_debug(prim, is_debug) -> None:
   they are all available in the backward pass anyway; JAX's debug callback
   then runs in both passes (the legacy tap, in the forward pass only).
   """
-  previous = _pe.partial_eval_jaxpr_custom_rules[prim]
+  what = "to rematerialize its debug prints as JAX's under checkpoint"
+  rules = check_shape(
+    require(_pe, "partial_eval_jaxpr_custom_rules", what),
+    "jax._src.interpreters.partial_eval.partial_eval_jaxpr_custom_rules",
+    what,
+    types=dict,
+  )
+  previous = rules.get(prim)
+  if not callable(previous):
+    raise changed(
+      "jax._src.interpreters.partial_eval.partial_eval_jaxpr_custom_rules"
+      f"[{prim}]",
+      "a rule (hostcb's primitive registered as an effectful identity)",
+      repr(previous),
+      what,
+    )
 
   def rule(saveable, unks_in, inst_in, eqn):
     if (
@@ -100,7 +120,7 @@ def rematerialize_as_jax_debug(prim, is_debug) -> None:
       return eqn, again, [False] * n_out, [False] * n_out, []
     return previous(saveable, unks_in, inst_in, eqn)
 
-  _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+  rules[prim] = rule
 
 
 def jax_io_effect(ordered: bool):

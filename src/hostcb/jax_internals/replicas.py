@@ -43,6 +43,8 @@ from jax._src.lib import xla_client as _xc
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals.versions import changed, check_shape, require
+
 try:  # jax >= 0.9: pmap is a jit of a shard_map
   from jax._src import pmap as _pmap_impl
   from jax._src import shard_map as _shard_map_impl
@@ -201,11 +203,10 @@ def _staged_pmap(
   )
   tree_util = jax.tree_util
   out_axes = tree_util.tree_unflatten(out_axes_tree, list(out_axes_flat))
-  in_specs = tuple(
-    _shard_map_impl._axes_to_pspec(axis_name, ax) for ax in in_axes_flat
-  )
+  to_pspec = require(_shard_map_impl, "_axes_to_pspec", _PMAP_WHAT, "uses")
+  in_specs = tuple(to_pspec(axis_name, ax) for ax in in_axes_flat)
   out_specs = tree_util.tree_map(
-    lambda ax: _shard_map_impl._axes_to_pspec(axis_name, ax),
+    lambda ax: to_pspec(axis_name, ax),
     out_axes,
     is_leaf=lambda x: x is None,
   )
@@ -239,6 +240,40 @@ def _staged_pmap(
   return types.SimpleNamespace(jitted_f=jitted, jitted_f_with_shardings=jitted)
 
 
+_PMAP_WHAT = "to lower a pmap inside xla_computation per replica"
+_GET_DEVICES = "jax._src.pmap._get_mesh_devices"
+_CACHED_SHARD_MAP = "jax._src.pmap._cached_shard_map"
+# The parameters of _get_mesh_devices that hostcb reads, one of which names
+# the pmap's axis size (jax 0.10.2, 0.11.2 and 0.12.0.1).
+_SIZE_PARAMETERS = ("axis_size", "local_axis_size")
+# _cached_shard_map(fun, in_tree, in_axes_flat, out_axes_flat,
+#                   out_axes_tree, donated_invars, mesh_devices, axis_name)
+# (lu.cache hides the signature): 8 positional arguments, the devices that
+# _get_mesh_devices returned 7th.
+_SHARD_MAP_ARGS, _DEVICES_AT = 8, 6
+
+
+def _staged_devices_at(args: tuple, kwargs: dict) -> bool:
+  """Whether a call of ``_cached_shard_map`` is one of a staged pmap: its
+  mesh devices are :class:`_StagedDevices`, where hostcb reads them (else,
+  where they are elsewhere, :class:`JaxInternalChanged`)."""
+  staged = [i for i, a in enumerate(args) if isinstance(a, _StagedDevices)] + [
+    k for k, a in kwargs.items() if isinstance(a, _StagedDevices)
+  ]
+  if not staged:
+    return False
+  if kwargs or len(args) != _SHARD_MAP_ARGS or staged != [_DEVICES_AT]:
+    raise changed(
+      f"the arguments of {_CACHED_SHARD_MAP}",
+      f"{_SHARD_MAP_ARGS} positional arguments, the mesh devices at "
+      f"position {_DEVICES_AT}",
+      f"{len(args)} positional arguments and keywords {sorted(kwargs)}, "
+      f"the mesh devices at {staged}",
+      _PMAP_WHAT,
+    )
+  return True
+
+
 def _install_pmap_staging() -> None:
   """Wraps two helpers of ``jax.pmap`` (jax 0.10.2) once, per thread inert.
 
@@ -246,22 +281,33 @@ def _install_pmap_staging() -> None:
   """
   if _pmap_impl is None or getattr(_pmap_impl, "_hostcb_staging", False):
     return
-  get_devices = _pmap_impl._get_mesh_devices
-  cached = _pmap_impl._cached_shard_map
+  get_devices = require(_pmap_impl, "_get_mesh_devices", _PMAP_WHAT)
+  cached = require(_pmap_impl, "_cached_shard_map", _PMAP_WHAT)
   devices_sig = inspect.signature(get_devices)
-  # _cached_shard_map(fun, in_tree, in_axes_flat, out_axes_flat,
-  #                   out_axes_tree, donated_invars, mesh_devices, axis_name)
-  # (lu.cache hides the signature).
+  if not set(_SIZE_PARAMETERS) & set(devices_sig.parameters):
+    raise changed(
+      f"the signature of {_GET_DEVICES}",
+      "a parameter " + " or ".join(_SIZE_PARAMETERS),
+      str(devices_sig),
+      _PMAP_WHAT,
+    )
 
   def mesh_devices(*args, **kwargs):
     if not _staging_active():
       return get_devices(*args, **kwargs)
     given = devices_sig.bind(*args, **kwargs).arguments
-    size = given.get("axis_size") or given["local_axis_size"]
+    size = next((given[p] for p in _SIZE_PARAMETERS if given.get(p)), None)
+    if not isinstance(size, int):
+      raise changed(
+        f"the arguments of {_GET_DEVICES}",
+        "an int axis size in " + " or ".join(_SIZE_PARAMETERS),
+        repr(size),
+        _PMAP_WHAT,
+      )
     return _StagedDevices((None,) * size)
 
   def cached_shard_map(*args, **kwargs):
-    if kwargs or len(args) != 8 or not isinstance(args[6], _StagedDevices):
+    if not _staged_devices_at(args, kwargs):
       return cached(*args, **kwargs)
     fun, in_tree, in_axes, out_axes, out_tree, _, devices, name = args
     return _staged_pmap(
@@ -348,12 +394,34 @@ def _sum_over_replicas(ctx, x: Any, aval: Any, groups: list[list[int]]) -> Any:
   return op.result
 
 
+_SHARD_MAP_P = "jax._src.shard_map.shard_map_p"
+_SUBCOMP = "jax._src.interpreters.mlir.jaxpr_subcomp"
+
+
+def _checked_subcomp(result: Any) -> Any:
+  """What ``jaxpr_subcomp`` returned, once it is the pair hostcb unpacks
+  (the results, the tokens out; else :class:`JaxInternalChanged`)."""
+  return check_shape(
+    result,
+    f"the result of {_SUBCOMP}",
+    _PMAP_WHAT,
+    types=tuple,
+    lengths=(2,),
+  )
+
+
 def _shard_map_per_replica(
   ctx, *args, jaxpr, mesh, in_specs, out_specs, **params
 ) -> Sequence[Any]:
   """A ``shard_map`` (a staged pmap) run per replica of an extended grid."""
   del params
   outer = ctx.module_context.axis_context.mesh
+  check_shape(
+    mesh,
+    f"the mesh parameter of {_SHARD_MAP_P}",
+    _PMAP_WHAT,
+    fields=("axis_names", "axis_sizes"),
+  )
   names, sizes = tuple(mesh.axis_names), tuple(mesh.axis_sizes)
   shadowed = set(names) & set(outer.axis_names)
   if shadowed:
@@ -394,8 +462,10 @@ def _shard_map_per_replica(
   accepted = inspect.signature(_mlir.jaxpr_subcomp).parameters
   extra = {k: v for k, v in extra.items() if k in accepted}
   with _core.extend_axis_env_nd(list(zip(names, sizes))):
-    outs, tokens_out = _mlir.jaxpr_subcomp(
-      inner_ctx, jaxpr, ctx.name_stack, ctx.tokens_in, (), *blocks, **extra
+    outs, tokens_out = _checked_subcomp(
+      _mlir.jaxpr_subcomp(
+        inner_ctx, jaxpr, ctx.name_stack, ctx.tokens_in, (), *blocks, **extra
+      )
     )
   ctx.set_tokens_out(tokens_out)
 
@@ -424,12 +494,22 @@ def _shard_map_per_replica(
   return results
 
 
+_REPLICAS_WHAT = "to lower xla_computation per replica of an axis_env"
+_TO_MODULE = "jax._src.interpreters.mlir.lower_jaxpr_to_module"
+
+
 def _replica_context(grid: _ReplicaGrid) -> tuple[Any, Any]:
   """The axis context for ``grid`` and the lowering rules it needs."""
   native = getattr(_sharding_impls, "ReplicaAxisContext", None)
   if native is not None:  # jax 0.8 still lowers per replica by itself
-    env = _sharding_impls.AxisEnv(
-      max(grid.size, 1), grid.axis_names, grid.axis_sizes
+    axis_env = check_shape(
+      require(_sharding_impls, "AxisEnv", _REPLICAS_WHAT, "uses"),
+      "jax._src.sharding_impls.AxisEnv",
+      _REPLICAS_WHAT,
+      fields=("nreps", "names", "sizes"),
+    )
+    env = axis_env(
+      nreps=max(grid.size, 1), names=grid.axis_names, sizes=grid.axis_sizes
     )
     return native(env), None
   rules = [(_parallel.axis_index_p, _axis_index_from_replica_id)]
@@ -482,7 +562,12 @@ def lower_for_replicas(
   accepted = inspect.signature(_mlir.lower_jaxpr_to_module).parameters
   kwargs = {k: v for k, v in kwargs.items() if k in accepted}
   result = _mlir.lower_jaxpr_to_module(module_name, closed_jaxpr, **kwargs)
-  module = result.module
+  module = check_shape(
+    result, f"the result of {_TO_MODULE}", _REPLICAS_WHAT, fields=("module",)
+  ).module
+  check_shape(
+    module, f"{_TO_MODULE}(...).module", _REPLICAS_WHAT, types=_ir.Module
+  )
   replicas = max(grid.size, 1)
   if isinstance(context, ReplicaAxisContext):
     replicas = context.replicas[0]  # pmaps inside may need more

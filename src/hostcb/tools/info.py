@@ -66,7 +66,8 @@ def _engine_lines() -> list[tuple[str, str]]:
 
 def _gpu_engine_lines() -> list[tuple[str, str]]:
   """Whether taps and calls on NVIDIA GPUs use the engine's GPU back end
-  (an option, off by default, in the hostcb versions that have it)."""
+  (an option, on by default, in the hostcb versions that have it) and how
+  its streams publish taps."""
   from hostcb import config
 
   try:
@@ -74,12 +75,26 @@ def _gpu_engine_lines() -> list[tuple[str, str]]:
   except KeyError:
     return []
   if not on:
-    return [("GPU engine", "off (default; HOSTCB_GPU_ENGINE=1 turns it on)")]
+    return [
+      (
+        "GPU engine",
+        "off (HOSTCB_GPU_ENGINE=0; XLA's Python callbacks on GPUs)",
+      )
+    ]
   from hostcb.engine import gpu
 
-  if gpu.available(int(config.read("jax_host_callback_max_queue_byte_size"))):
-    return [("GPU engine", "on")]
-  return [("GPU engine", f"on, but unavailable: {gpu.unavailable_reason()}")]
+  if not gpu.has_local_gpu():
+    return [("GPU engine", "on (default); no NVIDIA GPU in this process")]
+  if not gpu.available(
+    int(config.read("jax_host_callback_max_queue_byte_size"))
+  ):
+    return [("GPU engine", f"on, but unavailable: {gpu.unavailable_reason()}")]
+  why = gpu.publication()
+  if why is None:
+    return [("GPU engine", "on (default); taps published by ready words")]
+  return [
+    ("GPU engine", f"on (default); taps published by host functions: {why}")
+  ]
 
 
 def _strict_barrier() -> bool:
@@ -111,10 +126,24 @@ def _changes_lines() -> list[tuple[str, str]]:
 
   changes = ji.installed()
   if not changes:
-    return [("changed by hostcb", "nothing in this process")]
-  return [
-    ("changed by hostcb", "; ".join(f"{p.target} ({p.name})" for p in changes))
-  ]
+    lines = [("changed by hostcb", "nothing in this process")]
+  else:
+    lines = [
+      (
+        "changed by hostcb",
+        "; ".join(f"{p.target} ({p.name})" for p in changes),
+      )
+    ]
+  tap_threads = ji.tap_threads  # a submodule, imported by the package
+  if tap_threads.created():
+    lines.append(
+      (
+        "kept by JAX",
+        f"jax.config state {tap_threads.NAME} (JAX cannot remove a config "
+        "state; False outside hostcb's tap threads)",
+      )
+    )
+  return lines
 
 
 def report() -> str:
