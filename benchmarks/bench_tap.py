@@ -7,6 +7,9 @@ One run on one machine, every variant in the same process:
    empty XLA FFI custom call (the physical limit),
    ``hostcb.id_tap`` end to end (until ``barrier_wait`` returns) and device
    time only (until the scan returns; the consumer may still be running),
+   and device time with the tap function held (its first call waits until
+   the scan has returned: the handler's cost without the consumer beside
+   it),
    ``hostcb.call``, ``jax.debug.callback`` and ordered ``io_callback``;
 2. one dispatch of a tiny jitted function, with and without a tap (in the
    default mode, fast dispatch, and with ``hostcb_strict_barrier``);
@@ -35,6 +38,7 @@ import contextlib
 import os
 import platform
 import statistics
+import threading
 import time
 
 import jax
@@ -147,6 +151,18 @@ def per_step(steps: int, repeats: int):
   def plain(x):
     count[0] += 1
 
+  # The held variant's tap function: its first call of a round waits until
+  # the scan has returned (`once` opens the gate), so that the consumer
+  # does not run beside the device (bounded: a queue too small for the
+  # round would make the device wait for space, and the gate's deadline
+  # ends that wait).
+  gate = threading.Event()
+  gate.set()
+
+  def held(x, transforms):
+    count[0] += 1
+    gate.wait(60)
+
   def ret(x):
     count[0] += 1
     return x
@@ -179,6 +195,13 @@ def per_step(steps: int, repeats: int):
       (
         "hostcb.id_tap, device time" + label,
         lambda c: hostcb.id_tap(tap, c),
+        nothing,
+        True,
+        mode,
+      ),
+      (
+        "hostcb.id_tap, device time, tap function held" + label,
+        lambda c: hostcb.id_tap(held, c),
         nothing,
         True,
         mode,
@@ -217,10 +240,13 @@ def per_step(steps: int, repeats: int):
   def once(i: int) -> float:
     count[0] = 0
     publish(variants[i][4])
+    if "held" in variants[i][0]:
+      gate.clear()
     t0 = time.perf_counter()
     jax.block_until_ready(runs[i](x))
     variants[i][2]()
     elapsed = time.perf_counter() - t0
+    gate.set()
     hostcb.barrier_wait()  # the device-time row's taps, before the next
     jax.effects_barrier()
     counts[i] += count[0]
@@ -391,7 +417,8 @@ def main() -> None:
     f"jax {jax.__version__}, {jax.devices()[0].platform}, "
     f"{platform.processor() or platform.machine()}, {os.cpu_count()} "
     f"cores; native engine: "
-    f"{'yes' if engine.available() else engine.unavailable_reason()}"
+    f"{'yes' if engine.available() else engine.unavailable_reason()}; "
+    f"hostcb_consumer_nice={hostcb.config.read('hostcb_consumer_nice')}"
   )
   if ON_GPU:
     print(

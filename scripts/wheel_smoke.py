@@ -15,7 +15,9 @@ It checks, and exits non-zero with the reason when one fails:
   (``hostcb_tap``, ``hostcb_call``), not to XLA's Python callbacks;
 * both run: the tap receives the values the program computed, the call
   returns what the host function returned, and neither changes the
-  program's result.
+  program's result;
+* the tap took the handler's own decoding of XLA's call frame (the fast
+  path), not XLA FFI's generic one (``hostcb.engine.tap_fallbacks()``).
 
 The last line it prints sums up what passed (the check's summary shows it).
 """
@@ -95,6 +97,14 @@ def check_tap_and_call() -> None:
   if len(received) != 1:
     _fail(f"{len(received)} taps received, expected 1")
   np.testing.assert_array_equal(received[0], [0.0, 2.0, 4.0, 6.0])
+  # The engine's tap handler decoded XLA's call frame itself, the fast path
+  # (a wheel is built against the oldest jaxlib's FFI headers).
+  fallbacks = hostcb.engine.tap_fallbacks()
+  if fallbacks != (0, None):
+    _fail(
+      "the tap took XLA FFI's generic decoding, not the handler's own "
+      f"(taps, reason): {fallbacks}"
+    )
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ def test_defaults():
   )
   assert hostcb.config.read("hostcb_strict_barrier") is False
   assert hostcb.config.read("hostcb_callback_jax_arrays") is True
+  assert hostcb.config.read("hostcb_consumer_nice") == 10
 
 
 def test_a_subscriber_gets_the_value_now_and_at_every_change():
@@ -66,6 +67,7 @@ def test_an_unknown_option_names_the_fast_dispatch_alias_too():
     "hostcb_strict_barrier",
     "hostcb_gpu_engine",
     "hostcb_callback_jax_arrays",
+    "hostcb_consumer_nice",
     "hostcb_fast_dispatch",
   ):
     assert repr(name) in str(info.value)
@@ -158,3 +160,27 @@ def test_the_environment_opts_out_of_jax_arrays():
   )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "False\n"
+
+
+@pytest.mark.parametrize("value", [-1, 20, True, 2.5])
+def test_the_consumer_nice_takes_an_int_from_0_to_19(value):
+  with pytest.raises((TypeError, ValueError), match="hostcb_consumer_nice"):
+    hostcb.config.update("hostcb_consumer_nice", value)
+  assert hostcb.config.read("hostcb_consumer_nice") == 10
+
+
+def test_the_environment_sets_the_consumer_nice():
+  proc = run_python(
+    'import hostcb; print(hostcb.config.read("hostcb_consumer_nice"))',
+    env_extra={"HOSTCB_CONSUMER_NICE": "0"},
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "0\n"
+
+
+def test_an_unreadable_consumer_nice_in_the_environment_names_the_variable():
+  proc = run_python(
+    "import hostcb", env_extra={"HOSTCB_CONSUMER_NICE": "lowest"}
+  )
+  assert proc.returncode != 0
+  assert "HOSTCB_CONSUMER_NICE must be a nice increment" in proc.stderr

@@ -696,6 +696,103 @@ def test_the_fallback_warning_is_silenced_by_an_explicit_choice(env):
   assert proc.stdout == "0\n"
 
 
+# ------------------------------------- the tap's call frame, decoded by hand
+@NATIVE
+def test_cpu_taps_take_the_hand_decoded_call_frame():
+  # hostcb_tap decodes XLA's usual call frame itself; a frame that it had
+  # to pass to XLA FFI's generic decoding would be counted here.
+  seen = Recorder()
+  jax.jit(lambda x: hostcb.id_tap(seen, x) + 1)(np.float32(1))
+  hostcb.barrier_wait()
+  assert seen.args == [np.float32(1)]
+  assert engine.tap_fallbacks() == (0, None)
+
+
+_FALLBACK = """
+import logging, jax, numpy as np, hostcb
+from hostcb.engine import native
+logging.basicConfig(format="%(levelname)s %(message)s")
+native._native._note_tap_fallback("an injected reason")
+seen = []
+for k in range(3):
+  jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x) + k)(
+    np.int32(k))
+  hostcb.barrier_wait()
+print(seen, hostcb.engine.tap_fallbacks())
+"""
+
+
+@NATIVE
+def test_a_tap_that_took_the_generic_decoding_is_logged_once_with_why():
+  proc = run_python(_FALLBACK)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "[0, 1, 2] (1, 'an injected reason')\n"
+  logged = [
+    line for line in proc.stderr.splitlines() if "generic decoding" in line
+  ]
+  assert logged == [
+    "WARNING hostcb: the tap handler could not decode a call frame itself "
+    "(an injected reason) and took XLA FFI's generic decoding: such taps "
+    "still arrive, in order, at a higher device time per tap (counted by "
+    "hostcb.engine.tap_fallbacks())"
+  ]
+
+
+# ------------------------------------------------- the consumers' priority
+def _consumer_thread(ordinal: int = 0) -> threading.Thread:
+  return next(
+    t for t in threading.enumerate() if t.name == f"hostcb-engine-{ordinal}"
+  )
+
+
+@NATIVE
+@pytest.mark.skipif(
+  not sys.platform.startswith("linux"), reason="per-thread nice is Linux's"
+)
+def test_consumer_threads_run_the_configured_nice_below_the_process():
+  jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(np.float32(1))
+  hostcb.barrier_wait()
+  mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+  theirs = os.getpriority(os.PRIO_PROCESS, _consumer_thread().native_id)
+  assert theirs == min(mine + hostcb.config.read("hostcb_consumer_nice"), 19)
+
+
+_NICE = """
+import os, threading, jax, numpy as np, hostcb
+jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(np.float32(1))
+hostcb.barrier_wait()
+c = next(t for t in threading.enumerate() if t.name == "hostcb-engine-0")
+print(os.getpriority(os.PRIO_PROCESS, c.native_id)
+      - os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+"""
+
+
+@NATIVE
+@pytest.mark.skipif(
+  not sys.platform.startswith("linux"), reason="per-thread nice is Linux's"
+)
+def test_consumer_nice_0_leaves_the_consumers_at_the_process_priority():
+  proc = run_python(_NICE, env_extra={"HOSTCB_CONSUMER_NICE": "0"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "0\n"
+
+
+def test_a_consumer_that_cannot_lower_its_priority_says_so_once(
+  monkeypatch, caplog
+):
+  monkeypatch.setattr(native, "_nice_refused", False)
+  monkeypatch.setattr(native, "_PLATFORM", "plan9")
+  with caplog.at_level("WARNING", logger="hostcb"):
+    native._lower_priority(10)
+    native._lower_priority(10)
+  assert [r.getMessage() for r in caplog.records] == [
+    "hostcb: the threads that run tap functions keep the process's "
+    "priority (hostcb_consumer_nice=10 not applied: a thread has no nice "
+    "value of its own on plan9); a device may then share its CPU with "
+    "them on a busy machine"
+  ]
+
+
 # ------------------------------------------------ a consumer that fails
 class _Stop(BaseException):
   """Ends a consumer's loop in the test (it catches Exception only)."""

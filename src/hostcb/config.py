@@ -54,6 +54,18 @@ and can be changed later from Python, in any of these equivalent ways::
     interface), and ``hostcb.debug.print`` prints JAX's text either way.
     Read when a callback is staged: set it before tracing.
 
+``hostcb_consumer_nice`` (environment: ``HOSTCB_CONSUMER_NICE``)
+    hostcb's own, Linux only.  How much lower than the rest of the process
+    the threads that run tap functions (one per device) are scheduled: the
+    nice increment, 0 to 19, that each takes when it starts.  Where the
+    cores are all busy, the device threads that make the taps then get the
+    CPU before the Python work of earlier taps, so a tap costs the device
+    little more than its copy (README.md's device-time table); the tap
+    functions still run, in order, on what CPU the rest leaves, and a
+    device waits for them only when its queue is full.  Threads that a tap
+    function starts inherit it.  Default 10; 0 leaves them as they are.
+    Read when a device's consumer thread starts.
+
 ``hostcb_fast_dispatch`` (environment: ``HOSTCB_FAST_DISPATCH``)
     The opt-in name of hostcb 0.2, kept working: it is the opposite of
     ``hostcb_strict_barrier`` (reading it gives ``not strict``; setting it
@@ -83,6 +95,7 @@ __all__ = [
   "FAST_DISPATCH",
   "GPU_ENGINE",
   "JAX_ARRAYS",
+  "CONSUMER_NICE",
 ]
 
 INLINE = "jax_host_callback_inline"
@@ -91,8 +104,12 @@ STRICT_BARRIER = "hostcb_strict_barrier"
 FAST_DISPATCH = "hostcb_fast_dispatch"  # hostcb 0.2's name: not STRICT_BARRIER
 GPU_ENGINE = "hostcb_gpu_engine"
 JAX_ARRAYS = "hostcb_callback_jax_arrays"
+CONSUMER_NICE = "hostcb_consumer_nice"
 
 _MIN_QUEUE_BYTES = int(16e6)
+# The tap consumers' default nice increment (issue 38: README's device-time
+# table, with and without it).
+_DEFAULT_CONSUMER_NICE = 10
 
 _lock = threading.Lock()
 
@@ -126,12 +143,33 @@ def _check(name: str, value: Any) -> Any:
         f"{_MIN_QUEUE_BYTES} bytes; got {value}"
       )
     return value
+  if name == CONSUMER_NICE:
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise TypeError(f"{CONSUMER_NICE} must be an int; got {value!r}")
+    if not 0 <= value <= 19:
+      raise ValueError(
+        f"{CONSUMER_NICE} must be a nice increment from 0 to 19; got {value}"
+      )
+    return value
   raise KeyError(
     f"unknown hostcb option {name!r}; expected one of "
     f"{INLINE!r}, {MAX_QUEUE_BYTE_SIZE!r}, {STRICT_BARRIER!r}, "
-    f"{GPU_ENGINE!r}, {JAX_ARRAYS!r} (or {FAST_DISPATCH!r}, "
+    f"{GPU_ENGINE!r}, {JAX_ARRAYS!r}, {CONSUMER_NICE!r} (or {FAST_DISPATCH!r}, "
     f"hostcb 0.2's name for the opposite of {STRICT_BARRIER!r})"
   )
+
+
+def _nice_from_env() -> int:
+  raw = os.environ.get("HOSTCB_CONSUMER_NICE")
+  if raw is None:
+    return _DEFAULT_CONSUMER_NICE
+  try:
+    return _check(CONSUMER_NICE, int(raw))
+  except ValueError:
+    raise ValueError(
+      "environment variable HOSTCB_CONSUMER_NICE must be a nice increment "
+      f"from 0 to 19; got {raw!r}"
+    ) from None
 
 
 def _strict_from_env() -> bool:
@@ -152,6 +190,7 @@ _values: dict[str, Any] = {
   STRICT_BARRIER: _strict_from_env(),
   GPU_ENGINE: env_flag("HOSTCB_GPU_ENGINE", True),
   JAX_ARRAYS: env_flag("HOSTCB_CALLBACK_JAX_ARRAYS", True),
+  CONSUMER_NICE: _nice_from_env(),
 }
 _subscribers: dict[str, list[Callable[[Any], None]]] = {}
 

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "engine.h"
@@ -153,7 +154,7 @@ Timing NsPerCall(XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*), Frame* f,
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < calls; ++i) {
     if (handler(&f->frame) != nullptr) {
-      std::fprintf(stderr, "handler failed\n");
+      std::fprintf(stderr, "handler failed: %s\n", g_error.c_str());
       std::exit(1);
     }
     if (q_inline && (i & 255) == 255) Drain(q_inline, 0, work_ns, &ok);
@@ -203,6 +204,35 @@ bool ErrorsAreChecked(hostcb::Queue* q) {
     f.token_out.dtype = XLA_FFI_DataType_F32;
     expect(f, "its only result may be the XLA token", "result");
   }
+  {
+    // An extension that is not the metadata query: the binding runs the
+    // tap (it is queued) and the fallback is counted with its reason.
+    Frame f;
+    // (XLA_FFI_Extension_Base, renamed XLA_FFI_InternalExtension in
+    // jaxlib 0.12's headers.)
+    using Extension = std::remove_pointer_t<decltype(f.frame.extension_start)>;
+    Extension ext{sizeof(Extension), static_cast<decltype(ext.type)>(77),
+                  nullptr};
+    f.frame.extension_start = &ext;
+    const auto before = q->GetCounters().records_in;
+    const char* why = nullptr;
+    if (HostcbTap(&f.frame) != nullptr ||
+        q->GetCounters().records_in != before + 1 ||
+        hostcb::g_tap_fallbacks.load() != 1 ||
+        (why = hostcb::g_tap_fallback_reason.load()) == nullptr ||
+        std::strstr(why, "extension") == nullptr) {
+      std::fprintf(stderr, "extension: not counted as a fallback\n");
+      ok = false;
+    }
+    std::vector<hostcb::Record> recs;  // drains the tap
+    if (q->TakeReady(&recs, 16, 0, 1.0, 0) == hostcb::Queue::Take::kRecords) {
+      q->Release(recs.size());
+    }
+  }
+  if (hostcb::g_tap_fallbacks.load() != 1) {  // the errors are not counted
+    std::fprintf(stderr, "errors counted as fallbacks\n");
+    ok = false;
+  }
   return ok;
 }
 
@@ -248,7 +278,11 @@ int main(int argc, char** argv) {
       }
     });
   }
-  const Timing noop = NsPerCall(HostcbNoop, &f, calls, nullptr, 0);
+  // The empty custom call's frame has no attribute (XLA FFI's binding of
+  // hostcb_noop refuses one since jaxlib 0.8.0's headers).
+  Frame nf;
+  nf.frame.attrs.size = 0;
+  const Timing noop = NsPerCall(HostcbNoop, &nf, calls, nullptr, 0);
   const Timing tap =
       NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
   if (inline_consumer) {

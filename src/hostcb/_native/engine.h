@@ -79,6 +79,14 @@ extern thread_local Queue* tl_consumer_queue;
 
 extern std::atomic<Queue*> g_queues[kMaxDevices];
 
+// hostcb_tap's call frames that it did not decode itself but ran through
+// XLA FFI's binding (the slow path; handlers.cc), and the reason of the
+// first (a static string; nullptr until then).  The consumer reports the
+// reason once (module.cc); tests read both (tap_fallbacks).
+extern std::atomic<uint64_t> g_tap_fallbacks;
+extern std::atomic<const char*> g_tap_fallback_reason;
+void NoteTapFallback(const char* reason);
+
 // Gives access to the raw argument/result arrays behind RemainingArgs/Rets
 // (decoding each one through get<AnyBuffer>() would build a diagnostic
 // engine per operand).

@@ -293,7 +293,46 @@ XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
   return api->XLA_FFI_Error_Create(&args);
 }
 
+const char kMetadataQuery[] = "a metadata query";
+
+// Why hostcb_tap does not decode `frame` itself (nullptr: it does, and
+// *target_id is set).  The reasons are static strings.
+const char* FastFrameRefusal(const XLA_FFI_CallFrame* frame,
+                             const int64_t** target_id) {
+  if (frame->struct_size < XLA_FFI_CallFrame_STRUCT_SIZE) {
+    return "the call frame is smaller than the one of the FFI headers that "
+           "hostcb was built with";
+  }
+  if (frame->extension_start != nullptr) {
+    if (frame->extension_start->type == XLA_FFI_Extension_Metadata) {
+      return kMetadataQuery;
+    }
+    return "the call frame carries an extension";
+  }
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) {
+    return "a stage other than execute";
+  }
+  if (!ResultsAreTokensOrOperands(frame->args, frame->rets, 0)) {
+    return "a result that is neither the token nor an operand's own buffer";
+  }
+  *target_id = TargetIdAttr(frame->attrs);
+  if (*target_id == nullptr) {
+    return "attributes other than one int64 scalar target_id";
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+std::atomic<uint64_t> g_tap_fallbacks{0};
+std::atomic<const char*> g_tap_fallback_reason{nullptr};
+
+void NoteTapFallback(const char* reason) {
+  if (g_tap_fallbacks.fetch_add(1, std::memory_order_relaxed) == 0) {
+    g_tap_fallback_reason.store(reason, std::memory_order_release);
+  }
+}
+
 }  // namespace hostcb
 
 // hostcb_tap.  The execute stage's usual call frame (no extension, the one
@@ -301,17 +340,19 @@ XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
 // the binding's decoding (a diagnostic engine, optionals and the attribute
 // looked up by name on every call) cost about a quarter of a tap's instructions
 // (issue 38).  Anything else goes through the binding (kTapBound), which checks
-// what this does not and reports the errors in XLA's words.
+// what this does not and reports the errors in XLA's words; a frame that the
+// binding then runs (a tap that took the slow path) is counted, and the first
+// one's reason is kept for the consumer to report (TapFallbacks).
 extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   const int64_t* target_id = nullptr;
-  if (call_frame->struct_size >= XLA_FFI_CallFrame_STRUCT_SIZE &&
-      call_frame->extension_start == nullptr &&
-      call_frame->stage == XLA_FFI_ExecutionStage_EXECUTE &&
-      hostcb::ResultsAreTokensOrOperands(call_frame->args, call_frame->rets,
-                                         0)) {
-    target_id = hostcb::TargetIdAttr(call_frame->attrs);
+  const char* refused = hostcb::FastFrameRefusal(call_frame, &target_id);
+  if (refused != nullptr) {
+    XLA_FFI_Error* err = (*hostcb::kTapBound)(call_frame);
+    if (err == nullptr && refused != hostcb::kMetadataQuery) {
+      hostcb::NoteTapFallback(refused);
+    }
+    return err;
   }
-  if (target_id == nullptr) return (*hostcb::kTapBound)(call_frame);
   const XLA_FFI_Api* api = call_frame->api;
   XLA_FFI_DeviceOrdinal_Get_Args dev;
   dev.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;

@@ -231,6 +231,51 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   Py_XDECREF(exc);
 }
 
+// Logs once, on the "hostcb" logger, that hostcb_tap ran a call frame
+// through XLA FFI's binding (handlers.cc: NoteTapFallback), with the reason
+// (the GIL held).  One relaxed load per batch until then.
+void ReportTapFallbackOnce() {
+  static std::atomic<bool> reported{false};
+  if (g_tap_fallbacks.load(std::memory_order_relaxed) == 0 ||
+      reported.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const char* why = g_tap_fallback_reason.load(std::memory_order_acquire);
+  if (why == nullptr || reported.exchange(true)) return;
+  PyObject* logging = PyImport_ImportModule("logging");
+  PyObject* logger =
+      logging ? PyObject_CallMethod(logging, "getLogger", "s", "hostcb")
+              : nullptr;
+  PyObject* done =
+      logger ? PyObject_CallMethod(
+                   logger, "warning", "ss",
+                   "hostcb: the tap handler could not decode a call frame "
+                   "itself (%s) and took XLA FFI's generic decoding: such "
+                   "taps still arrive, in order, at a higher device time "
+                   "per tap (counted by hostcb.engine.tap_fallbacks())",
+                   why)
+             : nullptr;
+  if (done == nullptr) PyErr_WriteUnraisable(Py_None);
+  Py_XDECREF(done);
+  Py_XDECREF(logger);
+  Py_XDECREF(logging);
+}
+
+PyObject* Py_tap_fallbacks(PyObject*, PyObject*) {
+  const char* why = g_tap_fallback_reason.load(std::memory_order_acquire);
+  return Py_BuildValue(
+      "(Ks)", static_cast<unsigned long long>(g_tap_fallbacks.load()), why);
+}
+
+// Fault injection (tests): counts a fallback of hostcb_tap as the handler
+// does, with `reason` (kept for the process's life).
+PyObject* Py_note_tap_fallback(PyObject*, PyObject* arg) {
+  const char* reason = PyUnicode_AsUTF8(arg);
+  if (reason == nullptr) return nullptr;
+  NoteTapFallback((new std::string(reason))->c_str());  // leaked on purpose
+  Py_RETURN_NONE;
+}
+
 PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   static const char* kw[] = {"device",      "functions", "device_obj",
                              "max_records", "timeout",   "max_bytes",
@@ -275,6 +320,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     case Queue::Take::kRecords:
       break;
   }
+  ReportTapFallbackOnce();
   // Build every array of the batch, copy the bytes, free the ring; then run.
   std::vector<Copy> copies;
   std::vector<Built> built;
@@ -514,6 +560,12 @@ PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
 }
 
 PyMethodDef kMethods[] = {
+    {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
+     "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
+     "generic decoding, and the reason of the first."},
+    {"_note_tap_fallback", Py_note_tap_fallback, METH_O,
+     "Fault injection, for tests only: counts a tap that took XLA FFI's "
+     "generic decoding, for the given reason."},
     {"handlers", Py_handlers, METH_NOARGS,
      "{name: PyCapsule} of the XLA FFI handlers, for register_ffi_target."},
     {"set_dtypes", Py_set_dtypes, METH_O,

@@ -1,0 +1,127 @@
+"""Where a tapped scan step's device time goes: CPU or waiting for a CPU.
+
+A jitted ``lax.scan`` over f32[4] with, per step, nothing, the empty XLA
+FFI custom call, ``hostcb.id_tap``, and ``hostcb.id_tap`` with its tap
+function held (its first call of a round waits until the scan has
+returned, so that no consumer runs beside the device).  For each, per
+step, the untapped scan's figures subtracted, medians over interleaved
+rounds:
+
+* wall: until the scan's result is ready (bench_tap.py's device time);
+* CPU: the calling thread's CPU time (on CPU, XLA runs a small program
+  on the thread that calls it, so this is the device thread's);
+* run-queue wait: the time that thread was ready to run but had no CPU
+  (``/proc/thread-self/schedstat``, Linux).
+
+Issue 38: wall minus CPU was the run-queue wait, which the consumer
+thread caused; ``HOSTCB_CONSUMER_NICE=0`` shows it (the option's default
+is 10).
+
+    python benchmarks/bench_tap_sched.py [--steps 20000] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+
+import hostcb
+from hostcb import engine
+
+
+def run_queue_wait_s() -> float:
+  """Seconds the calling thread has waited on a run queue (Linux)."""
+  with open("/proc/thread-self/schedstat") as f:
+    return int(f.read().split()[1]) * 1e-9
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=20000)
+  parser.add_argument("--rounds", type=int, default=7)
+  args = parser.parse_args()
+  steps = args.steps
+  count = [0]
+  gate = threading.Event()
+  gate.set()
+
+  def tap(x, transforms):
+    count[0] += 1
+
+  def held(x, transforms):
+    count[0] += 1
+    gate.wait(60)  # bounded: the round opens it once the scan is done
+
+  noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
+  variants = [
+    ("untapped scan", lambda c: c),
+    ("empty XLA FFI custom call (the limit)", lambda c: (noop(c), c)[1]),
+    ("hostcb.id_tap", lambda c: hostcb.id_tap(tap, c)),
+    ("hostcb.id_tap, tap function held", lambda c: hostcb.id_tap(held, c)),
+  ]
+
+  def scan_of(step):
+    def run(x):
+      def body(c, _):
+        return step(c) + 1.0, None
+
+      return jax.lax.scan(body, x, None, length=steps)[0]
+
+    return jax.jit(run)
+
+  x = jnp.zeros((4,), jnp.float32)
+  runs = [scan_of(step).lower(x).compile() for _, step in variants]
+  wall, cpu, wait = ([[] for _ in variants] for _ in range(3))
+
+  def once(i: int) -> None:
+    if "held" in variants[i][0]:
+      gate.clear()
+    w0, c0, t0 = run_queue_wait_s(), time.thread_time(), time.perf_counter()
+    jax.block_until_ready(runs[i](x))
+    wall[i].append(time.perf_counter() - t0)
+    cpu[i].append(time.thread_time() - c0)
+    wait[i].append(run_queue_wait_s() - w0)
+    gate.set()
+    hostcb.barrier_wait()
+
+  for i in range(len(variants)):
+    once(i)  # the first taps start the consumer
+  count[0] = 0
+  for _ in range(args.rounds):
+    for i in range(len(variants)):
+      once(i)
+  hostcb.barrier_wait()
+  expected = 2 * steps * args.rounds
+
+  def per_step(samples, i):
+    m = statistics.median(samples[i][-args.rounds :])
+    m0 = statistics.median(samples[0][-args.rounds :])
+    return (m - m0) / steps * 1e6
+
+  print(
+    f"jax {jax.__version__}; hostcb_consumer_nice="
+    f"{hostcb.config.read('hostcb_consumer_nice')}; {steps} scan steps, "
+    f"median of {args.rounds} interleaved rounds; all taps delivered: "
+    f"{'yes' if count[0] == expected else 'NO'}; tap call frames decoded "
+    f"by XLA FFI's binding: {engine.tap_fallbacks()[0]}\n"
+  )
+  print(
+    "| per scan step | wall µs | CPU µs | run-queue wait µs | wall vs limit |"
+  )
+  print("|---|---:|---:|---:|---:|")
+  limit = per_step(wall, 1)
+  for i, (name, _) in enumerate(variants[1:], start=1):
+    w = per_step(wall, i)
+    print(
+      f"| {name} | {w:.3f} | {per_step(cpu, i):.3f} | "
+      f"{per_step(wait, i):.3f} | {w / limit:.2f}× |"
+    )
+
+
+if __name__ == "__main__":
+  main()
