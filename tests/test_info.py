@@ -80,6 +80,7 @@ def test_info_prints_the_facts_in_order_without_the_engine():
     "dispatch",
     "queue bound",
     "changed by hostcb",
+    "kept by JAX",
   ]
 
 

@@ -13,14 +13,14 @@ calls of that computation do not wait for the consumer.  The state
 context, so a function compiled in both kinds of threads gets one
 executable for each.
 
-Importing hostcb does not create it: a state in the jit key is part of
-the key of every ``jax.jit`` call of the process.  It is created on the
-first bind of a hostcb primitive (:func:`hostcb.jax_internals.patches.
-when_first_needed`), before the first tapping program is lowered, so
-that program's key has it from the start.  JAX has no way to remove a
-config state, so it stays after ``hostcb.uninstall()`` (False outside
-hostcb's threads; :func:`created` says whether it exists, ``hostcb info``
-names it).
+Importing hostcb creates it, as it defines legacy's two options: it is
+the one JAX object that import adds (hostcb's own, False everywhere but in
+hostcb's tap threads).  A state in the jit key is part of the key of every
+``jax.jit`` call, so creating it later (at the first bind of a hostcb
+primitive, say) would change the key of every function compiled before:
+each would be traced and compiled again at its next call, the first
+tapping function included.  JAX has no way to remove a config state, so
+it stays after ``hostcb.uninstall()`` (``hostcb info`` names it).
 """
 
 from __future__ import annotations
@@ -70,4 +70,4 @@ def in_tap_function() -> bool:
   return bool(_state) and bool(_state[0].value)
 
 
-patches.when_first_needed(_create)
+_create()

@@ -139,8 +139,9 @@ def _changes_lines() -> list[tuple[str, str]]:
     lines.append(
       (
         "kept by JAX",
-        f"jax.config state {tap_threads.NAME} (JAX cannot remove a config "
-        "state; False outside hostcb's tap threads)",
+        f"jax.config state {tap_threads.NAME}, defined at import (part of "
+        "the jit key; JAX cannot remove a config state; False outside "
+        "hostcb's tap threads)",
       )
     )
   return lines
