@@ -176,6 +176,16 @@ def set_dispatch_hook(started: Callable[[], None]) -> None:
 
 # thread id -> the token of the last tapping computation it dispatched.
 _latest_tokens: dict[int, Any] = {}
+# thread id -> an output array of the last computation that prints and that
+# it dispatched on jit's fast path (:mod:`.dispatch`, ``_PrintOutputs``):
+# ready once that computation finished.
+_latest_print_outputs: dict[int, Any] = {}
+
+
+def note_print_outputs(array: Any) -> None:
+  """The calling thread dispatched a computation that prints, of which
+  ``array`` is an output (:func:`wait_for_this_threads_computation`)."""
+  _latest_print_outputs[threading.get_ident()] = array
 
 patches.when_first_needed(_chain_tokens_between_computations)
 
@@ -197,13 +207,23 @@ def wait_for_dispatched_computations() -> None:
 
 
 def wait_for_this_threads_computation(timeout: float) -> bool:
-  """Waits until the latest computation that keeps a runtime token and
-  that this thread dispatched (see :mod:`.dispatch`: one that prints, or
-  any tapping one in the strict-barrier mode) has finished, and so every
-  such computation of this thread before it (their tokens chain them); at
-  once if there is none or it has finished.  False if ``timeout`` seconds
-  passed first: ``block_until_ready`` has no deadline."""
+  """Waits until the latest computation that prints and that this thread
+  dispatched on jit's fast path (its output, :func:`note_print_outputs`)
+  has finished, and the latest one that keeps a runtime token (see
+  :mod:`.dispatch`: one that prints and returns nothing, or any tapping
+  one in the strict-barrier mode), and so every such computation of this
+  thread before them (the CPU client runs one thread's computations in
+  dispatch order; tokens chain them); at once if there is none or they
+  finished.  False if ``timeout`` seconds passed first:
+  ``block_until_ready`` has no deadline."""
   ident = threading.get_ident()
+  deadline = time.monotonic() + timeout
+  out = _latest_print_outputs.get(ident)
+  if out is not None:
+    if not _output_ready(out, deadline):
+      return False
+    if _latest_print_outputs.get(ident) is out:
+      _latest_print_outputs.pop(ident, None)
   token = _latest_tokens.get(ident)
   if token is None:
     return True
@@ -212,7 +232,6 @@ def wait_for_this_threads_computation(timeout: float) -> bool:
     if _latest_tokens.get(ident) is token:  # finished: nothing to wait for
       _latest_tokens.pop(ident, None)  # (as the barrier forgets it)
     return True
-  deadline = time.monotonic() + timeout
   pause = 1e-5
   while not buf.is_ready():
     if time.monotonic() >= deadline:
@@ -222,9 +241,29 @@ def wait_for_this_threads_computation(timeout: float) -> bool:
   return True
 
 
+def _output_ready(array: Any, deadline: float) -> bool:
+  """Waits until ``array`` (an output of a computation) is ready: True,
+  or False once ``deadline`` (``time.monotonic()``) passed first."""
+  pause = 1e-5
+  while True:
+    try:
+      if array.is_ready():
+        return True
+    except Exception:  # noqa: BLE001  (deleted: donated to, or deleted
+      # before, a computation dispatched after it; its own computation's
+      # failure reaches its caller through the array.  Nothing is left to
+      # read of it, and the later computation waited for its value.)
+      return True
+    if time.monotonic() >= deadline:
+      return False
+    time.sleep(pause)
+    pause = min(pause * 2, 1e-3)
+
+
 def forget_dispatched_computations() -> None:
   """In a forked child: the parent's computations are not ours to wait for."""
   _latest_tokens.clear()
+  _latest_print_outputs.clear()
 
 
 for _effect_set in (
