@@ -134,6 +134,7 @@ class HostCall:
     "name",
     "jax_arrays",
     "_to_jax",
+    "_to_jax_one",
     "_positional",
     "_expected",
     "_one",
@@ -154,6 +155,8 @@ class HostCall:
     # ``jax.Array`` arguments on the CPU, as JAX's (hostcb_callback_jax_arrays)
     self.jax_arrays = jax_arrays
     self._to_jax = ji.cpu_arrays if jax_arrays else None
+    # One argument (the common case): made without the list of leaves.
+    self._to_jax_one = ji.cpu_array if jax_arrays and n_in == 1 else None
     if jax_arrays:
       ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
     self.in_tree = in_tree
@@ -228,22 +231,29 @@ class HostCall:
       thread.host_functions -= 1
 
   def _call(self, arg):
-    leaves = (arg,) if self.n_in == 1 else arg
     try:
-      if self._to_jax is not None:
-        leaves = self._to_jax(leaves)
+      if self._to_jax_one is not None:
+        leaves = (self._to_jax_one(arg),)
+      else:
+        leaves = (arg,) if self.n_in == 1 else arg
+        if self._to_jax is not None:
+          leaves = self._to_jax(leaves)
       if self._positional:
         result = self.callback(*leaves)
         one = self._one
-        # The common case, one exact array of the expected shape and dtype,
-        # needs no more checks here (the engine's handler checks it too).
-        if (
-          one is not None
-          and type(result) is np.ndarray
-          and result.dtype == one[1]
-          and result.shape == one[0]
-        ):
-          return result
+        # The common cases, one exact array of the expected shape and dtype
+        # (NumPy's, or a jax.Array such as the argument itself), need no
+        # more checks here (the engine's handler checks it too).
+        if one is not None:
+          if type(result) is np.ndarray:
+            if result.dtype == one[1] and result.shape == one[0]:
+              return result
+          elif (
+            isinstance(result, jax.Array)
+            and result.dtype == one[1]
+            and result.shape == one[0]
+          ):
+            return np.asarray(result)
       else:
         args, kwargs = self.in_tree.unflatten(leaves)
         result = self.callback(*args, **kwargs)
