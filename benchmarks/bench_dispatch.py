@@ -9,7 +9,9 @@ each other row adds one callback of hostcb's, in the default configuration
 ``hostcb.pure_callback``.  A round dispatches ``--calls`` times in a Python
 loop that never reads a result, then waits for the last result and for
 every callback (``hostcb.barrier_wait()`` and ``jax.effects_barrier()``):
-the time per dispatch includes the host function's work, amortized.  The
+the time per dispatch end to end includes the host function's work,
+amortized; the loop alone is what the dispatching thread pays (on a
+machine with a free core, the consumer's work runs beside it).  The
 variants run in interleaved rounds (one loop of each per round; the median
 over rounds), so that a slow phase of a shared machine weighs on every
 variant alike.  Prints go to a sink that counts lines; every callback is
@@ -55,6 +57,9 @@ class Sink:
     pass
 
 
+NUMPY = "NumPy opt-out: "
+
+
 def variants(count: list[int], with_jax: bool) -> list[tuple[str, object]]:
   """(name, step) pairs: ``step(x)`` is ``x + 1`` with one callback."""
   f32 = jax.ShapeDtypeStruct((), jnp.float32)
@@ -85,6 +90,16 @@ def variants(count: list[int], with_jax: bool) -> list[tuple[str, object]]:
       lambda v: hostcb.io_callback(same, f32, v, ordered=True) + 1,
     ),
     ("hostcb.pure_callback", lambda v: hostcb.pure_callback(same, f32, v) + 1),
+    # The same with NumPy arguments (hostcb_callback_jax_arrays=False when
+    # traced): the difference is the cost of making the jax.Array.
+    (
+      NUMPY + "hostcb.debug.callback",
+      lambda v: (hostcb.debug.callback(plain, v), v + 1)[1],
+    ),
+    (
+      NUMPY + "hostcb.io_callback",
+      lambda v: hostcb.io_callback(same, f32, v) + 1,
+    ),
   ]
   if with_jax:
     io = jax.experimental.io_callback
@@ -109,30 +124,47 @@ def measure(calls: int, rounds: int, with_jax: bool, sink: Sink):
   x = jnp.float32(1)
   delivered = [0] * len(fns)
   times: list[list[float]] = [[] for _ in fns]
+  loops: list[list[float]] = [[] for _ in fns]
 
-  def once(i: int) -> float:
+  def once(i: int) -> tuple[float, float]:
     f = fns[i]
     count[0] = 0
     lines = sink.lines
     t0 = time.perf_counter()
     for _ in range(calls):
       out = f(x)
+    loop = time.perf_counter() - t0
     out.block_until_ready()
     hostcb.barrier_wait()
     jax.effects_barrier()
     elapsed = time.perf_counter() - t0
     delivered[i] += count[0] + sink.lines - lines
-    return elapsed
+    return elapsed, loop
 
+  option = "hostcb_callback_jax_arrays"
+  default = hostcb.config.read(option)
   for i in range(len(fns)):  # compiles, and warms up past the first calls
-    once(i)
+    hostcb.config.update(option, not named[i][0].startswith(NUMPY))
+    try:
+      once(i)
+    finally:
+      hostcb.config.update(option, default)
   for _ in range(rounds):
     for i in range(len(fns)):
-      times[i].append(once(i))
+      elapsed, loop = once(i)
+      times[i].append(elapsed)
+      loops[i].append(loop)
   rows = []
   for i, (name, _) in enumerate(named):
     ok = i == 0 or delivered[i] == calls * (rounds + 1)
-    rows.append((name, statistics.median(times[i]) / calls * 1e6, ok))
+    rows.append(
+      (
+        name,
+        statistics.median(times[i]) / calls * 1e6,
+        statistics.median(loops[i]) / calls * 1e6,
+        ok,
+      )
+    )
   return rows
 
 
@@ -159,18 +191,22 @@ def main() -> None:
     sink = Sink()
     with contextlib.redirect_stdout(sink):
       rows = measure(args.calls, args.rounds, args.jax, sink)
-    base = rows[0][1]
+    base, base_loop = rows[0][1], rows[0][2]
     print(
       f"\nrun {run + 1}: one dispatch of jit(x + 1) on an f32[] with one "
       f"callback; median of {args.rounds} interleaved rounds of "
-      f"{args.calls} dispatches\n"
+      f"{args.calls} dispatches; end to end (until every callback ran) "
+      "and the dispatching loop alone\n"
     )
-    print("| per dispatch | µs | vs no callback | all delivered |")
-    print("|---|---:|---:|:---:|")
-    for name, us, delivered in rows:
+    print(
+      "| per dispatch | end to end, µs | vs no callback "
+      "| loop alone, µs | vs no callback | all delivered |"
+    )
+    print("|---|---:|---:|---:|---:|:---:|")
+    for name, us, loop_us, delivered in rows:
       print(
-        f"| {name} | {us:.2f} | {us / base:.2f}× | "
-        f"{'yes' if delivered else 'NO'} |"
+        f"| {name} | {us:.2f} | {us / base:.2f}× | {loop_us:.2f} | "
+        f"{loop_us / base_loop:.2f}× | {'yes' if delivered else 'NO'} |"
       )
       ok = ok and delivered
   if not ok:
