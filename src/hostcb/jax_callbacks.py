@@ -218,6 +218,47 @@ class HostCall:
       "jax_arrays": bool(self.jax_arrays),
     }
 
+  @property
+  def hostcb_direct(self) -> Callable | None:
+    """What the engine's call handler calls instead of this object, for
+    one positional argument and one array result (the common case): the
+    same work in one frame, its lookups done once per executable
+    (:meth:`hostcb.primitives.CallTarget.direct_one`); else None."""
+    one = self._one
+    if not (self._positional and self.n_in == 1 and one is not None):
+      return None
+    callback, to_jax, thread = self.callback, self._to_jax_one, _this_thread
+    shape, dtype = one
+    name, finish, array_type = self.name, self._finish, jax.Array
+
+    def direct(arg):
+      # As __call__: a host read in the callback does not wait for prints.
+      thread.host_functions += 1
+      try:
+        try:
+          result = callback(arg if to_jax is None else to_jax(arg))
+          if type(result) is np.ndarray:
+            if result.dtype == dtype and result.shape == shape:
+              return result
+          elif (
+            isinstance(result, array_type)
+            and result.dtype == dtype
+            and result.shape == shape
+          ):
+            return np.asarray(result)
+          results = [np.asarray(r) for r in jax.tree_util.tree_leaves(result)]
+        except BaseException:
+          _callback_logger.exception("%s failed", name)
+          raise
+        return finish(results)
+      finally:
+        thread.host_functions -= 1
+
+    return direct
+
+  def _finish(self, results: list):
+    return self.check(results)
+
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb.engine.print_order): the computation waits for this call.
