@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import threading
 from typing import Any, Callable
 
 import jax
@@ -38,7 +39,7 @@ from hostcb import named
 from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
-from hostcb.engine.consumers import this_thread as _this_thread
+from hostcb.engine.consumers import host_functions as _host_functions
 from hostcb.identity import function_hash, same_function
 from hostcb.primitives import CallTarget, call_p
 from hostcb.signatures import (
@@ -227,13 +228,16 @@ class HostCall:
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
-    callback, to_jax, thread = self.callback, self._to_jax_one, _this_thread
+    callback, to_jax, running = self.callback, self._to_jax_one, _host_functions
     shape, dtype = one
     name, finish, array_type = self.name, self._finish, jax.Array
+    get_ident = threading.get_ident
 
     def direct(arg):
       # As __call__: a host read in the callback does not wait for prints.
-      thread.host_functions += 1
+      ident = get_ident()
+      depth = running.get(ident, 0)
+      running[ident] = depth + 1
       try:
         try:
           result = callback(arg if to_jax is None else to_jax(arg))
@@ -252,7 +256,10 @@ class HostCall:
           raise
         return finish(results)
       finally:
-        thread.host_functions -= 1
+        if depth:
+          running[ident] = depth
+        else:
+          del running[ident]
 
     return direct
 
@@ -262,14 +269,18 @@ class HostCall:
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb.engine.print_order): the computation waits for this call.
-    thread = _this_thread
-    thread.host_functions += 1
+    running, ident = _host_functions, threading.get_ident()
+    depth = running.get(ident, 0)
+    running[ident] = depth + 1
     try:
       if self._x64 and not x64_enabled():
         return call_with_x64(self._call, arg)
       return self._call(arg)
     finally:
-      thread.host_functions -= 1
+      if depth:
+        running[ident] = depth
+      else:
+        del running[ident]
 
   def _call(self, arg):
     try:
