@@ -355,9 +355,19 @@ def f(x, m):
 def g(x):  # prints, returns nothing: keeps its runtime token
   hostcb.debug.print("g {}", x[0])
 
+@jax.jit
+def two(x, m):  # prints, returns two arrays
+  y = x * 2 + jnp.tanh(m @ m)[0, 0] * 0
+  hostcb.debug.print("two {}", y[0])
+  return y, y[0]
+
+h = jax.jit(lambda s: s + 1, donate_argnums=0)  # no print
+
 x = jnp.arange(3.)
 m = jnp.ones((300, 300)) / 300
 f(x, m).block_until_ready()  # compiled, and a print is staged
+two(x, m)[1].block_until_ready()
+h(jnp.arange(3.)).block_until_ready()
 compiled = jax.jit(f).lower(x, m).compile()
 for i in range(20):
   buf = io.StringIO()
@@ -370,9 +380,13 @@ for i in range(20):
     print("after g")
     f(x + i, m)  # its result dropped at once
     print("after dropped")
+    s, loss = two(x + i, m)
+    s = h(s)  # its first output donated to a computation without prints
+    print("after donated")
   assert buf.getvalue() == (
     f"f {2. * i}\nafter f\nf {2. * i}\nafter compiled\n"
     f"g {float(i)}\nafter g\nf {2. * i}\nafter dropped\n"
+    f"two {2. * i}\nafter donated\n"
   ), buf.getvalue()
 print("ok")
 """
@@ -381,9 +395,10 @@ print("ok")
 def test_a_write_waits_for_fast_aot_token_and_dropped_computations():
   # Each way a computation that prints is dispatched (jit's fast path,
   # an AOT-compiled call, the runtime token of one that returns nothing, a
-  # result dropped at once): the write after it comes after its print.
+  # result dropped at once, an output donated to a later computation): the
+  # write after it comes after its print.
   r = run_python(_WAITS_SCRIPT)
-  assert r.stdout == "f 0.0\nok\n", r.stdout + r.stderr
+  assert r.stdout == "f 0.0\ntwo 0.0\nok\n", r.stdout + r.stderr
 
 
 _PATCHED_WRITE_SCRIPT = """

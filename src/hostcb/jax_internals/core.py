@@ -176,16 +176,19 @@ def set_dispatch_hook(started: Callable[[], None]) -> None:
 
 # thread id -> the token of the last tapping computation it dispatched.
 _latest_tokens: dict[int, Any] = {}
-# thread id -> an output array of the last computation that prints and that
-# it dispatched on jit's fast path (:mod:`.dispatch`, ``_PrintOutputs``):
-# ready once that computation finished.
+# thread id -> the output arrays of the last computation that prints and
+# that it dispatched on jit's fast path (:mod:`.dispatch`,
+# ``_PrintOutputs``): ready once that computation finished.  Held until the
+# thread's next write or such dispatch (the result of a loop that drops its
+# results stays allocated until then).
 _latest_print_outputs: dict[int, Any] = {}
 
 
-def note_print_outputs(array: Any) -> None:
-  """The calling thread dispatched a computation that prints, of which
-  ``array`` is an output (:func:`wait_for_this_threads_computation`)."""
-  _latest_print_outputs[threading.get_ident()] = array
+def note_print_outputs(arrays: Any) -> None:
+  """The calling thread dispatched a computation that prints, whose
+  outputs are the sequence ``arrays`` (not empty; see
+  :func:`wait_for_this_threads_computation`)."""
+  _latest_print_outputs[threading.get_ident()] = arrays
 
 patches.when_first_needed(_chain_tokens_between_computations)
 
@@ -241,18 +244,24 @@ def wait_for_this_threads_computation(timeout: float) -> bool:
   return True
 
 
-def _output_ready(array: Any, deadline: float) -> bool:
-  """Waits until ``array`` (an output of a computation) is ready: True,
-  or False once ``deadline`` (``time.monotonic()``) passed first."""
+def _output_ready(arrays: Any, deadline: float) -> bool:
+  """Waits until the computation whose outputs are ``arrays`` finished
+  (its outputs are ready together): True, or False once ``deadline``
+  (``time.monotonic()``) passed first.  Looks at the first output that
+  was not deleted; where all were (donated to a computation dispatched
+  after, which itself starts only once they are ready), there is nothing
+  left to look at, and the write goes on."""
   pause = 1e-5
   while True:
-    try:
-      if array.is_ready():
-        return True
-    except Exception:  # noqa: BLE001  (deleted: donated to, or deleted
-      # before, a computation dispatched after it; its own computation's
-      # failure reaches its caller through the array.  Nothing is left to
-      # read of it, and the later computation waited for its value.)
+    for array in arrays:
+      try:
+        ready = array.is_ready()
+        break
+      except Exception:  # noqa: BLE001  (deleted: donated or deleted since;
+        continue  # the computation's own failure reaches its caller)
+    else:
+      return True
+    if ready:
       return True
     if time.monotonic() >= deadline:
       return False

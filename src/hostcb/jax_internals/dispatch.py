@@ -272,8 +272,8 @@ def _devices(module: Any) -> int:
 #
 # * one that returns arrays stays on jit's fast path (no runtime token),
 #   and its executable carries :data:`_PRINTS` (in its keepalive): each
-#   dispatch hands one of its outputs to :func:`.core.note_print_outputs`,
-#   the array that the write waits for.  On the C++ fast path that is one
+#   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
+#   arrays that the write waits for.  On the C++ fast path that is one
 #   Python call per dispatch, made by jaxlib when it builds the result
 #   tree (the tree is wrapped in a ``_PrintOutputs`` node, whose unflatten
 #   notes the output and returns the tree as it was; see
@@ -429,10 +429,9 @@ def _flatten_print_outputs(node: _PrintOutputs) -> tuple:
 def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
   """The result tree as the function returns it, once one of its outputs
   is noted for the next write (one Python call per dispatch)."""
-  first = children[0]
-  _core.note_print_outputs(first)
+  _core.note_print_outputs(children)
   if tree.num_nodes == 1:  # the result is one array
-    return first
+    return children[0]
   return tree.unflatten(children)
 
 
@@ -487,7 +486,7 @@ def _install_fastpath_note() -> None:
     def execute_replicated_call(self, *args):
       out = call(self, *args)
       if out and _marked(self.keepalive):
-        _core.note_print_outputs(out[0])
+        _core.note_print_outputs(out)
       return out
 
     patches.install(
