@@ -194,6 +194,12 @@ def uninstall() -> None:
 def _before_write() -> None:
   if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
     return
+  if (
+    ji.wait_for_this_threads_computation(0.0)  # (never waits)
+    and not pyqueue.queues
+    and native.prints_run_everywhere()
+  ):
+    return  # nothing pending (the common case): no clock, no state
   state = _state
   waits = getattr(state, "waits", None)
   if waits is None:  # XLA's threads (running a callback) keep no order
@@ -202,12 +208,6 @@ def _before_write() -> None:
     )
   if not waits or getattr(state, "busy", False) or is_consumer():
     return
-  if (
-    ji.wait_for_this_threads_computation(0.0)
-    and not pyqueue.queues
-    and native.prints_run_everywhere()
-  ):
-    return  # nothing pending (the common case): no clock, no state
   state.busy = True  # what the waits log is written without waiting
   try:
     _wait_for_earlier_prints()
