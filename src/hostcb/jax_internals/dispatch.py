@@ -294,8 +294,17 @@ class _PrintsMarker:
   def __repr__(self) -> str:
     return "<hostcb: prints>"
 
+  def __reduce__(self):
+    # Pickled with an executable (jax.experimental.serialize_executable):
+    # the same marker once loaded again.
+    return (_prints_marker, ())
+
 
 _PRINTS = _PrintsMarker()
+
+
+def _prints_marker() -> _PrintsMarker:
+  return _PRINTS
 
 
 def _prints(executable: Any) -> bool:
