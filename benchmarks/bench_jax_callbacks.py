@@ -208,9 +208,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
     d == steps * (repeats + 1) if counted else True
     for d, (_, _, counted, *_) in zip(delivered, variants)
   ]
-  by = {
-    name: (u, o, t) for (name, *_), u, o, t in zip(variants, us, ok, types)
-  }
+  by = {name: (u, o, t) for (name, *_), u, o, t in zip(variants, us, ok, types)}
   rows = []
   for kind, _, _ in FUNCTIONS:
     (j, jok, jt), (h, hok, ht) = by[("jax", kind)], by[("hostcb", kind)]

@@ -190,6 +190,7 @@ def note_print_outputs(arrays: Any) -> None:
   :func:`wait_for_this_threads_computation`)."""
   _latest_print_outputs[threading.get_ident()] = arrays
 
+
 patches.when_first_needed(_chain_tokens_between_computations)
 
 
