@@ -228,6 +228,8 @@ class HostCall:
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
+    if self._x64:
+      return None  # traced with 64-bit types on: __call__ turns them on
     callback, to_jax, running = self.callback, self._to_jax_one, _host_functions
     shape, dtype = one
     name, finish, array_type = self.name, self._finish, jax.Array
