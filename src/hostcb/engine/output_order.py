@@ -194,6 +194,9 @@ def uninstall() -> None:
 def _before_write() -> None:
   if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
     return
+  if is_consumer():
+    return  # (first: the look at the queues below would give up the GIL
+    # while its own print is pending)
   if (
     ji.wait_for_this_threads_computation(0.0)  # (never waits)
     and not pyqueue.queues
@@ -206,7 +209,7 @@ def _before_write() -> None:
     waits = state.waits = not isinstance(
       threading.current_thread(), threading._DummyThread
     )
-  if not waits or getattr(state, "busy", False) or is_consumer():
+  if not waits or getattr(state, "busy", False):
     return
   state.busy = True  # what the waits log is written without waiting
   try:
