@@ -147,6 +147,10 @@ def _interleaved(variants, once, rounds: int) -> list[float]:
   return [statistics.median(t) for t in times]
 
 
+CALL = "hostcb.call (reference)"
+IO_NUMPY = "io_callback, NumPy opt-out"
+
+
 def per_step(steps: int, repeats: int, sink: Sink):
   """(empty scan µs per step, limit µs per step or None, rows): rows of
   (kind, JAX µs, hostcb µs, all delivered), per scan step beyond the
@@ -154,7 +158,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
   counter = Counter()
   f32 = jax.ShapeDtypeStruct((4,), jnp.float32)
   x = jnp.zeros((4,), jnp.float32)
-  # (name, step, counted)
+  # (name, step, counted[, hostcb_callback_jax_arrays at tracing])
   variants = [("empty scan", lambda c: c, False)]
   has_limit = engine.available() and jax.devices()[0].platform == "cpu"
   if has_limit:
@@ -163,17 +167,35 @@ def per_step(steps: int, repeats: int, sink: Sink):
   for kind, jax_fn, our_fn in FUNCTIONS:
     variants.append((("jax", kind), _call(kind, jax_fn, counter, f32), True))
     variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32), True))
-  runs = [scan_of(step, steps) for _, step, _ in variants]
+  # References for hostcb's io_callback/pure_callback: legacy's ``call``
+  # (NumPy arguments) and the same io_callback with the NumPy opt-out.
+  variants.append(
+    (
+      CALL,
+      lambda c: hostcb.call(counter.same, c, result_shape=f32),
+      True,
+    )
+  )
+  variants.append(
+    (
+      IO_NUMPY,
+      _call("io_callback", hostcb.io_callback, counter, f32),
+      True,
+      False,
+    )
+  )
+  runs = [scan_of(step, steps) for _, step, *_ in variants]
   delivered = [0] * len(variants)
   types = [""] * len(variants)
 
   def once(i: int) -> float:
     counter.n = 0
     lines = sink.lines
-    t0 = time.perf_counter()
-    jax.block_until_ready(runs[i](x))
-    jax.effects_barrier()
-    elapsed = time.perf_counter() - t0
+    with _jax_arrays(variants[i][3] if len(variants[i]) > 3 else None):
+      t0 = time.perf_counter()
+      jax.block_until_ready(runs[i](x))
+      jax.effects_barrier()
+      elapsed = time.perf_counter() - t0
     delivered[i] += counter.n + sink.lines - lines
     if counter.n:
       types[i] = counter.type
@@ -184,15 +206,16 @@ def per_step(steps: int, repeats: int, sink: Sink):
   us = [max(m - base, 0.0) / steps * 1e6 for m in medians]
   ok = [
     d == steps * (repeats + 1) if counted else True
-    for d, (_, _, counted) in zip(delivered, variants)
+    for d, (_, _, counted, *_) in zip(delivered, variants)
   ]
-  by = {
-    name: (u, o, t) for (name, _, _), u, o, t in zip(variants, us, ok, types)
-  }
+  by = {name: (u, o, t) for (name, *_), u, o, t in zip(variants, us, ok, types)}
   rows = []
   for kind, _, _ in FUNCTIONS:
     (j, jok, jt), (h, hok, ht) = by[("jax", kind)], by[("hostcb", kind)]
     rows.append((kind, j, jt, h, ht, jok and hok))
+  for name in (CALL, IO_NUMPY):
+    h, hok, ht = by[name]
+    rows.append((name, None, "", h, ht, hok))
   limit = by["limit"][0] if has_limit else None
   return base / steps * 1e6, limit, rows
 
@@ -364,7 +387,13 @@ def main() -> None:
     "| JAX / hostcb | all delivered |"
   )
   print("|---|---:|---|---:|---|---:|:---:|")
+  call_us = next(h for kind, _, _, h, _, _ in rows if kind == CALL)
   for kind, j, jt, h, ht, ok in rows:
+    if j is None:  # a reference row: hostcb's only
+      print(
+        f"| {kind} | | | {h:.2f} | {ht or '-'} | | {'yes' if ok else 'NO'} |"
+      )
+      continue
     print(
       f"| {kind} | {j:.2f} | {jt or '-'} | {h:.2f} | {ht or '-'} | "
       f"{_ratio(j, h)} | {'yes' if ok else 'NO'} |"
@@ -372,6 +401,10 @@ def main() -> None:
   if limit is not None:
     print(f"| empty XLA FFI custom call (the limit) | | | {limit:.2f} | | | |")
   print(f"| the empty scan itself | {empty:.3f} | | | | | |")
+  print()
+  for kind, _, _, h, _, _ in rows:
+    if kind.startswith(("io_callback", "pure_callback")):
+      print(f"hostcb's {kind}: {h / call_us:.2f}× hostcb.call's per step")
 
   print(
     f"\none dispatch of a small jitted function (f32[] + 1) with one "

@@ -24,7 +24,7 @@ from _helpers import run_python
 _SNAPSHOT = r"""
 import atexit, sys
 import jax
-from jax._src import array as _array, dispatch as _dispatch
+from jax._src import array as _array, dispatch as _dispatch, pjit as _pjit
 from jax._src.interpreters import mlir as _mlir, pxla as _pxla
 from jax._src.lax.control_flow import loops as _loops
 from jax._src.lib import xla_client as _xc
@@ -63,6 +63,9 @@ def snapshot():
   return {
       "jax.effects_barrier": jax.effects_barrier,
       "pxla._cached_lowering_to_hlo": _pxla._cached_lowering_to_hlo,
+      "pjit._get_fastpath_data": _pjit._get_fastpath_data,
+      "ExecuteReplicated.__call__":
+          own(_pxla.ExecuteReplicated, "__call__"),
       "MeshExecutable.create_cpp_call":
           own(_pxla.MeshExecutable, "create_cpp_call"),
       "RuntimeTokenSet.get_token_input":
@@ -220,6 +223,8 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "host reads (item)",
         "host reads (several arrays)",
         "output order",
+        "print outputs (fast path)",
+        "print outputs (Python path)",
       ]
     )
   )
@@ -228,6 +233,8 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
       [
         "jax.effects_barrier",
         "pxla._cached_lowering_to_hlo",
+        "pjit._get_fastpath_data",
+        "ExecuteReplicated.__call__",
         "MeshExecutable.create_cpp_call",
         "RuntimeTokenSet.get_token_input",
         "RuntimeTokenSet.set_token_result",

@@ -318,9 +318,10 @@ def test_an_ordered_stream_is_the_stream_for_everything_but_writes():
   assert isinstance(output_order._SysModule("x"), types.ModuleType)
 
 
-def test_only_functions_that_print_leave_jits_fast_path():
-  # A function that prints keeps its runtime token (its dispatch is what
-  # the next write waits for); one that taps or calls back does not.
+def test_functions_that_print_and_return_arrays_keep_jits_fast_path():
+  # A function that prints and returns an array dispatches on jit's fast
+  # path (one of its outputs is what the next write waits for); one that
+  # prints and returns nothing keeps its runtime token.
   from hostcb import jax_internals as ji
 
   x = jnp.float32(1)
@@ -332,10 +333,72 @@ def test_only_functions_that_print_leave_jits_fast_path():
   id_printing = jax.jit(
     lambda x: hostcb.id_print(x, output_stream=io.StringIO())
   )
+  printing_nothing_back = jax.jit(lambda x: hostcb.debug.print("{}", x))
   assert ji.declares_no_effect(tapping, x)
   assert ji.declares_no_effect(calling, x)
-  assert not ji.declares_no_effect(printing, x)
-  assert not ji.declares_no_effect(id_printing, x)
+  assert ji.declares_no_effect(printing, x)
+  assert ji.declares_no_effect(id_printing, x)
+  assert not ji.declares_no_effect(printing_nothing_back, x)
+
+
+_WAITS_SCRIPT = r"""
+import contextlib, io, sys
+import jax, jax.numpy as jnp, hostcb
+
+@jax.jit
+def f(x, m):
+  y = x * 2 + jnp.tanh(m @ m)[0, 0] * 0  # big enough to run asynchronously
+  hostcb.debug.print("f {}", y[0])
+  return y
+
+@jax.jit
+def g(x):  # prints, returns nothing: keeps its runtime token
+  hostcb.debug.print("g {}", x[0])
+
+@jax.jit
+def two(x, m):  # prints, returns two arrays
+  y = x * 2 + jnp.tanh(m @ m)[0, 0] * 0
+  hostcb.debug.print("two {}", y[0])
+  return y, y[0]
+
+h = jax.jit(lambda s: s + 1, donate_argnums=0)  # no print
+
+x = jnp.arange(3.)
+m = jnp.ones((300, 300)) / 300
+f(x, m).block_until_ready()  # compiled, and a print is staged
+two(x, m)[1].block_until_ready()
+h(jnp.arange(3.)).block_until_ready()
+compiled = jax.jit(f).lower(x, m).compile()
+for i in range(20):
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    y = f(x + i, m)  # jit's fast path
+    print("after f")
+    z = compiled(x + i, m)  # AOT: JAX's Python path
+    print("after compiled")
+    g(x + i)
+    print("after g")
+    f(x + i, m)  # its result dropped at once
+    print("after dropped")
+    s, loss = two(x + i, m)
+    s = h(s)  # its first output donated to a computation without prints
+    print("after donated")
+  assert buf.getvalue() == (
+    f"f {2. * i}\nafter f\nf {2. * i}\nafter compiled\n"
+    f"g {float(i)}\nafter g\nf {2. * i}\nafter dropped\n"
+    f"two {2. * i}\nafter donated\n"
+  ), buf.getvalue()
+print("ok")
+"""
+
+
+def test_a_write_waits_for_fast_aot_token_and_dropped_computations():
+  # Each way a computation that prints is dispatched (jit's fast path,
+  # an AOT-compiled call, the runtime token of one that returns nothing, a
+  # result dropped at once, an output donated to a later computation): the
+  # write after it comes after its print.
+  r = run_python(_WAITS_SCRIPT)
+  assert r.stdout == "f 0.0\ntwo 0.0\nok\n", r.stdout + r.stderr
 
 
 _PATCHED_WRITE_SCRIPT = """

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import threading
 from typing import Any, Callable
 
 import jax
@@ -38,7 +39,7 @@ from hostcb import named
 from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
-from hostcb.engine.consumers import this_thread as _this_thread
+from hostcb.engine.consumers import host_functions as _host_functions
 from hostcb.identity import function_hash, same_function
 from hostcb.primitives import CallTarget, call_p
 from hostcb.signatures import (
@@ -134,6 +135,7 @@ class HostCall:
     "name",
     "jax_arrays",
     "_to_jax",
+    "_to_jax_one",
     "_positional",
     "_expected",
     "_one",
@@ -154,6 +156,8 @@ class HostCall:
     # ``jax.Array`` arguments on the CPU, as JAX's (hostcb_callback_jax_arrays)
     self.jax_arrays = jax_arrays
     self._to_jax = ji.cpu_arrays if jax_arrays else None
+    # One argument (the common case): made without the list of leaves.
+    self._to_jax_one = ji.cpu_array if jax_arrays and n_in == 1 else None
     if jax_arrays:
       ji.prepare_cpu_arrays()  # a JAX without what it needs fails here
     self.in_tree = in_tree
@@ -215,35 +219,95 @@ class HostCall:
       "jax_arrays": bool(self.jax_arrays),
     }
 
+  @property
+  def hostcb_direct(self) -> Callable | None:
+    """What the engine's call handler calls instead of this object, for
+    one positional argument and one array result (the common case): the
+    same work in one frame, its lookups done once per executable
+    (:meth:`hostcb.primitives.CallTarget.direct_one`); else None."""
+    one = self._one
+    if not (self._positional and self.n_in == 1 and one is not None):
+      return None
+    if self._x64:
+      return None  # traced with 64-bit types on: __call__ turns them on
+    callback, to_jax, running = self.callback, self._to_jax_one, _host_functions
+    shape, dtype = one
+    name, finish, array_type = self.name, self._finish, jax.Array
+    get_ident = threading.get_ident
+
+    def direct(arg):
+      # As __call__: a host read in the callback does not wait for prints.
+      ident = get_ident()
+      depth = running.get(ident, 0)
+      running[ident] = depth + 1
+      try:
+        try:
+          result = callback(arg if to_jax is None else to_jax(arg))
+          if type(result) is np.ndarray:
+            if result.dtype == dtype and result.shape == shape:
+              return result
+          elif (
+            isinstance(result, array_type)
+            and result.dtype == dtype
+            and result.shape == shape
+          ):
+            return np.asarray(result)
+          results = [np.asarray(r) for r in jax.tree_util.tree_leaves(result)]
+        except BaseException:
+          _callback_logger.exception("%s failed", name)
+          raise
+        return finish(results)
+      finally:
+        if depth:
+          running[ident] = depth
+        else:
+          del running[ident]
+
+    return direct
+
+  def _finish(self, results: list):
+    return self.check(results)
+
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb.engine.print_order): the computation waits for this call.
-    thread = _this_thread
-    thread.host_functions += 1
+    running, ident = _host_functions, threading.get_ident()
+    depth = running.get(ident, 0)
+    running[ident] = depth + 1
     try:
       if self._x64 and not x64_enabled():
         return call_with_x64(self._call, arg)
       return self._call(arg)
     finally:
-      thread.host_functions -= 1
+      if depth:
+        running[ident] = depth
+      else:
+        del running[ident]
 
   def _call(self, arg):
-    leaves = (arg,) if self.n_in == 1 else arg
     try:
-      if self._to_jax is not None:
-        leaves = self._to_jax(leaves)
+      if self._to_jax_one is not None:
+        leaves = (self._to_jax_one(arg),)
+      else:
+        leaves = (arg,) if self.n_in == 1 else arg
+        if self._to_jax is not None:
+          leaves = self._to_jax(leaves)
       if self._positional:
         result = self.callback(*leaves)
         one = self._one
-        # The common case, one exact array of the expected shape and dtype,
-        # needs no more checks here (the engine's handler checks it too).
-        if (
-          one is not None
-          and type(result) is np.ndarray
-          and result.dtype == one[1]
-          and result.shape == one[0]
-        ):
-          return result
+        # The common cases, one exact array of the expected shape and dtype
+        # (NumPy's, or a jax.Array such as the argument itself), need no
+        # more checks here (the engine's handler checks it too).
+        if one is not None:
+          if type(result) is np.ndarray:
+            if result.dtype == one[1] and result.shape == one[0]:
+              return result
+          elif (
+            isinstance(result, jax.Array)
+            and result.dtype == one[1]
+            and result.shape == one[0]
+          ):
+            return np.asarray(result)
       else:
         args, kwargs = self.in_tree.unflatten(leaves)
         result = self.callback(*args, **kwargs)

@@ -312,6 +312,20 @@ class CallTarget:
 
     return invoke
 
+  def direct_one(self) -> Callable[[Any], Any] | None:
+    """For one array argument, one array result and no device argument:
+    ``direct(arg)``, the host function's result as it gave it (for a
+    caller that checks it: the ``hostcb_call_one`` handler), with no frame
+    around the function (a front end's own, ``func.hostcb_direct``, where
+    it has one); else None.  Looked up once per executable."""
+    if not self.one_leaf or self.with_device or self.one_array is None:
+      return None
+    # Looked up on the type: a callable whose __getattr__ answers every
+    # name (a mock) is called as it is.
+    if getattr(type(self.func), "hostcb_direct", None) is None:
+      return self.func
+    return self.func.hostcb_direct or self.func
+
   @functools.cached_property
   def one_leaf(self) -> bool:
     """Whether the argument is one array (no container around it)."""

@@ -19,20 +19,22 @@ to ``sys.stdout`` and ``sys.stderr``:
   itself) first waits until the latest computation that prints (``id_print``,
   ``hostcb.debug.print``; not ``debug.callback``, whose functions need not
   print) and that it dispatched has finished (so its prints are queued:
-  such executables
-  keep JAX's runtime token, whose dispatch hostcb sees, see
-  :mod:`hostcb.jax_internals.dispatch`), then until the consumers have run
-  every print queued so far (and so the taps queued before them), all in
-  at most :data:`WAIT_SECONDS`;
+  each dispatch of such an executable notes one of its outputs, on jit's
+  fast path too, or keeps JAX's runtime token where it returns nothing;
+  see :mod:`hostcb.jax_internals.dispatch`), then until the consumers have
+  run every print queued so far (and so the taps queued before them), all
+  in at most :data:`WAIT_SECONDS`;
 * a thread that Python did not create (XLA's, running a callback) does not
   wait; nor does a callback's host function that runs in the dispatching
   thread, since its own computation's token is not yet the thread's.
 
 Costs: nothing before a print is staged; then, per write, a look at the
-thread's latest token and at each consumer's queue (well under a
-microsecond where nothing is pending); a function that prints dispatches
-through JAX's Python path (tens of microseconds, where JAX's own prints
-cost more).  The device never waits.  :func:`uninstall` (called by
+thread's latest output or token and at each consumer's queue (well under
+a microsecond where nothing is pending); a function that prints and
+returns an array stays on jit's fast path, with one Python call per
+dispatch (noting an output); one that returns nothing dispatches through
+JAX's Python path (tens of microseconds, where JAX's own prints cost
+more).  The device never waits.  :func:`uninstall` (called by
 :func:`hostcb.uninstall`) puts ``sys``'s class and the streams back; the
 next print staged installs it again.
 """
@@ -192,20 +194,23 @@ def uninstall() -> None:
 def _before_write() -> None:
   if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
     return
+  if is_consumer():
+    return  # (first: the look at the queues below would give up the GIL
+    # while its own print is pending)
+  if (
+    ji.wait_for_this_threads_computation(0.0)  # (never waits)
+    and not pyqueue.queues
+    and native.prints_run_everywhere()
+  ):
+    return  # nothing pending (the common case): no clock, no state
   state = _state
   waits = getattr(state, "waits", None)
   if waits is None:  # XLA's threads (running a callback) keep no order
     waits = state.waits = not isinstance(
       threading.current_thread(), threading._DummyThread
     )
-  if not waits or getattr(state, "busy", False) or is_consumer():
+  if not waits or getattr(state, "busy", False):
     return
-  if (
-    ji.wait_for_this_threads_computation(0.0)
-    and not pyqueue.queues
-    and native.prints_run_everywhere()
-  ):
-    return  # nothing pending (the common case): no clock, no state
   state.busy = True  # what the waits log is written without waiting
   try:
     _wait_for_earlier_prints()

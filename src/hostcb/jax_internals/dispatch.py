@@ -116,7 +116,7 @@ def fast_dispatch_used() -> bool:
 # _cached_lowering_to_hlo returns (module, keepalive, host_callbacks,
 # unordered_effects, ordered_effects, [nreps on jax 0.8,] tuple_args,
 # shape_poly_state): 8 entries on jax 0.8, 7 on 0.10.2 and 0.12.0.1.
-_MODULE, _UNORDERED, _ORDERED = 0, 3, 4
+_MODULE, _KEEPALIVE, _UNORDERED, _ORDERED = 0, 1, 3, 4
 _LOWERING = "jax._src.interpreters.pxla._cached_lowering_to_hlo"
 _LOWERING_WHAT = (
   "to lower one-device tapping executables for jit's fast dispatch path"
@@ -244,6 +244,14 @@ def _leading_tokens(module: Any, num_dim_vars: int) -> int:
   return n
 
 
+def _returns_arrays(module: Any) -> bool:
+  """Whether ``main`` returns an array beside its effects' tokens."""
+  results = _ir.FunctionType(
+    _main(module).attributes["function_type"].value
+  ).results
+  return any(not _hlo.TokenType.isinstance(t) for t in results)
+
+
 def _devices(module: Any) -> int:
   """How many devices a lowered module runs on (replicas x partitions)."""
   attrs = module.operation.attributes
@@ -254,17 +262,59 @@ def _devices(module: Any) -> int:
   return n
 
 
-# Executables that print keep their runtime token in both modes: their
-# dispatch then goes through JAX's Python path, where hostcb sees it (the
-# token of the latest one of each thread, :mod:`.core`), so that what the
-# thread writes next waits for that computation and its prints
-# (:mod:`hostcb.engine.output_order`), as JAX's own prints are out before
-# the dispatch of a CPU computation returns.  A print's lowering calls
-# :func:`note_print_lowered`; the modules lowered with one are kept
-# (weakly: an id could be reused by a later module), since the cached
-# lowering returns the same module again without lowering it.
+# Executables that print: what the thread writes next waits for the latest
+# one it dispatched and for its prints (:mod:`hostcb.engine.output_order`),
+# as JAX's own prints are out before the dispatch of a CPU computation
+# returns.  A print's lowering calls :func:`note_print_lowered`; the modules
+# lowered with one are kept (weakly: an id could be reused by a later
+# module), since the cached lowering returns the same module again without
+# lowering it.  Decided once per executable, at lowering:
+#
+# * one that returns arrays stays on jit's fast path (no runtime token),
+#   and its executable carries :data:`_PRINTS` (in its keepalive): each
+#   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
+#   arrays that the write waits for.  On the C++ fast path that is one
+#   Python call per dispatch, made by jaxlib when it builds the result
+#   tree (the tree is wrapped in a ``_PrintOutputs`` node, whose unflatten
+#   notes the output and returns the tree as it was; see
+#   :func:`_install_fastpath_note`); on JAX's Python path
+#   (``ExecuteReplicated.__call__``: the first call, an AOT-compiled call)
+#   the outputs are noted there;
+# * one that returns nothing keeps its runtime token (JAX's Python path),
+#   whose dispatch hostcb sees (the token of the latest one of each
+#   thread, :mod:`.core`).
 _lowering = threading.local()  # .prints: prints lowered by this thread
 _print_modules: weakref.WeakSet = weakref.WeakSet()
+
+
+class _PrintsMarker:
+  """In the keepalive of an executable that prints and dispatches on the
+  fast path (above)."""
+
+  def __repr__(self) -> str:
+    return "<hostcb: prints>"
+
+  def __reduce__(self):
+    # Pickled with an executable (jax.experimental.serialize_executable):
+    # the same marker once loaded again.
+    return (_prints_marker, ())
+
+
+_PRINTS = _PrintsMarker()
+
+
+def _prints_marker() -> _PrintsMarker:
+  return _PRINTS
+
+
+def _prints(executable: Any) -> bool:
+  """Whether a ``MeshExecutable`` carries :data:`_PRINTS`."""
+  call = getattr(executable, "unsafe_call", None)
+  return _marked(getattr(call, "keepalive", None))
+
+
+def _marked(keepalive: Any) -> bool:
+  return isinstance(keepalive, list) and any(k is _PRINTS for k in keepalive)
 
 
 def note_print_lowered() -> None:
@@ -315,7 +365,8 @@ def _install() -> None:
     if not _fast[0] or in_tap_function():
       _kept_token[0] = True
       return result
-    if module in _print_modules and not _for_export(args, kwargs):
+    prints = module in _print_modules and not _for_export(args, kwargs)
+    if prints and not _returns_arrays(module):
       # Keeps its token (see _print_modules).  Not a program for
       # jax.export: that one is run by Exported.call, which dispatches it
       # inside a program of its own, and it must carry no JAX effect that
@@ -340,6 +391,10 @@ def _install() -> None:
     for i in reversed(mine):
       del ordered[i]
     result = list(result)
+    if prints:
+      _install_fastpath_note()
+      keepalive = result[_KEEPALIVE]
+      result[_KEEPALIVE] = [*(keepalive or ()), _PRINTS]
     result[_ORDERED] = ordered
     result[_UNORDERED] = [
       e for e in result[_UNORDERED] if not is_jax_callback_effect(e)
@@ -353,6 +408,111 @@ def _install() -> None:
     cached_lowering_to_hlo,
     before_undo=functools.partial(_forget_rewritten_lowerings, original),
   )
+
+
+_NOTE_WHAT = (
+  "to let writes wait for the computations that print, on jit's fast path"
+)
+
+
+class _PrintOutputs:
+  """The root of the result tree of an executable that prints, on jit's
+  fast path: jaxlib unflattens it once per dispatch, in C++, which calls
+  :func:`_unflatten_print_outputs` (a pytree node of hostcb's, registered
+  at the first such executable).  Its aux data is the result tree itself,
+  its children that tree's leaves."""
+
+  __slots__ = ("tree",)
+
+  def __init__(self, tree: Any):
+    self.tree = tree
+
+
+_LEAF = object()  # a placeholder leaf, to build the wrapped tree once
+
+
+def _flatten_print_outputs(node: _PrintOutputs) -> tuple:
+  return [_LEAF] * node.tree.num_leaves, node.tree
+
+
+def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
+  """The result tree as the function returns it, once one of its outputs
+  is noted for the next write (one Python call per dispatch)."""
+  _core.note_print_outputs(children)
+  if tree.num_nodes == 1:  # the result is one array
+    return children[0]
+  return tree.unflatten(children)
+
+
+def _install_fastpath_note() -> None:
+  """Installed at the first executable that prints and stays on the fast
+  path: ``pjit._get_fastpath_data`` wraps such an executable's result tree
+  in a ``_PrintOutputs`` node; ``ExecuteReplicated.__call__`` (JAX's
+  Python path) notes its outputs; ``MeshExecutable.create_cpp_call`` (AOT
+  calls) gives it the Python path (:func:`_install_aot_guard`).  Checked
+  on jax 0.8.0, 0.10.2 and 0.12.0.1 (``_get_fastpath_data`` returns a
+  ``MeshExecutableFastpathData`` with an ``out_pytree_def`` field or
+  None; jaxlib unflattens the outputs with it through
+  ``tree_util.dispatch_registry``)."""
+  if patches.is_installed("print outputs (fast path)"):
+    return
+  import jax  # noqa: PLC0415  (public API)
+  from jax._src import pjit as _pjit  # noqa: PLC0415  (only where needed)
+  from jax._src import tree_util as _tree_util  # noqa: PLC0415  (same)
+
+  original = require(_pjit, "_get_fastpath_data", _NOTE_WHAT)
+  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
+  call = require(replicated, "__call__", _NOTE_WHAT)
+  registry = require(_tree_util, "dispatch_registry", _NOTE_WHAT)
+  with patches.lock:
+    if patches.is_installed("print outputs (fast path)"):
+      return
+    if not _registered[0]:
+      # A node type of hostcb's own, in every registry (public API): it
+      # stays registered after hostcb.uninstall(), and no value of that
+      # type exists outside these trees.
+      jax.tree_util.register_pytree_node(
+        _PrintOutputs, _flatten_print_outputs, _unflatten_print_outputs
+      )
+      _registered[0] = True
+
+    def get_fastpath_data(executable, *args, **kwargs):
+      data = original(executable, *args, **kwargs)
+      if data is None or not _prints(executable):
+        return data
+      check_shape(
+        data,
+        "jax._src.interpreters.pxla.MeshExecutableFastpathData",
+        _NOTE_WHAT,
+        fields=("out_pytree_def",),
+      )
+      tree = data.out_pytree_def
+      if tree.num_leaves == 0:
+        return None  # nothing to wait for: JAX's Python path notes none
+      wrapped = registry.flatten(_PrintOutputs(tree), None)[1]
+      return data._replace(out_pytree_def=wrapped)
+
+    def execute_replicated_call(self, *args):
+      out = call(self, *args)
+      if out and _marked(self.keepalive):
+        _core.note_print_outputs(out)
+      return out
+
+    patches.install(
+      "print outputs (fast path)",
+      _pjit,
+      "_get_fastpath_data",
+      get_fastpath_data,
+    )
+    patches.install(
+      "print outputs (Python path)",
+      replicated,
+      "__call__",
+      execute_replicated_call,
+    )
+
+
+_registered = [False]
 
 
 def _forget_rewritten_lowerings(original: Any) -> None:
@@ -398,6 +558,8 @@ def _install_aot_guard() -> None:
   def create_cpp_call(self, params):
     if _keeps_token(self):
       return None  # JAX's Python path, which passes the token
+    if _prints(self):
+      return None  # JAX's Python path, which notes its outputs
     return original(self, params)
 
   patches.install(
