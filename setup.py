@@ -3,7 +3,7 @@ and builds the native tap engine ``hostcb._native._engine`` (optional).
 
 The ``.pth`` file installs hostcb's import hook for
 ``jax.experimental.host_callback`` at interpreter start (see
-``src/hostcb/import_hook.py``).
+``src/hostcb/_import_hook.py``).
 
 The native engine (``src/hostcb/_native``: XLA FFI handlers and a small
 CPython/NumPy extension) compiles against the XLA FFI headers that jaxlib

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import hostcb
 from bench_tap import scan_of  # benchmarks/ is on sys.path
 from hostcb import engine
-from hostcb import import_hook
+from hostcb import _import_hook as import_hook
 
 if import_hook.jax_callbacks_installed():
   # Under `hostcb run --jax-callbacks` JAX's names are hostcb's: there would

@@ -8,7 +8,7 @@ from the environment before the program could set it, e.g. a script's
 ``os.environ["JAX_PLATFORMS"] = "cpu"`` before its ``import jax``.)  The
 finder acts on the one module name ``jax.experimental.host_callback``;
 hostcb, and JAX, are imported when that module is.  The rest of the hook,
-:func:`hostcb.install`, is in :mod:`hostcb.import_hook`, which this module
+:func:`hostcb.install`, is in :mod:`hostcb._import_hook`, which this module
 imports only then (and which does not import this one).
 
 Set ``HOSTCB_NO_IMPORT_HOOK=1`` to keep the ``.pth`` file from installing it
@@ -35,7 +35,7 @@ class LegacyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     return importlib.util.spec_from_loader(fullname, self)
 
   def create_module(self, spec):
-    from hostcb import import_hook  # noqa: PLC0415  (only now: imports JAX)
+    from hostcb import _import_hook as import_hook  # noqa: PLC0415  (only now: imports JAX)
 
     return import_hook.legacy_module()
 

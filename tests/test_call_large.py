@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hostcb
-from hostcb.lowering import BUFFER_CALL_MIN_BYTES
+from hostcb._core.lowering import BUFFER_CALL_MIN_BYTES
 
 # float32 elements of an operand that alone reaches the threshold
 BIG = BUFFER_CALL_MIN_BYTES // 4

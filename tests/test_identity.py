@@ -32,7 +32,7 @@ from _helpers import Recorder, Stream, hostcb_root, run_python
 import hostcb
 from hostcb import engine
 from hostcb import host_callback as hcb
-from hostcb import import_hook
+from hostcb import _import_hook as import_hook
 from hostcb.engine import registry
 
 S = jax.ShapeDtypeStruct((), jnp.float32)
@@ -203,8 +203,8 @@ def test_two_bound_methods_of_one_object_are_one_function():
   f(1.0)
   hcb.barrier_wait()
   assert rec.args == [1.0, 1.0]
-  t1 = hostcb.primitives.TapTarget(rec.__call__, None, False)
-  t2 = hostcb.primitives.TapTarget(rec.__call__, None, False)
+  t1 = hostcb._core.primitives.TapTarget(rec.__call__, None, False)
+  t2 = hostcb._core.primitives.TapTarget(rec.__call__, None, False)
   assert t1 == t2 and hash(t1) == hash(t2)
 
 
@@ -712,8 +712,8 @@ def test_uninstall_gives_jax_caches_back_their_strong_hold():
   from jax._src import util  # the set that hostcb adds its targets to
 
   hcb.id_tap(lambda x, t: None, 1.0)
-  assert hostcb.primitives.TapTarget in util.weakref_cache_key_types
+  assert hostcb._core.primitives.TapTarget in util.weakref_cache_key_types
   hostcb.uninstall()
-  assert hostcb.primitives.TapTarget not in util.weakref_cache_key_types
+  assert hostcb._core.primitives.TapTarget not in util.weakref_cache_key_types
   hcb.id_tap(lambda x, t: None, 1.0)  # the next tap installs it again
-  assert hostcb.primitives.TapTarget in util.weakref_cache_key_types
+  assert hostcb._core.primitives.TapTarget in util.weakref_cache_key_types

@@ -183,7 +183,7 @@ def assert_hostcb_everywhere():
   for (module, attr), key in PLACES.items():
     assert getattr(sys.modules[module], attr) is OURS[key], (module, attr)
   assert all(v[0] == "hostcb" for v in holders().values()), holders()
-  assert hostcb.import_hook.jax_callbacks_installed()
+  assert hostcb.jax_callbacks_installed()
 """
 
 
@@ -192,7 +192,7 @@ def test_install_jax_callbacks_rebinds_and_uninstall_restores_exactly():
     _SNAPSHOT
     + """
 before = snapshot()
-assert not hostcb.import_hook.jax_callbacks_installed()
+assert not hostcb.jax_callbacks_installed()
 assert set(PLACES) <= set(before[0])
 hostcb.install(jax_callbacks=True)
 assert_hostcb_everywhere()
@@ -206,7 +206,7 @@ after = snapshot()
 assert after == before, (after, before)
 for (module, attr), key in PLACES.items():
   assert getattr(sys.modules[module], attr) is JAX[key], (module, attr)
-assert not hostcb.import_hook.jax_callbacks_installed()
+assert not hostcb.jax_callbacks_installed()
 print("ok")
 """
   )
@@ -222,7 +222,7 @@ before = holders()
 hostcb.install()
 assert holders() == before
 assert jax.debug.print is JAX["debug_print"]
-assert not hostcb.import_hook.jax_callbacks_installed()
+assert not hostcb.jax_callbacks_installed()
 hostcb.uninstall()
 print("ok")
 """

@@ -21,7 +21,7 @@ import time
 import pytest
 
 import hostcb
-import hostcb.distributed
+import hostcb._core.distributed
 from hostcb import jax_internals
 from _helpers import hostcb_root
 
@@ -357,7 +357,7 @@ def test_all_processes_barrier_without_jax_distributed_is_an_error(monkeypatch):
       r"not called"
     ),
   ):
-    hostcb.distributed.wait_for_all_processes("x")
+    hostcb._core.distributed.wait_for_all_processes("x")
 
 
 def test_process_barrier_needs_jax_distributed():
@@ -367,16 +367,16 @@ def test_process_barrier_needs_jax_distributed():
 @pytest.mark.parametrize("bad", [0, -1, float("inf"), "soon", None])
 def test_barrier_timeout_must_be_positive(bad):
   with pytest.raises(ValueError, match="must be a positive, finite number"):
-    hostcb.distributed.set_timeout(bad)
+    hostcb.set_barrier_timeout(bad)
 
 
 def test_barrier_timeout_can_be_changed():
-  old = hostcb.distributed.get_timeout()
+  old = hostcb.get_barrier_timeout()
   try:
-    hostcb.distributed.set_timeout(12.5)
-    assert hostcb.distributed.get_timeout() == 12.5
+    hostcb.set_barrier_timeout(12.5)
+    assert hostcb.get_barrier_timeout() == 12.5
   finally:
-    hostcb.distributed.set_timeout(old)
+    hostcb.set_barrier_timeout(old)
 
 
 def test_example_uses_the_installed_hostcb_not_the_checkouts_unbuilt_src():

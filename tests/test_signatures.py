@@ -1,4 +1,4 @@
-"""hostcb.signatures: what the front ends' callbacks take and give back."""
+"""hostcb._core.signatures: what the front ends' callbacks take and give back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hostcb import signatures
+from hostcb._core import signatures
 
 
 def test_a_typed_prng_key_is_a_key_and_arrays_and_numbers_are_not():

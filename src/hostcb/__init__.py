@@ -37,11 +37,19 @@ from hostcb.buffer_callback import (
   ExecutionStage,
   buffer_callback,
 )
-from hostcb.import_hook import install, uninstall
+from hostcb._import_hook import install, uninstall
 from hostcb import debug
 from hostcb.jax_callbacks import io_callback, pure_callback
 from hostcb.xla_computation import XlaComputation, xla_computation
 from hostcb.named import export_checks, register
+from hostcb._import_hook import (
+  install_jax_callbacks,
+  jax_callbacks_installed,
+  uninstall_jax_callbacks,
+)
+from hostcb._core.distributed import get_timeout as get_barrier_timeout
+from hostcb._core.distributed import set_timeout as set_barrier_timeout
+from hostcb._core.lowering import BUFFER_CALL_MIN_BYTES
 
 # The one place that states hostcb's version: pyproject.toml reads it
 # (``[tool.setuptools.dynamic]``), and ``hostcb info`` prints it.
@@ -55,7 +63,10 @@ def __getattr__(name: str):
   # tqdm, hostcb.progress does not exist (``hasattr(hostcb, "progress")``
   # is False): the AttributeError names the missing package, and ``import
   # hostcb.progress`` raises the ImportError itself.
-  if name in ("progress", "metrics"):
+  # The old paths of the modules import_hook, distributed and
+  # lowering, which moved, are deprecation shims, imported when
+  # first used too.
+  if name in ("progress", "metrics", "import_hook", "distributed", "lowering"):
     import importlib  # noqa: PLC0415  (tqdm only when used)
 
     try:
@@ -90,4 +101,10 @@ __all__ = [
   "uninstall",
   "register",
   "export_checks",
+  "install_jax_callbacks",
+  "uninstall_jax_callbacks",
+  "jax_callbacks_installed",
+  "set_barrier_timeout",
+  "get_barrier_timeout",
+  "BUFFER_CALL_MIN_BYTES",
 ]

@@ -40,18 +40,19 @@ import numpy as np
 from hostcb import config
 from hostcb import engine, named
 from hostcb import jax_callbacks as _jc
+from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
 from hostcb.engine.errors import note_jax_callback_failure
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
-from hostcb.primitives import TapTarget, tap_p
-from hostcb.printing import caller_print_options, numpy_print_options
-from hostcb.signatures import is_key
+from hostcb._core.primitives import TapTarget, tap_p
+from hostcb._core.printing import caller_print_options, numpy_print_options
+from hostcb._core.signatures import is_key
 
 __all__ = ["print", "callback"]
 
-_JAX_CALLBACK = _jc.jax_function("debug_callback")
+_JAX_CALLBACK = _callback_helpers.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
-_JAX_PRINT = _jc.jax_function("debug_print")
+_JAX_PRINT = _callback_helpers.jax_function("debug_print")
 
 
 # --------------------------------------------------------- arguments
@@ -193,7 +194,7 @@ class _DebugCall:
       else:
         self.run(arg, transforms, False)
     except BaseException as e:  # logged, and an interrupt re-raised
-      _jc.debug_logger.exception("jax.debug.callback failed")
+      _callback_helpers.debug_logger.exception("jax.debug.callback failed")
       note_jax_callback_failure()
       if not isinstance(e, Exception):
         raise  # an interrupt goes on to the engine
@@ -257,7 +258,7 @@ class _Eagerly:
     self.call = call
 
   def __call__(self, args: tuple, transforms: tuple) -> None:
-    _jc.wait_for_earlier_callbacks()
+    _callback_helpers.wait_for_earlier_callbacks()
     call = self.call
     if call.as_jax_arrays:
       # As JAX puts them on the CPU: a Python number stays weakly typed.
@@ -272,7 +273,7 @@ class _Eagerly:
       for element in _elements(arrays, levels):
         call.call(element, True, converted=True)
     except BaseException:
-      _jc.debug_logger.exception("jax.debug.callback failed")
+      _callback_helpers.debug_logger.exception("jax.debug.callback failed")
       raise
 
 
@@ -335,11 +336,11 @@ def _tap(
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(
     call,
-    _jc.flat_treedef(len(operands)),
+    _callback_helpers.flat_treedef(len(operands)),
     False,
     eager=_Eagerly(call),
     effects=effects,
-    prints=True,
+    awaited=True,
     partitioned=partitioned,
     per_element=partitioned,
     text=isinstance(func, _Format),
@@ -375,7 +376,9 @@ def _callback(
       "first argument to jax.debug.callback must be callable, "
       f"but got an object of type {type(func)}"
     )
-  if _jc.is_jax_own(func) or (partitioned and not _partitions_natively()):
+  if _callback_helpers.is_jax_own(func) or (
+    partitioned and not _partitions_natively()
+  ):
     _to_jax(
       _JAX_CALLBACK,
       func,

@@ -2,7 +2,7 @@
 
 This module is also what ``from jax.experimental import host_callback``
 resolves to once hostcb's import hook is installed (see
-:mod:`hostcb.import_hook`), so it exports every public name of the legacy
+:mod:`hostcb._import_hook`), so it exports every public name of the legacy
 module.
 """
 
@@ -17,11 +17,15 @@ import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
-from hostcb.primitives import CallTarget, TapTarget, call_p, tap_p
-from hostcb.printing import caller_print_options, numpy_print_options, print_tap
-from hostcb.signatures import is_key, result_avals
+from hostcb._core.primitives import CallTarget, TapTarget, call_p, tap_p
+from hostcb._core.printing import (
+  caller_print_options,
+  numpy_print_options,
+  print_tap,
+)
+from hostcb._core.signatures import is_key, result_avals
 from hostcb.engine import CallbackException, barrier_wait, stop_outfeed_receiver
 
 __all__ = [
@@ -190,7 +194,7 @@ def id_tap(
     tap_func,
     treedef,
     bool(tap_with_device),
-    prints=isinstance(tap_func, _Printer),
+    awaited=isinstance(tap_func, _Printer),
     partitioned=partitioned,
     text=isinstance(tap_func, _Printer),
   )
@@ -211,7 +215,7 @@ class _Printer:
   """The tap function of one ``id_print`` site (hashable, for caching).
 
   Equal to another only for the same stream (the same object) and keyword
-  values that are equal and print the same (:mod:`hostcb.identity`).
+  values that are equal and print the same (:mod:`hostcb._core.identity`).
   """
 
   hostcb_same_by_value = True

@@ -11,7 +11,7 @@ effect, which JAX may drop when its result is unused.  Their ``vmap``,
 their error messages are JAX's (see ``docs/jax_callbacks.md`` for the few
 differences and why).
 
-:func:`hostcb.install` with ``jax_callbacks=True`` (:mod:`hostcb.import_hook`)
+:func:`hostcb.install` with ``jax_callbacks=True`` (:mod:`hostcb._import_hook`)
 puts hostcb's four functions (these two and :mod:`hostcb.debug`'s ``print``
 and ``callback``) in place of JAX's.  Importing this module (``import
 hostcb`` does) also makes ``jax.effects_barrier()`` wait for hostcb's
@@ -31,60 +31,29 @@ import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb import lowering as _lowering  # noqa: F401  (registers lowerings)
+from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
 
 # The engine's barrier and consumer test: imported here only (the one place
 # to change if the engine renames them).
 from hostcb.engine import barrier_wait as _barrier_wait
-from hostcb.engine import wait_for_taps as _wait_for_taps
 from hostcb.engine.consumers import is_consumer as _is_consumer
 from hostcb.engine.consumers import host_functions as _host_functions
-from hostcb.identity import function_hash, same_function
-from hostcb.primitives import CallTarget, call_p
-from hostcb.signatures import (
+from hostcb._core.identity import function_hash, same_function
+from hostcb._core.primitives import CallTarget, call_p
+from hostcb._core.signatures import (
   VMAP_METHODS,
   is_key,
   result_avals,
   unsupported_vmap,
 )
+from hostcb._core.callback_helpers import _JAX, flat_treedef, is_jax_own
 
 __all__ = ["io_callback", "pure_callback"]
 
-# JAX's own functions, as JAX defined them (the originals, also once
-# install() has rebound the names).
-_JAX = ji.jax_callback_functions()
 
 # Where JAX logs a failed callback; hostcb logs the same failures there.
 _callback_logger = logging.getLogger("jax._src.callback")
-debug_logger = logging.getLogger("jax._src.debugging")
-
-
-# ------------------------------------------------------------- helpers
-def jax_function(name: str) -> Callable:
-  """JAX's own ``debug_callback``, ``debug_print``, ``io_callback`` or
-  ``pure_callback`` (what hostcb hands work back to)."""
-  return _JAX[name]
-
-
-def is_jax_own(callback: Any) -> bool:
-  """Whether ``callback`` is defined inside JAX (``jax._src``): Pallas's
-  interpreter, ``jax.debug.breakpoint``.  Those keep JAX's implementation:
-  they may rely on receiving ``jax.Array`` arguments or on the device
-  waiting for them."""
-  while isinstance(callback, functools.partial):
-    callback = callback.func
-  module = getattr(callback, "__module__", None)
-  return isinstance(module, str) and module.startswith("jax._src.")
-
-
-def wait_for_earlier_callbacks() -> None:
-  """Waits until hostcb's callbacks of the computations dispatched so far
-  have run, unless called by one of those callbacks (a consumer thread),
-  which cannot wait for itself: the eager (unstaged) debug callbacks of
-  :mod:`hostcb.debug` run after them, in program order."""
-  if not _is_consumer():
-    _wait_for_taps()
 
 
 def x64_enabled() -> bool:
@@ -108,19 +77,13 @@ def call_with_x64(fn: Callable, *args) -> Any:
     return fn(*args)
 
 
-def flat_treedef(n: int):
-  """The pytree structure of ``n`` flat operands as the engine hands them
-  to a target: the array itself for one, else a tuple."""
-  return jax.tree_util.tree_structure(0 if n == 1 else (0,) * n)
-
-
 # ------------------------------------------------- the host function
 class HostCall:
   """The host side of :func:`io_callback` / :func:`pure_callback`: calls the
   callback with the arguments rebuilt from the flat operands, and checks
   its result as JAX does (same errors, same words).
 
-  Equal for the same callback (the same object, :mod:`hostcb.identity`),
+  Equal for the same callback (the same object, :mod:`hostcb._core.identity`),
   argument structure and result, so that an eager call of the same
   callback reuses its compiled computation, as JAX's own does; two
   callbacks that compare equal are two functions.
@@ -224,7 +187,7 @@ class HostCall:
     """What the engine's call handler calls instead of this object, for
     one positional argument and one array result (the common case): the
     same work in one frame, its lookups done once per executable
-    (:meth:`hostcb.primitives.CallTarget.direct_one`); else None."""
+    (:meth:`hostcb._core.primitives.CallTarget.direct_one`); else None."""
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
@@ -270,7 +233,7 @@ class HostCall:
 
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
-    # (hostcb.engine.print_order): the computation waits for this call.
+    # (hostcb.engine.read_waits): the computation waits for this call.
     running, ident = _host_functions, threading.get_ident()
     depth = running.get(ident, 0)
     running[ident] = depth + 1
@@ -368,7 +331,7 @@ def call_target(
   name: str,
   rules: Any,
 ) -> CallTarget:
-  """The :class:`~hostcb.primitives.CallTarget` of one callback."""
+  """The :class:`~hostcb._core.primitives.CallTarget` of one callback."""
   return CallTarget(
     HostCall(
       callback,
@@ -452,7 +415,7 @@ _VMAP_METHODS = [*VMAP_METHODS, None]  # listed so in JAX's error
 
 @dataclasses.dataclass(frozen=True)
 class PureRules:
-  """``pure_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+  """``pure_callback``'s rules (see :class:`~hostcb._core.primitives.CallTarget`)."""
 
   vmap_method: str | None
   effects = ()  # a pure call has none (effectful=False)
@@ -507,7 +470,7 @@ class PureRules:
 
 @dataclasses.dataclass(frozen=True)
 class IoRules:
-  """``io_callback``'s rules (see :class:`~hostcb.primitives.CallTarget`)."""
+  """``io_callback``'s rules (see :class:`~hostcb._core.primitives.CallTarget`)."""
 
   ordered: bool
 

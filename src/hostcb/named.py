@@ -39,7 +39,7 @@ import numpy as np
 from hostcb import engine
 from hostcb import jax_internals as ji
 from hostcb.engine import registry
-from hostcb.primitives import CallTarget, TapTarget, unpack_transforms
+from hostcb._core.primitives import CallTarget, TapTarget, unpack_transforms
 
 __all__ = [
   "register",
@@ -282,7 +282,7 @@ def tap_spec(target: TapTarget, transforms: tuple) -> tuple[str, str] | None:
       "fn": fn,
       "tree": tree_to_json(target.treedef),
       "with_device": bool(target.with_device),
-      "prints": bool(target.prints),
+      "prints": bool(target.awaited),
       "partitioned": bool(target.partitioned),
       "transforms": _transforms_to_json(transforms),
     }
@@ -374,7 +374,7 @@ def _tap_entry(name: str, spec: dict) -> Any:
     _build(name, spec),
     tree_from_json(spec["tree"]),
     spec["with_device"],
-    prints=spec["prints"],
+    awaited=spec["prints"],
     partitioned=spec["partitioned"],
   )
   return target.engine_entry(
@@ -425,9 +425,9 @@ def target_id(name: str, text: str, call_runner: Callable | None = None) -> int:
   if spec["op"] == "tap":
     install = lambda tid: registry.put_tap(tid, _tap_entry(name, spec))
     tid = engine.named_target_id(name, text, install, value)
-    if spec["prints"]:  # host reads wait for such prints (print_order)
-      engine.mark_print(tid)
-      engine.prints_staged()
+    if spec["prints"]:  # host reads wait for such prints (read_waits)
+      engine.mark_awaited(tid)
+      engine.awaited_tap_staged()
     return tid
   if call_runner is None:
     raise ValueError("hostcb: a call spec needs its runner")
@@ -451,7 +451,7 @@ _call_runner: list[Callable | None] = [None]
 
 
 def set_call_runner(make: Callable) -> None:
-  """How calls by name are run (:mod:`hostcb.lowering` sets it)."""
+  """How calls by name are run (:mod:`hostcb._core.lowering` sets it)."""
   _call_runner[0] = make
 
 

@@ -64,10 +64,10 @@ extern std::atomic<bool> g_dtype_supported[kMaxDtype];
 // target is registered; a target beyond it is not waited for by host
 // reads).  Read by the tap handlers, without a lock.
 constexpr int64_t kMaxPrintTargets = int64_t{1} << 20;
-extern std::atomic<uint64_t> g_print_targets[kMaxPrintTargets / 64];
+extern std::atomic<uint64_t> g_awaited_targets[kMaxPrintTargets / 64];
 inline bool IsPrintTarget(int64_t id) {
   return id >= 0 && id < kMaxPrintTargets &&
-         (g_print_targets[id / 64].load(std::memory_order_relaxed) >>
+         (g_awaited_targets[id / 64].load(std::memory_order_relaxed) >>
           (id % 64)) &
              1;
 }

@@ -32,7 +32,7 @@ namespace hostcb {
 
 std::atomic<Queue*> g_queues[kMaxDevices];
 std::atomic<bool> g_dtype_supported[kMaxDtype];
-std::atomic<uint64_t> g_print_targets[kMaxPrintTargets / 64];
+std::atomic<uint64_t> g_awaited_targets[kMaxPrintTargets / 64];
 thread_local Queue* tl_consumer_queue = nullptr;
 
 namespace {

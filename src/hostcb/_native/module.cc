@@ -449,17 +449,17 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
 
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
   long device;
-  int prints_only = 0;
+  int awaited_only = 0;
   double timeout_s = -1;
-  if (!PyArg_ParseTuple(args, "l|pd", &device, &prints_only, &timeout_s)) {
+  if (!PyArg_ParseTuple(args, "l|pd", &device, &awaited_only, &timeout_s)) {
     return nullptr;
   }
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   // Nothing pending (the common case): no release of the GIL.
-  if (prints_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
+  if (awaited_only && q->EarlierPrintsRun()) Py_RETURN_TRUE;
   bool ok = true;
-  Py_BEGIN_ALLOW_THREADS if (prints_only) {
+  Py_BEGIN_ALLOW_THREADS if (awaited_only) {
     ok = q->WaitForEarlierPrints(timeout_s);
   }
   else {
@@ -523,7 +523,7 @@ PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
   Py_RETURN_NONE;
 }
 
-PyObject* Py_mark_print_target(PyObject*, PyObject* arg) {
+PyObject* Py_mark_awaited_target(PyObject*, PyObject* arg) {
   long long id = PyLong_AsLongLong(arg);
   if (id == -1 && PyErr_Occurred()) return nullptr;
   if (id < 0 || id >= kMaxPrintTargets) {
@@ -532,8 +532,8 @@ PyObject* Py_mark_print_target(PyObject*, PyObject* arg) {
                  static_cast<long long>(kMaxPrintTargets));
     return nullptr;
   }
-  g_print_targets[id / 64].fetch_or(uint64_t{1} << (id % 64),
-                                    std::memory_order_relaxed);
+  g_awaited_targets[id / 64].fetch_or(uint64_t{1} << (id % 64),
+                                      std::memory_order_relaxed);
   Py_RETURN_NONE;
 }
 
@@ -605,14 +605,14 @@ PyMethodDef kMethods[] = {
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
      "capacity, space_waiters}."},
-    {"mark_print_target", Py_mark_print_target, METH_O,
-     "mark_print_target(target_id): taps of this target print; host reads "
+    {"mark_awaited_target", Py_mark_awaited_target, METH_O,
+     "mark_awaited_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},
     {"wait_for_earlier_records", Py_wait_for_earlier_records, METH_VARARGS,
-     "wait_for_earlier_records(device, prints_only=False, timeout_s=-1): "
+     "wait_for_earlier_records(device, awaited_only=False, timeout_s=-1): "
      "waits (GIL released) until the device's consumer has run every record "
-     "queued before the call (prints_only: up to the latest print tap), or "
-     "runs a tap function that dispatched a computation; with prints_only "
+     "queued before the call (awaited_only: up to the latest print tap), or "
+     "runs a tap function that dispatched a computation; with awaited_only "
      "and timeout_s >= 0, at most that many seconds (returns False if they "
      "passed first).  Not from the consumer's own thread."},
     {"set_call_server", Py_set_call_server, METH_VARARGS,

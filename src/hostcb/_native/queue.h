@@ -353,7 +353,7 @@ class Queue {
     if (ran_.load(std::memory_order_relaxed) < processed_) {
       ran_.store(processed_, std::memory_order_seq_cst);
     }
-    if (processed_waiters_ || print_waiters_.load()) {
+    if (processed_waiters_ || awaited_waiters_.load()) {
       processed_cv_.notify_all();
     }
     const auto start = Clock::now();
@@ -445,7 +445,7 @@ class Queue {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_dispatching_ = dispatching;
     if (dispatching && space_waiters_) space_cv_.notify_all();
-    if (dispatching && (processed_waiters_ || print_waiters_.load())) {
+    if (dispatching && (processed_waiters_ || awaited_waiters_.load())) {
       processed_cv_.notify_all();
     }
   }
@@ -476,7 +476,7 @@ class Queue {
   // Records that a print tap was just reserved (`lock` holds mu_): a host
   // read of a result waits for the prints queued before it
   // (WaitForEarlierPrints), not for the other taps.
-  void NotePrintLocked() { last_print_in_ = records_in_; }
+  void NotePrintLocked() { last_awaited_in_ = records_in_; }
 
   // Like WaitForEarlierRecords, for the records up to the latest print tap
   // queued before this call only, counted per record as the consumer runs
@@ -486,7 +486,7 @@ class Queue {
   // caller may hold the GIL).
   bool EarlierPrintsRun() {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t target = last_print_in_;
+    const uint64_t target = last_awaited_in_;
     return processed_ >= target ||
            ran_.load(std::memory_order_seq_cst) >= target ||
            consumer_dispatching_;
@@ -496,19 +496,19 @@ class Queue {
   // not all run within that many seconds.
   bool WaitForEarlierPrints(double timeout_s = -1) {
     std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t target = last_print_in_;
+    const uint64_t target = last_awaited_in_;
     auto done = [&] {
       return processed_ >= target ||
              ran_.load(std::memory_order_seq_cst) >= target ||
              consumer_dispatching_;
     };
     if (done()) return true;
-    print_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    awaited_waiters_.fetch_add(1, std::memory_order_seq_cst);
     // The consumer wakes the waiters once it has run this many records
     // (the lowest target of the waiters; see NoteRan).  Written under mu_
     // only; the wait below checks `done` again after it.
-    if (target < print_wake_at_.load(std::memory_order_seq_cst)) {
-      print_wake_at_.store(target, std::memory_order_seq_cst);
+    if (target < awaited_wake_at_.load(std::memory_order_seq_cst)) {
+      awaited_wake_at_.store(target, std::memory_order_seq_cst);
     }
     WakeConsumerLocked();  // it may be polling with taps not yet seen
     bool ok = true;
@@ -518,8 +518,8 @@ class Queue {
       ok = processed_cv_.wait_for(
           lock, std::chrono::duration<double>(timeout_s), done);
     }
-    if (print_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
-      print_wake_at_.store(kNever, std::memory_order_seq_cst);
+    if (awaited_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      awaited_wake_at_.store(kNever, std::memory_order_seq_cst);
     }
     return ok;
   }
@@ -532,7 +532,7 @@ class Queue {
   // one with an earlier target waits beside it).
   void NoteRan(uint64_t n) {
     const uint64_t ran = ran_.fetch_add(n, std::memory_order_seq_cst) + n;
-    if (ran >= print_wake_at_.load(std::memory_order_seq_cst)) {
+    if (ran >= awaited_wake_at_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lock(mu_);
       processed_cv_.notify_all();
     }
@@ -618,20 +618,20 @@ class Queue {
   bool consumer_active_ = false;
   std::atomic<bool> consumer_dispatching_{false};
   uint64_t records_in_ = 0, records_out_ = 0;
-  uint64_t last_print_in_ = 0;  // records_in_ after the latest print tap
+  uint64_t last_awaited_in_ = 0;  // records_in_ after the latest print tap
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
   uint64_t processed_ = 0;
   // Records whose functions have run, counted per record by the consumer
-  // (NoteRan); host reads waiting for a print among them (print_waiters_).
+  // (NoteRan); host reads waiting for a print among them (awaited_waiters_).
   // On a cache line of their own, the last of the object: the consumer
   // writes ran_ once per record, and on the line of records_in_ and
   // head_, which a producer writes on every tap, that cost the producer a
   // cache miss per record the consumer ran (issue 38).
   alignas(64) std::atomic<uint64_t> ran_{0};
-  std::atomic<int> print_waiters_{0};
+  std::atomic<int> awaited_waiters_{0};
   static constexpr uint64_t kNever = ~uint64_t{0};
-  std::atomic<uint64_t> print_wake_at_{kNever};  // see NoteRan
+  std::atomic<uint64_t> awaited_wake_at_{kNever};  // see NoteRan
 };
 
 }  // namespace hostcb

@@ -46,7 +46,7 @@ from hostcb.engine.native import (
   counters,
   tap_fallbacks,
   device_of_ordinal,
-  mark_print,
+  mark_awaited,
   noop_target_name,
   supports,
   unavailable_reason,
@@ -58,7 +58,7 @@ from hostcb.engine.native import (
   set_name_resolver,
   tap_v1_target_name,
 )
-from hostcb.engine.print_order import prints_staged
+from hostcb.engine.read_waits import awaited_tap_staged
 from hostcb.engine.pyqueue import queue_for
 from hostcb.engine.pyqueue import queues as python_queues
 from hostcb.engine.registry import ProcessLocalFunctionError
@@ -94,8 +94,8 @@ __all__ = [
   "stop_outfeed_receiver",
   "wait_for_taps",
   "note_lowered",
-  "prints_staged",
-  "mark_print",
+  "awaited_tap_staged",
+  "mark_awaited",
   "ProcessLocalFunctionError",
 ]
 

@@ -118,7 +118,7 @@ def barrier_wait(
   logger.debug("hostcb: barrier_wait(%s) starts", name)
   wait_for_taps()
   if all_processes:
-    from hostcb import distributed  # noqa: PLC0415  (JAX's multi-process)
+    from hostcb._core import distributed  # noqa: PLC0415  (JAX's multi-process)
 
     distributed.wait_for_all_processes(name)
   logger.debug("hostcb: barrier_wait(%s) done", name)

@@ -619,20 +619,20 @@ def _test_fail_next_allocations(n: int) -> None:
   _require()._fail_next_allocations(int(n))
 
 
-def wait_for_device(ordinal: int, prints_only: bool = False) -> None:
+def wait_for_device(ordinal: int, awaited_only: bool = False) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
-  been processed (``prints_only``: every record up to the latest print
-  tap, see :func:`mark_print`); at once when called by that device's
+  been processed (``awaited_only``: every record up to the latest print
+  tap, see :func:`mark_awaited`); at once when called by that device's
   consumer, while that consumer runs a tap function that dispatched a
   computation (the call belongs to that function), or when nothing went
   through the engine on that device."""
   c = _consumers.get(ordinal)
   if c is None or c.thread is threading.current_thread():
     return
-  _native.wait_for_earlier_records(ordinal, prints_only)
+  _native.wait_for_earlier_records(ordinal, awaited_only)
 
 
-def prints_run_everywhere() -> bool:
+def awaited_run_everywhere() -> bool:
   """Whether every device's consumer has run the prints queued so far
   (no waiting, and the GIL kept)."""
   for ordinal in list(_consumers):
@@ -641,8 +641,8 @@ def prints_run_everywhere() -> bool:
   return True
 
 
-def wait_for_prints_everywhere(deadline: float) -> bool:
-  """``wait_for_device(o, prints_only=True)`` for every device ``o`` with
+def wait_for_awaited_everywhere(deadline: float) -> bool:
+  """``wait_for_device(o, awaited_only=True)`` for every device ``o`` with
   a consumer, until ``deadline`` (``time.monotonic()``); False if it
   passed first.  Not from a consumer thread (the caller checks)."""
   ok = True
@@ -656,13 +656,13 @@ def wait_for_prints_everywhere(deadline: float) -> bool:
   return ok
 
 
-def mark_print(tid: int) -> None:
-  """Taps of target ``tid`` print: ``wait_for_device(..., prints_only=True)``
+def mark_awaited(tid: int) -> None:
+  """Taps of target ``tid`` print: ``wait_for_device(..., awaited_only=True)``
   waits for them.
   A target id beyond the engine's table is not marked (a program with a
   million tap sites); its prints are then not waited for by host reads."""
   if tid < _native.MAX_PRINT_TARGETS:
-    _native.mark_print_target(tid)
+    _native.mark_awaited_target(tid)
 
 
 def after_fork_in_child() -> None:

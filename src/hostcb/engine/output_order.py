@@ -4,13 +4,13 @@ Under JAX, ``print("result:", f(x))`` shows the lines that ``f``'s
 ``jax.debug.print`` made, then ``result: ...``: on CPU, JAX runs a
 computation with callbacks while the caller waits.  hostcb's prints run
 later, on consumer threads (the device never waits for them), and
-:mod:`.print_order` makes host *reads* of results wait for them; but
+:mod:`.read_waits` makes host *reads* of results wait for them; but
 ``print`` writes its label before it reads the array, so the label came
 first.  This module keeps JAX's order for everything the program writes
 to ``sys.stdout`` and ``sys.stderr``:
 
 * once a print has been staged (:func:`install`, called by
-  :func:`hostcb.engine.prints_staged`), ``sys.stdout`` and ``sys.stderr``
+  :func:`hostcb.engine.awaited_tap_staged`), ``sys.stdout`` and ``sys.stderr``
   are wrapped in :class:`OrderedStream`; so is every stream assigned to
   them later (pytest's capture, ``contextlib.redirect_stdout``, a plain
   ``sys.stdout = f``), since ``sys``'s module class gets two data
@@ -200,7 +200,7 @@ def _before_write() -> None:
   if (
     ji.wait_for_this_threads_computation(0.0)  # (never waits)
     and not pyqueue.queues
-    and native.prints_run_everywhere()
+    and native.awaited_run_everywhere()
   ):
     return  # nothing pending (the common case): no clock, no state
   state = _state
@@ -213,17 +213,17 @@ def _before_write() -> None:
     return
   state.busy = True  # what the waits log is written without waiting
   try:
-    _wait_for_earlier_prints()
+    _wait_for_earlier_awaited()
   finally:
     state.busy = False
 
 
-def _wait_for_earlier_prints() -> None:
+def _wait_for_earlier_awaited() -> None:
   deadline = time.monotonic() + WAIT_SECONDS
   ok = ji.wait_for_this_threads_computation(WAIT_SECONDS)
   for q in list(pyqueue.queues.values()):
-    ok = q.wait_for_prints(max(0.0, deadline - time.monotonic())) and ok
-  ok = native.wait_for_prints_everywhere(deadline) and ok
+    ok = q.wait_for_awaited(max(0.0, deadline - time.monotonic())) and ok
+  ok = native.wait_for_awaited_everywhere(deadline) and ok
   if not ok and not _warned[0]:
     _warned[0] = True  # once per process: the same cause would repeat it
     logger.warning(

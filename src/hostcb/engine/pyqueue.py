@@ -57,8 +57,8 @@ class DeviceQueue:
     self._queued = 0  # items ever queued (markers too)
     self._done = 0  # items ever run to the end (the difference
     # is what is queued and not yet run)
-    self._last_print = 0  # _queued just after the latest print tap
-    self._print_waiters = 0  # host reads waiting for prints
+    self._last_awaited = 0  # _queued just after the latest print tap
+    self._awaited_waiters = 0  # host reads waiting for prints
     self.dispatching = False  # the consumer's tap function dispatched
     self._thread = threading.Thread(
       target=self._consume, daemon=True, name=f"hostcb-consumer-{name}"
@@ -107,7 +107,7 @@ class DeviceQueue:
       self._bytes += nbytes
       self._queued += 1
       if prints:
-        self._last_print = self._queued
+        self._last_awaited = self._queued
       if self._consumer_asleep:
         cond.notify_all()
 
@@ -129,23 +129,23 @@ class DeviceQueue:
       self._cond.notify_all()
       return True
 
-  def wait_for_prints(self, timeout: float | None = None) -> bool:
+  def wait_for_awaited(self, timeout: float | None = None) -> bool:
     """Waits until the consumer has run every item up to the latest print
     tap queued so far; at once where a ``call`` would not wait
     (:meth:`calls_wait`).  False if ``timeout`` seconds passed first."""
     if not self.calls_wait():
       return True
     with self._cond:
-      target = self._last_print
+      target = self._last_awaited
       if self._done >= target:
         return True
-      self._print_waiters += 1
+      self._awaited_waiters += 1
       try:
         return self._cond.wait_for(
           lambda: self._done >= target or self.dispatching, timeout
         )
       finally:
-        self._print_waiters -= 1
+        self._awaited_waiters -= 1
 
   def _consume(self) -> None:
     from hostcb import jax_internals as ji  # noqa: PLC0415
@@ -188,7 +188,7 @@ class DeviceQueue:
       with cond:
         self._bytes -= pending
         self._done += len(batch)
-        if self._waiters or self._print_waiters:
+        if self._waiters or self._awaited_waiters:
           cond.notify_all()
 
 

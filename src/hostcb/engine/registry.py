@@ -26,7 +26,7 @@ process's functions.
 
 Keys.  The key table maps an opaque key to a target id.  The lowering
 keys a process-local function by what it *is* (the primitive's target,
-whose function compares by identity, see :mod:`hostcb.primitives`): two
+whose function compares by identity, see :mod:`hostcb._core.primitives`): two
 callables that compare equal but are different objects get two ids.  A
 key of another kind (a function registered under a stable name) can sit
 beside those keys: nothing here looks inside a key.

@@ -73,7 +73,7 @@ from hostcb.jax_internals.dispatch import (
   declares_no_effect,
   drain_this_thread,
   fast_dispatch,
-  note_print_lowered,
+  note_awaited_lowered,
   fast_dispatch_used,
   local_devices,
   set_fast_dispatch,

@@ -265,7 +265,7 @@ def _devices(module: Any) -> int:
 # Executables that print: what the thread writes next waits for the latest
 # one it dispatched and for its prints (:mod:`hostcb.engine.output_order`),
 # as JAX's own prints are out before the dispatch of a CPU computation
-# returns.  A print's lowering calls :func:`note_print_lowered`; the modules
+# returns.  A print's lowering calls :func:`note_awaited_lowered`; the modules
 # lowered with one are kept (weakly: an id could be reused by a later
 # module), since the cached lowering returns the same module again without
 # lowering it.  Decided once per executable, at lowering:
@@ -283,8 +283,8 @@ def _devices(module: Any) -> int:
 # * one that returns nothing keeps its runtime token (JAX's Python path),
 #   whose dispatch hostcb sees (the token of the latest one of each
 #   thread, :mod:`.core`).
-_lowering = threading.local()  # .prints: prints lowered by this thread
-_print_modules: weakref.WeakSet = weakref.WeakSet()
+_lowering = threading.local()  # .awaited: awaited taps lowered by this thread
+_awaited_modules: weakref.WeakSet = weakref.WeakSet()
 
 
 class _PrintsMarker:
@@ -317,9 +317,9 @@ def _marked(keepalive: Any) -> bool:
   return isinstance(keepalive, list) and any(k is _PRINTS for k in keepalive)
 
 
-def note_print_lowered() -> None:
+def note_awaited_lowered() -> None:
   """The lowering running in this thread stages a print."""
-  _lowering.prints = getattr(_lowering, "prints", 0) + 1
+  _lowering.awaited = getattr(_lowering, "awaited", 0) + 1
 
 
 def _for_export(args: tuple, kwargs: dict) -> bool:
@@ -343,10 +343,10 @@ def _install() -> None:
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
-    prints_before = getattr(_lowering, "prints", 0)
+    awaited_before = getattr(_lowering, "awaited", 0)
     result = _checked_lowering(original(*args, **kwargs))
-    if getattr(_lowering, "prints", 0) != prints_before:
-      _print_modules.add(result[_MODULE])
+    if getattr(_lowering, "awaited", 0) != awaited_before:
+      _awaited_modules.add(result[_MODULE])
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
@@ -365,9 +365,9 @@ def _install() -> None:
     if not _fast[0] or in_tap_function():
       _kept_token[0] = True
       return result
-    prints = module in _print_modules and not _for_export(args, kwargs)
+    prints = module in _awaited_modules and not _for_export(args, kwargs)
     if prints and not _returns_arrays(module):
-      # Keeps its token (see _print_modules).  Not a program for
+      # Keeps its token (see _awaited_modules).  Not a program for
       # jax.export: that one is run by Exported.call, which dispatches it
       # inside a program of its own, and it must carry no JAX effect that
       # export cannot serialize (JAX's IO effect of hostcb's io_callback).

@@ -27,7 +27,7 @@ def run_script(path: str, argv: list[str], jax_callbacks: bool = False) -> None:
   (``install(jax_callbacks=jax_callbacks)``)."""
   if not os.path.isfile(path):
     raise ScriptNotFoundError(f"hostcb run: no such script: {path!r}")
-  from hostcb.import_hook import install
+  from hostcb._import_hook import install
 
   install(jax_callbacks=jax_callbacks)
   sys.argv = [path, *argv]

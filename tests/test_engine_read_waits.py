@@ -1,4 +1,4 @@
-"""Prints before the results they come with (``hostcb.engine.print_order``):
+"""Prints before the results they come with (``hostcb.engine.read_waits``):
 a result read on the host never shows before the lines that the
 computation producing it printed through hostcb, as with JAX's own
 callbacks, which print while the computation runs."""

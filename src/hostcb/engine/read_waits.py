@@ -31,23 +31,23 @@ from hostcb import jax_internals as ji
 from hostcb.engine import native, output_order, pyqueue
 from hostcb.engine.consumers import in_host_function, is_consumer
 
-__all__ = ["prints_staged"]
+__all__ = ["awaited_tap_staged"]
 
 
-def prints_staged() -> None:
+def awaited_tap_staged() -> None:
   """A print was staged: from now on, host reads wait for the prints
   queued before them (module docstring), and so do writes to
   ``sys.stdout``/``sys.stderr`` (:mod:`.output_order`).  Cheap after the
   first call."""
-  ji.after_host_reads(_wait_for_earlier_prints)
+  ji.after_host_reads(_wait_for_earlier_awaited)
   output_order.install()
 
 
-def _wait_for_earlier_prints(array: Any) -> None:
+def _wait_for_earlier_awaited(array: Any) -> None:
   if is_consumer() or in_host_function():
     return  # (before the look at the queues, which from a consumer would
     # give up the GIL while its own print is pending)
-  if not pyqueue.queues and native.prints_run_everywhere():
+  if not pyqueue.queues and native.awaited_run_everywhere():
     return  # no print pending on any device (the common case): no lookups
   try:
     devices = array.devices()
@@ -57,7 +57,7 @@ def _wait_for_earlier_prints(array: Any) -> None:
     if pyqueue.queues:
       q = pyqueue.queues.get(d)
       if q is not None:
-        q.wait_for_prints()
+        q.wait_for_awaited()
     key = native.key_of_device(d)
     if key is not None:
-      native.wait_for_device(key, prints_only=True)
+      native.wait_for_device(key, awaited_only=True)

@@ -20,7 +20,7 @@ be differentiated (use ``jax.custom_vjp``) and is batched only for the
 The parameters ``target`` are :class:`TapTarget` / :class:`CallTarget`:
 hashable descriptions of what the host runs, so that the same function on
 the same shapes hits JAX's compilation caches.  Their functions compare by
-identity (:mod:`hostcb.identity`): two callables that compare equal are
+identity (:mod:`hostcb._core.identity`): two callables that compare equal are
 two functions, and an unhashable callable is accepted.
 """
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb.identity import function_hash, same_function
+from hostcb._core.identity import function_hash, same_function
 
 __all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
 
@@ -69,9 +69,9 @@ class TapTarget:
   front end replaces (:mod:`hostcb.debug`'s ordered callbacks carry JAX's
   ordered debug effect, which JAX refuses on several devices).
 
-  ``prints``: the function prints (``id_print``, :mod:`hostcb.debug`):
+  ``awaited``: the function prints (``id_print``, :mod:`hostcb.debug`):
   a host read of a result waits for such taps queued before it
-  (:mod:`hostcb.engine.print_order`), not for the others.
+  (:mod:`hostcb.engine.read_waits`), not for the others.
 
   ``text``: the function is a print's own formatter (``id_print``,
   ``hostcb.debug.print``), not a callback that may print: its executable
@@ -97,7 +97,7 @@ class TapTarget:
   with_device: bool
   eager: Callable | None = None
   effects: tuple = ()
-  prints: bool = False
+  awaited: bool = False
   partitioned: bool = False
   per_element: bool = False
   text: bool = False
@@ -110,7 +110,7 @@ class TapTarget:
       and self.treedef == other.treedef
       and self.with_device == other.with_device
       and self.effects == other.effects
-      and self.prints == other.prints
+      and self.awaited == other.awaited
       and self.partitioned == other.partitioned
       and self.per_element == other.per_element
     )
@@ -122,7 +122,7 @@ class TapTarget:
         self.treedef,
         self.with_device,
         self.effects,
-        self.prints,
+        self.awaited,
         self.partitioned,
         self.per_element,
       )

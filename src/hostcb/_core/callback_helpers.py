@@ -1,0 +1,59 @@
+"""What hostcb's JAX-API drop-ins share (``hostcb.jax_callbacks`` and
+``hostcb.debug``): JAX's own functions, where JAX logs a failed
+callback, and the wait for earlier callbacks.
+
+Moved from ``hostcb.jax_callbacks`` (issue 35).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import jax
+
+from hostcb import jax_internals as ji
+from hostcb.engine import wait_for_taps as _wait_for_taps
+from hostcb.engine.consumers import is_consumer as _is_consumer
+
+
+# JAX's own functions, as JAX defined them (the originals, also once
+# install() has rebound the names).
+_JAX = ji.jax_callback_functions()
+
+
+debug_logger = logging.getLogger("jax._src.debugging")
+
+
+# ------------------------------------------------------------- helpers
+def jax_function(name: str) -> Callable:
+  """JAX's own ``debug_callback``, ``debug_print``, ``io_callback`` or
+  ``pure_callback`` (what hostcb hands work back to)."""
+  return _JAX[name]
+
+
+def is_jax_own(callback: Any) -> bool:
+  """Whether ``callback`` is defined inside JAX (``jax._src``): Pallas's
+  interpreter, ``jax.debug.breakpoint``.  Those keep JAX's implementation:
+  they may rely on receiving ``jax.Array`` arguments or on the device
+  waiting for them."""
+  while isinstance(callback, functools.partial):
+    callback = callback.func
+  module = getattr(callback, "__module__", None)
+  return isinstance(module, str) and module.startswith("jax._src.")
+
+
+def wait_for_earlier_callbacks() -> None:
+  """Waits until hostcb's callbacks of the computations dispatched so far
+  have run, unless called by one of those callbacks (a consumer thread),
+  which cannot wait for itself: the eager (unstaged) debug callbacks of
+  :mod:`hostcb.debug` run after them, in program order."""
+  if not _is_consumer():
+    _wait_for_taps()
+
+
+def flat_treedef(n: int):
+  """The pytree structure of ``n`` flat operands as the engine hands them
+  to a target: the array itself for one, else a tuple."""
+  return jax.tree_util.tree_structure(0 if n == 1 else (0,) * n)
