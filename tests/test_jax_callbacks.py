@@ -1266,3 +1266,39 @@ def test_an_eager_debug_callback_failure_reaches_the_caller():
   with pytest.raises(ValueError, match="tapped 1.0"):
     hostcb.debug.callback(_fails, jnp.float32(1.0))
   jax.effects_barrier()
+
+
+def _jax_minor() -> tuple[int, ...]:
+  return tuple(int(p) for p in jax.__version__.split(".")[:2])
+
+
+@pytest.mark.skipif(
+  _jax_minor() >= (0, 10),
+  reason="jax 0.10 and newer hand 4-bit operands to Python callbacks "
+  "exactly (test_sub_byte_callback_operands_arrive_exactly)",
+)
+def test_sub_byte_callback_operands_are_refused_before_jax_0_10():
+  import jax.numpy as jnp
+
+  x = jnp.array([0, 1, 3], jnp.uint4)
+  f = jax.jit(lambda x: hostcb.debug.callback(lambda v: None, x))
+  with pytest.raises(
+    NotImplementedError, match=r"XLA hands uint4 values to host callbacks"
+  ):
+    f(x)
+
+
+@pytest.mark.skipif(
+  _jax_minor() < (0, 10),
+  reason="before jax 0.10 hostcb refuses 4-bit callback operands"
+  " (test_sub_byte_callback_operands_are_refused_before_jax_0_10)",
+)
+def test_sub_byte_callback_operands_arrive_exactly():
+  import jax.numpy as jnp
+  import numpy as np
+
+  seen = []
+  x = jnp.array([0, 1, 3], jnp.uint4)
+  jax.jit(lambda x: hostcb.debug.callback(seen.append, x))(x)
+  jax.effects_barrier()
+  assert [np.asarray(v).astype(np.int32).tolist() for v in seen] == [[0, 1, 3]]

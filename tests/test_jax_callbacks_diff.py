@@ -59,6 +59,10 @@ _SINCE_JAX_0_10 = {
 }
 
 
+# Scenarios with operands narrower than a byte (int4, uint4).
+_SUB_BYTE_SCENARIOS = {"arrays_of_narrow_dtypes"}
+
+
 def _jax_version() -> tuple[int, ...]:
   import jax
 
@@ -84,6 +88,14 @@ def test_hostcb_matches_jax(outputs, name):
   """hostcb (called directly, and installed in place of JAX's functions)
   prints, calls back, returns and raises what JAX does in this scenario,
   or what the scenario documents."""
+  if name in _SUB_BYTE_SCENARIOS and _jax_version() < (0, 10):
+    import jax
+
+    pytest.skip(
+      f"{name} passes 4-bit operands, which hostcb refuses on jax "
+      f"{jax.__version__} (XLA's layout there reads back as other values; "
+      "test_jax_callbacks checks the error)"
+    )
   if name in _SINCE_JAX_0_10 and _jax_version() < (0, 10):
     import jax
 

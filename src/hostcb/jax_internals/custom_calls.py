@@ -154,6 +154,7 @@ def emit_host_callback(
       )
     )
     return results
+  _refuse_sub_byte_operands(ctx.avals_in, avals_out)
   operands, avals_in, avals_out = _operands(ctx, args, placement, avals_out)
   token, sharding = _take_token(
     ctx, has_side_effect, operands, avals_in, avals_out, sharding
@@ -170,6 +171,34 @@ def emit_host_callback(
     has_side_effect=has_side_effect,
     sharding=sharding,
     token_effect=(host_callback_effect if token is not None else None),
+  )
+
+
+# Dtypes narrower than a byte.  Before jax 0.10 (seen on 0.8.0; 0.10.2 and
+# 0.12.0.1 are right), XLA's CPU Python callback hands them to hostcb's host
+# functions in a layout that reads back as other values: the callback
+# would show values the program never computed.
+_SUB_BYTE = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn"})
+
+
+def _refuse_sub_byte_operands(avals_in, avals_out) -> None:
+  """Raises, on a JAX older than 0.10, where a callback through XLA's
+  Python callback takes or returns a dtype narrower than a byte."""
+  names = {str(getattr(a, "dtype", "")) for a in (*avals_in, *avals_out)}
+  narrow = sorted(names & _SUB_BYTE)
+  if not narrow:
+    return
+  import jax  # noqa: PLC0415  (public API, for its version)
+
+  version = jax.__version__
+  parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+  if parts >= (0, 10):
+    return
+  raise NotImplementedError(
+    f"hostcb: on jax {version}, XLA hands {', '.join(narrow)} values to "
+    "host callbacks in a layout that hostcb cannot read exactly, and a "
+    "callback must never see values the program did not compute. Cast "
+    "them first (x.astype(jnp.int8)), or use jax 0.10 or newer."
   )
 
 
