@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -175,18 +176,24 @@ def emit_host_callback(
 
 
 # Dtypes narrower than a byte.  Before jax 0.10 (seen on 0.8.0; 0.10.2 and
-# 0.12.0.1 are right), XLA's CPU Python callback hands them to hostcb's host
-# functions in a layout that reads back as other values: the callback
-# would show values the program never computed.
+# 0.12.0.1 are right), XLA's CPU Python callback hands an array of such a
+# dtype with an odd number of elements over without its last element (it
+# reads back as another value): the callback would show a value the
+# program never computed.  Even counts arrive exactly.
 _SUB_BYTE = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn"})
 
 
 def _refuse_sub_byte_operands(avals_in, avals_out) -> None:
   """Raises, on a JAX older than 0.10, where a callback through XLA's
-  Python callback takes or returns a dtype narrower than a byte."""
-  names = {str(getattr(a, "dtype", "")) for a in (*avals_in, *avals_out)}
-  narrow = sorted(names & _SUB_BYTE)
-  if not narrow:
+  Python callback takes or returns an array of a dtype narrower than a
+  byte with an odd number of elements."""
+  odd = [
+    a
+    for a in (*avals_in, *avals_out)
+    if str(getattr(a, "dtype", "")) in _SUB_BYTE
+    and math.prod(getattr(a, "shape", ())) % 2 == 1
+  ]
+  if not odd:
     return
   import jax  # noqa: PLC0415  (public API, for its version)
 
@@ -194,11 +201,13 @@ def _refuse_sub_byte_operands(avals_in, avals_out) -> None:
   parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
   if parts >= (0, 10):
     return
+  a = odd[0]
   raise NotImplementedError(
-    f"hostcb: on jax {version}, XLA hands {', '.join(narrow)} values to "
-    "host callbacks in a layout that hostcb cannot read exactly, and a "
-    "callback must never see values the program did not compute. Cast "
-    "them first (x.astype(jnp.int8)), or use jax 0.10 or newer."
+    f"hostcb: on jax {version}, XLA hands a {a.dtype}{list(a.shape)} (an "
+    "odd number of values narrower than a byte) to host callbacks without "
+    "its last value, and a callback must never see values the program did "
+    "not compute. Cast it first (x.astype(jnp.int8)), pad it to an even "
+    "size, or use jax 0.10 or newer."
   )
 
 
