@@ -330,6 +330,49 @@ def test_jax_array_arguments_fail_without_batched_device_puts_enable_x64():
   )
 
 
+@pytest.mark.parametrize(
+  "dtype", ["float32", "bool", "int8", "complex64", "bfloat16", "int4"]
+)
+def test_host_array_is_np_asarray_of_a_cpu_array(dtype):
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  ji.prepare_cpu_arrays()
+  x = jax.numpy.arange(6).reshape(2, 3).astype(dtype)
+  got, want = ji.host_array(x), np.asarray(x)
+  assert type(got) is np.ndarray
+  assert (got.dtype, got.shape) == (want.dtype, want.shape)
+  assert got.tobytes() == want.tobytes()
+
+
+def test_host_array_of_a_tracer_fails_as_np_asarray():
+  from hostcb import jax_internals as ji
+
+  with pytest.raises(jax.errors.TracerArrayConversionError):
+    jax.jit(ji.host_array)(jax.numpy.ones(2, jax.numpy.bfloat16))
+
+
+def test_jax_array_arguments_fail_without_host_buffer_semantics():
+  # Fault injection: a jaxlib without HostBufferSemantics.
+  proc = run_python(
+    "import jax, numpy as np, hostcb\n"
+    "from jax._src.lib import xla_client\n"
+    "del xla_client.HostBufferSemantics\n"
+    "try:\n"
+    "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    f"{_XLA_CLIENT}.HostBufferSemantics, which hostcb uses to hand "
+    "callbacks jax.Arrays made from the host values. hostcb was checked "
+    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+    f"hostcb release that supports jax {jax.__version__}.\n"
+  )
+
+
 def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():
   # Fault injection: a jaxlib without batched_device_put.  The callback
   # stops when it is traced, not later on the engine's thread.

@@ -52,6 +52,9 @@ from hostcb._core.callback_helpers import _JAX, flat_treedef, is_jax_own
 __all__ = ["io_callback", "pure_callback"]
 
 
+# np.asarray of a callback's result, by jaxlib's cheapest exact route.
+_host_array = ji.host_array
+
 # Where JAX logs a failed callback; hostcb logs the same failures there.
 _callback_logger = logging.getLogger("jax._src.callback")
 
@@ -205,7 +208,13 @@ class HostCall:
       running[ident] = depth + 1
       try:
         try:
-          result = callback(arg if to_jax is None else to_jax(arg))
+          if to_jax is None:
+            result = callback(arg)
+          else:
+            made = to_jax(arg)
+            result = callback(made)
+            if result is made:  # its value is the host array it was made of
+              result = arg
           if type(result) is np.ndarray:
             if result.dtype == dtype and result.shape == shape:
               return result
@@ -214,8 +223,8 @@ class HostCall:
             and result.dtype == dtype
             and result.shape == shape
           ):
-            return np.asarray(result)
-          results = [np.asarray(r) for r in jax.tree_util.tree_leaves(result)]
+            return _host_array(result)
+          results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
         except BaseException:
           _callback_logger.exception("%s failed", name)
           raise
@@ -249,14 +258,17 @@ class HostCall:
 
   def _call(self, arg):
     try:
+      made = None
       if self._to_jax_one is not None:
-        leaves = (self._to_jax_one(arg),)
+        leaves = (made := self._to_jax_one(arg),)
       else:
         leaves = (arg,) if self.n_in == 1 else arg
         if self._to_jax is not None:
           leaves = self._to_jax(leaves)
       if self._positional:
         result = self.callback(*leaves)
+        if result is made and made is not None:  # see direct()
+          result = arg
         one = self._one
         # The common cases, one exact array of the expected shape and dtype
         # (NumPy's, or a jax.Array such as the argument itself), need no
@@ -270,11 +282,11 @@ class HostCall:
             and result.dtype == one[1]
             and result.shape == one[0]
           ):
-            return np.asarray(result)
+            return _host_array(result)
       else:
         args, kwargs = self.in_tree.unflatten(leaves)
         result = self.callback(*args, **kwargs)
-      results = [np.asarray(r) for r in jax.tree_util.tree_leaves(result)]
+      results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
     except BaseException:
       _callback_logger.exception("%s failed", self.name)
       raise

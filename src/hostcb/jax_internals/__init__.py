@@ -109,6 +109,7 @@ from hostcb.jax_internals.buffers import (
 from hostcb.jax_internals.host_arrays import (
   cpu_array,
   cpu_arrays,
+  host_array,
   prepare_cpu_arrays,
 )
 from hostcb.jax_internals.effects_barrier import (
