@@ -1154,6 +1154,21 @@ def test_large_arguments_are_the_engines_aligned_memory():
   np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float32))
 
 
+def test_small_arguments_are_the_engines_aligned_memory_too():
+  # Under 1 KiB the engine's array is a 64-byte aligned slot of its own in
+  # a shared slab, which the jax.Array takes without a second copy.
+  seen = []
+  jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(a), x))(
+    jnp.arange(3, dtype=jnp.float32)
+  )
+  hostcb.barrier_wait()
+  (a,) = seen
+  out = hostcb.jax_internals.cpu_array(a)
+  assert out.unsafe_buffer_pointer() == a.ctypes.data
+  assert a.ctypes.data % 64 == 0
+  np.testing.assert_array_equal(out, np.arange(3, dtype=np.float32))
+
+
 def test_a_callback_traced_under_enable_x64_gets_float64_and_computes_in_it():
   # jax.enable_x64 is the tracing thread's setting; the callback runs on
   # hostcb's consumer thread, and gets it too (as JAX's, run in the
