@@ -345,6 +345,18 @@ def test_host_array_is_np_asarray_of_a_cpu_array(dtype):
   assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bool", "bfloat16", "int4"])
+def test_host_array_of_a_dtype_is_np_asarray_of_its_arrays(dtype):
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  ji.prepare_cpu_arrays()
+  x = jax.numpy.arange(4).astype(dtype)
+  got, want = ji.host_array_of(x.dtype)(x), np.asarray(x)
+  assert (got.dtype, got.shape) == (want.dtype, want.shape)
+  assert got.tobytes() == want.tobytes()
+
+
 def test_host_array_of_a_tracer_fails_as_np_asarray():
   from hostcb import jax_internals as ji
 

@@ -198,6 +198,7 @@ class HostCall:
       return None  # traced with 64-bit types on: __call__ turns them on
     callback, to_jax, running = self.callback, self._to_jax_one, _host_functions
     shape, dtype = one
+    to_host = ji.host_array_of(dtype)  # a jax.Array result's NumPy value
     name, finish, array_type = self.name, self._finish, jax.Array
     get_ident = threading.get_ident
 
@@ -223,7 +224,7 @@ class HostCall:
             and result.dtype == dtype
             and result.shape == shape
           ):
-            return _host_array(result)
+            return to_host(result)
           results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
         except BaseException:
           _callback_logger.exception("%s failed", name)

@@ -57,7 +57,7 @@ test, ``result is made``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from jax._src import core as _core
@@ -69,7 +69,13 @@ from hostcb.jax_internals.versions import (
   require,
 )
 
-__all__ = ["cpu_array", "cpu_arrays", "host_array", "prepare_cpu_arrays"]
+__all__ = [
+  "cpu_array",
+  "cpu_arrays",
+  "host_array",
+  "host_array_of",
+  "prepare_cpu_arrays",
+]
 
 _WHAT = "to hand callbacks jax.Arrays made from the host values"
 
@@ -156,6 +162,20 @@ def cpu_array(a: Any) -> Any:
 def cpu_arrays(leaves: Sequence[Any]) -> list:
   """:func:`cpu_array` of each leaf."""
   return [cpu_array(a) for a in leaves]
+
+
+def _value_or_asarray(x: Any) -> np.ndarray:
+  if type(x) is _ARRAY_IMPL:
+    return x._value
+  return np.asarray(x)
+
+
+def host_array_of(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
+  """:func:`host_array` for results known to be of ``dtype``, chosen once
+  (per executable) rather than per call: ``np.asarray`` itself for the
+  dtypes that jaxlib's buffer protocol takes, else a function that calls
+  ``ArrayImpl._value``."""
+  return _value_or_asarray if np.dtype(dtype).kind == "V" else np.asarray
 
 
 def host_array(x: Any) -> np.ndarray:
