@@ -272,6 +272,21 @@ def test_cpu_arrays_copy_memory_hostcb_does_not_own():
   assert out.unsafe_buffer_pointer() != a.ctypes.data
 
 
+def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
+  # 4 MiB, past the size from which the CPU client may copy on its own
+  # thread after the call returned: the copy is done by then.
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  data = bytearray(np.zeros(1 << 20, np.float32).tobytes())
+  a = np.frombuffer(data, np.float32)
+  (out,) = ji.cpu_arrays([a])
+  a_writer = np.frombuffer(data, np.float32)
+  a_writer[:] = 7.0
+  assert float(out.sum()) == 0.0
+  assert out.unsafe_buffer_pointer() != a.ctypes.data
+
+
 def test_a_cpu_array_keeps_its_memory_alive():
   import gc
   import numpy as np

@@ -86,6 +86,9 @@ _put: Any = None
 _sharding: Any = None
 _devices: list = []
 _ZERO_COPY: Any = None  # xla_client.HostBufferSemantics.ZERO_COPY
+# ...IMMUTABLE_ONLY_DURING_CALL: the client copies before the call returns
+# (with ZERO_COPY a copy of 100 KB or more may finish later, on its thread).
+_ONLY_DURING_CALL: Any = None
 _ARRAY_IMPL: Any = None  # xla_client.ArrayImpl
 _avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
 # The base of the engine's arrays over a record's own block (large taps:
@@ -98,7 +101,7 @@ def prepare_cpu_arrays() -> None:
   fails here, with :class:`MissingJaxInternal`, when a callback that gets
   ``jax.Array`` s is traced (not in the callback, later, on the engine's
   thread).  Cheap after the first call."""
-  global _put, _sharding, _devices, _ZERO_COPY, _ARRAY_IMPL
+  global _put, _sharding, _devices, _ZERO_COPY, _ONLY_DURING_CALL, _ARRAY_IMPL
   if _put is not None:
     return
   with _lock:
@@ -116,10 +119,14 @@ def prepare_cpu_arrays() -> None:
         )
       semantics = require(_xc, "HostBufferSemantics", _WHAT, verb="uses")
       zero_copy = require(semantics, "ZERO_COPY", _WHAT, verb="uses")
+      during_call = require(
+        semantics, "IMMUTABLE_ONLY_DURING_CALL", _WHAT, verb="uses"
+      )
       array_impl = require(_xc, "ArrayImpl", _WHAT, verb="uses")
       require(array_impl, "_value", _WHAT, verb="uses")
       device = jax.local_devices(backend="cpu")[0]
-      _ZERO_COPY, _ARRAY_IMPL = zero_copy, array_impl
+      _ZERO_COPY, _ONLY_DURING_CALL = zero_copy, during_call
+      _ARRAY_IMPL = array_impl
       _sharding = jax.sharding.SingleDeviceSharding(device)
       _devices = [device]
       _put = put
@@ -137,8 +144,11 @@ def cpu_array(a: Any) -> Any:
   The memory of an array that hostcb's engine made (a fresh array, whose
   ``base`` is None; a view of one, whose ``base`` is the array that owns
   the memory; an array over a record's own block, whose ``base`` is the
-  capsule that frees the block) is aliased where the CPU client can; any
-  other array's is copied."""
+  capsule that frees the block or the slab of small arrays) is aliased
+  where the CPU client can; any other array's (an array of a subclass of
+  ``ndarray`` included: the buffer path's views of XLA's operands) is
+  copied before this returns, so that the memory may change or go
+  afterwards."""
   if _put is None:
     prepare_cpu_arrays()
   if type(a) is not np.ndarray:
@@ -156,7 +166,9 @@ def cpu_array(a: Any) -> Any:
     or (type(base) is np.ndarray and base.base is None)
   ):
     return _put(aval, _sharding, [a], _devices, True, False, _ZERO_COPY, True)
-  return _put(aval, _sharding, [a], _devices, True, True, _ZERO_COPY, True)
+  return _put(
+    aval, _sharding, [a], _devices, True, True, _ONLY_DURING_CALL, True
+  )
 
 
 def cpu_arrays(leaves: Sequence[Any]) -> list:
