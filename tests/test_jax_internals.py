@@ -273,8 +273,8 @@ def test_cpu_arrays_copy_memory_hostcb_does_not_own():
 
 
 def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
-  # 4 MiB, past the size from which the CPU client may copy on its own
-  # thread after the call returned: the copy is done by then.
+  # 4 MiB: jaxlib is asked for a copy made during the call
+  # (IMMUTABLE_ONLY_DURING_CALL), so the memory may change afterwards.
   import numpy as np
   from hostcb import jax_internals as ji
 
