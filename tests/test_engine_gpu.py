@@ -623,3 +623,21 @@ def test_gpu_taps_lower_to_the_cuda_handler_unless_the_option_is_off(
     assert custom_calls() == {"xla_ffi_python_gpu_callback"}
   finally:
     config.update(config.GPU_ENGINE, True)
+
+
+def test_whether_the_process_has_a_gpu_is_asked_of_jax_once(monkeypatch):
+  asked = []
+  local_devices = jax.local_devices
+
+  def counting(*args, **kwargs):
+    asked.append(kwargs.get("backend"))
+    return local_devices(*args, **kwargs)
+
+  monkeypatch.setattr(gpu, "_local_gpu", None)  # as in a fresh process
+  monkeypatch.setattr(jax, "local_devices", counting)
+  for n in range(1, 4):  # three shapes: three lowerings
+    f = jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x * 2))
+    f.trace(jnp.ones(n)).lower(lowering_platforms=("cuda",))
+  assert engine.serves("cuda") is False
+  assert asked.count("cuda") == 1
+  assert gpu.has_local_gpu() is False
