@@ -166,6 +166,23 @@ def test_rows_at_the_threshold():
   assert array_text.array_text(a, 5) is None  # summarized: array2string's
 
 
+@pytest.mark.parametrize("threshold", [0, -1, 1])
+def test_scalars_under_a_threshold_below_their_size(threshold):
+  """A 0-d array over the threshold is "summarized" to itself."""
+  arrays = [np.array(v, t) for t in _FLOATS for v in _float_edges(t)[::7]]
+  arrays += [np.array(-5, np.int64), np.array(True), np.array(255, np.uint8)]
+  bad, fast = _differ(arrays, threshold=threshold)
+  assert (bad, fast) == ([], len(arrays))
+
+
+def test_big_endian_arrays():
+  arrays = [np.array(v, ">f4") for v in (1.5, -1e-5, 3e6, np.nan)]
+  arrays += [np.array(v, ">f8") for v in (1.5, -1e-5, 3e8, -np.inf)]
+  arrays += [np.array(-3, ">i4"), np.arange(-2, 9, dtype=">i8")]
+  bad, fast = _differ(arrays)
+  assert (bad, fast) == ([], len(arrays))
+
+
 def test_empty_row():
   assert _differ([np.zeros(0, np.int32), np.zeros(0, bool)]) == ([], 2)
 

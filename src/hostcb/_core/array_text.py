@@ -29,7 +29,9 @@ random values):
   after the point, the shortest that reads back the same, trailing zeros
   cut but the point kept (``3.``, ``1.e+08``); ``nan``, ``inf``, ``-inf``;
   the cut-off is ``1e8``, and from NumPy 2.3 on ``10 ** min(8, digits)``
-  with ``digits`` the dtype's decimal precision (``1e6`` for float32);
+  with ``digits`` the dtype's decimal precision (``1e6`` for float32); the
+  text is made twice, as array2string makes it: the second time padded to
+  the parts of the first (NumPy 1 rounds some float32 values otherwise);
 * a 1-D row is ``[`` the words joined by a space ``]``, on one line while
   ``n * (width + 1) <= 74`` (75 columns, less the closing bracket).
 
