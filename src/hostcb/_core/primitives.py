@@ -315,16 +315,29 @@ class CallTarget:
   def direct_one(self) -> Callable[[Any], Any] | None:
     """For one array argument, one array result and no device argument:
     ``direct(arg)``, the host function's result as it gave it (for a
-    caller that checks it: the ``hostcb_call_one`` handler), with no frame
-    around the function (a front end's own, ``func.hostcb_direct``, where
-    it has one); else None.  Looked up once per executable."""
+    caller that checks it: the ``hostcb_call_one`` handler), the host
+    function itself; else None.  Looked up once per executable."""
     if not self.one_leaf or self.with_device or self.one_array is None:
+      return None
+    return self.func
+
+  def direct_runner(
+    self, pending: Any, wait_for_pending: Callable[[int], None]
+  ) -> tuple[Callable, Callable] | None:
+    """``(run, check)`` of a front end's own runner for the engine's
+    ``hostcb_call_one`` handler (``func.hostcb_direct_runner(pending,
+    wait_for_pending)``, e.g. :mod:`hostcb.jax_callbacks`'), where it has
+    one, for one array argument, one array result, no device argument
+    and ``rules`` (whose failures reach the computation only: nothing is
+    recorded around it); else None.  Looked up once per executable."""
+    if self.rules is None or self.direct_one() is None:
       return None
     # Looked up on the type: a callable whose __getattr__ answers every
     # name (a mock) is called as it is.
-    if getattr(type(self.func), "hostcb_direct", None) is None:
-      return self.func
-    return self.func.hostcb_direct or self.func
+    make = getattr(type(self.func), "hostcb_direct_runner", None)
+    if make is None:
+      return None
+    return make(self.func, pending, wait_for_pending)
 
   @functools.cached_property
   def one_leaf(self) -> bool:
