@@ -103,6 +103,13 @@ def _elements(leaves: tuple, levels: list) -> list:
   ]
 
 
+def _failed() -> None:
+  """A staged callback failed (:meth:`_DebugCall.__call__`, in its
+  ``except``): logged with its traceback, and noted."""
+  _callback_helpers.debug_logger.exception("jax.debug.callback failed")
+  note_jax_callback_failure()
+
+
 class _DebugCall:
   """The tap function of one ``debug.callback``/``debug.print`` site.
 
@@ -194,10 +201,49 @@ class _DebugCall:
       else:
         self.run(arg, transforms, False)
     except BaseException as e:  # logged, and an interrupt re-raised
-      _callback_helpers.debug_logger.exception("jax.debug.callback failed")
-      note_jax_callback_failure()
+      _failed()
       if not isinstance(e, Exception):
         raise  # an interrupt goes on to the engine
+
+  def hostcb_tap_entry(self) -> Callable[[Any, tuple], None] | None:
+    """What the engine's consumers call instead of this object for a tap
+    without transforms (:meth:`TapTarget.engine_entry
+    <hostcb._core.primitives.TapTarget.engine_entry>`), for one positional
+    array argument: :meth:`__call__`'s work with its lookups done once per
+    executable, and for a ``debug.print`` with NumPy's default options,
+    its formatting and writing in the same frame; else None."""
+    if self.x64 or not self.positional or self.n != 1:
+      return None
+    func = self.func
+    if (
+      type(func) is _Format
+      and func.placeholders
+      and func.options is None
+      and self.to_jax is None
+    ):
+      fmt = func.fmt.format
+
+      def print_entry(arg, transforms) -> None:
+        try:
+          # _Format.__call__: sys.stdout looked up when it prints.
+          sys.stdout.write(fmt(arg) + "\n")
+        except BaseException as e:  # as __call__
+          _failed()
+          if not isinstance(e, Exception):
+            raise
+
+      return print_entry
+    to_jax = None if self.to_jax is None else _cpu_array
+
+    def entry(arg, transforms) -> None:
+      try:
+        func(arg if to_jax is None else to_jax(arg))
+      except BaseException as e:  # as __call__
+        _failed()
+        if not isinstance(e, Exception):
+          raise
+
+    return entry
 
   def run_staged(self, arg, transforms) -> None:
     """What :meth:`__call__` runs, without its handling of a failure."""
@@ -546,8 +592,11 @@ class _Format:
 
   def __call__(self, *args, **kwargs) -> None:
     if self.placeholders:
-      with numpy_print_options(self.options):
+      if self.options is None:  # NumPy's defaults: nothing to set
         text = self.fmt.format(*args, **kwargs)
+      else:
+        with numpy_print_options(self.options):
+          text = self.fmt.format(*args, **kwargs)
     else:
       text = " ".join((self.fmt, *(str(a) for a in args)))
     sys.stdout.write(text + "\n")

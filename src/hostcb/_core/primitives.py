@@ -136,12 +136,21 @@ class TapTarget:
     """What the native engine's consumers call per tap: ``(func,
     transforms)``, called as ``func(arrays[0], transforms)``, when the
     argument is one array and the function takes no device, else
-    :meth:`invoker`."""
+    :meth:`invoker`.  Without ``transforms``, ``func`` is the function's
+    own ``hostcb_tap_entry()`` where that gives one (the same work, its
+    lookups done once per executable: :mod:`hostcb.debug`)."""
     if (
       not self.with_device
       and self.treedef.num_leaves == 1
       and self.treedef.num_nodes == 1
     ):
+      if not transforms:
+        # A front end's own function for this case, where it has one
+        # (looked up on the type: a mock answers every name).
+        make = getattr(type(self.func), "hostcb_tap_entry", None)
+        entry = None if make is None else make(self.func)
+        if entry is not None:
+          return (entry, transforms)
       return (self.func, transforms)
     return self.invoker(transforms)
 
