@@ -43,6 +43,7 @@ from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
 from hostcb.engine.errors import note_jax_callback_failure
+from hostcb.engine.output_order import OrderedStream
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core.printing import caller_print_options, numpy_print_options
@@ -226,7 +227,12 @@ class _DebugCall:
       def print_entry(arg, transforms) -> None:
         try:
           # _Format.__call__: sys.stdout looked up when it prints.
-          sys.stdout.write(fmt(arg) + "\n")
+          stream = sys.stdout
+          if type(stream) is OrderedStream and len(stream.__dict__) == 1:
+            # A consumer's write never waits (hostcb.engine.output_order):
+            # to the stream itself, unless a library patched the wrapper.
+            stream = stream._hostcb_stream
+          stream.write(fmt(arg) + "\n")
         except BaseException as e:  # as __call__
           _failed()
           if not isinstance(e, Exception):
