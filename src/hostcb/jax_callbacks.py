@@ -209,19 +209,30 @@ class HostCall:
     callback, to_jax = self.callback, self._to_jax_one
     shape, dtype = one
     name, finish, array_type = self.name, self._finish, jax.Array
+    ndarray = np.ndarray
 
     def run(arrays, ordinal):
       if pending:
         wait_for_pending(ordinal)
       try:
-        result = (
-          callback(arrays[0]) if to_jax is None else callback(to_jax(arrays[0]))
-        )
+        result = callback(arrays[0])
       except BaseException:
         _callback_logger.exception("%s failed", name)
         raise
-      if type(result) is np.ndarray:
+      if type(result) is ndarray:
         return result  # checked by the handler, or by check
+      return finished(result)
+
+    def run_jax_arrays(arrays, ordinal):  # run, the argument a jax.Array
+      if pending:
+        wait_for_pending(ordinal)
+      try:
+        result = callback(to_jax(arrays[0]))
+      except BaseException:
+        _callback_logger.exception("%s failed", name)
+        raise
+      if type(result) is ndarray:
+        return result
       return finished(result)
 
     def finished(result):
@@ -241,6 +252,8 @@ class HostCall:
     def check(result) -> tuple:
       return (finished(result),)
 
+    if to_jax is not None:
+      run = run_jax_arrays
     run.hostcb_host_function = True
     return run, check
 
