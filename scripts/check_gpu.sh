@@ -15,7 +15,9 @@
 #   dropins: JAX's callbacks against hostcb's drop-ins on the GPU
 #            (benchmarks/bench_jax_callbacks.py --quick, GPU engine on),
 #   suite:   the whole suite on that machine's CPU, with its JAX version
-#            (not run unless named: it needs no GPU).
+#            (not run unless named: it needs no GPU); it starts first and
+#            runs beside the other parts (SUITE_TIMEOUT seconds, default
+#            420), on cores the GPU parts leave idle.
 # Logs go to $OUT (default /tmp/hostcb-gpu); each part has its own time
 # limit (PART_TIMEOUT seconds, default 170; the default parts fit in one
 # 10-minute device command), pytest names each test (-v) and dumps every
@@ -55,6 +57,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \
   | tee -a "$OUT/versions.log"
 
 has() { [[ " $PARTS " == *" $1 "* ]]; }
+suite_pid=
+if has suite; then
+  JAX_PLATFORMS=cpu HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 \
+      timeout "${SUITE_TIMEOUT:-420}" $PY -m pytest -q -p no:cacheprovider \
+      --maxfail=30 tests --deselect tests/test_legacy_diff.py \
+      >"$OUT/cpu_suite.log" 2>&1 &
+  suite_pid=$!
+fi
 # The two test runs share the GPU: no preallocation, side by side.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 pids=()
@@ -88,10 +98,8 @@ if has dropins; then
       benchmarks/bench_jax_callbacks.py --quick >"$OUT/gpu_dropins.log" 2>&1
   summary+=("gpu drop-ins bench: rc $?")
 fi
-if has suite; then
-  HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 timeout 480 \
-      $PY -m pytest -q -p no:cacheprovider --maxfail=30 tests \
-      --deselect tests/test_legacy_diff.py >"$OUT/cpu_suite.log" 2>&1
+if [ -n "$suite_pid" ]; then
+  wait "$suite_pid"
   summary+=("cpu suite: rc $? $(tail -1 "$OUT/cpu_suite.log")")
 fi
 

@@ -20,6 +20,8 @@ import sys
 
 import pytest
 
+from hostcb.jax_internals.versions import jax_at_least
+
 pytestmark = pytest.mark.multidevice
 
 WORKER = os.path.join(
@@ -32,14 +34,8 @@ WORKER = os.path.join(
 # several devices (their placement needs JAX's callback custom call).
 # jax 0.12.0.1 writes and finds them (and each function still gets exactly
 # its calls: the tests above).
-def _jax_version() -> tuple:
-  import jax  # (only its version: the workers run the programs)
-
-  return tuple(int(p) for p in jax.__version__.split(".")[:2])
-
-
 NOT_WRITTEN = (
-  {"tap_gathered", "call_sharded"} if _jax_version() < (0, 12) else set()
+  {"tap_gathered", "call_sharded"} if not jax_at_least(0, 12) else set()
 )
 
 

@@ -393,6 +393,37 @@ def test_a_refused_pin_still_delivers_the_tap(stream, fake):
   assert gpu.pin_refusal(6) == "CUDA_ERROR_OUT_OF_MEMORY"
 
 
+def test_a_tap_in_a_refused_chunk_asks_the_driver_to_pin_it_no_more(
+  stream, fake
+):
+  tid, seen = _recording_tap()
+  fake._fake_fail("register", 1, 2)
+  try:
+    stream.tap(11, tid, [np.arange(3, dtype=np.int16)])
+  finally:
+    fake._fake_fail("register", 0, 0)
+  before = fake._fake_counters()["registrations"]
+  stream.tap(11, tid, [np.arange(4, dtype=np.int16)])
+  assert engine.wait_for_taps(timeout=30)
+  assert fake._fake_counters()["registrations"] == before
+  assert [a[0].tolist() for a, _ in seen] == [[0, 1, 2], [0, 1, 2, 3]]
+
+
+def test_a_reused_ring_slot_does_not_publish_a_tap_before_its_copy(stream):
+  # The second tap reuses the first one's ring bytes (the queue emptied in
+  # between), ready word included: that word is cleared for it.
+  tid, seen = _recording_tap()
+  stream.tap(12, tid, [np.full(4, 1, np.float32)])
+  assert engine.wait_for_taps(timeout=30)
+  stream.pause()
+  stream.tap(12, tid, [np.full(4, 2, np.float32)])
+  assert not engine.wait_for_taps(timeout=0.2)
+  assert len(seen) == 1
+  stream.pause(False)
+  assert engine.wait_for_taps(timeout=30)
+  assert [a[0].tolist() for a, _ in seen] == [[1.0] * 4, [2.0] * 4]
+
+
 def _a_failed_tap_is_reported_and_the_queue_goes_on(stream, fake, op):
   tid, seen = _recording_tap()
   fake._fake_fail(op, 1, 2)
@@ -454,6 +485,29 @@ def test_a_refused_ready_word_falls_back_to_host_functions_and_says_why(
   # Both delivered; the second one without trying a word again.
   assert [a[0].tolist() for a, _ in seen] == [[0, 1, 2], [0, 1, 2, 3]]
   assert after["word_writes"] == before["word_writes"]
+  assert after["host_functions"] == before["host_functions"] + 1
+
+
+def test_a_refused_ready_word_on_a_pinned_chunk_goes_by_a_host_function(
+  word_stream, fake
+):
+  # The ring's chunk is pinned already, so the second tap's ready word is
+  # set up with its reservation; the stream then refuses to write it.
+  s = word_stream
+  tid, seen = _recording_tap()
+  s.tap(13, tid, [np.arange(2, dtype=np.int32)])
+  assert engine.wait_for_taps(timeout=30)
+  fake._fake_fail("write_value", 1, 2)
+  try:
+    before = fake._fake_counters()
+    s.tap(13, tid, [np.arange(5, dtype=np.int32)])
+    assert engine.wait_for_taps(timeout=30)
+    after = fake._fake_counters()
+  finally:
+    fake._fake_fail("write_value", 0, 0)
+    fake._gpu_words_refused(0)
+  assert [a[0].tolist() for a, _ in seen] == [[0, 1], [0, 1, 2, 3, 4]]
+  assert after["registrations"] == before["registrations"]
   assert after["host_functions"] == before["host_functions"] + 1
 
 
@@ -569,3 +623,21 @@ def test_gpu_taps_lower_to_the_cuda_handler_unless_the_option_is_off(
     assert custom_calls() == {"xla_ffi_python_gpu_callback"}
   finally:
     config.update(config.GPU_ENGINE, True)
+
+
+def test_whether_the_process_has_a_gpu_is_asked_of_jax_once(monkeypatch):
+  asked = []
+  local_devices = jax.local_devices
+
+  def counting(*args, **kwargs):
+    asked.append(kwargs.get("backend"))
+    return local_devices(*args, **kwargs)
+
+  monkeypatch.setattr(gpu, "_local_gpu", None)  # as in a fresh process
+  monkeypatch.setattr(jax, "local_devices", counting)
+  for n in range(1, 4):  # three shapes: three lowerings
+    f = jax.jit(lambda x: hostcb.id_tap(lambda *a: None, x * 2))
+    f.trace(jnp.ones(n)).lower(lowering_platforms=("cuda",))
+  assert engine.serves("cuda") is False
+  assert asked.count("cuda") == 1
+  assert gpu.has_local_gpu() is False

@@ -133,3 +133,54 @@ def test_printed_results_follow_the_prints_on_the_python_callback_path():
   assert proc.stdout == "".join(
     f"x = {float(i)}\n{float(2 * i)}\n" for i in range(10)
   )
+
+
+@pytest.mark.parametrize(
+  "kind", ["io_callback", "pure_callback"], ids=lambda k: k
+)
+@pytest.mark.parametrize(
+  "jax_arrays", [True, False], ids=["jax_arrays", "numpy"]
+)
+def test_a_host_read_in_a_callback_host_function_does_not_wait_for_prints(
+  kind, jax_arrays, capsys
+):
+  # A print is pending on device 0 (its consumer is blocked in the tap
+  # before it); the host function of a call on device 1 reads an array of
+  # device 0.  Its computation waits for it, so the read must not wait for
+  # that print: it returns while the tap is still blocked.
+  devices = jax.devices()
+  if len(devices) < 2:
+    pytest.skip("needs 2 devices (HOSTCB_TEST_DEVICES=2 or more)")
+  release, tap_done = threading.Event(), threading.Event()
+
+  def block(a, transforms):
+    release.wait(DEADLINE)
+    tap_done.set()
+
+  held = jax.device_put(jnp.float32(1.0), devices[0])
+  seen = []
+
+  def host(a):
+    seen.append(float(held))  # a host read, the print still pending
+    seen.append(tap_done.is_set())
+    return np.asarray(a) + 1
+
+  before = hostcb.config.read("hostcb_callback_jax_arrays")
+  hostcb.config.update("hostcb_callback_jax_arrays", jax_arrays)
+  try:
+    printer = jax.jit(
+      lambda x: hostcb.debug.print("x={}", hostcb.id_tap(block, x))
+    )
+    call = getattr(hostcb, kind)
+    f = jax.jit(
+      lambda x: call(host, jax.ShapeDtypeStruct((), jnp.float32), x)
+    )
+    printer(held)
+    y = f(jax.device_put(jnp.float32(2.0), devices[1]))
+    assert float(y) == 3.0
+    assert seen == [1.0, False]
+  finally:
+    release.set()
+    hostcb.config.update("hostcb_callback_jax_arrays", before)
+  assert engine.wait_for_taps(DEADLINE)
+  assert capsys.readouterr().out == "x=1.0\n"

@@ -19,6 +19,7 @@ import jax
 import pytest
 
 from _helpers import run_python
+from hostcb.jax_internals.versions import jax_at_least
 
 # The objects hostcb may change, read without hostcb (identity compared).
 _SNAPSHOT = r"""
@@ -597,7 +598,7 @@ def _changed(symbol: str, expected: str, found: str, what: str) -> str:
 
 
 _NEEDS_PMAP_STAGING = pytest.mark.skipif(
-  jax.__version_info__ < (0, 10),
+  not jax_at_least(0, 10),
   reason="pmap inside xla_computation per replica needs jax >= 0.10 (a pmap "
   f"that is a jit of a shard_map); this is jax {jax.__version__}",
 )

@@ -299,6 +299,20 @@ def test_numpy_print_precision_of_the_caller_applies():
   assert out == "0.33\n"
 
 
+def test_numpy_print_options_of_the_caller_apply_to_scalars_and_rows():
+  value = (np.float32(1 / 3), np.int32(3), np.array([1, 2], np.int32))
+  with np.printoptions(precision=3, sign="+"):
+    out = printed(value)
+    expected = " ".join(np.array2string(np.asarray(v)) for v in value)
+  assert out == f"( {expected} )\n" == "( +0.333 +3 [+1 +2] )\n"
+
+
+def test_numpy_print_formatter_of_the_caller_applies_to_scalars():
+  with np.printoptions(formatter={"float_kind": "<{:.1f}>".format}):
+    out = printed(np.float32(2.25))
+  assert out == "<2.2>\n"
+
+
 # ------------------------------------------------------------- the header
 def test_keyword_arguments_are_printed_sorted_on_a_header_line():
   assert printed(np.int32(2), zeta=1, alpha="a b") == "alpha: a b zeta: 1\n2\n"

@@ -33,6 +33,7 @@ from jax import lax
 
 import hostcb
 from hostcb import _import_hook as import_hook
+from hostcb.jax_internals.versions import jax_at_least
 
 DEADLINE = 120.0  # seconds: every wait of these tests ends by then
 
@@ -1408,12 +1409,8 @@ def test_an_eager_debug_callback_failure_reaches_the_caller():
   jax.effects_barrier()
 
 
-def _jax_minor() -> tuple[int, ...]:
-  return tuple(int(p) for p in jax.__version__.split(".")[:2])
-
-
 @pytest.mark.skipif(
-  _jax_minor() >= (0, 10),
+  jax_at_least(0, 10),
   reason="jax 0.10 and newer hand 4-bit operands to Python callbacks "
   "exactly (test_sub_byte_callback_operands_arrive_exactly)",
 )
@@ -1429,7 +1426,7 @@ def test_sub_byte_callback_operands_are_refused_before_jax_0_10():
 
 
 @pytest.mark.skipif(
-  _jax_minor() < (0, 10),
+  not jax_at_least(0, 10),
   reason="before jax 0.10 hostcb refuses 4-bit callback operands"
   " (test_sub_byte_callback_operands_are_refused_before_jax_0_10)",
 )

@@ -33,6 +33,8 @@ import sys
 
 import pytest
 
+from hostcb.jax_internals.versions import jax_at_least
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from jax_diff import harness, registry
@@ -63,12 +65,6 @@ _SINCE_JAX_0_10 = {
 _SUB_BYTE_SCENARIOS = {"arrays_of_narrow_dtypes"}
 
 
-def _jax_version() -> tuple[int, ...]:
-  import jax
-
-  return tuple(int(p) for p in jax.__version__.split(".")[:2])
-
-
 @pytest.fixture(scope="module")
 def outputs() -> dict:
   """``{impl: {scenario name: output}}`` for the three implementations."""
@@ -88,7 +84,7 @@ def test_hostcb_matches_jax(outputs, name):
   """hostcb (called directly, and installed in place of JAX's functions)
   prints, calls back, returns and raises what JAX does in this scenario,
   or what the scenario documents."""
-  if name in _SUB_BYTE_SCENARIOS and _jax_version() < (0, 10):
+  if name in _SUB_BYTE_SCENARIOS and not jax_at_least(0, 10):
     import jax
 
     pytest.skip(
@@ -96,7 +92,7 @@ def test_hostcb_matches_jax(outputs, name):
       f"{jax.__version__} (XLA's layout there reads back as other values; "
       "test_jax_callbacks checks the error)"
     )
-  if name in _SINCE_JAX_0_10 and _jax_version() < (0, 10):
+  if name in _SINCE_JAX_0_10 and not jax_at_least(0, 10):
     import jax
 
     pytest.skip(

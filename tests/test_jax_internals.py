@@ -420,3 +420,24 @@ def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():
     "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
     f"hostcb release that supports jax {jax.__version__}.\n"
   )
+
+
+@pytest.mark.parametrize(
+  "version, release, at_least_0_10",
+  [
+    ("0.8.0", (0, 8, 0), False),
+    ("0.10.2", (0, 10, 2), True),
+    ("0.12.0.1", (0, 12, 0, 1), True),
+    ("0.11.0.dev20260101", (0, 11, 0), True),
+    ("0.9.2rc1", (0, 9), False),
+  ],
+)
+def test_jax_versions_are_compared_by_their_leading_numbers(
+  version, release, at_least_0_10, monkeypatch
+):
+  # (This file imports hostcb in the processes it starts, not at its top.)
+  from hostcb.jax_internals import versions
+
+  monkeypatch.setattr(jax, "__version__", version)
+  assert versions.jax_release() == release
+  assert versions.jax_at_least(0, 10) is at_least_0_10

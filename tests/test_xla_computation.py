@@ -15,6 +15,7 @@ from jax import lax
 
 import hostcb
 from hostcb import engine
+from hostcb.jax_internals.versions import jax_at_least
 from hostcb.xla_computation import XlaComputation, xla_computation
 
 F32 = np.dtype(np.float32)
@@ -385,6 +386,55 @@ def test_backend_selects_platform_specific_lowering():
   assert f'custom_call_target="{cuda_target}"' in cuda
 
 
+# The custom call targets of a program lowered for CUDA, two ways.
+_CUDA_LOWERINGS = {
+  "xla_computation": lambda f: {
+    line.split('custom_call_target="')[1].split('"')[0]
+    for line in xla_computation(f, backend="cuda")(1.0)
+    .as_hlo_text()
+    .splitlines()
+    if 'custom_call_target="' in line
+  },
+  "jit lower": lambda f: {
+    line.split("stablehlo.custom_call @")[1].split("(")[0]
+    for line in jax.jit(f)
+    .trace(1.0)
+    .lower(lowering_platforms=("cuda",))
+    .as_text()
+    .splitlines()
+    if "stablehlo.custom_call @" in line
+  },
+}
+_CALLBACKS = {
+  "id_tap": lambda x: hostcb.id_tap(lambda *a: None, x * 2),
+  "id_print": lambda x: hostcb.id_print(x, output_stream=None),
+  "call": lambda x: hostcb.call(
+    lambda y: y + 1, x, result_shape=jax.ShapeDtypeStruct((), jnp.float32)
+  ),
+  "debug.print": lambda x: (hostcb.debug.print("{}", x), x)[1],
+}
+
+
+@pytest.mark.parametrize("route", sorted(_CUDA_LOWERINGS))
+@pytest.mark.parametrize("callback", sorted(_CALLBACKS))
+def test_lowering_for_cuda_without_a_gpu_warns_nothing_and_takes_xlas_callback(
+  route, callback, monkeypatch, capfd
+):
+  if engine.gpu.has_local_gpu():
+    pytest.skip("this process has an NVIDIA GPU: the GPU engine serves it")
+  # The messages said once per process, unsaid: any would be said here.
+  monkeypatch.setattr(engine, "_warned", [False])
+  monkeypatch.setattr(engine.gpu, "_warned", [False])
+  monkeypatch.setattr(hostcb.named, "_warned", set())
+  capfd.readouterr()
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    targets = _CUDA_LOWERINGS[route](_CALLBACKS[callback])
+  assert [str(w.message) for w in caught] == []
+  assert capfd.readouterr() == ("", "")
+  assert targets == {"xla_ffi_python_gpu_callback"}
+
+
 def test_lowering_that_needs_the_missing_platform_raises():
   # jax.debug.print asks for the CUDA client while lowering.
   if any(d.platform == "gpu" for d in jax.devices()):
@@ -590,7 +640,7 @@ def _pmap_mean(x):
 
 
 needs_pmap_staging = pytest.mark.skipif(
-  jax.__version_info__ < (0, 10),
+  not jax_at_least(0, 10),
   reason=f"pmap inside xla_computation per replica needs jax >= 0.10 (a "
   f"pmap that is a jit of a shard_map; jax 0.8's pmap lowers by its own "
   f"rules); this is jax {jax.__version__}",

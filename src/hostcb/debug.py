@@ -43,6 +43,7 @@ from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
 from hostcb.engine.errors import note_jax_callback_failure
+from hostcb.engine.output_order import OrderedStream
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core.printing import caller_print_options, numpy_print_options
@@ -101,6 +102,13 @@ def _elements(leaves: tuple, levels: list) -> list:
   return [
     per_outer[o][k] for k in range(len(per_outer[0])) for o in range(size)
   ]
+
+
+def _failed() -> None:
+  """A staged callback failed (:meth:`_DebugCall.__call__`, in its
+  ``except``): logged with its traceback, and noted."""
+  _callback_helpers.debug_logger.exception("jax.debug.callback failed")
+  note_jax_callback_failure()
 
 
 class _DebugCall:
@@ -194,10 +202,54 @@ class _DebugCall:
       else:
         self.run(arg, transforms, False)
     except BaseException as e:  # logged, and an interrupt re-raised
-      _callback_helpers.debug_logger.exception("jax.debug.callback failed")
-      note_jax_callback_failure()
+      _failed()
       if not isinstance(e, Exception):
         raise  # an interrupt goes on to the engine
+
+  def hostcb_tap_entry(self) -> Callable[[Any, tuple], None] | None:
+    """What the engine's consumers call instead of this object for a tap
+    without transforms (:meth:`TapTarget.engine_entry
+    <hostcb._core.primitives.TapTarget.engine_entry>`), for one positional
+    array argument: :meth:`__call__`'s work with its lookups done once per
+    executable, and for a ``debug.print`` with NumPy's default options,
+    its formatting and writing in the same frame; else None."""
+    if self.x64 or not self.positional or self.n != 1:
+      return None
+    func = self.func
+    if (
+      type(func) is _Format
+      and func.placeholders
+      and func.options is None
+      and self.to_jax is None
+    ):
+      fmt = func.fmt.format
+
+      def print_entry(arg, transforms) -> None:
+        try:
+          # _Format.__call__: sys.stdout looked up when it prints.
+          stream = sys.stdout
+          if type(stream) is OrderedStream and len(stream.__dict__) == 1:
+            # A consumer's write never waits (hostcb.engine.output_order):
+            # to the stream itself, unless a library patched the wrapper.
+            stream = stream._hostcb_stream
+          stream.write(fmt(arg) + "\n")
+        except BaseException as e:  # as __call__
+          _failed()
+          if not isinstance(e, Exception):
+            raise
+
+      return print_entry
+    to_jax = None if self.to_jax is None else _cpu_array
+
+    def entry(arg, transforms) -> None:
+      try:
+        func(arg if to_jax is None else to_jax(arg))
+      except BaseException as e:  # as __call__
+        _failed()
+        if not isinstance(e, Exception):
+          raise
+
+    return entry
 
   def run_staged(self, arg, transforms) -> None:
     """What :meth:`__call__` runs, without its handling of a failure."""
@@ -546,8 +598,11 @@ class _Format:
 
   def __call__(self, *args, **kwargs) -> None:
     if self.placeholders:
-      with numpy_print_options(self.options):
+      if self.options is None:  # NumPy's defaults: nothing to set
         text = self.fmt.format(*args, **kwargs)
+      else:
+        with numpy_print_options(self.options):
+          text = self.fmt.format(*args, **kwargs)
     else:
       text = " ".join((self.fmt, *(str(a) for a in args)))
     sys.stdout.write(text + "\n")

@@ -185,58 +185,85 @@ class HostCall:
       "jax_arrays": bool(self.jax_arrays),
     }
 
-  @property
-  def hostcb_direct(self) -> Callable | None:
-    """What the engine's call handler calls instead of this object, for
-    one positional argument and one array result (the common case): the
-    same work in one frame, its lookups done once per executable
-    (:meth:`hostcb._core.primitives.CallTarget.direct_one`); else None."""
+  # Its runner on the engine's direct path (hostcb_direct_runner) says so:
+  # a host read in the callback does not wait for prints
+  # (hostcb.engine.read_waits), since the computation waits for it.
+  hostcb_host_function = True
+
+  def hostcb_direct_runner(
+    self, pending: Any, wait_for_pending: Callable[[int], None]
+  ) -> tuple[Callable, Callable] | None:
+    """``(run, check)`` for the engine's ``hostcb_call_one`` handler, for
+    one positional argument and one array result (the common case); else
+    None.  ``run(arrays, device_ordinal)`` calls ``wait_for_pending``
+    first when ``pending`` (taps queued through XLA's Python callbacks)
+    is not empty, and returns the callback's result: a NumPy array as it
+    is (the handler copies it when it is an exact array of the result,
+    and else calls ``check(result)``, which gives what :meth:`__call__`
+    would: the flat, checked results, or JAX's error).  The lookups are
+    done here, once per executable, and nothing is marked per call: the
+    handler keeps the runners it runs, and ``run`` carries
+    ``hostcb_host_function`` (:func:`hostcb.engine.native.runs_host_function_call`)."""
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
     if self._x64:
       return None  # traced with 64-bit types on: __call__ turns them on
-    callback, to_jax, running = self.callback, self._to_jax_one, _host_functions
+    callback, to_jax = self.callback, self._to_jax_one
     shape, dtype = one
     to_host = ji.host_array_of(dtype)  # a jax.Array result's NumPy value
     name, finish, array_type = self.name, self._finish, jax.Array
-    get_ident = threading.get_ident
+    ndarray = np.ndarray
 
-    def direct(arg):
-      # As __call__: a host read in the callback does not wait for prints.
-      ident = get_ident()
-      depth = running.get(ident, 0)
-      running[ident] = depth + 1
+    def run(arrays, ordinal):
+      if pending:
+        wait_for_pending(ordinal)
       try:
-        try:
-          if to_jax is None:
-            result = callback(arg)
-          else:
-            made = to_jax(arg)
-            result = callback(made)
-            if result is made:  # its value is the host array it was made of
-              result = arg
-          if type(result) is np.ndarray:
-            if result.dtype == dtype and result.shape == shape:
-              return result
-          elif (
-            isinstance(result, array_type)
-            and result.dtype == dtype
-            and result.shape == shape
-          ):
-            return to_host(result)
-          results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
-        except BaseException:
-          _callback_logger.exception("%s failed", name)
-          raise
-        return finish(results)
-      finally:
-        if depth:
-          running[ident] = depth
-        else:
-          del running[ident]
+        result = callback(arrays[0])
+      except BaseException:
+        _callback_logger.exception("%s failed", name)
+        raise
+      if type(result) is ndarray:
+        return result  # checked by the handler, or by check
+      return finished(result)
 
-    return direct
+    def run_jax_arrays(arrays, ordinal):  # run, the argument a jax.Array
+      if pending:
+        wait_for_pending(ordinal)
+      arg = arrays[0]
+      try:
+        made = to_jax(arg)
+        result = callback(made)
+      except BaseException:
+        _callback_logger.exception("%s failed", name)
+        raise
+      if result is made:  # its value is the host array it was made of
+        return arg  # checked by the handler, or by check, as any ndarray
+      if type(result) is ndarray:
+        return result
+      return finished(result)
+
+    def finished(result):
+      try:
+        if (
+          isinstance(result, (np.ndarray, array_type))
+          and result.dtype == dtype
+          and result.shape == shape
+        ):
+          return to_host(result)
+        results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
+      except BaseException:
+        _callback_logger.exception("%s failed", name)
+        raise
+      return finish(results)
+
+    def check(result) -> tuple:
+      return (finished(result),)
+
+    if to_jax is not None:
+      run = run_jax_arrays
+    run.hostcb_host_function = True
+    return run, check
 
   def _finish(self, results: list):
     return self.check(results)
@@ -244,6 +271,7 @@ class HostCall:
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb.engine.read_waits): the computation waits for this call.
+    # (The engine's direct path marks nothing: hostcb_direct_runner.)
     running, ident = _host_functions, threading.get_ident()
     depth = running.get(ident, 0)
     running[ident] = depth + 1
@@ -268,7 +296,8 @@ class HostCall:
           leaves = self._to_jax(leaves)
       if self._positional:
         result = self.callback(*leaves)
-        if result is made and made is not None:  # see direct()
+        # The argument itself: its value is the host array it was made of.
+        if result is made and made is not None:
           result = arg
         one = self._one
         # The common cases, one exact array of the expected shape and dtype

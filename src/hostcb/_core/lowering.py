@@ -328,6 +328,12 @@ def _native_call_runner(target):
   record = _record_call_failure if target.rules is None else _keep_out
   what = f"the call to {target.func!r} failed"
 
+  # A front end's own runner: the same work with no frame between.
+  own = target.direct_runner(
+    python_queues, lambda ordinal: drain(device_of(ordinal), False)
+  )
+  if own is not None:
+    return own
   direct = target.direct_one()
 
   def run(arrays, ordinal):
@@ -341,8 +347,8 @@ def _native_call_runner(target):
       raise
 
   def run_direct(arrays, ordinal):
-    # One argument, one array result: the host function (or its front
-    # end's direct path) with no frame between (the same work as run's).
+    # One argument, one array result: the host function with no frame
+    # between (the same work as run's).
     if python_queues:
       drain(device_of(ordinal), False)
     try:

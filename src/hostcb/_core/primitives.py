@@ -136,12 +136,21 @@ class TapTarget:
     """What the native engine's consumers call per tap: ``(func,
     transforms)``, called as ``func(arrays[0], transforms)``, when the
     argument is one array and the function takes no device, else
-    :meth:`invoker`."""
+    :meth:`invoker`.  Without ``transforms``, ``func`` is the function's
+    own ``hostcb_tap_entry()`` where that gives one (the same work, its
+    lookups done once per executable: :mod:`hostcb.debug`)."""
     if (
       not self.with_device
       and self.treedef.num_leaves == 1
       and self.treedef.num_nodes == 1
     ):
+      if not transforms:
+        # A front end's own function for this case, where it has one
+        # (looked up on the type: a mock answers every name).
+        make = getattr(type(self.func), "hostcb_tap_entry", None)
+        entry = None if make is None else make(self.func)
+        if entry is not None:
+          return (entry, transforms)
       return (self.func, transforms)
     return self.invoker(transforms)
 
@@ -315,16 +324,29 @@ class CallTarget:
   def direct_one(self) -> Callable[[Any], Any] | None:
     """For one array argument, one array result and no device argument:
     ``direct(arg)``, the host function's result as it gave it (for a
-    caller that checks it: the ``hostcb_call_one`` handler), with no frame
-    around the function (a front end's own, ``func.hostcb_direct``, where
-    it has one); else None.  Looked up once per executable."""
+    caller that checks it: the ``hostcb_call_one`` handler), the host
+    function itself; else None.  Looked up once per executable."""
     if not self.one_leaf or self.with_device or self.one_array is None:
+      return None
+    return self.func
+
+  def direct_runner(
+    self, pending: Any, wait_for_pending: Callable[[int], None]
+  ) -> tuple[Callable, Callable] | None:
+    """``(run, check)`` of a front end's own runner for the engine's
+    ``hostcb_call_one`` handler (``func.hostcb_direct_runner(pending,
+    wait_for_pending)``, e.g. :mod:`hostcb.jax_callbacks`'), where it has
+    one, for one array argument, one array result, no device argument
+    and ``rules`` (whose failures reach the computation only: nothing is
+    recorded around it); else None.  Looked up once per executable."""
+    if self.rules is None or self.direct_one() is None:
       return None
     # Looked up on the type: a callable whose __getattr__ answers every
     # name (a mock) is called as it is.
-    if getattr(type(self.func), "hostcb_direct", None) is None:
-      return self.func
-    return self.func.hostcb_direct or self.func
+    make = getattr(type(self.func), "hostcb_direct_runner", None)
+    if make is None:
+      return None
+    return make(self.func, pending, wait_for_pending)
 
   @functools.cached_property
   def one_leaf(self) -> bool:

@@ -11,8 +11,9 @@ The value is laid out as legacy ``host_callback`` laid it out with JAX's
 pretty printer, at a line width of 80:
 
 * arrays are ``numpy.array2string(a, threshold=threshold)`` (0-d arrays too,
-  so a float32 scalar is ``3.``), any other leaf (``None``, a Python scalar)
-  is ``str(leaf)``;
+  so a float32 scalar is ``3.``; the common scalars and short integer rows
+  get that text from :mod:`hostcb._core.array_text`, faster), any other
+  leaf (``None``, a Python scalar) is ``str(leaf)``;
 * tuples are ``( a b )``, lists ``[ a b ]``, dicts ``{ k=v ... }`` sorted
   by key; empty ones ``(  )``, ``[  ]``, ``{  }``;
 * a container goes on one line when its one-line text fits in what is left
@@ -53,6 +54,8 @@ from typing import Any, ContextManager, Union
 
 import numpy as np
 
+from hostcb._core import array_text
+
 __all__ = [
   "format_value",
   "format_header",
@@ -89,22 +92,32 @@ def _width(node: _Node) -> int:
   return len(node) if isinstance(node, str) else node.width
 
 
-def _build(value: Any, threshold: int | None) -> _Node:
-  """The layout tree of ``value``: leaves formatted, widths summed."""
+def _build(value: Any, threshold: int | None, fast: list) -> _Node:
+  """The layout tree of ``value``: leaves formatted, widths summed.
+
+  ``fast``: ``[None]`` until the first array asks whether
+  :mod:`hostcb._core.array_text` may give its text, then ``[answer]``.
+  """
   if isinstance(value, tuple):
-    return _Box("( ", " )", [("", _build(v, threshold)) for v in value])
+    return _Box("( ", " )", [("", _build(v, threshold, fast)) for v in value])
   if isinstance(value, list):
-    return _Box("[ ", " ]", [("", _build(v, threshold)) for v in value])
+    return _Box("[ ", " ]", [("", _build(v, threshold, fast)) for v in value])
   if isinstance(value, dict):
     return _Box(
       "{ ",
       " }",
       [
-        (f"{k}=", _build(v, threshold))
+        (f"{k}=", _build(v, threshold, fast))
         for k, v in sorted(value.items(), key=lambda kv: kv[0])
       ],
     )
   if isinstance(value, np.ndarray):
+    if type(value) is np.ndarray:
+      if fast[0] is None:
+        fast[0] = array_text.defaults_in_force()
+      text = array_text.array_text(value, threshold) if fast[0] else None
+      if text is not None:
+        return text
     return np.array2string(value, threshold=threshold)
   return str(value)
 
@@ -145,7 +158,7 @@ def _emit(node: _Node, nest: int, column: int, out: list[str]) -> int:
 def format_value(value: Any, threshold: int | None = None) -> str:
   """The text that ``id_print`` prints for ``value`` (without a newline)."""
   out: list[str] = []
-  _emit(_build(value, threshold), 0, 0, out)
+  _emit(_build(value, threshold, [None]), 0, 0, out)
   return "".join(out)
 
 

@@ -46,6 +46,32 @@ PyObject* g_call_runners = nullptr;
 PyObject* g_call_checker = nullptr;
 PyObject* g_call_formatter = nullptr;
 
+// The runners that this thread is running, innermost first (a call's host
+// function may run jitted code that makes another call on the same
+// thread): what RunningCallRunners reports, so that Python can tell
+// whether the thread runs the host function of an io_callback/
+// pure_callback without marking each call itself.
+namespace {
+struct RunningCall {
+  PyObject* runner;
+  const RunningCall* outer;
+};
+thread_local const RunningCall* tl_running_call = nullptr;
+}  // namespace
+
+PyObject* RunningCallRunners() {
+  Py_ssize_t n = 0;
+  for (const RunningCall* c = tl_running_call; c != nullptr; c = c->outer) ++n;
+  PyObject* t = PyTuple_New(n);
+  if (t == nullptr) return nullptr;
+  Py_ssize_t k = 0;
+  for (const RunningCall* c = tl_running_call; c != nullptr; c = c->outer) {
+    Py_INCREF(c->runner);
+    PyTuple_SET_ITEM(t, k++, c->runner);
+  }
+  return t;
+}
+
 namespace {
 
 ffi::Error Failure(std::string message) {
@@ -226,7 +252,10 @@ ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   if (PyObject* dev = PyLong_FromLong(device)) {
     PyObject* argv[2] = {arrays, dev};
     Py_INCREF(runner);  // the registry may change while it runs
+    const RunningCall running{runner, tl_running_call};
+    tl_running_call = &running;
     out = PyObject_Vectorcall(runner, argv, 2, nullptr);
+    tl_running_call = running.outer;
     Py_DECREF(runner);
     Py_DECREF(dev);
   }

@@ -7,8 +7,14 @@
 //   bound, the order and the consumer are the engine's), and puts on the
 //   handler's stream, after whatever the device computes before the tap:
 //     1. one asynchronous device-to-host copy per operand, into the ring,
-//     2. a host function (PublishRecord) that only marks the record ready
-//        and wakes the consumer: no CUDA call, no Python, no allocation.
+//     2. a write of the record's ready word (cuStreamWriteValue64), which
+//        the consumer polls; where the driver cannot, a host function
+//        (PublishRecord) that only marks the record ready and wakes the
+//        consumer: no CUDA call, no Python, no allocation.
+//   The record, and its ready word, are set up under a single hold of the
+//   queue's mutex (its reservation), the pinner's table read there without
+//   a lock of its own, except when the ring first reaches a chunk (then
+//   the chunk is pinned with the mutex released).
 //   Then it returns: the stream never waits for Python.  When the ring is
 //   full the thread waits (on the host) for the consumer, which frees space
 //   as the stream publishes records: nothing is dropped, and no stream work
@@ -184,10 +190,40 @@ constexpr uint64_t kPinChunk = 2 << 20;
 
 class RingPinner : public RingHooks {
  public:
+  // The pinner's table (which chunks of the current ring are pinned, and
+  // their device addresses) is written under mu_ and read by producers
+  // without it (PinnedLocked), under the queue's mutex instead: the entries
+  // are atomics, each set once per ring (unpinned -> pinned or refused);
+  // the table is replaced only for a new ring (Ensure, once its first
+  // record is reserved: no producer holds a record in another ring then)
+  // or cleared by BeforeUnmap (the queue's mutex held, the queue empty), so
+  // a producer that found base_ == its ring (acquire) reads a table that
+  // stays in place while it holds its record.
+
+  // Whether every chunk of [p, p + n) (within the ring at `base`) is known
+  // (pinned or refused) already; then *word_device is the device address
+  // of `word` (within [p, p + n); nullptr: none) if its chunk is pinned
+  // and mapped for the device, else 0.  Takes no lock and makes no CUDA
+  // call: a producer calls it with the queue's mutex held, from its
+  // reservation (false: it calls Ensure after unlocking).
+  bool PinnedLocked(const uint8_t* base, const uint8_t* p, uint64_t n,
+                    const uint8_t* word, cuda::CUdeviceptr* word_device) {
+    *word_device = 0;
+    if (n == 0) return true;
+    if (base_.load(std::memory_order_acquire) != base) return false;
+    const uint64_t first = static_cast<uint64_t>(p - base) / kPinChunk;
+    const uint64_t last = (static_cast<uint64_t>(p - base) + n - 1) / kPinChunk;
+    for (uint64_t c = first; c <= last && c < chunks_; ++c) {
+      if (state_[c].load(std::memory_order_acquire) == kUnpinned) return false;
+    }
+    *word_device = WordDevice(base, word);
+    return true;
+  }
+
   // Pins the chunks of [p, p + n) within the ring [base, base + size);
   // best effort (a chunk the driver refuses stays pageable).  Called
   // without the queue's mutex, by a producer that holds a record there (so
-  // the ring stays mapped).
+  // the ring stays mapped), where PinnedLocked found a chunk not yet pinned.
   // Returns the device address of `word` (within [p, p + n)) if its chunk
   // is pinned and mapped for the device, else 0.
   cuda::CUdeviceptr Ensure(const cuda::Api* api, CUstream stream, uint8_t* base,
@@ -197,15 +233,21 @@ class RingPinner : public RingHooks {
     const uint64_t first = static_cast<uint64_t>(p - base) / kPinChunk;
     const uint64_t last = (static_cast<uint64_t>(p - base) + n - 1) / kPinChunk;
     std::lock_guard<std::mutex> lock(mu_);
-    if (base_ != base) {  // a new ring (its first use, or after a remap)
-      base_ = base;
-      state_.assign((size + kPinChunk - 1) / kPinChunk, kUnpinned);
-      device_.assign(state_.size(), 0);
+    if (base_.load(std::memory_order_relaxed) != base) {
+      // A new ring (its first use, or after a remap).
+      chunks_ = (size + kPinChunk - 1) / kPinChunk;
+      state_.reset(new std::atomic<uint8_t>[chunks_]);
+      device_.reset(new std::atomic<cuda::CUdeviceptr>[chunks_]);
+      for (uint64_t c = 0; c < chunks_; ++c) {
+        state_[c].store(kUnpinned, std::memory_order_relaxed);
+        device_[c].store(0, std::memory_order_relaxed);
+      }
       // A forked child must not share pages the device writes into.
       madvise(base, size, MADV_DONTFORK);
+      base_.store(base, std::memory_order_release);
     }
-    for (uint64_t c = first; c <= last && c < state_.size(); ++c) {
-      if (state_[c] != kUnpinned) continue;
+    for (uint64_t c = first; c <= last && c < chunks_; ++c) {
+      if (state_[c].load(std::memory_order_relaxed) != kUnpinned) continue;
       const uint64_t off = c * kPinChunk;
       const uint64_t len = std::min(kPinChunk, size - off);
       CUresult r = WithContext(api, stream, [&] {
@@ -214,30 +256,26 @@ class RingPinner : public RingHooks {
             cuda::kMemHostRegisterPortable | cuda::kMemHostRegisterDeviceMap);
       });
       // Not "already registered" either: that range is someone else's.
-      state_[c] = r == cuda::kSuccess ? kPinned : kRefused;
-      if (state_[c] == kRefused && refusal_ == cuda::kSuccess) refusal_ = r;
-      if (state_[c] == kPinned) {
-        pinned_bytes_ += len;
-        if (ctx_ == nullptr) api->StreamGetCtx(stream, &ctx_);
-        // Where the stream may write the chunk's ready words (0: it
-        // cannot; its taps are published by host functions).
-        cuda::CUdeviceptr d = 0;
-        if (api->MemHostGetDevicePointer != nullptr &&
-            WithContext(api, stream, [&] {
-              return api->MemHostGetDevicePointer(&d, base + off, 0);
-            }) != cuda::kSuccess) {
-          d = 0;
-        }
-        device_[c] = d;
+      if (r != cuda::kSuccess) {
+        if (refusal_ == cuda::kSuccess) refusal_ = r;
+        state_[c].store(kRefused, std::memory_order_release);
+        continue;
       }
+      pinned_bytes_ += len;
+      if (ctx_ == nullptr) api->StreamGetCtx(stream, &ctx_);
+      // Where the stream may write the chunk's ready words (0: it cannot;
+      // its taps are published by host functions).
+      cuda::CUdeviceptr d = 0;
+      if (api->MemHostGetDevicePointer != nullptr &&
+          WithContext(api, stream, [&] {
+            return api->MemHostGetDevicePointer(&d, base + off, 0);
+          }) != cuda::kSuccess) {
+        d = 0;
+      }
+      device_[c].store(d, std::memory_order_relaxed);
+      state_[c].store(kPinned, std::memory_order_release);  // after device_
     }
-    if (word == nullptr) return 0;
-    const uint64_t w = static_cast<uint64_t>(word - base);
-    const uint64_t c = w / kPinChunk;
-    if (c >= state_.size() || state_[c] != kPinned || device_[c] == 0) {
-      return 0;
-    }
-    return device_[c] + w % kPinChunk;
+    return WordDevice(base, word);
   }
 
   bool BeforeUnmap(Queue*, uint8_t* ring, uint64_t) override {
@@ -246,24 +284,27 @@ class RingPinner : public RingHooks {
     // This thread (the consumer's, or Python's) may have no current
     // context: the one that pinned the pages is pushed for the unpinning.
     std::lock_guard<std::mutex> lock(mu_);
-    if (ring != base_) return true;
+    uint8_t* const base = base_.load(std::memory_order_relaxed);
+    if (ring != base) return true;
     const cuda::Api* api = cuda::Current();
     bool all = true;
     if (pinned_bytes_ > 0) {
       cuda::CUcontext popped = nullptr;
       const bool pushed =
           ctx_ != nullptr && api->CtxPushCurrent(ctx_) == cuda::kSuccess;
-      for (uint64_t c = 0; c < state_.size(); ++c) {
-        if (state_[c] == kPinned &&
-            api->MemHostUnregister(base_ + c * kPinChunk) != cuda::kSuccess) {
+      for (uint64_t c = 0; c < chunks_; ++c) {
+        if (state_[c].load(std::memory_order_relaxed) == kPinned &&
+            api->MemHostUnregister(base + c * kPinChunk) != cuda::kSuccess) {
           all = false;
         }
       }
       if (pushed) api->CtxPopCurrent(&popped);
     }
-    state_.clear();
-    device_.clear();
-    base_ = nullptr;
+    // No producer reads the table now (the queue is empty, its mutex held).
+    base_.store(nullptr, std::memory_order_relaxed);
+    state_.reset();
+    device_.reset();
+    chunks_ = 0;
     pinned_bytes_ = 0;
     // Pages still registered must stay mapped: the driver would otherwise
     // keep them for a later mapping at the same address.
@@ -290,11 +331,27 @@ class RingPinner : public RingHooks {
 
  private:
   enum : uint8_t { kUnpinned, kPinned, kRefused };
-  std::mutex mu_;
-  uint8_t* base_ = nullptr;
+
+  // The device address of `word` in the current ring (see PinnedLocked).
+  cuda::CUdeviceptr WordDevice(const uint8_t* base, const uint8_t* word) {
+    if (word == nullptr) return 0;
+    const uint64_t w = static_cast<uint64_t>(word - base);
+    const uint64_t c = w / kPinChunk;
+    if (c >= chunks_ || state_[c].load(std::memory_order_acquire) != kPinned) {
+      return 0;
+    }
+    const cuda::CUdeviceptr d = device_[c].load(std::memory_order_relaxed);
+    return d == 0 ? 0 : d + w % kPinChunk;
+  }
+
+  std::mutex mu_;  // writers of the table below; pinned_bytes_, refusal_
+  // The ring the table describes (nullptr: none).
+  std::atomic<uint8_t*> base_{nullptr};
   cuda::CUcontext ctx_ = nullptr;  // the context the pages were pinned in
-  std::vector<uint8_t> state_;
-  std::vector<cuda::CUdeviceptr> device_;  // per pinned chunk, or 0
+  uint64_t chunks_ = 0;
+  std::unique_ptr<std::atomic<uint8_t>[]> state_;  // per chunk
+  // Per pinned chunk, its device address, or 0.
+  std::unique_ptr<std::atomic<cuda::CUdeviceptr>[]> device_;
   uint64_t pinned_bytes_ = 0;
   CUresult refusal_ = cuda::kSuccess;
 };
@@ -364,21 +421,39 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
                             Queue::kNoOwnBlock, word_bytes);
   if (e.failure()) return e;
   auto [base, size] = q->RingLocked(lock);
-  lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
   // Not in the ring: an oversize record's own (pageable) allocation.
   const bool in_ring =
       base != nullptr && r.data >= base && r.data < base + size;
   uint64_t* word =
       by_word ? reinterpret_cast<uint64_t*>(r.data + layout.payload) : nullptr;
+  // Still under the reservation's lock (one lock per tap): where the
+  // record's chunks are pinned already (always but the first time the ring
+  // reaches a chunk), the ready word is set up now.  The ring's bytes there
+  // may hold an earlier record's: cleared before the consumer can see the
+  // word, and before the stream can write it.
   cuda::CUdeviceptr word_device = 0;
-  if (in_ring) {
+  const bool pinned =
+      !in_ring || pinner->PinnedLocked(
+                      base, r.data, layout.payload + word_bytes,
+                      reinterpret_cast<const uint8_t*>(word), &word_device);
+  if (word_device != 0) {
+    __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
+    q->AwaitWordLocked(r, word);
+  }
+  lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
+  if (!pinned) {
+    // The ring reached a chunk not pinned yet: pinned now (CUDA calls),
+    // then the word set up under the queue's mutex again.
     word_device = pinner->Ensure(api, static_cast<CUstream>(stream), base, size,
                                  r.data, layout.payload + word_bytes,
                                  reinterpret_cast<const uint8_t*>(word));
+    if (word_device != 0) {
+      __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
+      lock.lock();
+      q->AwaitWordLocked(r, word);
+      lock.unlock();
+    }
   }
-  // The ring's bytes there may hold an earlier record's: cleared before
-  // the stream can write the word.
-  if (word_device != 0) __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
   CUresult failed = cuda::kSuccess;
   const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
   WritePayload(r.data, args, first, layout.header,
@@ -405,12 +480,10 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
     failed = WithContext(api, stream, [&] {
       return api->StreamWriteValue64(stream, word_device, 1, 0);
     });
-    if (failed == cuda::kSuccess) {
-      lock.lock();
-      q->AwaitWordLocked(r, word);
-      return ffi::Error::Success();
-    }
-    // This driver or device cannot: host functions publish from now on,
+    if (failed == cuda::kSuccess) return ffi::Error::Success();
+    // This driver or device cannot: host functions publish from now on
+    // (this record's too: its commit makes it ready although its word
+    // stays 0),
     // said once (hostcb.engine.gpu.publication() says it too).
     CUresult none = cuda::kSuccess;
     if (g_words_refused.compare_exchange_strong(none, failed)) {
@@ -455,6 +528,7 @@ struct Staging {
   uint64_t size;
   uint64_t* done;                 // the done word, after the data
   cuda::CUdeviceptr done_device;  // where the stream writes it, or 0
+  Staging* next = nullptr;        // in the pool's list of given-back ones
 };
 
 class StagingPool {
@@ -514,9 +588,14 @@ class StagingPool {
   }
 
   // Given back once its done word reads nonzero (the stream writes it).
+  // Takes no lock (a call takes the pool's mutex once, in Take): pushed
+  // onto a list that the next Take moves into in_flight_ (a push-only
+  // stack emptied whole by an exchange has no ABA problem).
   void GiveWhenDone(Staging* s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.push_back(s);
+    s->next = given_.load(std::memory_order_relaxed);
+    while (!given_.compare_exchange_weak(s->next, s, std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+    }
   }
 
  private:
@@ -528,6 +607,12 @@ class StagingPool {
   }
 
   void ReclaimLocked() {
+    for (Staging* s = given_.exchange(nullptr, std::memory_order_acquire);
+         s != nullptr;) {
+      Staging* next = s->next;
+      in_flight_.push_back(s);
+      s = next;
+    }
     for (size_t i = 0; i < in_flight_.size();) {
       Staging* s = in_flight_[i];
       if (__atomic_load_n(s->done, __ATOMIC_ACQUIRE) != 0) {
@@ -544,7 +629,8 @@ class StagingPool {
   static constexpr size_t kKept = 8;
   std::mutex mu_;
   std::vector<Staging*> free_;
-  std::vector<Staging*> in_flight_;  // the stream has yet to write `done`
+  std::vector<Staging*> in_flight_;       // the stream has yet to write `done`
+  std::atomic<Staging*> given_{nullptr};  // GiveWhenDone's, for in_flight_
 };
 
 // Never destroyed: a host function may still give a buffer back while the

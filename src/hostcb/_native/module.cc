@@ -28,6 +28,9 @@ PyArray_Descr* g_descr[kMaxDtype];
 extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
 extern PyObject* g_call_formatter;
+// A tuple of the call runners that this thread is running, innermost
+// first (GIL held).
+PyObject* RunningCallRunners();
 
 // named.cc: Python's resolver of host functions by name (GIL held).
 void SetNameResolver(PyObject* resolver);
@@ -489,6 +492,10 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+PyObject* Py_running_call_runners(PyObject*, PyObject*) {
+  return RunningCallRunners();
+}
+
 PyObject* Py_set_name_resolver(PyObject*, PyObject* resolver) {
   if (!PyCallable_Check(resolver)) {
     PyErr_SetString(PyExc_TypeError, "set_name_resolver takes a callable");
@@ -624,6 +631,9 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"running_call_runners", Py_running_call_runners, METH_NOARGS,
+     "running_call_runners() -> the runners (see set_call_server) that "
+     "the calling thread is running, innermost first."},
     {"set_name_resolver", Py_set_name_resolver, METH_O,
      "set_name_resolver(resolver): hostcb_tap_v1 and hostcb_call_v1 call "
      "resolver(name, spec) -> target id * 2 + one_array, once per (name, "

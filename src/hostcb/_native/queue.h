@@ -34,12 +34,16 @@
 //    (Commit(seq)); the record is found again by its sequence number, which
 //    stays valid while the record is queued.  Where the driver can, the
 //    stream instead writes a nonzero value into the record's ready word (in
-//    pinned ring memory, after its payload) once the copy is done
-//    (AwaitWordLocked): no host function, so the stream never waits for the
-//    host.  Such a record is ready once its word reads nonzero; only the
-//    consumer reads the word, polling it (with mu_ held, a bounded back-off
-//    between reads) while such a record is the oldest one, since no host
-//    code runs when the stream writes it.
+//    pinned ring memory, after its payload) once the copy is done: no host
+//    function, so the stream never waits for the host.  The producer
+//    clears the word and attaches it to the record (AwaitWordLocked) under
+//    mu_, normally in the same hold of mu_ as its reservation (one lock per
+//    tap), before it asks the stream for anything.  Such a record is ready
+//    once its word reads nonzero or it is committed (a producer whose
+//    stream refused the write commits it from a host function after all);
+//    only the consumer reads the word, polling it (with mu_ held, a
+//    bounded back-off between reads) while such a record is the oldest
+//    one, since no host code runs when the stream writes it.
 //  * No CUDA call is ever made with mu_ held, except by the ring hooks'
 //    BeforeUnmap, which runs only when the queue is empty: then every host
 //    function that commits into this queue has already committed (its
@@ -316,8 +320,9 @@ class Queue {
   }
 
   // The record is ready once *word reads nonzero (a CUDA stream writes
-  // it after the record's copies); `lock` must hold mu_.  A sleeping
-  // consumer is woken so that it polls the word.
+  // it after the record's copies), or once committed; `lock` must hold
+  // mu_ (the reservation's own hold, or a later one), and *word must read
+  // 0 already.  A sleeping consumer is woken so that it polls the word.
   void AwaitWordLocked(Reservation r, const uint64_t* word) {
     records_.at(r.seq).ready_word = word;
     if (consumer_state_ == kSleeping) WakeConsumerLocked();

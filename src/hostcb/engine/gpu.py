@@ -84,15 +84,26 @@ def available(capacity: int) -> bool:
   return True
 
 
+# has_local_gpu's answer once asked (None before): a process cannot gain
+# a GPU, and JAX's answer costs a look at its backends at every lowering
+# for CUDA otherwise.
+_local_gpu: bool | None = None
+
+
 def has_local_gpu() -> bool:
   """Whether JAX has NVIDIA GPUs in this process (its backend for them
-  started)."""
-  import jax  # noqa: PLC0415
+  started).  Asked of JAX once per process."""
+  global _local_gpu
+  if _local_gpu is None:
+    import jax  # noqa: PLC0415
 
-  try:
-    return bool(jax.local_devices(backend="cuda"))
-  except RuntimeError:  # no CUDA backend
-    return False
+    try:
+      found = bool(jax.local_devices(backend="cuda"))
+    except RuntimeError:  # no CUDA backend
+      found = False
+    # Two threads asking at once both get JAX's answer: the same one.
+    _local_gpu = found
+  return _local_gpu
 
 
 def unavailable_reason() -> str | None:

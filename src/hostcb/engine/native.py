@@ -632,6 +632,20 @@ def wait_for_device(ordinal: int, awaited_only: bool = False) -> None:
   _native.wait_for_earlier_records(ordinal, awaited_only)
 
 
+def runs_host_function_call() -> bool:
+  """Whether this thread runs, in the engine's call handler, the runner of
+  an ``io_callback``/``pure_callback`` host function (one with a true
+  ``hostcb_host_function`` attribute): its computation waits for it.
+  The handler keeps the stack of the runners it runs, so that such a
+  runner marks nothing per call."""
+  if _native is None:
+    return False
+  for runner in _native.running_call_runners():
+    if getattr(runner, "hostcb_host_function", False):
+      return True
+  return False
+
+
 def awaited_run_everywhere() -> bool:
   """Whether every device's consumer has run the prints queued so far
   (no waiting, and the GIL kept)."""

@@ -44,7 +44,7 @@ def awaited_tap_staged() -> None:
 
 
 def _wait_for_earlier_awaited(array: Any) -> None:
-  if is_consumer() or in_host_function():
+  if is_consumer() or in_host_function() or native.runs_host_function_call():
     return  # (before the look at the queues, which from a consumer would
     # give up the GIL while its own print is pending)
   if not pyqueue.queues and native.awaited_run_everywhere():

@@ -181,6 +181,7 @@ _latest_tokens: dict[int, Any] = {}
 # ``_PrintOutputs``): ready once that computation finished.  Held until the
 # thread's next write or such dispatch (the result of a loop that drops its
 # results stays allocated until then).
+# (Never rebound: jax_internals.dispatch writes to it directly.)
 _latest_print_outputs: dict[int, Any] = {}
 
 

@@ -435,10 +435,15 @@ def _flatten_print_outputs(node: _PrintOutputs) -> tuple:
   return [_LEAF] * node.tree.num_leaves, node.tree
 
 
+# _core.note_print_outputs, inlined below: it runs once per dispatch.
+_print_outputs = _core._latest_print_outputs  # (never rebound, cleared)
+_get_ident = threading.get_ident
+
+
 def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
   """The result tree as the function returns it, once one of its outputs
   is noted for the next write (one Python call per dispatch)."""
-  _core.note_print_outputs(children)
+  _print_outputs[_get_ident()] = children  # _core.note_print_outputs
   if tree.num_nodes == 1:  # the result is one array
     return children[0]
   return tree.unflatten(children)

@@ -43,7 +43,12 @@ from jax._src.lib import xla_client as _xc
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
-from hostcb.jax_internals.versions import changed, check_shape, require
+from hostcb.jax_internals.versions import (
+  changed,
+  check_shape,
+  jax_at_least,
+  require,
+)
 
 try:  # jax >= 0.9: pmap is a jit of a shard_map
   from jax._src import pmap as _pmap_impl
@@ -53,7 +58,7 @@ except ImportError:
 # The pmap staging below wraps helpers of jax 0.10's pmap (checked on
 # 0.10.2); jax 0.8's pmap has helpers of the same names with other
 # signatures.  There, a pmap inside xla_computation behaves as JAX's own.
-if jax.__version_info__ < (0, 10):
+if not jax_at_least(0, 10):
   _pmap_impl = None
 elif _pmap_impl is None:
   import warnings

@@ -3,7 +3,8 @@
 Part of :mod:`hostcb.jax_internals`; checked against jax 0.8.0, 0.10.2,
 0.11.2 and 0.12.0.1.  It also names the range of JAX versions that hostcb
 is checked against (:data:`OLDEST`, :data:`DEVELOPMENT`, :data:`NEWEST`,
-:data:`CHECKED_RANGE`): every message that names the range takes it from
+:data:`CHECKED_RANGE`) and compares JAX versions (:func:`jax_at_least`,
+for hostcb and its tests): every message that names the range takes it from
 here, and CI checks each end (``scripts/check_oldest_jax.sh``, ``make
 test``, ``scripts/check_newest_jax.sh``).
 
@@ -70,6 +71,25 @@ def _jax_version() -> str:
   import jax  # noqa: PLC0415  (public API, for its version)
 
   return jax.__version__
+
+
+def jax_release() -> tuple[int, ...]:
+  """The running JAX's release: the leading numeric parts of its version
+  ("0.12.0.1" gives (0, 12, 0, 1); "0.11.0.dev20260101" gives (0, 11,
+  0)).  Every comparison of JAX versions in hostcb and its tests goes
+  through here (:func:`jax_at_least`)."""
+  parts = []
+  for part in _jax_version().split("."):
+    if not part.isdigit():
+      break
+    parts.append(int(part))
+  return tuple(parts)
+
+
+def jax_at_least(*release: int) -> bool:
+  """Whether the running JAX is ``release`` or newer: ``jax_at_least(0,
+  10)`` is true on jax 0.10.0, 0.10.2 and 0.12.0.1, false on 0.8.0."""
+  return jax_release() >= release
 
 
 def changed(
