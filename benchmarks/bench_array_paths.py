@@ -18,7 +18,14 @@ median over rounds:
   that one call making one new ``jax.Array`` object costs;
 * batch paths: ``lax.unstack`` of an f32[256] (a jitted computation), and
   one ``batched_device_put`` over a mesh that repeats the CPU device, then
-  its per-shard arrays, per array.
+  its per-shard arrays, per array;
+* the way back, a callback's ``jax.Array`` result as a NumPy array, each
+  row a ``cpu_array`` made and then converted (subtract the ``cpu_array``
+  row): ``np.asarray`` (jaxlib's buffer protocol for an f32[]; for a
+  bfloat16[] it fails and ``__array__`` is called) and hostcb's
+  ``host_array`` (``ArrayImpl._value`` for a bfloat16[]).  A result that is
+  the callback's own argument costs nothing: hostcb returns the host array
+  it was made of.
 
     python benchmarks/bench_array_paths.py [--rounds 9] [--calls 3000]
 """
@@ -63,6 +70,7 @@ def paths() -> dict:
   )
   k_aval = ji.ShapedArray((k,), np.float32)
   rows = [np.array([float(i)], np.float32) for i in range(k)]
+  bf16 = np.array(1.5, jax.numpy.bfloat16)
   return {
     "jax.device_put (JAX's callbacks)": (
       lambda: jax.device_put(numpy_memory, device),
@@ -77,6 +85,27 @@ def paths() -> dict:
       1,
     ),
     "hostcb cpu_array": (lambda: ji.cpu_array(numpy_memory), 1),
+    "hostcb cpu_array of 64-byte aligned memory": (
+      lambda: ji.cpu_array(aligned),
+      1,
+    ),
+    "cpu_array, then np.asarray of it": (
+      lambda: np.asarray(ji.cpu_array(numpy_memory)),
+      1,
+    ),
+    "cpu_array, then hostcb host_array of it": (
+      lambda: ji.host_array(ji.cpu_array(numpy_memory)),
+      1,
+    ),
+    "cpu_array of a bfloat16[]": (lambda: ji.cpu_array(bf16), 1),
+    "cpu_array of a bfloat16[], then np.asarray": (
+      lambda: np.asarray(ji.cpu_array(bf16)),
+      1,
+    ),
+    "cpu_array of a bfloat16[], then host_array": (
+      lambda: ji.host_array(ji.cpu_array(bf16)),
+      1,
+    ),
     "ArrayImpl over an existing single-device array": (
       lambda: array_impl(
         aval, sharding, [existing], committed=True, _skip_checks=True

@@ -272,6 +272,21 @@ def test_cpu_arrays_copy_memory_hostcb_does_not_own():
   assert out.unsafe_buffer_pointer() != a.ctypes.data
 
 
+def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
+  # 4 MiB: jaxlib is asked for a copy made during the call
+  # (IMMUTABLE_ONLY_DURING_CALL), so the memory may change afterwards.
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  data = bytearray(np.zeros(1 << 20, np.float32).tobytes())
+  a = np.frombuffer(data, np.float32)
+  (out,) = ji.cpu_arrays([a])
+  a_writer = np.frombuffer(data, np.float32)
+  a_writer[:] = 7.0
+  assert float(out.sum()) == 0.0
+  assert out.unsafe_buffer_pointer() != a.ctypes.data
+
+
 def test_a_cpu_array_keeps_its_memory_alive():
   import gc
   import numpy as np
@@ -327,6 +342,61 @@ def test_jax_array_arguments_fail_without_batched_device_puts_enable_x64():
     "hostcb uses to hand callbacks jax.Arrays made from the host values "
     "(its 64-bit values unnarrowed). hostcb was checked against jax 0.8.0 "
     "to 0.12.0.1.\n"
+  )
+
+
+@pytest.mark.parametrize(
+  "dtype", ["float32", "bool", "int8", "complex64", "bfloat16", "int4"]
+)
+def test_host_array_is_np_asarray_of_a_cpu_array(dtype):
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  ji.prepare_cpu_arrays()
+  x = jax.numpy.arange(6).reshape(2, 3).astype(dtype)
+  got, want = ji.host_array(x), np.asarray(x)
+  assert type(got) is np.ndarray
+  assert (got.dtype, got.shape) == (want.dtype, want.shape)
+  assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bool", "bfloat16", "int4"])
+def test_host_array_of_a_dtype_is_np_asarray_of_its_arrays(dtype):
+  import numpy as np
+  from hostcb import jax_internals as ji
+
+  ji.prepare_cpu_arrays()
+  x = jax.numpy.arange(4).astype(dtype)
+  got, want = ji.host_array_of(x.dtype)(x), np.asarray(x)
+  assert (got.dtype, got.shape) == (want.dtype, want.shape)
+  assert got.tobytes() == want.tobytes()
+
+
+def test_host_array_of_a_tracer_fails_as_np_asarray():
+  from hostcb import jax_internals as ji
+
+  with pytest.raises(jax.errors.TracerArrayConversionError):
+    jax.jit(ji.host_array)(jax.numpy.ones(2, jax.numpy.bfloat16))
+
+
+def test_jax_array_arguments_fail_without_host_buffer_semantics():
+  # Fault injection: a jaxlib without HostBufferSemantics.
+  proc = run_python(
+    "import jax, numpy as np, hostcb\n"
+    "from jax._src.lib import xla_client\n"
+    "del xla_client.HostBufferSemantics\n"
+    "try:\n"
+    "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
+    "except ImportError as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == (
+    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
+    f"{_XLA_CLIENT}.HostBufferSemantics, which hostcb uses to hand "
+    "callbacks jax.Arrays made from the host values. hostcb was checked "
+    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
+    f"hostcb release that supports jax {jax.__version__}.\n"
   )
 
 

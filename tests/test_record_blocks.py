@@ -69,6 +69,19 @@ def test_small_taps_get_arrays_of_their_own():
   assert [a.tolist() for a in kept] == [[float(s)] * SMALL for s in range(3)]
 
 
+def test_tiny_taps_get_aligned_slots_of_their_own():
+  # Under 1 KiB: a 64-byte aligned slot of a shared slab, each handed out
+  # once (pyarrays.h, SlabSlot); more taps than a slab holds after them do
+  # not change them.
+  kept = _kept_taps(4, 300)
+  _kept_taps(4, 300)
+  assert [a.tolist() for a in kept] == [[float(s)] * 4 for s in range(300)]
+  assert all(a.ctypes.data % 64 == 0 for a in kept)
+  assert len({a.ctypes.data for a in kept}) == 300
+  assert {type(a.base).__name__ for a in kept} == {"PyCapsule"}
+  assert not any(a.flags.writeable for a in kept)
+
+
 def test_a_large_array_outlives_the_queue_that_carried_it():
   kept = _kept_taps(BIG, 2)
   # More taps through the same queue after the first were released.

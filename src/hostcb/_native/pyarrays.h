@@ -13,6 +13,7 @@
 #include <numpy/arrayobject.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "engine.h"
 
@@ -31,20 +32,69 @@ inline bool PythonIsFinalizing() {
 // set_dtypes; nullptr for the dtypes Python cannot receive.
 extern PyArray_Descr* g_descr[kMaxDtype];
 
-// Arrays of at least this many bytes get 64-byte aligned data (see
-// NewArray); smaller ones NumPy's own allocation.
+// Arrays of at least this many bytes get 64-byte aligned data of their own
+// (see NewArray); smaller ones a 64-byte aligned slot of a shared slab.
 constexpr int64_t kAlignedArrayBytes = 1024;
 constexpr int64_t kArrayAlignment = 64;
+// The size of a slab of small arrays' slots (16 slots of 64 bytes): a
+// slab lives until the last array in it dies, so an array kept alone holds
+// at most this much (a tap function that keeps one array in 64 would hold
+// 64 times more with 4 KiB slabs).
+constexpr int64_t kSlabBytes = kAlignedArrayBytes;
+
+inline constexpr const char* kSlabName = "hostcb.array_slab";
+
+inline void FreeSlab(PyObject* capsule) {
+  std::free(PyCapsule_GetPointer(capsule, kSlabName));
+}
+
+// The slab that small arrays are cut from now (guarded by the GIL): its
+// owner (a capsule that frees it; the arrays' base) and its free range.
+struct Slab {
+  PyObject* owner = nullptr;
+  char* next = nullptr;
+  char* end = nullptr;
+};
+inline Slab g_slab;
+
+// A fresh 64-byte aligned slot of `nbytes` (0 < nbytes < kSlabBytes) in
+// *data, and a new reference to the slab that owns it; nullptr with a
+// Python error set.  Each slot is handed out once: an array over it is its
+// memory's only user, as with memory of its own (a jax.Array made of it
+// may take it without a copy and its value never changes).  Needs the GIL.
+inline PyObject* SlabSlot(int64_t nbytes, char** data) {
+  const int64_t size =
+      (nbytes + kArrayAlignment - 1) & ~(kArrayAlignment - 1);
+  if (g_slab.owner == nullptr || g_slab.end - g_slab.next < size) {
+    void* mem = std::aligned_alloc(kArrayAlignment, kSlabBytes);
+    if (mem == nullptr) return PyErr_NoMemory();
+    PyObject* owner = PyCapsule_New(mem, kSlabName, FreeSlab);
+    if (owner == nullptr) {
+      std::free(mem);
+      return nullptr;
+    }
+    Py_XDECREF(g_slab.owner);  // its arrays keep it alive
+    g_slab.owner = owner;
+    g_slab.next = static_cast<char*>(mem);
+    g_slab.end = g_slab.next + kSlabBytes;
+  }
+  *data = g_slab.next;
+  g_slab.next += size;
+  Py_INCREF(g_slab.owner);
+  return g_slab.owner;
+}
 
 // A new C-contiguous NumPy array of XLA dtype `dtype` and shape `dims`
 // (uninitialised), or nullptr with a Python error set; with `data`, an
 // array over those bytes (16-byte aligned; the caller keeps them alive
 // through the array's base).  Needs the GIL.
 //
-// Without `data`, the data of an array of kAlignedArrayBytes or more is
-// 64-byte aligned: the array is a view into a fresh uint8 array a little
-// larger (its `base`, which owns the memory), so that JAX's CPU client can
-// take it as a jax.Array without a copy (hostcb.jax_internals.host_arrays).
+// Without `data`, the data is 64-byte aligned, so that JAX's CPU client can
+// take it as a jax.Array without a copy (hostcb.jax_internals.host_arrays):
+// an array of kAlignedArrayBytes or more is a view into a fresh uint8
+// array a little larger (its `base`, which owns the memory); a smaller one
+// (not empty) a view of a fresh slot of the current slab (its `base` the
+// slab's capsule, see SlabSlot), which costs no allocation of its own.
 inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
                           void* data = nullptr) {
   PyArray_Descr* descr =
@@ -61,10 +111,30 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
     shape[k] = static_cast<npy_intp>(dims[k]);
     nbytes *= dims[k];
   }
-  if (data != nullptr || nbytes < kAlignedArrayBytes) {
+  if (data != nullptr || nbytes == 0) {
     Py_INCREF(descr);  // PyArray_NewFromDescr steals it
     return PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape, nullptr,
                                 data, data ? NPY_ARRAY_CARRAY : 0, nullptr);
+  }
+  if (nbytes < kAlignedArrayBytes) {
+    char* slot = nullptr;
+    PyObject* owner = SlabSlot(nbytes, &slot);
+    if (owner == nullptr) return nullptr;
+    Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+    PyObject* a = PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape,
+                                       nullptr, slot, NPY_ARRAY_CARRAY,
+                                       nullptr);
+    if (a == nullptr) {
+      Py_DECREF(owner);
+      return nullptr;
+    }
+    // Steals `owner`, which now lives as long as the array (and its views).
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), owner) <
+        0) {
+      Py_DECREF(a);
+      return nullptr;
+    }
+    return a;
   }
   npy_intp raw_size = static_cast<npy_intp>(nbytes + kArrayAlignment);
   PyObject* raw = PyArray_SimpleNew(1, &raw_size, NPY_UINT8);

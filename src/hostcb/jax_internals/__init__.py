@@ -109,6 +109,8 @@ from hostcb.jax_internals.buffers import (
 from hostcb.jax_internals.host_arrays import (
   cpu_array,
   cpu_arrays,
+  host_array,
+  host_array_of,
   prepare_cpu_arrays,
 )
 from hostcb.jax_internals.effects_barrier import (
