@@ -335,6 +335,30 @@ def test_a_strict_compiled_function_first_called_after_uninstall_taps():
   assert out == "tap 0\n0\ntap 1\n1\ntap 2\n2\n"
 
 
+def test_uninstall_reads_no_class_of_other_libraries_objects():
+  # Settling compiled functions looks through every live object; one whose
+  # __class__ warns (as torch.distributed.reduce_op's deprecation does) is
+  # passed over without its __class__ being read.
+  out = _run(
+    "import warnings, jax, numpy as np, hostcb\n"
+    "warnings.simplefilter('error')\n"
+    "class Lazy:\n"
+    "  @property\n"
+    "  def __class__(self):\n"
+    "    warnings.warn('read', FutureWarning)\n"
+    "    return Lazy\n"
+    "kept = [Lazy()]\n"
+    "hostcb.config.update('hostcb_strict_barrier', True)\n"
+    "f = lambda x: hostcb.id_tap(lambda a, t: print('tap', a), x)\n"
+    "g = jax.jit(f).lower(np.int32(0)).compile()\n"
+    "hostcb.uninstall()\n"
+    "r = int(g(np.int32(5)))\n"
+    "hostcb.barrier_wait()\n"
+    "print(r)\n"
+  )
+  assert out == "tap 5\n5\n"
+
+
 def test_a_program_lowered_before_uninstall_and_compiled_after_taps():
   out = _run(
     "import jax, numpy as np, hostcb\n"

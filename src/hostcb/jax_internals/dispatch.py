@@ -609,7 +609,13 @@ def _settle_compiled_functions() -> None:
   compiled = require(_stages, "Compiled", _AOT_WHAT, verb="uses")
   call = require(compiled, "call", _AOT_WHAT, verb="uses")
   for obj in gc.get_objects():
-    if not isinstance(obj, compiled) or getattr(obj, "_call", 0) is not None:
+    # type(), not isinstance(): isinstance reads obj.__class__, which some
+    # libraries' lazy or deprecated objects answer with a warning (seen with
+    # torch.distributed.reduce_op's FutureWarning).
+    if (
+      not issubclass(type(obj), compiled)
+      or getattr(obj, "_call", 0) is not None
+    ):
       continue
     check_shape(
       obj,
