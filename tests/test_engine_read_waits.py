@@ -172,9 +172,7 @@ def test_a_host_read_in_a_callback_host_function_does_not_wait_for_prints(
       lambda x: hostcb.debug.print("x={}", hostcb.id_tap(block, x))
     )
     call = getattr(hostcb, kind)
-    f = jax.jit(
-      lambda x: call(host, jax.ShapeDtypeStruct((), jnp.float32), x)
-    )
+    f = jax.jit(lambda x: call(host, jax.ShapeDtypeStruct((), jnp.float32), x))
     printer(held)
     y = f(jax.device_put(jnp.float32(2.0), devices[1]))
     assert float(y) == 3.0

@@ -1341,9 +1341,9 @@ def test_a_returned_argument_under_x64_keeps_float64():
 def test_a_non_contiguous_numpy_result_comes_back_exactly():
   x = jnp.arange(9.0, dtype=jnp.float32).reshape(3, 3)
   spec = jax.ShapeDtypeStruct((3, 3), jnp.float32)
-  out = jax.jit(lambda x: hostcb.io_callback(lambda a: np.asarray(a).T, spec, x))(
-    x
-  )
+  out = jax.jit(
+    lambda x: hostcb.io_callback(lambda a: np.asarray(a).T, spec, x)
+  )(x)
   np.testing.assert_array_equal(out, np.arange(9.0).reshape(3, 3).T)
 
 

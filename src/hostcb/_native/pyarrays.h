@@ -63,8 +63,7 @@ inline Slab g_slab;
 // memory's only user, as with memory of its own (a jax.Array made of it
 // may take it without a copy and its value never changes).  Needs the GIL.
 inline PyObject* SlabSlot(int64_t nbytes, char** data) {
-  const int64_t size =
-      (nbytes + kArrayAlignment - 1) & ~(kArrayAlignment - 1);
+  const int64_t size = (nbytes + kArrayAlignment - 1) & ~(kArrayAlignment - 1);
   if (g_slab.owner == nullptr || g_slab.end - g_slab.next < size) {
     void* mem = std::aligned_alloc(kArrayAlignment, kSlabBytes);
     if (mem == nullptr) return PyErr_NoMemory();
@@ -121,16 +120,15 @@ inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
     PyObject* owner = SlabSlot(nbytes, &slot);
     if (owner == nullptr) return nullptr;
     Py_INCREF(descr);  // PyArray_NewFromDescr steals it
-    PyObject* a = PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape,
-                                       nullptr, slot, NPY_ARRAY_CARRAY,
-                                       nullptr);
+    PyObject* a =
+        PyArray_NewFromDescr(&PyArray_Type, descr, rank, shape, nullptr, slot,
+                             NPY_ARRAY_CARRAY, nullptr);
     if (a == nullptr) {
       Py_DECREF(owner);
       return nullptr;
     }
     // Steals `owner`, which now lives as long as the array (and its views).
-    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), owner) <
-        0) {
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), owner) < 0) {
       Py_DECREF(a);
       return nullptr;
     }
