@@ -16,8 +16,8 @@
 #            (benchmarks/bench_jax_callbacks.py --quick, GPU engine on),
 #   suite:   the whole suite on that machine's CPU, with its JAX version
 #            (not run unless named: it needs no GPU); it starts first and
-#            runs beside the other parts (SUITE_TIMEOUT seconds, default
-#            420), on cores the GPU parts leave idle.
+#            runs beside the test parts (SUITE_TIMEOUT seconds, default
+#            420), and the benchmarks wait for it.
 # Logs go to $OUT (default /tmp/hostcb-gpu); each part has its own time
 # limit (PART_TIMEOUT seconds, default 170; the default parts fit in one
 # 10-minute device command), pytest names each test (-v) and dumps every
@@ -88,6 +88,11 @@ if has fake; then
       >"$OUT/fake_driver_tests.log" 2>&1
   summary+=("simulated-driver tests: rc $? $(tail -1 "$OUT/fake_driver_tests.log")")
 fi
+# The benchmarks time an unloaded host: after the suite, if it runs.
+if [ -n "$suite_pid" ]; then
+  wait "$suite_pid"
+  summary+=("cpu suite: rc $? $(tail -1 "$OUT/cpu_suite.log")")
+fi
 if has bench; then
   JAX_PLATFORMS=cuda,cpu timeout "$LIMIT" $PY benchmarks/bench_tap.py \
       --steps 2000 --taps 100000 >"$OUT/gpu_bench.log" 2>&1
@@ -97,10 +102,6 @@ if has dropins; then
   HOSTCB_GPU_ENGINE=1 JAX_PLATFORMS=cuda,cpu timeout "$LIMIT" $PY \
       benchmarks/bench_jax_callbacks.py --quick >"$OUT/gpu_dropins.log" 2>&1
   summary+=("gpu drop-ins bench: rc $?")
-fi
-if [ -n "$suite_pid" ]; then
-  wait "$suite_pid"
-  summary+=("cpu suite: rc $? $(tail -1 "$OUT/cpu_suite.log")")
 fi
 
 for f in "$OUT"/gpu_tests.log "$OUT"/gpu_engine_tests.log \

@@ -86,9 +86,25 @@ def test_small_operand_is_a_read_only_copy():
 
   _call_jit(host)(x).block_until_ready()
   [(writeable, base, ptr)] = seen.items
-  assert (writeable, base) == (False, "PyCapsule")
+  assert (writeable, base) == (False, "ndarray")
   assert ptr != x.unsafe_buffer_pointer()
   assert ptr % 64 == 0
+
+
+@pytest.mark.parametrize("n", [4, 1000])
+def test_an_operand_can_be_made_writeable_again_as_legacy_allowed(n):
+  # Legacy's operands could be (code that writes in place, or that silences
+  # torch.from_numpy's warning); a small one is a view of a slab that owns
+  # its memory, a larger one of an array of its own.
+  def host(a):
+    a.flags.writeable = True
+    a += 1
+    return a
+
+  x = jnp.arange(n, dtype=jnp.float32)
+  out = _call_jit(host)(x)
+  np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32) + 1)
+  np.testing.assert_array_equal(x, np.arange(n, dtype=np.float32))
 
 
 def test_operands_and_results_together_reach_the_threshold():

@@ -42,6 +42,27 @@ def test_tap_function_receives_numpy_arrays_and_empty_transforms():
   assert rec.calls[0][2] == {}
 
 
+@pytest.mark.parametrize("n", [4, 1000])
+def test_a_tapped_array_can_be_made_writeable_again_as_legacy_allowed(n):
+  # Read-only as it arrives; writing to it once made writeable changes
+  # neither the computation's value nor another tap's array.
+  seen = []
+
+  def tap(a, transforms):
+    seen.append(a.flags.writeable)
+    a.flags.writeable = True
+    a[...] = -1
+    seen.append(a.copy())
+
+  x = jnp.arange(n, dtype=jnp.float32)
+  out = jax.jit(lambda x: hostcb.id_tap(tap, x) * 2 + hostcb.id_tap(tap, x))(x)
+  hostcb.barrier_wait()
+  np.testing.assert_array_equal(out, 3 * np.arange(n, dtype=np.float32))
+  assert [seen[0], seen[2]] == [False, False]
+  for a in (seen[1], seen[3]):
+    np.testing.assert_array_equal(a, np.full(n, -1, np.float32))
+
+
 def test_result_is_returned_instead_of_arg():
   rec = Recorder()
   out = jax.jit(lambda x: hostcb.id_tap(rec, x, result=x * 10.0))(2.0)

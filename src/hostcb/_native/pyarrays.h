@@ -42,14 +42,10 @@ constexpr int64_t kArrayAlignment = 64;
 // 64 times more with 4 KiB slabs).
 constexpr int64_t kSlabBytes = kAlignedArrayBytes;
 
-inline constexpr const char* kSlabName = "hostcb.array_slab";
-
-inline void FreeSlab(PyObject* capsule) {
-  std::free(PyCapsule_GetPointer(capsule, kSlabName));
-}
-
 // The slab that small arrays are cut from now (guarded by the GIL): its
-// owner (a capsule that frees it; the arrays' base) and its free range.
+// owner (a uint8 NumPy array a little larger than kSlabBytes, which owns
+// the memory and is the arrays' base, so that an array over a slot can be
+// made writeable again, as legacy's could) and its free range.
 struct Slab {
   PyObject* owner = nullptr;
   char* next = nullptr;
@@ -65,16 +61,15 @@ inline Slab g_slab;
 inline PyObject* SlabSlot(int64_t nbytes, char** data) {
   const int64_t size = (nbytes + kArrayAlignment - 1) & ~(kArrayAlignment - 1);
   if (g_slab.owner == nullptr || g_slab.end - g_slab.next < size) {
-    void* mem = std::aligned_alloc(kArrayAlignment, kSlabBytes);
-    if (mem == nullptr) return PyErr_NoMemory();
-    PyObject* owner = PyCapsule_New(mem, kSlabName, FreeSlab);
-    if (owner == nullptr) {
-      std::free(mem);
-      return nullptr;
-    }
+    npy_intp raw_size = static_cast<npy_intp>(kSlabBytes + kArrayAlignment);
+    PyObject* owner = PyArray_SimpleNew(1, &raw_size, NPY_UINT8);
+    if (owner == nullptr) return nullptr;
+    auto address = reinterpret_cast<uintptr_t>(
+        PyArray_DATA(reinterpret_cast<PyArrayObject*>(owner)));
     Py_XDECREF(g_slab.owner);  // its arrays keep it alive
     g_slab.owner = owner;
-    g_slab.next = static_cast<char*>(mem);
+    g_slab.next = reinterpret_cast<char*>((address + kArrayAlignment - 1) &
+                                          ~uintptr_t(kArrayAlignment - 1));
     g_slab.end = g_slab.next + kSlabBytes;
   }
   *data = g_slab.next;
@@ -93,7 +88,7 @@ inline PyObject* SlabSlot(int64_t nbytes, char** data) {
 // an array of kAlignedArrayBytes or more is a view into a fresh uint8
 // array a little larger (its `base`, which owns the memory); a smaller one
 // (not empty) a view of a fresh slot of the current slab (its `base` the
-// slab's capsule, see SlabSlot), which costs no allocation of its own.
+// slab's uint8 array, see SlabSlot), which costs no allocation of its own.
 inline PyObject* NewArray(int32_t dtype, int32_t rank, const int64_t* dims,
                           void* data = nullptr) {
   PyArray_Descr* descr =

@@ -146,8 +146,8 @@ def cpu_array(a: Any) -> Any:
 
   The memory of an array that hostcb's engine made (a fresh array, whose
   ``base`` is None; a view of one, whose ``base`` is the array that owns
-  the memory; an array over a record's own block, whose ``base`` is the
-  capsule that frees the block or the slab of small arrays) is aliased
+  the memory, the slab of small arrays included; an array over a record's
+  own block, whose ``base`` is the capsule that frees the block) is aliased
   where the CPU client can; any other array's (an array of a subclass of
   ``ndarray`` included: the buffer path's views of XLA's operands) is
   copied before this returns, so that the memory may change or go
