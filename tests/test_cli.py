@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -96,9 +97,14 @@ def test_demo_shows_every_part_of_the_tour():
   names = [first[:-1] + str(i) for i in range(4)]
   assert sorted(pmap_taps) == sorted(zip(names, ["2", "4", "6", "8"]))
   # The bars of hostcb.progress end at their totals (tqdm is a test
-  # dependency), or the demo says why this JAX has none.
+  # dependency), or the demo says why this JAX or environment has none.
   if "hostcb.progress needs a JAX whose" in out:
     assert jax.__version__ == "0.8.0", out
+  elif importlib.util.find_spec("tqdm") is None:
+    assert (
+      "hostcb.progress needs tqdm, which is not installed: pip install "
+      "hostcb[progress]  (or: pip install tqdm)\n" in out
+    )
   else:
     assert re.search(r"vmap of scan: 100%\|#+\| 200000/200000 ", out), out
     assert re.search(

@@ -9,6 +9,7 @@ whatever happens.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import queue
@@ -263,6 +264,11 @@ def test_processes_go_on_after_a_tap_exception(results):
 
 
 def test_progress_bars_of_each_process_follow_its_own_devices(results):
+  if importlib.util.find_spec("tqdm") is None:
+    pytest.skip(
+      "tqdm is not installed (pip install hostcb[progress]; "
+      "`make install` installs it)"
+    )
   done = [50, 50, True]
   found = scenario(results, "progress_bars")
   if "unsupported" in found[0]:
