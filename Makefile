@@ -17,7 +17,8 @@ TORCH_VERSION ?= 2.13.0
 # format differently.
 RUFF_VERSION ?= 0.17.6
 CLANG_FORMAT_VERSION ?= 21.1.8
-CXX_SOURCES = $(wildcard src/hostcb/_native/*.cc src/hostcb/_native/*.h tests/native/*.cc)
+CXX_SOURCES = $(wildcard src/hostcb/_native/*.cc src/hostcb/_native/*.h \
+  tests/native/*.cc tests/native/*.h)
 
 .PHONY: demo test lint install bench check-oldest check-newest wheels \
   check-wheels check-wheel clean .venv-legacy

@@ -380,13 +380,21 @@ def test_a_full_ring_makes_the_producer_wait_and_drops_nothing(stream):
   assert [a[0][0] for a, _ in seen[1:]] == [0, 1]
 
 
-def test_a_refused_pin_still_delivers_the_tap(stream, fake):
+def _tap_with_a_refused_pin(stream, fake, ordinal):
+  """(target id, list of (arrays, device)) of a fresh recording tap, once
+  it has tapped ``[0, 1, 2]`` (int16) on device ``ordinal`` while the
+  driver refused to pin (CUDA_ERROR_OUT_OF_MEMORY) the ring's chunk."""
   tid, seen = _recording_tap()
   fake._fake_fail("register", 1, 2)
   try:
-    stream.tap(6, tid, [np.arange(3, dtype=np.int16)])
+    stream.tap(ordinal, tid, [np.arange(3, dtype=np.int16)])
   finally:
     fake._fake_fail("register", 0, 0)
+  return tid, seen
+
+
+def test_a_refused_pin_still_delivers_the_tap(stream, fake):
+  _, seen = _tap_with_a_refused_pin(stream, fake, 6)
   assert engine.wait_for_taps(timeout=30)
   np.testing.assert_array_equal(seen[0][0][0], [0, 1, 2])
   assert gpu.pinned_bytes(6) == 0
@@ -396,12 +404,7 @@ def test_a_refused_pin_still_delivers_the_tap(stream, fake):
 def test_a_tap_in_a_refused_chunk_asks_the_driver_to_pin_it_no_more(
   stream, fake
 ):
-  tid, seen = _recording_tap()
-  fake._fake_fail("register", 1, 2)
-  try:
-    stream.tap(11, tid, [np.arange(3, dtype=np.int16)])
-  finally:
-    fake._fake_fail("register", 0, 0)
+  tid, seen = _tap_with_a_refused_pin(stream, fake, 11)
   before = fake._fake_counters()["registrations"]
   stream.tap(11, tid, [np.arange(4, dtype=np.int16)])
   assert engine.wait_for_taps(timeout=30)

@@ -10,59 +10,24 @@ docs/engine.md).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
-import jax
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NATIVE = os.path.join(ROOT, "src", "hostcb", "_native")
+import _native_bench
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-  compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-  if compiler is None:
-    pytest.skip("needs a C++ compiler (g++ or c++, or $CXX)")
-  out = str(tmp_path_factory.mktemp("bench") / "gpu_tap_bench")
-  res = subprocess.run(
-    [
-      compiler,
-      "-std=c++17",
-      "-O2",
-      "-I",
-      NATIVE,
-      "-isystem",
-      jax.ffi.include_dir(),
-      os.path.join(NATIVE, "handlers.cc"),
-      os.path.join(NATIVE, "cuda.cc"),
-      os.path.join(ROOT, "tests", "native", "gpu_tap_bench.cc"),
-      "-o",
-      out,
-      "-lpthread",
-      "-ldl",
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
+  return _native_bench.build(
+    tmp_path_factory,
+    "gpu_tap_bench",
+    ["handlers.cc", "cuda.cc"],
+    ["-lpthread", "-ldl"],
   )
-  assert res.returncode == 0, res.stderr
-  return out
-
-
-def _run(bench, *args) -> dict[str, float]:
-  res = subprocess.run(
-    [bench, *args], capture_output=True, text=True, timeout=120
-  )
-  assert res.returncode == 0, res.stdout + res.stderr
-  return {k: float(v) for k, v in (f.split("=") for f in res.stdout.split())}
 
 
 @pytest.mark.parametrize("publication", ["word", "host"])
 def test_every_gpu_tap_arrives_with_its_values(bench, publication):
-  got = _run(
+  got = _native_bench.run(
     bench, "--calls", "5000", "--rounds", "2", f"--publication={publication}"
   )
   assert got["records"] == 10000 and got["checked"] == 1
@@ -70,7 +35,7 @@ def test_every_gpu_tap_arrives_with_its_values(bench, publication):
 
 @pytest.mark.parametrize("publication", ["word", "host"])
 def test_every_gpu_call_returns_its_results(bench, publication):
-  got = _run(
+  got = _native_bench.run(
     bench,
     "--calls",
     "5000",

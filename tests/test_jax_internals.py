@@ -379,12 +379,18 @@ def test_host_array_of_a_tracer_fails_as_np_asarray():
     jax.jit(ji.host_array)(jax.numpy.ones(2, jax.numpy.bfloat16))
 
 
-def test_jax_array_arguments_fail_without_host_buffer_semantics():
-  # Fault injection: a jaxlib without HostBufferSemantics.
+@pytest.mark.parametrize(
+  "symbol",
+  ["HostBufferSemantics", "batched_device_put"],
+)
+def test_jax_array_arguments_fail_naming_the_missing_jaxlib_symbol(symbol):
+  # Fault injection: a jaxlib without one of the symbols that hostcb uses
+  # to make jax.Arrays of the host values.  The callback stops when it is
+  # traced, not later on the engine's thread.
   proc = run_python(
     "import jax, numpy as np, hostcb\n"
     "from jax._src.lib import xla_client\n"
-    "del xla_client.HostBufferSemantics\n"
+    f"del xla_client.{symbol}\n"
     "try:\n"
     "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
     "except ImportError as e:\n"
@@ -393,29 +399,7 @@ def test_jax_array_arguments_fail_without_host_buffer_semantics():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == (
     f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-    f"{_XLA_CLIENT}.HostBufferSemantics, which hostcb uses to hand "
-    "callbacks jax.Arrays made from the host values. hostcb was checked "
-    "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
-    f"hostcb release that supports jax {jax.__version__}.\n"
-  )
-
-
-def test_jax_array_arguments_fail_naming_the_missing_jaxlib_function():
-  # Fault injection: a jaxlib without batched_device_put.  The callback
-  # stops when it is traced, not later on the engine's thread.
-  proc = run_python(
-    "import jax, numpy as np, hostcb\n"
-    "from jax._src.lib import xla_client\n"
-    "del xla_client.batched_device_put\n"
-    "try:\n"
-    "    jax.jit(lambda x: hostcb.debug.callback(print, x))(1.)\n"
-    "except ImportError as e:\n"
-    "    print(type(e).__name__ + ': ' + str(e))\n"
-  )
-  assert proc.returncode == 0, proc.stderr
-  assert proc.stdout == (
-    f"MissingJaxInternal: hostcb: jax {jax.__version__} has no "
-    f"{_XLA_CLIENT}.batched_device_put, which hostcb uses to hand "
+    f"{_XLA_CLIENT}.{symbol}, which hostcb uses to hand "
     "callbacks jax.Arrays made from the host values. hostcb was checked "
     "against jax 0.8.0 to 0.12.0.1; install a jax in that range or a "
     f"hostcb release that supports jax {jax.__version__}.\n"

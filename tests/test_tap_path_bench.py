@@ -9,61 +9,25 @@ figures come from larger ``--calls`` by hand (see docs/engine.md).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
-import jax
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NATIVE = os.path.join(ROOT, "src", "hostcb", "_native")
+import _native_bench
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-  compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-  if compiler is None:
-    pytest.skip("needs a C++ compiler (g++ or c++, or $CXX)")
-  out = str(tmp_path_factory.mktemp("bench") / "tap_path_bench")
-  res = subprocess.run(
-    [
-      compiler,
-      "-std=c++17",
-      "-O2",
-      "-I",
-      NATIVE,
-      "-isystem",
-      jax.ffi.include_dir(),
-      os.path.join(NATIVE, "handlers.cc"),
-      os.path.join(ROOT, "tests", "native", "tap_path_bench.cc"),
-      "-o",
-      out,
-      "-lpthread",
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
+  return _native_bench.build(
+    tmp_path_factory, "tap_path_bench", ["handlers.cc"], ["-lpthread"]
   )
-  assert res.returncode == 0, res.stderr
-  return out
-
-
-def _run(bench, *args) -> dict[str, float]:
-  res = subprocess.run(
-    [bench, *args], capture_output=True, text=True, timeout=120
-  )
-  assert res.returncode == 0, res.stderr
-  return {k: float(v) for k, v in (f.split("=") for f in res.stdout.split())}
 
 
 def test_every_tap_arrives_with_its_values_with_a_consumer_thread(bench):
-  got = _run(bench, "--calls", "20000", "--consumer=thread")
+  got = _native_bench.run(bench, "--calls", "20000", "--consumer=thread")
   assert got["records"] == 20000 and got["checked"] == 1
 
 
 def test_every_tap_arrives_with_its_values_drained_inline(bench):
-  got = _run(bench, "--calls", "20000", "--consumer=inline")
+  got = _native_bench.run(bench, "--calls", "20000", "--consumer=inline")
   assert got["records"] == 20000 and got["checked"] == 1
 
 
@@ -72,4 +36,4 @@ def test_unusual_call_frames_get_the_bindings_or_the_engines_errors(bench):
   # result that the engine refuses gets the engine's message; none queues.
   # A frame with an unknown extension is run by the binding (queued) and
   # counted as a fallback, with its reason; the errors are not counted.
-  assert _run(bench, "--errors") == {"errors_checked": 1}
+  assert _native_bench.run(bench, "--errors") == {"errors_checked": 1}

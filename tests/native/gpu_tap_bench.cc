@@ -19,8 +19,6 @@
 // Prints "tap_ns=... tap_cpu_ns=... records=... checked=1": per tap or call
 // (the best of R rounds), wall-clock and the calling thread's CPU time;
 // records: the taps delivered (0 for calls, whose results are checked).
-#include <time.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "cuda_api.h"
 #include "engine.h"
 
@@ -127,24 +126,12 @@ void Consume(hostcb::Queue* q) {
       continue;
     }
     for (const hostcb::Record& r : recs) {
-      auto* d = reinterpret_cast<const hostcb::OperandDesc*>(r.data);
-      float got[4];
-      std::memcpy(got, r.data + d->offset, sizeof(got));
-      if (r.target_id != 7 || r.num_operands != 1 || d->nbytes != 16 ||
-          got[0] != 1 || got[3] != 4) {
-        g_bad = true;
-      }
+      if (!bench::IsTheTap(r)) g_bad = true;
       q->NoteRan(1);
     }
     q->Release(recs.size());
     g_taken += static_cast<long>(recs.size());
   }
-}
-
-double ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
 }  // namespace
@@ -200,30 +187,19 @@ int main(int argc, char** argv) {
   bool results_ok = true;
   void* stream = reinterpret_cast<void*>(0x1000);
 
-  double best_wall = 1e30, best_cpu = 1e30;
-  for (long round = 0; round < rounds; ++round) {
-    const double c0 = ThreadCpuNs();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < calls; ++i) {
-      xla::ffi::Error e =
-          calls_op ? hostcb::CallOnStream(false, stream, 0, 8, &a, 0, &rs, 0)
-                   : hostcb::TapOnStream(stream, 0, 7, &a, 0);
-      if (calls_op) {
-        results_ok = results_ok && result[0] == 2 && result[3] == 8;
-        result[0] = result[3] = 0;
-      }
-      if (e.failure()) {
-        std::fprintf(stderr, "tap failed: %s\n", e.message().c_str());
-        return 1;
-      }
+  const bench::Timing best = bench::BestPerCall(rounds, calls, [&](long) {
+    xla::ffi::Error e =
+        calls_op ? hostcb::CallOnStream(false, stream, 0, 8, &a, 0, &rs, 0)
+                 : hostcb::TapOnStream(stream, 0, 7, &a, 0);
+    if (calls_op) {
+      results_ok = results_ok && result[0] == 2 && result[3] == 8;
+      result[0] = result[3] = 0;
     }
-    const auto t1 = std::chrono::steady_clock::now();
-    const double c1 = ThreadCpuNs();
-    best_wall = std::min(
-        best_wall,
-        std::chrono::duration<double, std::nano>(t1 - t0).count() / calls);
-    best_cpu = std::min(best_cpu, (c1 - c0) / calls);
-  }
+    if (e.failure()) {
+      std::fprintf(stderr, "tap failed: %s\n", e.message().c_str());
+      std::exit(1);  // the consumer thread still runs: no return from main
+    }
+  });
   const long expected = calls_op ? 0 : calls * rounds;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -234,7 +210,7 @@ int main(int argc, char** argv) {
   g_stop = true;
   consumer.join();
   const bool ok = results_ok && !g_bad.load() && g_taken.load() == expected;
-  std::printf("tap_ns=%.1f tap_cpu_ns=%.1f records=%ld checked=%d\n", best_wall,
-              best_cpu, g_taken.load(), ok ? 1 : 0);
+  std::printf("tap_ns=%.1f tap_cpu_ns=%.1f records=%ld checked=%d\n",
+              best.wall_ns, best.cpu_ns, g_taken.load(), ok ? 1 : 0);
   return ok ? 0 : 1;
 }

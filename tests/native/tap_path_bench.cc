@@ -14,8 +14,6 @@
 //
 // Prints "noop_ns=... tap_ns=... noop_cpu_ns=... tap_cpu_ns=... records=...
 // checked=1": per call, wall-clock and the calling thread's CPU time.
-#include <time.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench_common.h"
 #include "engine.h"
 
 namespace hostcb {
@@ -115,13 +114,7 @@ size_t Drain(hostcb::Queue* q, double timeout_s, long work_ns, bool* ok) {
     return 0;
   }
   for (const hostcb::Record& r : recs) {
-    auto* d = reinterpret_cast<const hostcb::OperandDesc*>(r.data);
-    float got[4];
-    std::memcpy(got, r.data + d->offset, sizeof(got));
-    if (r.target_id != 7 || r.num_operands != 1 || d->nbytes != 16 ||
-        got[0] != 1 || got[3] != 4) {
-      *ok = false;
-    }
+    if (!bench::IsTheTap(r)) *ok = false;
     if (work_ns > 0) {
       const auto until =
           std::chrono::steady_clock::now() + std::chrono::nanoseconds(work_ns);
@@ -135,39 +128,21 @@ size_t Drain(hostcb::Queue* q, double timeout_s, long work_ns, bool* ok) {
   return recs.size();
 }
 
-// This thread's CPU time (user and system: page faults included), in ns:
-// on a loaded machine it varies less than the wall-clock time.
-double ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-struct Timing {
-  double wall_ns, cpu_ns;
-};  // per call
-
-Timing NsPerCall(XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*), Frame* f,
-                 long calls, hostcb::Queue* q_inline, long work_ns) {
+bench::Timing NsPerCall(XLA_FFI_Error* (*handler)(XLA_FFI_CallFrame*), Frame* f,
+                        long calls, hostcb::Queue* q_inline, long work_ns) {
   bool ok = true;
-  const double c0 = ThreadCpuNs();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (long i = 0; i < calls; ++i) {
+  const bench::Timing t = bench::PerCall(calls, [&](long i) {
     if (handler(&f->frame) != nullptr) {
       std::fprintf(stderr, "handler failed: %s\n", g_error.c_str());
       std::exit(1);
     }
     if (q_inline && (i & 255) == 255) Drain(q_inline, 0, work_ns, &ok);
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  const double c1 = ThreadCpuNs();
+  });
   if (!ok) {
     std::fprintf(stderr, "a record came out wrong\n");
     std::exit(1);
   }
-  return Timing{
-      std::chrono::duration<double, std::nano>(t1 - t0).count() / calls,
-      (c1 - c0) / calls};
+  return t;
 }
 
 // The call frames that hostcb_tap does not decode itself go to XLA FFI's
@@ -282,8 +257,8 @@ int main(int argc, char** argv) {
   // hostcb_noop refuses one since jaxlib 0.8.0's headers).
   Frame nf;
   nf.frame.attrs.size = 0;
-  const Timing noop = NsPerCall(HostcbNoop, &nf, calls, nullptr, 0);
-  const Timing tap =
+  const bench::Timing noop = NsPerCall(HostcbNoop, &nf, calls, nullptr, 0);
+  const bench::Timing tap =
       NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
   if (inline_consumer) {
     while (Drain(q, 0, work_ns, &ok)) {

@@ -176,6 +176,19 @@ def _host_function(placement: ji.Placement, run, *, context: bool = False):
   return one_device
 
 
+def _tap_target_id(ctx, target, key, make) -> int:
+  """The engine's target id of a tap that this lowering emits: its lease
+  (one per ``key``, the entry built by ``make()``, see
+  :func:`hostcb.engine.target_id`) is kept with the executable, and a
+  printing tap's id is marked awaited (host reads wait for its prints)."""
+  lease = engine.target_id(key, make, target.func)
+  ji.keep_alive_with_executable(ctx, lease)
+  tid = lease.tid
+  if target.awaited:
+    engine.mark_awaited(tid)
+  return tid
+
+
 def _per_shard_tap_lowering(ctx, args, target, transforms):
   """A partitioned tap in a ``jit`` over several devices: every device taps
   its own shard, through the engine (see
@@ -197,15 +210,12 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
   # partitions it: JAX's persistent compilation cache keys the lowered
   # module, and a cache hit is never partitioned again.
   shapes = tuple(tuple(a.shape) for a in ctx.avals_in)
-  lease = engine.target_id(
+  tid = _tap_target_id(
+    ctx,
+    target,
     ("shard tap", target, transforms, shapes),
     lambda: target.shard_entry(unpack_transforms(transforms), shapes),
-    target.func,
   )
-  ji.keep_alive_with_executable(ctx, lease)
-  tid = lease.tid
-  if target.awaited:
-    engine.mark_awaited(tid)
   ji.emit_per_shard_custom_call(
     ctx, args, target=engine.ffi_target_name, target_id=tid
   )
@@ -233,15 +243,12 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     )
     return list(args)  # the tap is an identity: its results are its operands
   if _native(ctx):
-    lease = engine.target_id(
+    tid = _tap_target_id(
+      ctx,
+      target,
       ("tap", target, transforms),
       lambda: target.engine_entry(unpack_transforms(transforms)),
-      target.func,
     )
-    ji.keep_alive_with_executable(ctx, lease)
-    tid = lease.tid
-    if target.awaited:
-      engine.mark_awaited(tid)
     ji.emit_custom_call(
       ctx,
       engine.ffi_target_name,
