@@ -91,20 +91,35 @@ def test_small_operand_is_a_read_only_copy():
   assert ptr % 64 == 0
 
 
-@pytest.mark.parametrize("n", [4, 1000])
+@pytest.mark.parametrize("n", [4, 1000, 1 << 18], ids=["16B", "4KB", "1MiB"])
 def test_an_operand_can_be_made_writeable_again_as_legacy_allowed(n):
   # Legacy's operands could be (code that writes in place, or that silences
   # torch.from_numpy's warning); a small one is a view of a slab that owns
-  # its memory, a larger one of an array of its own.
+  # its memory, a larger one of an array of its own, and one of
+  # BUFFER_CALL_MIN_BYTES or more (here 1 MiB) a copy of its own out of
+  # XLA's buffer.  Writing to it changes neither the operand, nor what a
+  # later tap of it gets.
+  tapped = []
+
   def host(a):
     a.flags.writeable = True
     a += 1
     return a
 
+  def f(x):
+    out = hostcb.call(host, x, result_shape=x)
+    hostcb.id_tap(lambda a, t: tapped.append(a), x)
+    return out, x * 2
+
   x = jnp.arange(n, dtype=jnp.float32)
-  out = _call_jit(host)(x)
-  np.testing.assert_array_equal(out, np.arange(n, dtype=np.float32) + 1)
-  np.testing.assert_array_equal(x, np.arange(n, dtype=np.float32))
+  out, doubled = jax.jit(f)(x)
+  hostcb.barrier_wait()
+  want = np.arange(n, dtype=np.float32)
+  np.testing.assert_array_equal(out, want + 1)
+  np.testing.assert_array_equal(doubled, want * 2)
+  np.testing.assert_array_equal(x, want)
+  (a,) = tapped
+  np.testing.assert_array_equal(a, want)
 
 
 def test_operands_and_results_together_reach_the_threshold():

@@ -42,7 +42,13 @@ def test_tap_function_receives_numpy_arrays_and_empty_transforms():
   assert rec.calls[0][2] == {}
 
 
-@pytest.mark.parametrize("n", [4, 1000])
+# Sizes of each kind of array the engine hands out: a slot of a shared slab,
+# memory of its own, a view of the record's own block (1 MiB and more).
+WRITEABLE_SIZES = [4, 1000, 1 << 19]
+WRITEABLE_IDS = ["slab", "own_memory", "own_block"]
+
+
+@pytest.mark.parametrize("n", WRITEABLE_SIZES, ids=WRITEABLE_IDS)
 def test_a_tapped_array_can_be_made_writeable_again_as_legacy_allowed(n):
   # Read-only as it arrives; writing to it once made writeable changes
   # neither the computation's value nor another tap's array.
@@ -61,6 +67,38 @@ def test_a_tapped_array_can_be_made_writeable_again_as_legacy_allowed(n):
   assert [seen[0], seen[2]] == [False, False]
   for a in (seen[1], seen[3]):
     np.testing.assert_array_equal(a, np.full(n, -1, np.float32))
+
+
+@pytest.mark.parametrize("n", WRITEABLE_SIZES, ids=WRITEABLE_IDS)
+def test_writing_to_a_tapped_array_changes_no_other_taps_arrays(n):
+  # The first tap writes to its array; later taps of the same value, and
+  # the other operand of its own record, keep the values computed.
+  kept = []
+
+  def write(arg, transforms):
+    a, b = arg
+    a.flags.writeable = True
+    b.flags.writeable = True
+    a[...] = -1
+    kept.append(b)
+
+  def keep(a, transforms):
+    kept.append(a)
+
+  def f(x):
+    hostcb.id_tap(write, (x, x + 1))
+    hostcb.id_tap(keep, x)
+    return hostcb.id_tap(keep, x) * 2
+
+  x = jnp.arange(n, dtype=jnp.float32)
+  out = jax.jit(f)(x)
+  hostcb.barrier_wait()
+  want = np.arange(n, dtype=np.float32)
+  np.testing.assert_array_equal(out, 2 * want)
+  assert len(kept) == 3
+  np.testing.assert_array_equal(kept[0], want + 1)
+  np.testing.assert_array_equal(kept[1], want)
+  np.testing.assert_array_equal(kept[2], want)
 
 
 def test_result_is_returned_instead_of_arg():

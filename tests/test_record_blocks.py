@@ -7,6 +7,7 @@ engine queues afterwards."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -53,10 +54,58 @@ def test_kept_large_arrays_keep_their_values():
 
 def test_a_large_tap_views_its_record_without_copying_it():
   (a,) = _kept_taps(BIG, 1)
-  # The array is a view of the record's block, which its base keeps.
-  assert not a.flags.owndata
-  assert type(a.base).__name__ == "PyCapsule"
+  # The array is a view of the record's block, which its base keeps: a
+  # writeable uint8 array over the block, whose own base is the capsule
+  # that frees the block (so that the array can be made writeable again).
+  assert not a.flags.owndata and not a.flags.writeable
   assert a.flags.c_contiguous and a.flags.aligned
+  owner = a.base
+  assert (type(owner), owner.dtype, owner.ndim) == (np.ndarray, np.uint8, 1)
+  assert owner.flags.writeable and not owner.flags.owndata
+  assert type(owner.base).__name__ == "PyCapsule"
+  start = owner.ctypes.data
+  assert start <= a.ctypes.data
+  assert a.ctypes.data + a.nbytes <= start + owner.nbytes
+
+
+def test_a_large_tap_array_made_writeable_writes_only_its_own_values():
+  got = []
+
+  def write(arg, transforms):
+    x, y = arg
+    x.flags.writeable = True
+    x[...] = -1.0
+    got.append(arg)
+
+  x = jnp.full((BIG,), 3.0, jnp.float32)
+  out = jax.jit(lambda x, y: hostcb.id_tap(write, (x, y)))(
+    x, jnp.arange(7, dtype=jnp.int32)
+  )
+  hostcb.barrier_wait()
+  ((a, b),) = got
+  assert a.base is b.base  # one block
+  assert np.all(a == -1.0)
+  assert b.tolist() == list(range(7))
+  assert np.all(out[0] == 3.0) and out[1].tolist() == list(range(7))
+
+
+def test_a_large_records_block_goes_with_the_last_array_over_it():
+  got = []
+  jax.jit(lambda x, y: hostcb.id_tap(lambda a, t: got.append(a), (x, y)))(
+    jnp.full((BIG,), 3.0, jnp.float32), jnp.arange(7, dtype=jnp.int32)
+  )
+  hostcb.barrier_wait()
+  ((x, y),) = got
+  got.clear()
+  # The uint8 array over the block holds the capsule that frees the block
+  # (nothing else does): the block lives as long as it.
+  owner = weakref.ref(x.base)
+  x.flags.writeable = True
+  del x
+  assert owner() is not None  # y views the block
+  assert y.tolist() == list(range(7))
+  del y
+  assert owner() is None
 
 
 def test_small_taps_get_arrays_of_their_own():

@@ -238,3 +238,28 @@ def val_prng_typed_key_vmap(ctx):
   out = jax.vmap(lambda k: hcb.id_tap(ctx.tap, k))(ks)
   hcb.barrier_wait()
   return jax.random.key_data(out)
+
+
+@scenario
+def val_writeable_again(ctx):
+  """Tapped arrays of every size (16 bytes to 1 MiB) arrive read-only and
+  can be made writeable again; writing to one changes neither the result
+  nor a later tap of the same value."""
+
+  def write(a, transforms):
+    before = a.flags.writeable
+    a.flags.writeable = True
+    a[...] = -1
+    ctx.log(f"write: n={a.size} writeable={before}->{a.flags.writeable}")
+
+  def check(a, transforms):
+    ctx.log(f"later tap: n={a.size} first={a[0]} last={a[-1]}")
+
+  def f(x):
+    hcb.id_tap(write, x)
+    hcb.id_tap(check, x)
+    return x[-1] * 2
+
+  out = [jax.jit(f)(np.arange(n, dtype=np.float32)) for n in (4, 1000, 1 << 18)]
+  hcb.barrier_wait()
+  return out

@@ -122,6 +122,12 @@ void FreeBlock(PyObject* capsule) {
 // views the block instead (see the copy semantics above).  A record whose
 // payload could not be allocated has no operands and target_id -1 (see
 // Enqueue): its tuple is empty.
+//
+// The arrays over an own block have as base a writeable uint8 array over
+// the whole block (whose own base is the capsule that frees it), as the
+// slab's arrays have theirs (pyarrays.h, SlabSlot): so that an array can be
+// made writeable again, as legacy's could.  Only the record's arrays view
+// the block, each its own bytes.
 PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
                       uint8_t* adopted) {
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
@@ -131,12 +137,25 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
     --g_failing_allocations;
     return PyErr_NoMemory();
   }
-  // The block's owner, without a destructor until every array holds it:
-  // on a failure before that, the queue still frees the block.
-  PyObject* owner = nullptr;
+  // The block's capsule, without a destructor until every array holds the
+  // owner: on a failure before that, the queue still frees the block.
+  PyObject* capsule = nullptr;  // borrowed from `owner` once it holds it
+  PyObject* owner = nullptr;    // the uint8 array over the block
   if (r.external_bytes && r.data && r.num_operands) {
-    owner = PyCapsule_New(r.data, kBlockName, nullptr);
-    if (!owner) return nullptr;
+    capsule = PyCapsule_New(r.data, kBlockName, nullptr);
+    if (!capsule) return nullptr;
+    npy_intp size = static_cast<npy_intp>(r.external_bytes);
+    owner = PyArray_New(&PyArray_Type, 1, &size, NPY_UINT8, nullptr, r.data, 0,
+                        NPY_ARRAY_CARRAY, nullptr);
+    if (!owner) {
+      Py_DECREF(capsule);
+      return nullptr;
+    }
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(owner),
+                              capsule) < 0) {  // steals capsule, even then
+      Py_DECREF(owner);
+      return nullptr;
+    }
   }
   PyObject* arrays = PyTuple_New(r.num_operands);
   if (!arrays) {
@@ -150,6 +169,8 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
     dims += d.rank;
     if (a && owner) {
       Py_INCREF(owner);
+      // Stays `owner` (NumPy stops collapsing a chain of bases at an
+      // object that is not an array, here the capsule).
       if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a),
                                 owner) < 0) {  // steals owner, even then
         Py_CLEAR(a);
@@ -171,8 +192,8 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
     PyTuple_SET_ITEM(arrays, i, a);
   }
   if (owner) {
-    // Cannot fail: `owner` is a valid capsule.
-    PyCapsule_SetDestructor(owner, FreeBlock);
+    // Cannot fail: `capsule` is a valid capsule, which `owner` holds.
+    PyCapsule_SetDestructor(capsule, FreeBlock);
     Py_DECREF(owner);  // the arrays hold it
     *adopted = 1;
   }

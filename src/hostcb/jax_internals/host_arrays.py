@@ -94,8 +94,8 @@ _ZERO_COPY: Any = None  # xla_client.HostBufferSemantics.ZERO_COPY
 _ONLY_DURING_CALL: Any = None
 _ARRAY_IMPL: Any = None  # xla_client.ArrayImpl
 _avals: dict[tuple, Any] = {}  # (shape, dtype) -> ShapedArray
-# The base of the engine's arrays over a record's own block (large taps:
-# module.cc's "hostcb.record_block" capsule, which frees the block).
+# The base of the engine's uint8 array over a record's own block (large
+# taps: module.cc's "hostcb.record_block" capsule, which frees the block).
 _CAPSULE = type(np.empty(0).__array_struct__)
 
 
@@ -147,7 +147,8 @@ def cpu_array(a: Any) -> Any:
   The memory of an array that hostcb's engine made (a fresh array, whose
   ``base`` is None; a view of one, whose ``base`` is the array that owns
   the memory, the slab of small arrays included; an array over a record's
-  own block, whose ``base`` is the capsule that frees the block) is aliased
+  own block, whose ``base`` is a uint8 array over the block, whose own
+  ``base`` is the capsule that frees the block) is aliased
   where the CPU client can; any other array's (an array of a subclass of
   ``ndarray`` included: the buffer path's views of XLA's operands) is
   copied before this returns, so that the memory may change or go
@@ -163,10 +164,9 @@ def cpu_array(a: Any) -> Any:
   base = a.base
   # All eight arguments positional (committed, force_copy, semantics,
   # enable_x64): about 0.1 µs less than keywords.
-  if (
-    base is None
-    or type(base) is _CAPSULE
-    or (type(base) is np.ndarray and base.base is None)
+  if base is None or (
+    type(base) is np.ndarray
+    and ((owner := base.base) is None or type(owner) is _CAPSULE)
   ):
     return _put(aval, _sharding, [a], _devices, True, False, _ZERO_COPY, True)
   return _put(
