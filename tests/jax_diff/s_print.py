@@ -143,6 +143,46 @@ def print_dtypes_float(ctx, api):
 
 
 @scenario
+def print_one_scalar_each_dtype_and_spec(ctx, api):
+  """One 0-d argument per print (the consumer's one-argument path, which
+  formats a 0-d value as its Python number): float16, float32, the
+  integer dtypes, bool, bfloat16 and complex64, each with plain, width,
+  precision, sign and type specs, ``{0}`` and ``{!s}``, on NaN, the
+  infinities, -0.0 and the limits (ordered: JAX's unordered prints in one
+  computation come in XLA's order)."""
+  floats = np.array(
+    [1.1, -0.0, np.nan, np.inf, -np.inf, 65504.0, 6e-8, 1 / 3], np.float32
+  )
+  ints = np.array([-128, 0, 7, 255], np.int32)
+  float_specs = ["{}", "{0}", "{:.3f}", "{:>12}", "{:+e}", "{:g}", "{!s}"]
+  int_specs = ["{}", "{:04d}", "{:x}", "{:+}", "{:>6}", "{:.2f}", "{!s}"]
+
+  def f(x, i):
+    for k in range(x.shape[0]):
+      for v in (x[k].astype(jnp.float16), x[k]):
+        for spec in float_specs:
+          api.debug_print(spec, v, ordered=True)
+      api.debug_print("{}", x[k].astype(jnp.bfloat16), ordered=True)
+      api.debug_print(
+        "{}", (x[k] + 1j * x[k]).astype(jnp.complex64), ordered=True
+      )
+    for k in range(i.shape[0]):
+      for v in (
+        i[k].astype(jnp.int8),
+        i[k].astype(jnp.uint8),
+        i[k].astype(jnp.int16),
+        i[k].astype(jnp.uint32),
+        i[k],
+        i[k] > 0,
+      ):
+        for spec in int_specs:
+          api.debug_print(spec, v, ordered=True)
+
+  with np.errstate(over="ignore"):
+    jax.jit(f)(floats, ints)
+
+
+@scenario
 def print_dtypes_bool_complex(ctx, api):
   """bool and complex64."""
 
