@@ -13,9 +13,16 @@ rounds:
 * run-queue wait: the time that thread was ready to run but had no CPU
   (``/proc/thread-self/schedstat``, Linux).
 
+* sleeps: the times that thread gave up its CPU to wait (voluntary
+  context switches, ``/proc/thread-self/status``), per 1000 steps, and
+  among them those on the tap queue's lock (the engine's ``lock_sleeps``
+  counter, which counts the consumer's too).
+
 Issue 38: wall minus CPU was the run-queue wait, which the consumer
 thread caused; ``HOSTCB_CONSUMER_NICE=0`` shows it (the option's default
-is 10).
+is 10).  Later the rest of it was the device thread sleeping on the tap
+queue's lock about once per batch that the consumer took, until the
+consumer held it for less and every tap-path hold spun before sleeping.
 
     python benchmarks/bench_tap_sched.py [--steps 20000] [--rounds 7]
 """
@@ -32,6 +39,15 @@ import jax.numpy as jnp
 
 import hostcb
 from hostcb import engine
+
+
+def voluntary_switches() -> int:
+  """Times the calling thread has given up its CPU to wait (Linux)."""
+  with open("/proc/thread-self/status") as f:
+    for line in f:
+      if line.startswith("voluntary_ctxt_switches:"):
+        return int(line.split(":")[1])
+  raise RuntimeError("no voluntary_ctxt_switches in /proc/thread-self/status")
 
 
 def run_queue_wait_s() -> float:
@@ -76,16 +92,23 @@ def main() -> None:
 
   x = jnp.zeros((4,), jnp.float32)
   runs = [scan_of(step).lower(x).compile() for _, step in variants]
-  wall, cpu, wait = ([[] for _ in variants] for _ in range(3))
+  wall, cpu, wait, sleeps, locks = ([[] for _ in variants] for _ in range(5))
+  ordinal = x.devices().pop().id
+
+  def lock_sleeps() -> int:
+    return engine.counters(ordinal)["lock_sleeps"]
 
   def once(i: int) -> None:
     if "held" in variants[i][0]:
       gate.clear()
+    s0, l0 = voluntary_switches(), lock_sleeps()
     w0, c0, t0 = run_queue_wait_s(), time.thread_time(), time.perf_counter()
     jax.block_until_ready(runs[i](x))
     wall[i].append(time.perf_counter() - t0)
     cpu[i].append(time.thread_time() - c0)
     wait[i].append(run_queue_wait_s() - w0)
+    sleeps[i].append(voluntary_switches() - s0)
+    locks[i].append(lock_sleeps() - l0)
     gate.set()
     hostcb.barrier_wait()
 
@@ -110,16 +133,22 @@ def main() -> None:
     f"{'yes' if count[0] == expected else 'NO'}; tap call frames decoded "
     f"by XLA FFI's binding: {engine.tap_fallbacks()[0]}\n"
   )
+
+  def per_k_steps(samples, i):
+    return statistics.median(samples[i][-args.rounds :]) / steps * 1000
+
   print(
-    "| per scan step | wall µs | CPU µs | run-queue wait µs | wall vs limit |"
+    "| per scan step | wall µs | CPU µs | run-queue wait µs | wall vs limit "
+    "| sleeps per 1000 steps | of them on the queue's lock |"
   )
-  print("|---|---:|---:|---:|---:|")
+  print("|---|---:|---:|---:|---:|---:|---:|")
   limit = per_step(wall, 1)
   for i, (name, _) in enumerate(variants[1:], start=1):
     w = per_step(wall, i)
     print(
       f"| {name} | {w:.3f} | {per_step(cpu, i):.3f} | "
-      f"{per_step(wait, i):.3f} | {w / limit:.2f}× |"
+      f"{per_step(wait, i):.3f} | {w / limit:.2f}× | "
+      f"{per_k_steps(sleeps, i):.2f} | {per_k_steps(locks, i):.2f} |"
     )
 
 
