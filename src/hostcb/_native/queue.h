@@ -640,8 +640,9 @@ class Queue {
   // may have lost its CPU).
   std::unique_lock<std::mutex> LockSpinning() {
     if (!mu_.try_lock()) {
+      const auto until = std::chrono::steady_clock::now() + kLockSpin;
       bool got = false;
-      for (int i = 0; i < kLockSpins && !got; ++i) {
+      while (!got && std::chrono::steady_clock::now() < until) {
         for (int k = 0; k < 4; ++k) CpuRelax();
         got = mu_.try_lock();
       }
@@ -652,7 +653,10 @@ class Queue {
     }
     return std::unique_lock<std::mutex>(mu_, std::adopt_lock);
   }
-  static constexpr int kLockSpins = 200;
+  // Longer than the holds above (a few hundred ns at most), shorter than
+  // a sleep and a wake-up.  Bounded by time: a pause instruction takes
+  // from 10 to 150 cycles, depending on the CPU.
+  static constexpr std::chrono::microseconds kLockSpin{5};
 
   static void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
