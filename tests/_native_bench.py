@@ -19,12 +19,16 @@ NATIVE = os.path.join(REPO, "src", "hostcb", "_native")
 
 
 def build(
-  tmp_path_factory, name: str, engine_sources: list[str], libs: list[str]
+  tmp_path_factory,
+  name: str,
+  engine_sources: list[str],
+  libs: list[str],
+  flags: tuple[str, ...] = ("-O2",),
 ) -> str:
   """The path of benchmark ``name`` (tests/native/NAME.cc), built with
-  ``engine_sources`` (file names in src/hostcb/_native) and ``libs`` (e.g.
-  ``["-lpthread"]``) in a temporary directory; skips where there is no C++
-  compiler."""
+  ``engine_sources`` (file names in src/hostcb/_native), ``libs`` (e.g.
+  ``["-lpthread"]``) and the compiler ``flags`` in a temporary directory;
+  skips where there is no C++ compiler."""
   compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
   if compiler is None:
     pytest.skip("needs a C++ compiler (g++ or c++, or $CXX)")
@@ -33,7 +37,7 @@ def build(
     [
       compiler,
       "-std=c++17",
-      "-O2",
+      *flags,
       "-I",
       NATIVE,
       "-isystem",
@@ -52,11 +56,11 @@ def build(
   return out
 
 
-def run(bench: str, *args: str) -> dict[str, float]:
+def run(bench: str, *args: str, timeout: float = 120) -> dict[str, float]:
   """The figures that one run of ``bench`` with ``args`` prints, by name;
-  the run must succeed."""
+  the run must succeed (within ``timeout`` seconds)."""
   res = subprocess.run(
-    [bench, *args], capture_output=True, text=True, timeout=120
+    [bench, *args], capture_output=True, text=True, timeout=timeout
   )
   assert res.returncode == 0, res.stdout + res.stderr
   return {k: float(v) for k, v in (f.split("=") for f in res.stdout.split())}

@@ -9,6 +9,10 @@ figures come from larger ``--calls`` by hand (see docs/engine.md).
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 import _native_bench
@@ -24,6 +28,64 @@ def bench(tmp_path_factory):
 def test_every_tap_arrives_with_its_values_with_a_consumer_thread(bench):
   got = _native_bench.run(bench, "--calls", "20000", "--consumer=thread")
   assert got["records"] == 20000 and got["checked"] == 1
+
+
+def test_a_slow_consumer_gets_every_tap_while_the_fifo_grows(bench):
+  # The consumer copies the records it takes with the queue's lock
+  # released; a producer that outruns it grows the record FIFO meanwhile
+  # (past its first 1024 slots), which must keep the slots being read.
+  got = _native_bench.run(
+    bench, "--calls", "20000", "--consumer=thread", "--work-ns", "2000"
+  )
+  assert got["records"] == 20000 and got["checked"] == 1
+
+
+@pytest.fixture(scope="module")
+def tsan_bench(tmp_path_factory):
+  compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+  if compiler is None:
+    pytest.skip("needs a C++ compiler (g++ or c++, or $CXX)")
+  probe = tmp_path_factory.mktemp("tsan_probe")
+  (probe / "p.cc").write_text("int main() { return 0; }\n")
+  res = subprocess.run(
+    [
+      compiler,
+      "-fsanitize=thread",
+      str(probe / "p.cc"),
+      "-o",
+      str(probe / "p"),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  if res.returncode != 0:
+    pytest.skip(f"needs ThreadSanitizer (libtsan): {res.stderr.strip()[:200]}")
+  return _native_bench.build(
+    tmp_path_factory,
+    "tap_path_bench",
+    ["handlers.cc"],
+    ["-lpthread"],
+    flags=("-O1", "-g", "-fsanitize=thread"),
+  )
+
+
+def test_the_consumer_and_the_device_thread_share_no_data_unlocked(
+  tsan_bench,
+):
+  # ThreadSanitizer fails the run (exit 66) on a data race: the consumer
+  # reads the descriptors it took without the lock while the device thread
+  # queues more (and grows the FIFO: the consumer is slow).
+  got = _native_bench.run(
+    tsan_bench,
+    "--calls",
+    "5000",
+    "--consumer=thread",
+    "--work-ns",
+    "2000",
+    timeout=300,
+  )
+  assert got["records"] == 5000 and got["checked"] == 1
 
 
 def test_every_tap_arrives_with_its_values_drained_inline(bench):

@@ -462,13 +462,14 @@ PyObject* Py_counters(PyObject*, PyObject* args) {
   Queue* q = QueueArg(device);
   if (!q) return nullptr;
   Queue::Counters c = q->GetCounters();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "records_in",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "records_in",
                        (unsigned long long)c.records_in, "records_out",
                        (unsigned long long)c.records_out, "bytes_held",
                        (unsigned long long)c.bytes_held, "records_held",
                        (unsigned long long)c.records_held, "capacity",
                        (unsigned long long)c.capacity, "space_waiters",
-                       (unsigned long long)c.space_waiters);
+                       (unsigned long long)c.space_waiters, "lock_sleeps",
+                       (unsigned long long)c.lock_sleeps);
 }
 
 PyObject* Py_wait_for_earlier_records(PyObject*, PyObject* args) {
@@ -632,7 +633,7 @@ PyMethodDef kMethods[] = {
      "may wait for it)."},
     {"counters", Py_counters, METH_VARARGS,
      "counters(device) -> {records_in, records_out, bytes_held, records_held, "
-     "capacity, space_waiters}."},
+     "capacity, space_waiters, lock_sleeps}."},
     {"mark_awaited_target", Py_mark_awaited_target, METH_O,
      "mark_awaited_target(target_id): taps of this target print; host reads "
      "wait for them (wait_for_earlier_records(device, True))."},

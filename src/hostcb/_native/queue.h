@@ -19,7 +19,8 @@
 //   padding to 16
 //   operand bytes, each operand starting at a 16-byte aligned offset
 //
-// Concurrency invariants (all state below is guarded by Queue::mu_):
+// Concurrency invariants (all state below is guarded by Queue::mu_, but
+// for the consumer's reads of the descriptors it took, see below):
 //  * Producers (device threads, any number) reserve payload space in FIFO
 //    order under mu_: a reservation appends a descriptor to records_ (a
 //    RecordFifo, which allocates nothing per record) and advances head_.
@@ -54,6 +55,15 @@
 //    mu_ released, then pops exactly that prefix and frees its bytes
 //    (advances tail_).  Ring bytes in [tail_, head_) are never handed to a
 //    new reservation, so a payload being read is never overwritten.
+//  * Once a record is ready, nothing writes its descriptor until the
+//    consumer pops it.  So when every queued record is ready (unready_ is
+//    0, the usual case on CPU), the consumer copies the descriptors it takes
+//    with mu_ released too; a producer that grows records_ meanwhile keeps
+//    the old slots alive until the consumer's Release (KeepStorage).
+//  * Every hold of mu_ on the tap path is short (a reservation and a small
+//    copy, a take, a release), so the producers and the consumer spin a
+//    while before they sleep on it (LockSpinning): a futex sleep and wake
+//    cost the device thread several microseconds.
 //  * Bytes held = (head_ - tail_) + external_held_ + the descriptors of the
 //    queued records (sizeof(Record) each, so that taps of tiny or no
 //    operands are bounded too) <= capacity_, except for
@@ -126,7 +136,8 @@ inline uint64_t PayloadHeaderBytes(uint64_t num_operands, uint64_t total_rank) {
 }
 
 // The FIFO of record descriptors: a circular array that grows by doubling
-// (under Queue::mu_, like every access).  Unlike std::deque it allocates
+// (under Queue::mu_, like every access but the consumer's reads of records
+// it has taken, see KeepStorage).  Unlike std::deque it allocates
 // nothing per record, so the device threads (producers) and the consumer
 // thread do not meet in the allocator: with a deque, the consumer freed
 // the nodes that the device thread had allocated, once every few records.
@@ -135,6 +146,10 @@ class RecordFifo {
   bool empty() const { return head_ == tail_; }
   size_t size() const { return static_cast<size_t>(head_ - tail_); }
   Record& front() { return at(tail_); }
+  // The slots and their mask, for a reader with the lock released (see
+  // KeepStorage).
+  const Record* slots() const { return slots_.data(); }
+  uint64_t mask() const { return mask_; }
   uint64_t front_seq() const { return tail_; }
   uint64_t end_seq() const { return head_; }
   Record& at(uint64_t seq) { return slots_[seq & mask_]; }
@@ -144,6 +159,13 @@ class RecordFifo {
     const uint64_t seq = head_++;
     at(seq) = r;
     return seq;
+  }
+  // While kept, a Grow keeps the slots it leaves (until KeepStorage(false)),
+  // so that the consumer may read taken records from them with the queue's
+  // mutex released.
+  void KeepStorage(bool keep) {
+    keep_ = keep;
+    if (!keep) retired_.clear();
   }
   void pop_front() {
     if (++tail_ == head_ && num_slots_ > kKeptSlots) {
@@ -160,6 +182,7 @@ class RecordFifo {
       bigger[s & (bigger.size() - 1)] = at(s);
     }
     slots_.swap(bigger);
+    if (keep_) retired_.push_back(std::move(bigger));
     num_slots_ = slots_.size();
     mask_ = num_slots_ - 1;
   }
@@ -169,6 +192,8 @@ class RecordFifo {
   // vector's size() is a division (by a multiplication) on every access.
   uint64_t num_slots_ = 0, mask_ = 0;
   uint64_t head_ = 0, tail_ = 0;  // sequence numbers
+  bool keep_ = false;
+  std::vector<std::vector<Record>> retired_;  // slots left while kept
 };
 
 class Queue;
@@ -233,7 +258,7 @@ class Queue {
                       int64_t target_id, uint16_t num_operands,
                       uint64_t payload_bytes, bool never_wait,
                       uint64_t own_block_from = kNoOwnBlock) {
-    lock = std::unique_lock<std::mutex>(mu_);
+    lock = LockSpinning();
     payload_bytes = AlignUp(payload_bytes);
     if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
     uint64_t ring_pos = 0, ring_bytes = 0;
@@ -292,6 +317,7 @@ class Queue {
         Record{kind, false, num_operands, device_, target_id, data,
                payload_bytes, ring_pos, ring_bytes, external_bytes});
     ++records_in_;
+    ++unready_;
     return Reservation{seq, data};
   }
 
@@ -315,7 +341,7 @@ class Queue {
   // Commit of the record with sequence number `seq`, taking mu_ (the host
   // function of a CUDA stream; it makes no CUDA call).
   void Commit(uint64_t seq, bool urgent) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = LockSpinning();
     CommitSeqLocked(seq, urgent);
   }
 
@@ -330,7 +356,11 @@ class Queue {
 
  private:
   void CommitSeqLocked(uint64_t seq, bool urgent) {
-    records_.at(seq).ready = true;
+    Record& r = records_.at(seq);
+    if (!r.ready) {
+      r.ready = true;
+      --unready_;
+    }
     if (consumer_state_ == kSleeping ||
         (consumer_state_ == kPolling &&
          (urgent || HeldLocked() > capacity_ / 2))) {
@@ -351,7 +381,9 @@ class Queue {
   Take TakeReady(std::vector<Record>* out, size_t max_records,
                  uint64_t max_bytes, double timeout_s, double poll_s) {
     using Clock = std::chrono::steady_clock;
-    std::unique_lock<std::mutex> lock(mu_);
+    // (Before the lock: no allocation while the producers wait for it.)
+    out->reserve(out->size() + std::min<size_t>(max_records, 1024));
+    std::unique_lock<std::mutex> lock = LockSpinning();
     if (consumer_active_) return Take::kBusy;
     // The consumer has processed every record it took before.
     processed_ = records_out_;
@@ -392,6 +424,27 @@ class Queue {
     }
     if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
+    consumer_active_ = true;
+    if (unready_ == 0) {
+      // Every queued record is ready, and no producer writes a ready record
+      // again before its release: copy them out with mu_ released, so that
+      // the producers do not wait for the copy (reading the descriptors that
+      // another core just wrote costs a cache miss each; issue 38).  A Grow
+      // meanwhile keeps the slots read here until Release.
+      const size_t n = std::min(records_.size(), max_records);
+      const uint64_t first = records_.front_seq();
+      const Record* slots = records_.slots();
+      const uint64_t mask = records_.mask();
+      records_.KeepStorage(true);
+      lock.unlock();
+      for (size_t i = 0; i < n; ++i) {
+        const Record& r = slots[(first + i) & mask];
+        if (!out->empty() && bytes + r.payload_bytes > max_bytes) break;
+        bytes += r.payload_bytes;
+        out->push_back(r);
+      }
+      return Take::kRecords;
+    }
     for (uint64_t seq = records_.front_seq(); seq < records_.end_seq(); ++seq) {
       Record& r = records_.at(seq);
       if (!ReadyLocked(r) || out->size() >= max_records) break;
@@ -399,7 +452,6 @@ class Queue {
       bytes += r.payload_bytes;
       out->push_back(r);
     }
-    consumer_active_ = true;
     return Take::kRecords;
   }
 
@@ -407,7 +459,7 @@ class Queue {
   // `adopted` (n flags, or nullptr) is set, the record's external payload
   // is the consumer's now: forgotten, not freed (see own blocks).
   void Release(size_t n, const uint8_t* adopted = nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = LockSpinning();
     for (size_t i = 0; i < n; ++i) {
       Record& r = records_.front();
       if (r.external_bytes) {
@@ -419,6 +471,7 @@ class Queue {
     }
     records_out_ += n;
     consumer_active_ = false;
+    records_.KeepStorage(false);
     // Reservations may have been made out of ring order only by the wrap
     // padding, which belongs to the record after it: tail_ only grows.
     if (records_.empty() && head_ == tail_) ResetWhenEmptyLocked();
@@ -427,8 +480,9 @@ class Queue {
 
   // Gives back the consumer role without releasing anything (error path).
   void AbandonTake() {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = LockSpinning();
     consumer_active_ = false;
+    records_.KeepStorage(false);
   }
 
   // ----------------------------------------------------------- control
@@ -538,30 +592,37 @@ class Queue {
   void NoteRan(uint64_t n) {
     const uint64_t ran = ran_.fetch_add(n, std::memory_order_seq_cst) + n;
     if (ran >= awaited_wake_at_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock = LockSpinning();
       processed_cv_.notify_all();
     }
   }
 
+  // lock_sleeps: how often a producer or the consumer slept on mu_ after
+  // its spin (LockSpinning), since the queue was made.
   struct Counters {
     uint64_t records_in, records_out, bytes_held, records_held, capacity,
-        space_waiters;
+        space_waiters, lock_sleeps;
   };
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
-    return Counters{records_in_,  records_out_,
-                    HeldLocked(), records_.size(),
-                    capacity_,    static_cast<uint64_t>(space_waiters_)};
+    return Counters{records_in_,
+                    records_out_,
+                    HeldLocked(),
+                    records_.size(),
+                    capacity_,
+                    static_cast<uint64_t>(space_waiters_),
+                    lock_sleeps_.load(std::memory_order_relaxed)};
   }
 
  private:
   enum ConsumerState { kRunning, kPolling, kSleeping };
 
   // Whether r is ready: committed, or its ready word written (noted then).
-  static bool ReadyLocked(Record& r) {
+  bool ReadyLocked(Record& r) {
     if (!r.ready && r.ready_word != nullptr &&
         __atomic_load_n(r.ready_word, __ATOMIC_ACQUIRE) != 0) {
       r.ready = true;
+      --unready_;
     }
     return r.ready;
   }
@@ -569,6 +630,40 @@ class Queue {
   // The bytes counted against capacity_ (see the invariants above).
   uint64_t HeldLocked() const {
     return (head_ - tail_) + external_held_ + records_.size() * sizeof(Record);
+  }
+
+  // mu_, locked after spinning a while if it is held: the producers and the
+  // consumer hold it for well under a microsecond, while a thread that
+  // sleeps on it (a futex wait, and the holder's futex wake) loses several
+  // (issue 38: the device thread slept on it about once per batch the
+  // consumer took).  Sleeps if it is still held after the spin (its holder
+  // may have lost its CPU).
+  std::unique_lock<std::mutex> LockSpinning() {
+    if (!mu_.try_lock()) {
+      const auto until = std::chrono::steady_clock::now() + kLockSpin;
+      bool got = false;
+      while (!got && std::chrono::steady_clock::now() < until) {
+        for (int k = 0; k < 4; ++k) CpuRelax();
+        got = mu_.try_lock();
+      }
+      if (!got) {
+        lock_sleeps_.fetch_add(1, std::memory_order_relaxed);
+        mu_.lock();
+      }
+    }
+    return std::unique_lock<std::mutex>(mu_, std::adopt_lock);
+  }
+  // Longer than the holds above (a few hundred ns at most), shorter than
+  // a sleep and a wake-up.  Bounded by time: a pause instruction takes
+  // from 10 to 150 cycles, depending on the CPU.
+  static constexpr std::chrono::microseconds kLockSpin{5};
+
+  static void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
   }
 
   void WakeConsumerLocked() {
@@ -622,7 +717,9 @@ class Queue {
   ConsumerState consumer_state_ = kRunning;
   bool consumer_active_ = false;
   std::atomic<bool> consumer_dispatching_{false};
+  std::atomic<uint64_t> lock_sleeps_{0};  // see GetCounters
   uint64_t records_in_ = 0, records_out_ = 0;
+  uint64_t unready_ = 0;          // queued records not ready yet
   uint64_t last_awaited_in_ = 0;  // records_in_ after the latest print tap
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).

@@ -599,8 +599,10 @@ def set_capacity(nbytes: int) -> None:
 
 
 def counters(ordinal: int) -> dict[str, int]:
-  """records_in, records_out, bytes_held, records_held, capacity and
-  space_waiters of the queue of a device ordinal (for tests)."""
+  """records_in, records_out, bytes_held, records_held, capacity,
+  space_waiters and lock_sleeps (how often a thread slept on the queue's
+  lock after spinning) of the queue of a device ordinal (for tests and
+  benchmarks)."""
   return _require().counters(ordinal)
 
 
