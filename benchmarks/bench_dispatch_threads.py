@@ -193,12 +193,14 @@ def main() -> None:
     f"load average at start {os.getloadavg()[0]:.2f}\n"
   )
   print(
-    "| run | per dispatch | end to end, µs | loop alone, µs "
+    "| run | per dispatch | end to end, µs | vs base, same run "
+    "| loop alone, µs "
     "| dispatching thread CPU, µs | other threads CPU, µs "
     "| context switches | records per batch |"
   )
-  print("|---|---|---:|---:|---:|---:|---:|---:|")
+  print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
   for run in range(args.runs):  # interleaved: each run every variant once
+    base_e2e = None
     for name in names:
       out = subprocess.run(
         [sys.executable, __file__, "--child", name, "--calls", str(args.calls)],
@@ -210,8 +212,12 @@ def main() -> None:
       if out.returncode != 0:
         sys.exit(f"{name} failed:\n{out.stderr[-2000:]}")
       _, e2e, loop, mine, others, switches, batch = out.stdout.split()[-7:]
+      if name == "base":
+        base_e2e = float(e2e)
+      ratio = f"{float(e2e) / base_e2e:.2f}×" if base_e2e else "-"
       print(
-        f"| {run + 1} | {VARIANTS[name]} | {e2e} | {loop} | {mine} | "
+        f"| {run + 1} | {VARIANTS[name]} | {e2e} | {ratio} | {loop} | "
+        f"{mine} | "
         f"{others} | {switches} | {batch} |"
       )
 

@@ -557,7 +557,7 @@ def _first_field_is_placeholder(fmt: str) -> bool:
 # steps (0.2 µs less per print of an f32[], a third of its formatting).
 # Not for the other dtypes (long double, complex, the ML dtypes), whose
 # scalars format otherwise.
-_SCALAR_TYPES: dict = {
+_SCALAR_TYPES: dict[np.dtype, type] = {
   **{np.dtype(t): float for t in (np.float16, np.float32, np.float64)},
   **{
     np.dtype(t): int

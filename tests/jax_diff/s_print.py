@@ -178,8 +178,7 @@ def print_one_scalar_each_dtype_and_spec(ctx, api):
         for spec in int_specs:
           api.debug_print(spec, v, ordered=True)
 
-  with np.errstate(over="ignore"):
-    jax.jit(f)(floats, ints)
+  jax.jit(f)(floats, ints)
 
 
 @scenario

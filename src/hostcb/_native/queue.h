@@ -115,7 +115,8 @@ struct OperandDesc {
 
 struct Record {
   RecordKind kind;
-  bool ready;  // payload written (guarded by Queue::mu_)
+  bool ready;  // payload written (guarded by Queue::mu_; but see the
+               // invariants: the consumer reads the records it took unlocked)
   uint16_t num_operands;
   int32_t device;
   int64_t target_id;  // tap function id, or the marker id
@@ -236,6 +237,11 @@ class Queue {
       const std::unique_lock<std::mutex>&) const {
     return {ring_, mapped_};
   }
+
+  // Tests only (tests/native/tap_path_bench.cc): called by the consumer
+  // between its unlocked take and its copy of the records taken, so that a
+  // test can queue (and grow the FIFO) right then.
+  void (*test_hook_unlocked_take)(Queue*) = nullptr;
 
   // Set by the first producer that asks for a consumer (RequestConsumer in
   // engine.h): consumers start at a device's first record, not before.
@@ -431,12 +437,14 @@ class Queue {
       // the producers do not wait for the copy (reading the descriptors that
       // another core just wrote costs a cache miss each; issue 38).  A Grow
       // meanwhile keeps the slots read here until Release.
-      const size_t n = std::min(records_.size(), max_records);
+      const size_t n = std::min(
+          records_.size(), max_records - std::min(max_records, out->size()));
       const uint64_t first = records_.front_seq();
       const Record* slots = records_.slots();
       const uint64_t mask = records_.mask();
       records_.KeepStorage(true);
       lock.unlock();
+      if (test_hook_unlocked_take != nullptr) test_hook_unlocked_take(this);
       for (size_t i = 0; i < n; ++i) {
         const Record& r = slots[(first + i) & mask];
         if (!out->empty() && bytes + r.payload_bytes > max_bytes) break;
