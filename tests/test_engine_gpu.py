@@ -535,20 +535,27 @@ def test_a_calls_staging_comes_back_by_its_done_word_and_is_reused(
   outs = [np.zeros(4, np.float32)]
   word_stream.call(0, cid, [np.zeros(4, np.float32)], outs)
   word_stream.sync()
-  before = fake._fake_counters()
-  for i in range(3):
-    word_stream.call(0, cid, [np.full(4, i, np.float32)], outs)
-    word_stream.sync()
-    np.testing.assert_array_equal(outs[0], np.full(4, i + 1, np.float32))
-  after = fake._fake_counters()
-  # No host function and no wait for the whole stream: two words per call
-  # (its operands are here; its results are copied out), and the one
-  # staging buffer serves every call.  (The test's own stream.sync() is
-  # the only synchronization.)
-  assert after["host_functions"] == before["host_functions"]
-  assert after["word_writes"] == before["word_writes"] + 6
+  # The handler watches the done word for 2 ms, then synchronizes with the
+  # stream instead (still correct); on a loaded machine the simulated
+  # stream's thread can miss that window, so the three calls are tried
+  # again, at most 5 times, until none of them needed the fallback.
+  for _ in range(5):
+    before = fake._fake_counters()
+    for i in range(3):
+      word_stream.call(0, cid, [np.full(4, i, np.float32)], outs)
+      word_stream.sync()
+      np.testing.assert_array_equal(outs[0], np.full(4, i + 1, np.float32))
+    after = fake._fake_counters()
+    # No host function, two words per call (its operands are here; its
+    # results are copied out), and the one staging buffer serves every call.
+    assert after["host_functions"] == before["host_functions"]
+    assert after["word_writes"] == before["word_writes"] + 6
+    assert after["pinned_allocations"] == before["pinned_allocations"]
+    if after["synchronizations"] == before["synchronizations"] + 3:
+      break
+  # No wait for the whole stream: the test's own stream.sync() is the only
+  # synchronization.
   assert after["synchronizations"] == before["synchronizations"] + 3
-  assert after["pinned_allocations"] == before["pinned_allocations"]
 
 
 def test_a_call_runs_after_the_taps_before_it(stream):
