@@ -113,6 +113,13 @@ def test_the_consumer_and_the_device_thread_share_no_data_unlocked(
   assert got["records"] == 5000 and got["checked"] == 1
 
 
+def test_the_consumer_hears_once_that_the_device_paused(bench):
+  # Once per pause of the device's taps, the consumer lets the device's
+  # thread have the GIL (module.cc's run_batch).
+  got = _native_bench.run(bench, "--went-quiet")
+  assert got == {"went_quiet_checked": 1}
+
+
 def test_every_tap_arrives_with_its_values_drained_inline(bench):
   got = _native_bench.run(bench, "--calls", "20000", "--consumer=inline")
   assert got["records"] == 20000 and got["checked"] == 1

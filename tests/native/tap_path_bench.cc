@@ -256,11 +256,44 @@ bool GrowDuringTakeIsChecked(hostcb::Queue* q) {
   return ok && rest == 3000;
 }
 
+// --went-quiet: WentQuiet says once, at the first take after which nothing
+// was queued, that the device paused; not while taps keep coming, and not
+// again until they came again.
+bool WentQuietIsChecked(hostcb::Queue* q) {
+  Frame f;
+  auto tap = [&](int n) {
+    for (int i = 0; i < n; ++i) HostcbTap(&f.frame);
+  };
+  auto take_two = [&] {
+    std::vector<hostcb::Record> recs;
+    if (q->TakeReady(&recs, 2, 0, 0, 0) != hostcb::Queue::Take::kRecords) {
+      std::fprintf(stderr, "nothing to take\n");
+      std::exit(1);
+    }
+    q->Release(recs.size());
+    return q->WentQuiet();
+  };
+  tap(10);
+  bool ok = !take_two();   // taps came since the start
+  ok = ok && take_two();   // none since the previous take: paused
+  ok = ok && !take_two();  // still paused: said once
+  tap(1);
+  ok = ok && !take_two();            // taps came again
+  ok = ok && take_two();             // paused again
+  std::vector<hostcb::Record> recs;  // drains the rest
+  while (q->TakeReady(&recs, 256, 0, 0, 0) == hostcb::Queue::Take::kRecords) {
+    q->Release(recs.size());
+    recs.clear();
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long calls = 200000, work_ns = 0;
-  bool inline_consumer = false, errors_only = false, grow_only = false;
+  bool inline_consumer = false, errors_only = false, grow_only = false,
+       quiet_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--errors") {
@@ -269,6 +302,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--grow-during-take") {
       grow_only = true;
+      continue;
+    }
+    if (a == "--went-quiet") {
+      quiet_only = true;
       continue;
     }
     if (a == "--calls" && i + 1 < argc)
@@ -290,6 +327,11 @@ int main(int argc, char** argv) {
   if (errors_only) {
     const bool ok = ErrorsAreChecked(q);
     std::printf("errors_checked=%d\n", ok ? 1 : 0);
+    return ok ? 0 : 1;
+  }
+  if (quiet_only) {
+    const bool ok = WentQuietIsChecked(q);
+    std::printf("went_quiet_checked=%d\n", ok ? 1 : 0);
     return ok ? 0 : 1;
   }
   if (grow_only) {

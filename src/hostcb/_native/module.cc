@@ -17,7 +17,9 @@
 #define HOSTCB_IMPORTS_NUMPY
 #include "pyarrays.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,9 @@ namespace {
 
 // Copies of this many bytes or more in one batch run without the GIL.
 constexpr uint64_t kCopyWithoutGil = 1 << 20;
+// How long the consumer leaves the GIL to others when the device pauses
+// (run_batch): longer than a sleeping thread takes to wake up.
+constexpr std::chrono::microseconds kLetTheDeviceThreadIn{50};
 
 // ------------------------------------------------------------ functions
 Queue* QueueArg(long device) {
@@ -333,6 +338,17 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   Queue::Take got;
   Py_BEGIN_ALLOW_THREADS got = q->TakeReady(
       &records, static_cast<size_t>(max_records), max_bytes, timeout, poll);
+  if (got == Queue::Take::kRecords && q->WentQuiet()) {
+    // The device stopped tapping while this thread ran tap functions, with
+    // the GIL: the thread that ran its computation may now wait for the
+    // GIL, to return to Python.  Releasing the GIL for this take woke it,
+    // but this thread would take the GIL back before it runs, and it would
+    // get it only at CPython's switch interval (5 ms) or once the backlog
+    // of tap functions has run: about 1 ms per call of a 20,000-step
+    // tapped scan here (issue 38, bench_tap_sched.py's "per call").  A
+    // short sleep, once per pause of the device, lets it have the GIL.
+    std::this_thread::sleep_for(kLetTheDeviceThreadIn);
+  }
   Py_END_ALLOW_THREADS switch (got) {
     case Queue::Take::kTimeout:
       return PyLong_FromLong(0);

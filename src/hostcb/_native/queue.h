@@ -431,6 +431,11 @@ class Queue {
     if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
     consumer_active_ = true;
+    // Whether the producers went quiet: nothing queued since the previous
+    // take, which itself found records queued after the one before.
+    went_quiet_ = records_in_ == in_at_take_ && !quiet_;
+    quiet_ = records_in_ == in_at_take_;
+    in_at_take_ = records_in_;
     if (unready_ == 0) {
       // Every queued record is ready, and no producer writes a ready record
       // again before its release: copy them out with mu_ released, so that
@@ -462,6 +467,12 @@ class Queue {
     }
     return Take::kRecords;
   }
+
+  // Whether nothing was queued between the consumer's previous take and
+  // its latest, after records had been queued before that: the device
+  // stopped tapping about one batch ago (once per such pause).  Read by
+  // the consumer after its take.
+  bool WentQuiet() const { return went_quiet_; }
 
   // Frees the first n records, which the active consumer has read.  Where
   // `adopted` (n flags, or nullptr) is set, the record's external payload
@@ -727,7 +738,10 @@ class Queue {
   std::atomic<bool> consumer_dispatching_{false};
   std::atomic<uint64_t> lock_sleeps_{0};  // see GetCounters
   uint64_t records_in_ = 0, records_out_ = 0;
-  uint64_t unready_ = 0;          // queued records not ready yet
+  uint64_t unready_ = 0;  // queued records not ready yet
+  // The consumer's: records_in_ at its latest take, and WentQuiet's state.
+  uint64_t in_at_take_ = 0;
+  bool quiet_ = true, went_quiet_ = false;
   uint64_t last_awaited_in_ = 0;  // records_in_ after the latest print tap
   // Records whose functions have run: those released before the consumer's
   // latest take (it takes again only after running a whole batch).
