@@ -5,7 +5,7 @@ headers and delivers every tap, and every call's results, with their values.
 It links the engine's handlers.cc and cuda.cc alone (no Python, no GPU: a
 simulated driver of its own does each operation at once); a run here is
 short: the figures come from larger ``--calls`` by hand (see
-docs/engine.md).
+docs/guide.md, "Goals not met yet").
 """
 
 from __future__ import annotations

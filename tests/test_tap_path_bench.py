@@ -4,7 +4,11 @@ record with its values, and keeps the errors of unusual call frames.
 
 It links the engine's handlers.cc alone (no Python), with the jaxlib
 headers that ``jax.ffi.include_dir()`` names; a run here is short: the
-figures come from larger ``--calls`` by hand (see docs/engine.md).
+figures come from larger ``--calls`` by hand (see README.md's Speed
+section).  It also checks the queue's consumer side: a take copied with the
+lock released while the FIFO grows (under AddressSanitizer and
+ThreadSanitizer where they run), and the pause of the device's taps that the
+consumer hears once.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 // are the engine's own cost (its locks, the ring, the pinner's table), not
 // a driver's.  A consumer thread drains the queue as run_batch does.
 // Built and run by tests/test_gpu_tap_bench.py (short runs, values
-// checked); the figures of docs/engine.md come from larger --calls, built
+// checked); the figures of docs/guide.md come from larger --calls, built
 // against this tree's and another tree's src/hostcb/_native.
 //
 //   gpu_tap_bench [--calls N] [--rounds R] [--publication=word|host]
