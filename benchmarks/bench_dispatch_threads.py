@@ -90,37 +90,12 @@ def run_one(name: str, calls: int) -> None:
   import hostcb
   from hostcb.engine import native
 
-  f32 = jax.ShapeDtypeStruct((), jnp.float32)
+  # The variants are bench_dispatch.py's (this script's directory is on
+  # sys.path: the children run it as a script too).
+  from bench_dispatch import Sink, variants
+
   count = [0]
-
-  def tap(x, transforms):
-    count[0] += 1
-
-  def plain(*args):
-    count[0] += 1
-
-  def same(x):
-    count[0] += 1
-    return x
-
-  class Sink:
-    def write(self, s: str) -> int:
-      count[0] += s.count("\n")
-      return len(s)
-
-    def flush(self) -> None:
-      pass
-
-  steps = {
-    "base": lambda v: v + 1,
-    "id_tap": lambda v: hostcb.id_tap(tap, v) + 1,
-    "call": lambda v: hostcb.call(same, v, result_shape=f32) + 1,
-    "dcb": lambda v: (hostcb.debug.callback(plain, v), v + 1)[1],
-    "dprint": lambda v: (hostcb.debug.print("{}", v), v + 1)[1],
-    "io": lambda v: hostcb.io_callback(same, f32, v) + 1,
-    "pure": lambda v: hostcb.pure_callback(same, f32, v) + 1,
-  }
-  steps["dcb_np"], steps["io_np"] = steps["dcb"], steps["io"]
+  step = dict(variants(count, with_jax=False))[VARIANTS[name]]
   if name.endswith("_np"):
     hostcb.config.update("hostcb_callback_jax_arrays", False)
   # Records per batch: the consumer binds run_batch when it starts, after
@@ -135,17 +110,18 @@ def run_one(name: str, calls: int) -> None:
     return n
 
   native._native.run_batch = counting_run_batch
-  f = jax.jit(steps[name])
+  f = jax.jit(step)
   x = jnp.float32(1)
   main = threading.get_native_id()
-  with contextlib.redirect_stdout(Sink()):
+  sink = Sink()
+  with contextlib.redirect_stdout(sink):
     for _ in range(2000):  # compiles, starts the consumer, warms up
       out = f(x)
     out.block_until_ready()
     hostcb.barrier_wait()
     jax.effects_barrier()
     batches.clear()
-    count[0] = 0
+    count[0] = sink.lines = 0
     switches0, cpu0 = _context_switches(), _cpu_ns()
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -156,8 +132,9 @@ def run_one(name: str, calls: int) -> None:
     jax.effects_barrier()
     elapsed = time.perf_counter() - t0
     cpu1, switches1 = _cpu_ns(), _context_switches()
-  if name != "base" and count[0] != calls:
-    sys.exit(f"{name}: {count[0]} of {calls} callbacks delivered")
+  delivered = count[0] + sink.lines
+  if name != "base" and delivered != calls:
+    sys.exit(f"{name}: {delivered} of {calls} callbacks delivered")
   per = {t: (ns - cpu0.get(t, 0)) / calls / 1e3 for t, ns in cpu1.items()}
   mine = per.pop(main, 0.0)
   print(

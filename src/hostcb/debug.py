@@ -46,6 +46,7 @@ from hostcb.engine.errors import note_jax_callback_failure
 from hostcb.engine.output_order import OrderedStream
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
+from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
 from hostcb._core.signatures import is_key
 
@@ -559,19 +560,7 @@ def _first_field_is_placeholder(fmt: str) -> bool:
 # scalars format otherwise.
 _SCALAR_TYPES: dict[np.dtype, type] = {
   **{np.dtype(t): float for t in (np.float16, np.float32, np.float64)},
-  **{
-    np.dtype(t): int
-    for t in (
-      np.int8,
-      np.int16,
-      np.int32,
-      np.int64,
-      np.uint8,
-      np.uint16,
-      np.uint32,
-      np.uint64,
-    )
-  },
+  **{np.dtype(t): int for t in array_text.INTEGER_TYPES},
   np.dtype(np.bool_): bool,
 }
 

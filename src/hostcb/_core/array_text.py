@@ -70,7 +70,8 @@ _DEFAULTS = {
 # A 1-D row stays on one line while n * (width + 1) <= this.
 _ROW_BUDGET = _DEFAULTS["linewidth"] - len("]")
 
-_INTEGERS = frozenset(
+# NumPy's integer scalar types (the fixed-width ones and their C names).
+INTEGER_TYPES = frozenset(
   {
     np.int8,
     np.int16,
@@ -149,13 +150,13 @@ def array_text(a: np.ndarray, threshold: int | None) -> str | None:
   if a.ndim == 0:
     if t is np.float64 or t is np.float32:
       return _float_text(a[()], _CUTOFF[t])
-    if t in _INTEGERS or t is np.bool_:
+    if t in INTEGER_TYPES or t is np.bool_:
       return str(a.item())
     return None
   if a.ndim != 1:
     return None
   n = a.shape[0]
-  if t is not np.bool_ and t not in _INTEGERS:
+  if t is not np.bool_ and t not in INTEGER_TYPES:
     return None
   if n == 0:
     return "[]"
