@@ -525,3 +525,28 @@ def test_without_the_engine_a_write_follows_the_fast_path_prints():
     f"x = {i}.0\nresult: {2 * i}.0\ny = {i}.0\ntree: {i + 1}.0\n"
     for i in range(3)
   )
+
+
+_OTHER_SYS_CLASS_SCRIPT = """
+import io, sys, types
+import jax, jax.numpy as jnp, hostcb
+buf = io.StringIO()
+class OtherSys(types.ModuleType):  # another tool's class of sys
+  @property
+  def stdout(self):
+    return buf
+sys.__class__ = OtherSys
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+y = f(jnp.float32(1))
+hostcb.barrier_wait()
+sys.__class__ = types.ModuleType
+print(repr(buf.getvalue()), y)
+"""
+
+
+def test_a_print_goes_to_the_stdout_of_another_class_of_sys():
+  # A consumer's print reads sys.stdout from sys's dict only under
+  # output_order's own class of sys; under another tool's, it asks sys.
+  r = run_python(_OTHER_SYS_CLASS_SCRIPT)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout == "'x = 1.0\\n' 2.0\n"
