@@ -27,6 +27,7 @@ import hostcb
 from _helpers import hostcb_root, run_python
 from hostcb import engine
 from hostcb.engine import output_order
+from hostcb.jax_internals import dispatch
 
 DEADLINE = 60.0  # seconds: every wait of these tests ends by then
 RUNS = 3  # runs of each side of the differential test
@@ -426,3 +427,126 @@ def test_a_library_that_patches_stdout_write_composes_with_the_hook():
   assert r.stderr.strip().splitlines()[-1] == repr(
     ["x = 2.0\n", "result:", " ", "4.0", "\n", "after uninstall", "\n"]
   )
+
+
+# The note of each fast-path dispatch of a function that prints
+# (jax_internals.dispatch, _PrintOutputs): the native engine's C function,
+# and its Python twin for a process without the engine.
+def _notes() -> list:
+  notes = [pytest.param(dispatch._unflatten_print_outputs, id="python")]
+  if engine.available():
+    native = engine.native.module().print_outputs_unflatten(
+      dispatch._print_outputs
+    )
+    notes.append(pytest.param(native, id="native"))
+  return notes
+
+
+def test_the_fast_path_note_is_the_native_function_with_the_engine():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  note = dispatch._note_and_unflatten()
+  assert type(note).__name__ == "builtin_function_or_method"
+  assert note.__self__ is dispatch._print_outputs
+
+
+@pytest.mark.parametrize("note", _notes())
+def test_the_note_of_one_array_returns_it_and_notes_the_outputs(note):
+  children = (jnp.float32(1),)
+  try:
+    assert note(None, children) is children[0]
+    assert dispatch._print_outputs[threading.get_ident()] is children
+  finally:
+    dispatch._print_outputs.pop(threading.get_ident(), None)
+
+
+@pytest.mark.parametrize("note", _notes())
+def test_the_note_of_a_tree_returns_the_tree_and_notes_the_outputs(note):
+  tree = jax.tree_util.tree_structure((0, {"a": 0}))
+  children = (jnp.float32(1), jnp.float32(2))
+  try:
+    out = note(tree, children)
+    assert out == (children[0], {"a": children[1]})
+    assert out[0] is children[0] and out[1]["a"] is children[1]
+    assert dispatch._print_outputs[threading.get_ident()] is children
+  finally:
+    dispatch._print_outputs.pop(threading.get_ident(), None)
+
+
+@pytest.mark.parametrize("note", _notes())
+def test_the_note_is_kept_per_thread(note):
+  children = (jnp.float32(1),)
+  idents = []
+
+  def dispatching_thread():
+    idents.append(threading.get_ident())
+    note(None, children)
+
+  t = threading.Thread(target=dispatching_thread)
+  t.start()
+  t.join(DEADLINE)
+  assert not t.is_alive()
+  try:
+    assert threading.get_ident() not in dispatch._print_outputs
+    assert dispatch._print_outputs[idents[0]] is children
+  finally:
+    dispatch._print_outputs.pop(idents[0], None)
+
+
+def test_the_native_note_takes_a_dict_and_two_arguments():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  module = engine.native.module()
+  with pytest.raises(TypeError, match="takes a dict"):
+    module.print_outputs_unflatten([])
+  note = module.print_outputs_unflatten({})
+  with pytest.raises(TypeError, match="takes 2 arguments"):
+    note(None)
+
+
+_PYTHON_NOTE_SCRIPT = """
+import jax, jax.numpy as jnp, hostcb
+from hostcb.jax_internals import dispatch
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+g = jax.jit(lambda x: (hostcb.debug.print("y = {}", x), (x, {"b": x + 1}))[1])
+f(jnp.float32(0)).block_until_ready()
+assert dispatch._note_and_unflatten() is dispatch._unflatten_print_outputs
+assert hostcb.jax_internals.declares_no_effect(f, jnp.float32(1))
+for i in range(3):
+  print("result:", f(jnp.float32(i)))
+  print("tree:", g(jnp.float32(i))[1]["b"])
+"""
+
+
+def test_without_the_engine_a_write_follows_the_fast_path_prints():
+  r = run_python(_PYTHON_NOTE_SCRIPT, env_extra={"HOSTCB_DISABLE_NATIVE": "1"})
+  assert r.returncode == 0, r.stderr
+  assert r.stdout == "x = 0.0\n" + "".join(
+    f"x = {i}.0\nresult: {2 * i}.0\ny = {i}.0\ntree: {i + 1}.0\n"
+    for i in range(3)
+  )
+
+
+_OTHER_SYS_CLASS_SCRIPT = """
+import io, sys, types
+import jax, jax.numpy as jnp, hostcb
+buf = io.StringIO()
+class OtherSys(types.ModuleType):  # another tool's class of sys
+  @property
+  def stdout(self):
+    return buf
+sys.__class__ = OtherSys
+f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
+y = f(jnp.float32(1))
+hostcb.barrier_wait()
+sys.__class__ = types.ModuleType
+print(repr(buf.getvalue()), y)
+"""
+
+
+def test_a_print_goes_to_the_stdout_of_another_class_of_sys():
+  # A consumer's print reads sys.stdout from sys's dict only under
+  # output_order's own class of sys; under another tool's, it asks sys.
+  r = run_python(_OTHER_SYS_CLASS_SCRIPT)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout == "'x = 1.0\\n' 2.0\n"

@@ -43,7 +43,7 @@ from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
 from hostcb.engine.errors import note_jax_callback_failure
-from hostcb.engine.output_order import OrderedStream
+from hostcb.engine.output_order import OrderedStream, ordered_sys_class
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
@@ -227,16 +227,23 @@ class _DebugCall:
       # A 0-d value as the Python number NumPy formats (_SCALAR_TYPES).
       scalar_types = _SCALAR_TYPES if _formats_value_only(func.fmt) else {}
       ndarray = np.ndarray
+      sys_dict, ordered_sys = sys.__dict__, ordered_sys_class
 
       def print_entry(arg, transforms) -> None:
         try:
-          # _Format.__call__: sys.stdout looked up when it prints.
-          stream = sys.stdout
-          if type(stream) is OrderedStream and len(stream.__dict__) == 1:
+          # _Format.__call__: sys.stdout looked up when it prints; under
+          # output_order's class of sys, the module's dict holds it (what
+          # its descriptor returns), read without the descriptor's frame.
+          stream = sys_dict.get("stdout") if type(sys) is ordered_sys else None
+          if stream is None:  # another class of sys, or no stream
+            stream = sys.stdout
+          if type(stream) is OrderedStream:
             # A consumer's write never waits (hostcb.engine.output_order):
             # to the stream itself, unless a library patched the wrapper.
-            stream = stream._hostcb_stream
-          if type(arg) is ndarray and not arg.shape:
+            attrs = stream.__dict__
+            if len(attrs) == 1:
+              stream = attrs["_hostcb_stream"]
+          if type(arg) is ndarray and not arg.ndim:
             number = scalar_types.get(arg.dtype)
             if number is not None:
               arg = number(arg)

@@ -13,10 +13,11 @@ library (no JAX, no NumPy) at import.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from _hostcb_env import env_flag
 
-__all__ = ["build_failure", "shared_constant"]
+__all__ = ["build_failure", "extension", "shared_constant"]
 
 # The values of engine.h's shared constants, for a process without the
 # extension (not built, not loadable, or HOSTCB_DISABLE_NATIVE), where no C++
@@ -27,25 +28,34 @@ _WITHOUT_EXTENSION = {
 }
 
 
+def extension() -> Any:
+  """The extension module ``hostcb._native._engine``, or None where it is
+  absent (not built, not loadable: :mod:`hostcb.engine` says why; or
+  turned off by ``HOSTCB_DISABLE_NATIVE``)."""
+  if env_flag("HOSTCB_DISABLE_NATIVE"):
+    return None
+  try:
+    from hostcb._native import _engine  # noqa: PLC0415
+  except ImportError:  # not built or not loadable: hostcb.engine says why
+    return None
+  return _engine
+
+
 def shared_constant(name: str) -> int:
   """Constant ``name`` of ``engine.h``, as the extension exports it (a
   module attribute of ``hostcb._native._engine``); where the extension is
   absent, its value for Python alone."""
-  if not env_flag("HOSTCB_DISABLE_NATIVE"):
-    try:
-      from hostcb._native import _engine  # noqa: PLC0415
-    except ImportError:  # not built or not loadable: hostcb.engine says why
-      pass
-    else:
-      value = getattr(_engine, name, None)
-      if value is None:
-        raise ImportError(
-          f"hostcb: the extension {_engine.__file__} has no {name}: it was "
-          "built from other sources than this hostcb; reinstall hostcb: "
-          "pip install --force-reinstall --no-deps --no-cache-dir hostcb"
-        )
-      return value
-  return _WITHOUT_EXTENSION[name]
+  engine = extension()
+  if engine is None:
+    return _WITHOUT_EXTENSION[name]
+  value = getattr(engine, name, None)
+  if value is None:
+    raise ImportError(
+      f"hostcb: the extension {engine.__file__} has no {name}: it was "
+      "built from other sources than this hostcb; reinstall hostcb: "
+      "pip install --force-reinstall --no-deps --no-cache-dir hostcb"
+    )
+  return value
 
 
 # The name setup.py writes (FAILURE_FILE there).

@@ -604,6 +604,69 @@ PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// The unflatten function of hostcb's _PrintOutputs pytree node
+// (jax_internals/dispatch.py), which jaxlib calls once per dispatch of a
+// function that prints, on jit's C++ fast path: notes the outputs for the
+// calling thread (outputs[threading.get_ident()] = children, `outputs`
+// being the dict given to print_outputs_unflatten, the function's self)
+// and returns the result tree as the function returns it: children[0]
+// where the aux data `tree` is None (one array), else
+// tree.unflatten(children).  Its Python twin, for a process without this
+// extension, is dispatch.py's _unflatten_print_outputs.
+PyObject* g_unflatten_name = nullptr;  // "unflatten", interned
+
+PyObject* UnflattenPrintOutputs(PyObject* outputs, PyObject* const* args,
+                                Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError,
+                 "hostcb: the unflatten of print outputs takes 2 arguments "
+                 "(tree, children), not %zd",
+                 nargs);
+    return nullptr;
+  }
+  PyObject* tree = args[0];
+  PyObject* children = args[1];
+  // threading.get_ident() is this number, as a Python int.
+  PyObject* ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+  if (ident == nullptr) return nullptr;
+  int set = PyDict_SetItem(outputs, ident, children);
+  Py_DECREF(ident);
+  if (set < 0) return nullptr;
+  if (tree == Py_None) {
+    if (PyTuple_CheckExact(children) && PyTuple_GET_SIZE(children) > 0) {
+      PyObject* first = PyTuple_GET_ITEM(children, 0);
+      Py_INCREF(first);
+      return first;
+    }
+    return PySequence_GetItem(children, 0);
+  }
+  return PyObject_CallMethodOneArg(tree, g_unflatten_name, children);
+}
+
+PyMethodDef kUnflattenPrintOutputs = {
+    "unflatten_print_outputs",
+    reinterpret_cast<PyCFunction>(
+        reinterpret_cast<void*>(UnflattenPrintOutputs)),
+    METH_FASTCALL,
+    "unflatten_print_outputs(tree, children): notes children as the "
+    "calling thread's latest print outputs; returns children[0] where tree "
+    "is None, else tree.unflatten(children)."};
+
+PyObject* Py_print_outputs_unflatten(PyObject*, PyObject* outputs) {
+  if (!PyDict_CheckExact(outputs)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "print_outputs_unflatten takes a dict (thread id -> "
+                    "outputs)");
+    return nullptr;
+  }
+  if (g_unflatten_name == nullptr) {
+    g_unflatten_name = PyUnicode_InternFromString("unflatten");
+    if (g_unflatten_name == nullptr) return nullptr;
+  }
+  // The function's self is the dict, which it keeps alive.
+  return PyCFunction_New(&kUnflattenPrintOutputs, outputs);
+}
+
 PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
@@ -691,6 +754,11 @@ PyMethodDef kMethods[] = {
     {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
      "Puts back the std::terminate handler that was there before; False "
      "where another one replaced hostcb's since."},
+    {"print_outputs_unflatten", Py_print_outputs_unflatten, METH_O,
+     "print_outputs_unflatten(outputs) -> the unflatten function of "
+     "hostcb's _PrintOutputs pytree node: (tree, children) -> "
+     "outputs[threading.get_ident()] = children, then children[0] where "
+     "tree is None, else tree.unflatten(children)."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue and takes this thread as the main one (for "
      "os.register_at_fork)."},

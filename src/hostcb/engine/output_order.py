@@ -30,11 +30,12 @@ to ``sys.stdout`` and ``sys.stderr``:
 
 Costs: nothing before a print is staged; then, per write, a look at the
 thread's latest output or token and at each consumer's queue (well under
-a microsecond where nothing is pending); a function that prints and
-returns an array stays on jit's fast path, with one Python call per
-dispatch (noting an output); one that returns nothing dispatches through
-JAX's Python path (tens of microseconds, where JAX's own prints cost
-more).  The device never waits.  :func:`uninstall` (called by
+a microsecond where nothing is pending; a consumer's own write, two
+thread-local lookups); a function that prints and returns an array
+stays on jit's fast path, with one call per dispatch (noting an output;
+a C function of the native engine where it is there); one that returns
+nothing dispatches through JAX's Python path (tens of microseconds,
+where JAX's own prints cost more).  The device never waits.  :func:`uninstall` (called by
 :func:`hostcb.uninstall`) puts ``sys``'s class and the streams back; the
 next print staged installs it again.
 """
@@ -50,9 +51,16 @@ from typing import Any
 
 from hostcb import jax_internals as ji
 from hostcb.engine import native, pyqueue
-from hostcb.engine.consumers import is_consumer
+from hostcb.engine.consumers import this_thread as _this_thread
 
-__all__ = ["install", "uninstall", "installed", "OrderedStream", "WAIT_SECONDS"]
+__all__ = [
+  "install",
+  "uninstall",
+  "installed",
+  "OrderedStream",
+  "WAIT_SECONDS",
+  "ordered_sys_class",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -75,11 +83,18 @@ class OrderedStream:
     object.__setattr__(self, "_hostcb_stream", stream)
 
   def write(self, text):
-    _before_write()
+    # A consumer's write never waits: the look at the queues in
+    # _before_write would give up the GIL while its own print is pending.
+    # (consumers.is_consumer, inlined: no call for a consumer's print.)
+    t = _this_thread
+    if t.ordinal is None and t.queue is None:
+      _before_write()
     return self._hostcb_stream.write(text)
 
   def writelines(self, lines):
-    _before_write()
+    t = _this_thread
+    if t.ordinal is None and t.queue is None:  # (as write)
+      _before_write()
     return self._hostcb_stream.writelines(lines)
 
   def __getattr__(self, name: str):
@@ -148,6 +163,12 @@ class _SysModule(types.ModuleType):
   stderr = _Wrapping("stderr")
 
 
+ordered_sys_class = _SysModule
+"""``sys``'s class while installed: ``sys.stdout`` and ``sys.stderr`` are
+then what ``sys.__dict__`` holds under their names (a consumer's print
+reads them there, without the descriptor's Python frame)."""
+
+
 def installed() -> bool:
   """Whether writes to ``sys.stdout``/``sys.stderr`` wait now."""
   return _installed[0]
@@ -192,11 +213,9 @@ def uninstall() -> None:
 
 
 def _before_write() -> None:
+  """Before a write of a thread that is no consumer (OrderedStream)."""
   if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
     return
-  if is_consumer():
-    return  # (first: the look at the queues below would give up the GIL
-    # while its own print is pending)
   if (
     ji.wait_for_this_threads_computation(0.0)  # (never waits)
     and not pyqueue.queues

@@ -61,7 +61,7 @@ import functools
 import gc
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from jax._src import stages as _stages
@@ -71,6 +71,7 @@ from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb._native import extension
 from hostcb.jax_internals.array_reads import block_without_hook
 from hostcb.jax_internals import core as _core
 from hostcb.jax_internals.core import HostCallbackEffect
@@ -274,10 +275,11 @@ def _devices(module: Any) -> int:
 #   and its executable carries :data:`_PRINTS` (in its keepalive): each
 #   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
 #   arrays that the write waits for.  On the C++ fast path that is one
-#   Python call per dispatch, made by jaxlib when it builds the result
-#   tree (the tree is wrapped in a ``_PrintOutputs`` node, whose unflatten
-#   notes the output and returns the tree as it was; see
-#   :func:`_install_fastpath_note`); on JAX's Python path
+#   call per dispatch, made by jaxlib when it builds the result tree (the
+#   tree is wrapped in a ``_PrintOutputs`` node, whose unflatten, a C
+#   function of the native engine where it is there, notes the output and
+#   returns the tree as it was; see :func:`_install_fastpath_note`); on
+#   JAX's Python path
 #   (``ExecuteReplicated.__call__``: the first call, an AOT-compiled call)
 #   the outputs are noted there;
 # * one that returns nothing keeps its runtime token (JAX's Python path),
@@ -418,9 +420,10 @@ _NOTE_WHAT = (
 class _PrintOutputs:
   """The root of the result tree of an executable that prints, on jit's
   fast path: jaxlib unflattens it once per dispatch, in C++, which calls
-  :func:`_unflatten_print_outputs` (a pytree node of hostcb's, registered
-  at the first such executable).  Its aux data is the result tree itself,
-  its children that tree's leaves."""
+  the node's unflatten (:func:`_note_and_unflatten`; a pytree node of
+  hostcb's, registered at the first such executable).  Its aux data is the
+  result tree itself, or None where the result is one array; its children
+  that tree's leaves."""
 
   __slots__ = ("tree",)
 
@@ -432,7 +435,9 @@ _LEAF = object()  # a placeholder leaf, to build the wrapped tree once
 
 
 def _flatten_print_outputs(node: _PrintOutputs) -> tuple:
-  return [_LEAF] * node.tree.num_leaves, node.tree
+  tree = node.tree
+  # One array (a leaf, the only node): decided here, once per executable.
+  return [_LEAF] * tree.num_leaves, None if tree.num_nodes == 1 else tree
 
 
 # _core.note_print_outputs, inlined below: it runs once per dispatch.
@@ -442,11 +447,24 @@ _get_ident = threading.get_ident
 
 def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
   """The result tree as the function returns it, once one of its outputs
-  is noted for the next write (one Python call per dispatch)."""
+  is noted for the next write (one call per dispatch).  The native
+  engine's ``print_outputs_unflatten`` makes the same function in C
+  (:func:`_note_and_unflatten`); this one is for a process without it."""
   _print_outputs[_get_ident()] = children  # _core.note_print_outputs
-  if tree.num_nodes == 1:  # the result is one array
+  if tree is None:  # the result is one array
     return children[0]
   return tree.unflatten(children)
+
+
+def _note_and_unflatten() -> Callable[[Any, Any], Any]:
+  """The node's unflatten: the native engine's, which runs no Python frame
+  per dispatch, or :func:`_unflatten_print_outputs` where the extension is
+  absent (or is an older build without it: reinstalling adds it)."""
+  engine = extension()
+  make = getattr(engine, "print_outputs_unflatten", None)
+  if make is None:
+    return _unflatten_print_outputs
+  return make(_print_outputs)
 
 
 def _install_fastpath_note() -> None:
@@ -477,7 +495,7 @@ def _install_fastpath_note() -> None:
       # stays registered after hostcb.uninstall(), and no value of that
       # type exists outside these trees.
       jax.tree_util.register_pytree_node(
-        _PrintOutputs, _flatten_print_outputs, _unflatten_print_outputs
+        _PrintOutputs, _flatten_print_outputs, _note_and_unflatten()
       )
       _registered[0] = True
 
