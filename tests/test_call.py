@@ -11,6 +11,7 @@ from jax import lax
 
 import hostcb
 from _helpers import Recorder
+from hostcb._core import lowering
 
 _compiles = []
 _compiles_lock = threading.Lock()
@@ -499,8 +500,6 @@ def test_failed_call_whose_failure_cannot_be_recorded_fails_with_both(
   # Fault injection: recording the failure (for barrier_wait) raises.  As a
   # raise inside the runner's `except` would, the recorder's error fails
   # the computation, with the host function's as its context.
-  from hostcb._core import lowering  # noqa: PLC0415  (patched for this test)
-
   def broken_record(e, what):
     raise RuntimeError("recorder broke")
 
