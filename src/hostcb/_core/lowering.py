@@ -360,8 +360,9 @@ def _native_call_runner(target):
       raise
 
   def run_direct(arrays, ordinal):
-    # One argument, one array result: the host function with no frame
-    # between (the same work as run's).
+    # One argument, one array result (the same work as run's): the direct
+    # entry's runner, which the handler calls only while a Python-callback
+    # queue exists.
     if python_queues:
       drain(device_of(ordinal), False)
     try:
