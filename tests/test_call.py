@@ -11,6 +11,7 @@ from jax import lax
 
 import hostcb
 from _helpers import Recorder
+from hostcb._core import lowering
 
 _compiles = []
 _compiles_lock = threading.Lock()
@@ -491,6 +492,34 @@ def test_failed_call_is_also_reported_by_the_next_barrier_wait():
   ):
     hostcb.barrier_wait()
   hostcb.barrier_wait()  # reported once
+
+
+def test_failed_call_whose_failure_cannot_be_recorded_fails_with_both(
+  monkeypatch,
+):
+  # Fault injection: recording the failure (for barrier_wait) raises.  As a
+  # raise inside the runner's `except` would, the recorder's error fails
+  # the computation, with the host function's as its context.
+  def broken_record(e, what):
+    raise RuntimeError("recorder broke")
+
+  monkeypatch.setattr(lowering, "_record_call_failure", broken_record)
+
+  def host(a):
+    raise ValueError("nope")
+
+  with pytest.raises(
+    Exception,
+    match="(?s)ValueError: nope.*During handling of the above exception, "
+    "another exception occurred.*RuntimeError: recorder broke",
+  ):
+    jax.jit(lambda x: hostcb.call(host, x, result_shape=x))(np.float32(1.0))
+  hostcb.barrier_wait()  # nothing was recorded
+  monkeypatch.undo()
+  out = jax.jit(lambda x: hostcb.call(lambda a: a * 2, x, result_shape=x))(
+    np.float32(3.0)
+  )
+  assert float(out) == 6.0
 
 
 # ---------------------------------------------------- transformations

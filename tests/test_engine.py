@@ -141,6 +141,51 @@ def test_native_call_runs_after_taps_that_fell_back_to_python_callbacks():
   assert seen == [50]
 
 
+@NATIVE
+def test_direct_call_records_failures_and_drains_python_callback_taps():
+  # In a fresh process (no Python-callback queue yet): a one-array call's
+  # host function runs from the handler itself (a direct entry); a failure
+  # still reaches barrier_wait; once a Python-callback queue exists, the
+  # handler hands the call to its runner, which runs those taps first.
+  code = """
+import jax, jax.numpy as jnp, numpy as np, hostcb
+from hostcb import engine
+from hostcb.engine import registry
+seen, rec = [], []
+def host(a):
+  if float(a) < 0:
+    raise ValueError("nope")
+  seen.append(len(rec))
+  return a
+f = jax.jit(lambda x: hostcb.call(host, x, result_shape=x))
+print(float(f(np.float32(1.0))), len(engine.python_queues))
+print(sum(isinstance(e, tuple) and e[0] is host for e in registry.call_runners))
+try:
+  f(np.float32(-1.0))
+except Exception as e:
+  print("call failed:", "ValueError: nope" in str(e))
+try:
+  hostcb.barrier_wait()
+except hostcb.CallbackException as e:
+  print("barrier:", "ValueError: nope" in str(e))
+def g(x, small):
+  for _ in range(50):
+    hostcb.id_tap(lambda a, t: rec.append(1), small)  # int4: Python callback
+  return hostcb.call(host, x, result_shape=x)
+small = jnp.array([1, -1], jnp.int4)
+print(float(jax.jit(g)(np.float32(2.0), small)), seen, len(engine.python_queues))
+"""
+  proc = run_python(code)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+    "1.0 0",
+    "1",
+    "call failed: True",
+    "barrier: True",
+    "2.0 [0, 50] 1",
+  ]
+
+
 @pytest.mark.multidevice
 def test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager():
   for trial in range(10):

@@ -326,6 +326,12 @@ def _native_call_runner(target):
   the result is one array, ``run`` returns the host function's result as
   it is: the ``hostcb_call_one`` handler checks it, and calls ``check``
   only for what is not an exact array of the result.
+
+  For one array argument, one array result and no device argument, ``run``
+  is a direct entry ``(func, on_failure, pending, run)`` instead: the
+  handler calls the host function itself while ``pending`` (the dict of
+  Python-callback tap queues) is empty, calling ``on_failure(exc)`` (None:
+  nothing) when it raised, and the runner ``run`` otherwise.
   """
   device_of = engine.device_of_ordinal
   invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
@@ -354,8 +360,9 @@ def _native_call_runner(target):
       raise
 
   def run_direct(arrays, ordinal):
-    # One argument, one array result: the host function with no frame
-    # between (the same work as run's).
+    # One argument, one array result (the same work as run's): the direct
+    # entry's runner, which the handler calls only while a Python-callback
+    # queue exists.
     if python_queues:
       drain(device_of(ordinal), False)
     try:
@@ -371,7 +378,16 @@ def _native_call_runner(target):
       record(e, what)
       raise
 
-  return (run if direct is None else run_direct), check
+  if direct is None:
+    return run, check
+
+  def on_failure(e):
+    record(e, what)
+
+  # (What run_direct does, done by the handler while no tap waits in a
+  # Python-callback queue; a front end's failures are not recorded.)
+  keep = on_failure if target.rules is None else None
+  return (direct, keep, python_queues, run_direct), check
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the

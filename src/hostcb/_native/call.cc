@@ -19,6 +19,17 @@
 // checker(target_id, result), which converts it as a tuple or raises the
 // error that legacy raised.  So the usual call costs no Python check.
 //
+// A direct entry: for a call of one array to one array whose host function
+// takes no device, Python registers, instead of a runner, the tuple
+// (func, on_failure, pending, run).  The handler then calls func(array)
+// itself, with no Python frame, tuple or device number between; when func
+// raises, on_failure(exc) (None: nothing) records the failure first (as
+// legacy, it also reaches the next barrier_wait).  `pending` is the dict of
+// the device queues of the taps that go through XLA's Python callbacks:
+// while it is not empty, such taps may be queued before the call and the
+// handler calls run(arrays, device_ordinal) instead, the runner that
+// drains them first and does the same work.
+//
 // Why on the device thread and not through the device's consumer thread:
 // a call waits for its results anyway, so a hand-off would only add two
 // thread switches; and a call made by jitted code that a tap function runs
@@ -40,17 +51,17 @@ namespace ffi = xla::ffi;
 namespace hostcb {
 
 // What Python set with set_call_server (strong references), guarded by the
-// GIL: the runners (a list indexed by target id), checker(target_id,
-// result), formatter(exc).
+// GIL: the runners or direct entries (a list indexed by target id),
+// checker(target_id, result), formatter(exc).
 PyObject* g_call_runners = nullptr;
 PyObject* g_call_checker = nullptr;
 PyObject* g_call_formatter = nullptr;
 
-// The runners that this thread is running, innermost first (a call's host
-// function may run jitted code that makes another call on the same
-// thread): what RunningCallRunners reports, so that Python can tell
-// whether the thread runs the host function of an io_callback/
-// pure_callback without marking each call itself.
+// The runners (or direct entries) that this thread is running, innermost
+// first (a call's host function may run jitted code that makes another
+// call on the same thread): what RunningCallRunners reports, so that
+// Python can tell whether the thread runs the host function of an
+// io_callback/pure_callback without marking each call itself.
 namespace {
 struct RunningCall {
   PyObject* runner;
@@ -104,6 +115,32 @@ std::string TakePythonError() {
   return text;
 }
 
+// A fresh read-only array with the bytes of buffer `b`.
+PyObject* OperandArray(const XLA_FFI_Buffer* b) {
+  PyObject* a = NewArray(b->dtype, static_cast<int32_t>(b->rank), b->dims);
+  if (a == nullptr) return nullptr;
+  auto* arr = reinterpret_cast<PyArrayObject*>(a);
+  if (const uint64_t nbytes = BufferBytes(b)) {
+    std::memcpy(PyArray_DATA(arr), b->data, nbytes);
+  }
+  PyArray_CLEARFLAGS(arr, NPY_ARRAY_WRITEABLE);
+  return a;
+}
+
+// The one non-token operand, if every operand is a buffer and exactly one
+// is not a token; else nullptr (OperandArrays then says what is wrong).
+const XLA_FFI_Buffer* OneOperand(const XLA_FFI_Args* args, size_t first) {
+  const XLA_FFI_Buffer* one = nullptr;
+  for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
+    if (args->types[i] != XLA_FFI_ArgType_BUFFER) return nullptr;
+    auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    if (one != nullptr) return nullptr;
+    one = b;
+  }
+  return one;
+}
+
 // Fresh read-only arrays with the bytes of the non-token operands.
 PyObject* OperandArrays(const XLA_FFI_Args* args, size_t first) {
   Py_ssize_t n = 0;
@@ -121,16 +158,11 @@ PyObject* OperandArrays(const XLA_FFI_Args* args, size_t first) {
   for (size_t i = first; i < static_cast<size_t>(args->size); ++i) {
     auto* b = static_cast<const XLA_FFI_Buffer*>(args->args[i]);
     if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
-    PyObject* a = NewArray(b->dtype, static_cast<int32_t>(b->rank), b->dims);
+    PyObject* a = OperandArray(b);
     if (a == nullptr) {
       Py_DECREF(arrays);
       return nullptr;
     }
-    auto* arr = reinterpret_cast<PyArrayObject*>(a);
-    if (const uint64_t nbytes = BufferBytes(b)) {
-      std::memcpy(PyArray_DATA(arr), b->data, nbytes);
-    }
-    PyArray_CLEARFLAGS(arr, NPY_ARRAY_WRITEABLE);
     PyTuple_SET_ITEM(arrays, k++, a);
   }
   return arrays;
@@ -233,6 +265,54 @@ bool CopyExactArray(PyObject* result, const XLA_FFI_Rets* rets, size_t first) {
   return true;
 }
 
+// The fields of a direct entry (see the top).
+constexpr Py_ssize_t kDirectFunc = 0, kDirectOnFailure = 1, kDirectPending = 2,
+                     kDirectRun = 3, kDirectSize = 4;
+
+// Puts back `exc` (a new reference, stolen) as the current exception.
+void RestoreException(PyObject* exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc));
+  Py_INCREF(type);
+  PyErr_Restore(type, exc, PyException_GetTraceback(exc));
+#endif
+}
+
+// Runs a direct entry's host function on a fresh read-only array of
+// `operand`: its result (a new reference), or nullptr with the Python
+// error set.  When it raised, on_failure(exc) (unless None) sees the
+// exception first, as the Python runner's `except` did; should on_failure
+// raise, its exception (with the host function's as its context) is the
+// one that fails the call, as a raise in that `except` would be.
+PyObject* RunDirect(PyObject* entry, const XLA_FFI_Buffer* operand) {
+  PyObject* a = OperandArray(operand);
+  if (a == nullptr) return nullptr;
+  Py_INCREF(entry);  // the registry may change while it runs
+  const RunningCall running{entry, tl_running_call};
+  tl_running_call = &running;
+  PyObject* out = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, kDirectFunc), a);
+  Py_DECREF(a);
+  PyObject* on_failure = PyTuple_GET_ITEM(entry, kDirectOnFailure);
+  if (out == nullptr && on_failure != Py_None) {
+    // (Python turns a NULL result without an exception into a SystemError:
+    // an exception is set here.)
+    PyObject* exc = TakeException();
+    if (PyObject* r = PyObject_CallOneArg(on_failure, exc)) {
+      Py_DECREF(r);
+      RestoreException(exc);
+    } else {
+      PyObject* raised = TakeException();
+      PyException_SetContext(raised, exc);  // steals exc
+      RestoreException(raised);
+    }
+  }
+  tl_running_call = running.outer;
+  Py_DECREF(entry);
+  return out;
+}
+
 // With the GIL held.
 template <bool kOneArray>
 ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
@@ -246,20 +326,41 @@ ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
     return Failure("hostcb: no call is registered with target id " +
                    std::to_string(target_id));
   }
-  PyObject* arrays = OperandArrays(args, first_arg);
-  if (arrays == nullptr) return Failure(TakePythonError());
   PyObject* out = nullptr;
-  if (PyObject* dev = PyLong_FromLong(device)) {
-    PyObject* argv[2] = {arrays, dev};
-    Py_INCREF(runner);  // the registry may change while it runs
-    const RunningCall running{runner, tl_running_call};
-    tl_running_call = &running;
-    out = PyObject_Vectorcall(runner, argv, 2, nullptr);
-    tl_running_call = running.outer;
-    Py_DECREF(runner);
-    Py_DECREF(dev);
+  bool ran = false;
+  if (PyTuple_CheckExact(runner)) {  // a direct entry (see the top)
+    if (PyTuple_GET_SIZE(runner) != kDirectSize) {
+      return Failure("hostcb: malformed direct entry of call target id " +
+                     std::to_string(target_id));
+    }
+    PyObject* pending = PyTuple_GET_ITEM(runner, kDirectPending);
+    const XLA_FFI_Buffer* operand = nullptr;
+    if (kOneArray && PyDict_CheckExact(pending) &&
+        PyDict_GET_SIZE(pending) == 0) {
+      operand = OneOperand(args, first_arg);
+    }
+    if (operand != nullptr) {
+      out = RunDirect(runner, operand);
+      ran = true;
+    } else {  // taps queued through Python callbacks: the runner drains
+      runner = PyTuple_GET_ITEM(runner, kDirectRun);
+    }
   }
-  Py_DECREF(arrays);
+  if (!ran) {
+    PyObject* arrays = OperandArrays(args, first_arg);
+    if (arrays == nullptr) return Failure(TakePythonError());
+    if (PyObject* dev = PyLong_FromLong(device)) {
+      PyObject* argv[2] = {arrays, dev};
+      Py_INCREF(runner);  // the registry may change while it runs
+      const RunningCall running{runner, tl_running_call};
+      tl_running_call = &running;
+      out = PyObject_Vectorcall(runner, argv, 2, nullptr);
+      tl_running_call = running.outer;
+      Py_DECREF(runner);
+      Py_DECREF(dev);
+    }
+    Py_DECREF(arrays);
+  }
   if (out == nullptr) return Failure(TakePythonError());
   if (kOneArray) {
     if (CopyExactArray(out, rets, first_ret)) {  // the usual case

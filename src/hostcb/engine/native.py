@@ -12,11 +12,12 @@ A ``call`` is ``hostcb_call`` (:data:`call_target_name`,
 (:data:`call_one_target_name`) when its result is one array: its handler
 runs on the device thread, waits for the taps queued before the call on its
 device, takes the GIL, copies the operands into fresh read-only NumPy
-arrays and calls ``registry.call_runners[target_id](arrays, ordinal)``;
-it copies the returned arrays into the call's results (``hostcb_call_one``
-checks an exact NumPy array of the result in C++ and passes anything else
-to the call's ``check``).  An exception fails the computation with
-:func:`_call_failure_text`.
+arrays and calls ``registry.call_runners[target_id](arrays, ordinal)``
+(or, for a direct entry of one array to one array, the host function on
+the array itself: see ``call.cc``); it copies the returned arrays into
+the call's results (``hostcb_call_one`` checks an exact NumPy array of
+the result in C++ and passes anything else to the call's ``check``).
+An exception fails the computation with :func:`_call_failure_text`.
 
 Host functions by name (:mod:`hostcb.named`) are ``hostcb_tap_v1`` and
 ``hostcb_call_v1`` (``named.cc``): their ``name`` and ``spec`` string

@@ -77,7 +77,9 @@ __all__ = [
 ]
 
 tap_functions: list[Any] = [None]
-call_runners: list[Callable[[tuple, int], Any] | None] = [None]
+# A runner, or a direct entry (func, on_failure, pending, run): see
+# hostcb._core.lowering._native_call_runner.
+call_runners: list[Callable[[tuple, int], Any] | tuple | None] = [None]
 call_checks: list[Callable[[Any], tuple] | None] = [None]
 _ids: dict[Any, int] = {}  # key -> target id
 _keys: dict[int, Any] = {}  # target id -> key
@@ -216,8 +218,9 @@ def call_id(
   ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
   calls the host function and returns its flat, checked results (or, for a
   call lowered to ``hostcb_call_one``, the host function's result as it
-  is); ``check(result)`` turns such a result into the flat, checked
-  results or raises.
+  is), or is a direct entry ``(func, on_failure, pending, run)`` that the
+  handler runs itself; ``check(result)`` turns such a result into the
+  flat, checked results or raises.
   """
 
   def install(tid: int) -> None:
