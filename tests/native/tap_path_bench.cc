@@ -423,10 +423,12 @@ int LockSleepsAreCounted(hostcb::Queue* q) {
 // its index) and leaves its payload to a second thread, the "stream" (as
 // the CUDA handlers leave it to a device copy): the stream writes the
 // payloads and makes the records ready, in blocks of kLateBlock records,
-// last record first, one block behind the reservations.  Every other
-// record is made ready by a ready word that the stream writes
-// (Queue::AwaitWordLocked, read by the consumer only), the others by a
-// commit (Queue::Commit, the host function's).  The last block waits for
+// last record first, one block behind the reservations.  The records of
+// every other block, counted back from the last block, are made ready by
+// ready words that the stream writes (Queue::AwaitWordLocked, read by the
+// consumer only: no lock is taken for them, so that only the word orders
+// the payload's bytes before the consumer's read of them), the others by
+// commits (Queue::Commit, the host function's).  The last block waits for
 // the consumer's first take: so at least that take finds records not
 // ready (takes with the lock held; the order must hold back the ready
 // records queued after an unready one).  Returns the records made ready
@@ -476,6 +478,7 @@ long RunLate(hostcb::Queue* q, Frame* f, long calls) {
       }
     }
   });
+  const long blocks = (calls + kLateBlock - 1) / kLateBlock;
   long by_word = 0;
   for (long i = 0; i < calls; ++i) {
     hostcb::TapLayout layout;
@@ -490,7 +493,7 @@ long RunLate(hostcb::Queue* q, Frame* f, long calls) {
       std::exit(1);
     }
     uint64_t* word = nullptr;
-    if (i % 2 == 1) {
+    if ((blocks - 1 - i / kLateBlock) % 2 == 0) {
       word = reinterpret_cast<uint64_t*>(r.data + layout.payload);
       __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
       q->AwaitWordLocked(r, word);
