@@ -18,7 +18,8 @@
 // over 4 KiB the handler copies it with the queue's lock released, from
 // 1 MiB it gets its own block.  --consumer=late: the records are committed
 // late, by a second thread (the "stream", as on a GPU), so that the
-// consumer's takes find records not ready yet (see RunLate).
+// consumer's takes find records not ready yet (see RunLate; it is not
+// timed: tap_ns and tap_cpu_ns are 0).
 //
 // Prints "noop_ns=... tap_ns=... noop_cpu_ns=... tap_cpu_ns=... records=...
 // checked=1 lock_sleeps=... locked_takes=...": per call, wall-clock and the
