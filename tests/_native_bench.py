@@ -56,11 +56,21 @@ def build(
   return out
 
 
-def run(bench: str, *args: str, timeout: float = 120) -> dict[str, float]:
+def run(
+  bench: str,
+  *args: str,
+  timeout: float = 120,
+  env: dict[str, str] | None = None,
+) -> dict[str, float]:
   """The figures that one run of ``bench`` with ``args`` prints, by name;
-  the run must succeed (within ``timeout`` seconds)."""
+  the run must succeed (within ``timeout`` seconds).  ``env``: variables
+  set for the run, over this process's environment."""
   res = subprocess.run(
-    [bench, *args], capture_output=True, text=True, timeout=timeout
+    [bench, *args],
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    env=None if env is None else {**os.environ, **env},
   )
   assert res.returncode == 0, res.stdout + res.stderr
   return {k: float(v) for k, v in (f.split("=") for f in res.stdout.split())}

@@ -9,12 +9,23 @@
 // `valgrind --tool=callgrind` (--consumer=inline: one thread, the queue
 // drained every 256 taps, so that instruction counts cover both sides).
 //
-//   tap_path_bench [--calls N] [--consumer=thread|inline] [--work-ns W]
+//   tap_path_bench [--calls N] [--consumer=thread|inline|late]
+//                  [--work-ns W] [--floats F]
 //   tap_path_bench --errors   (checks the errors of unusual call frames)
+//   tap_path_bench --lock-sleeps   (checks the lock_sleeps counter)
+//
+// --floats F: the tap's operand is f32[F] (1, 2, ..., F) instead of f32[4]:
+// over 4 KiB the handler copies it with the queue's lock released, from
+// 1 MiB it gets its own block.  --consumer=late: the records are committed
+// late, by a second thread (the "stream", as on a GPU), so that the
+// consumer's takes find records not ready yet (see RunLate; it is not
+// timed: tap_ns and tap_cpu_ns are 0).
 //
 // Prints "noop_ns=... tap_ns=... noop_cpu_ns=... tap_cpu_ns=... records=...
-// checked=1 lock_sleeps=...": per call, wall-clock and the calling thread's
-// CPU time; how often a thread slept on the queue's lock.
+// checked=1 lock_sleeps=... locked_takes=...": per call, wall-clock and the
+// calling thread's CPU time; how often a thread slept on the queue's lock;
+// how many takes copied their records with the lock held (some record
+// queued was not ready: the take's slow path).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +51,37 @@ void NamedAfterForkInChild() {}  // named.cc (hostcb_tap_v1), not built here
 namespace {
 
 std::atomic<long> g_taken{0};  // records drained
+// Takes that returned records, and those of them that copied the records
+// with the queue's lock released (every queued record was ready).
+std::atomic<long> g_takes{0}, g_unlocked_takes{0};
+void CountUnlockedTake(hostcb::Queue*) { ++g_unlocked_takes; }
+
+// The records that the consumer expects: f32[g_floats] operands, and the
+// target 7, or (--consumer=late) kLateTarget plus the record's index.
+long g_floats = 4;
+bool g_late = false;
+constexpr int64_t kLateTarget = 1000;
+
+// Whether `r` is a tap of `target` with one operand f32[n] holding
+// 1, 2, ..., n.
+bool IsTap(const hostcb::Record& r, int64_t target, long n) {
+  if (r.target_id != target || r.num_operands != 1) return false;
+  hostcb::OperandDesc d;
+  int64_t dim;
+  std::memcpy(&d, r.data, sizeof(d));
+  std::memcpy(&dim, r.data + sizeof(d), sizeof(dim));
+  if (d.dtype != XLA_FFI_DataType_F32 || d.rank != 1 || dim != n ||
+      d.nbytes != 4 * static_cast<uint64_t>(n)) {
+    return false;
+  }
+  const uint8_t* bytes = r.data + d.offset;
+  for (long j = 0; j < n; ++j) {
+    float v;
+    std::memcpy(&v, bytes + 4 * j, sizeof(v));
+    if (v != static_cast<float>(j + 1)) return false;
+  }
+  return true;
+}
 
 XLA_FFI_Error* DeviceOrdinalGet(XLA_FFI_DeviceOrdinal_Get_Args* args) {
   args->device_ordinal = 0;
@@ -89,6 +131,12 @@ struct Frame {
   void* attrs[1] = {&scalar};
   XLA_FFI_CallFrame frame{};
 
+  // The operand becomes f32[v.size()] at v (which must outlive the frame).
+  void Floats(std::vector<float>* v) {
+    arr.data = v->data();
+    dims[0] = static_cast<int64_t>(v->size());
+  }
+
   Frame() {
     api.struct_size = XLA_FFI_Api_STRUCT_SIZE;
     api.XLA_FFI_DeviceOrdinal_Get = DeviceOrdinalGet;
@@ -114,8 +162,11 @@ size_t Drain(hostcb::Queue* q, double timeout_s, long work_ns, bool* ok) {
       hostcb::Queue::Take::kRecords) {
     return 0;
   }
+  ++g_takes;
+  long index = g_taken.load();
   for (const hostcb::Record& r : recs) {
-    if (!bench::IsTheTap(r)) *ok = false;
+    if (!IsTap(r, g_late ? kLateTarget + index : 7, g_floats)) *ok = false;
+    ++index;
     if (work_ns > 0) {
       const auto until =
           std::chrono::steady_clock::now() + std::chrono::nanoseconds(work_ns);
@@ -288,16 +339,189 @@ bool WentQuietIsChecked(hostcb::Queue* q) {
   return ok;
 }
 
+// Waits (yielding, up to `deadline_s`) until pred() holds; whether it did.
+template <typename Pred>
+bool WaitUntil(Pred pred, double deadline_s) {
+  const auto until =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(deadline_s));
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Reserves one record of f's tap (target 7) and writes it, returning with
+// the queue's mutex held in `lock` and the record not committed yet.
+hostcb::Queue::Reservation HoldTheLock(hostcb::Queue* q, Frame* f,
+                                       std::unique_lock<std::mutex>& lock) {
+  hostcb::TapLayout layout;
+  hostcb::Queue::Reservation r;
+  if (hostcb::ReserveTap(q, 7, &f->frame.args, 0, &layout, lock, &r)
+          .failure()) {
+    std::fprintf(stderr, "reservation failed\n");
+    std::exit(1);
+  }
+  hostcb::WritePayload(r.data, &f->frame.args, 0, layout.header,
+                       [](uint8_t* dst, const void* src, uint64_t n) {
+                         std::memcpy(dst, src, n);
+                         return true;
+                       });
+  return r;
+}
+
+// --lock-sleeps: lock_sleeps counts each time a thread found the queue's
+// mutex held past its spin (LockSpinning) and slept on it, once.  This
+// thread holds the mutex (a reservation's hold) while another thread
+// (1) taps, then (2) takes; it lets go only once the counter says that
+// thread went to sleep (or after 20 s).  Prints how much the counter went
+// up in each round (1 and 1 expected), whether that thread was still
+// waiting for the mutex when it did, and whether the three records came
+// out right.
+int LockSleepsAreCounted(hostcb::Queue* q) {
+  Frame f, g;
+  const uint64_t at_start = q->LockSleeps();
+  std::atomic<bool> done{false};
+  bool waited = true;
+  uint64_t sleeps[2];
+  std::vector<hostcb::Record> recs;
+  for (int round = 0; round < 2; ++round) {
+    const uint64_t before = q->LockSleeps();
+    std::unique_lock<std::mutex> lock;
+    const hostcb::Queue::Reservation held = HoldTheLock(q, &f, lock);
+    done = false;
+    std::thread other([&] {
+      if (round == 0) {
+        if (HostcbTap(&g.frame) != nullptr) std::exit(1);
+      } else if (q->TakeReady(&recs, 256, 0, 20.0, 0) !=
+                 hostcb::Queue::Take::kRecords) {
+        recs.clear();
+      }
+      done = true;
+    });
+    WaitUntil([&] { return q->LockSleeps() > before; }, 20.0);
+    waited = waited && !done.load();
+    q->CommitLocked(held, false);
+    lock.unlock();
+    other.join();
+    sleeps[round] = q->LockSleeps() - before;
+  }
+  // The take got the two records of round 0 and round 1's own record.
+  bool ok = recs.size() == 3;
+  for (const hostcb::Record& r : recs) ok = ok && bench::IsTheTap(r);
+  q->Release(recs.size());
+  ok = ok && q->LockSleeps() - at_start == sleeps[0] + sleeps[1];
+  std::printf(
+      "producer_sleeps=%llu consumer_sleeps=%llu waited=%d checked=%d\n",
+      static_cast<unsigned long long>(sleeps[0]),
+      static_cast<unsigned long long>(sleeps[1]), waited ? 1 : 0, ok ? 1 : 0);
+  return ok && waited && sleeps[0] == 1 && sleeps[1] == 1 ? 0 : 1;
+}
+
+// --consumer=late: this thread reserves every record (target kLateTarget +
+// its index) and leaves its payload to a second thread, the "stream" (as
+// the CUDA handlers leave it to a device copy): the stream writes the
+// payloads and makes the records ready, in blocks of kLateBlock records,
+// last record first, one block behind the reservations.  The records of
+// every other block, counted back from the last block, are made ready by
+// ready words that the stream writes (Queue::AwaitWordLocked, read by the
+// consumer only: no lock is taken for them, so that only the word orders
+// the payload's bytes before the consumer's read of them), the others by
+// commits (Queue::Commit, the host function's).  The last block waits for
+// the consumer's first take: so at least that take finds records not
+// ready (takes with the lock held; the order must hold back the ready
+// records queued after an unready one).  Returns the records made ready
+// by a word.
+constexpr long kLateBlock = 8;
+
+long RunLate(hostcb::Queue* q, Frame* f, long calls) {
+  if (calls < 2 * kLateBlock) {
+    std::fprintf(stderr, "--consumer=late needs --calls %ld or more\n",
+                 2 * kLateBlock);
+    std::exit(2);
+  }
+  struct Item {
+    uint64_t seq;
+    uint8_t* data;
+    uint64_t header;
+    uint64_t* word;  // or nullptr: committed
+  };
+  std::vector<Item> items(calls);
+  std::atomic<long> published{0};
+  std::thread stream([&] {
+    for (long b = 0; b < calls; b += kLateBlock) {
+      const long end = std::min(calls, b + kLateBlock);
+      const bool last = end == calls;
+      if (!WaitUntil(
+              [&] {
+                return published.load(std::memory_order_acquire) >=
+                           std::min(calls, end + kLateBlock) &&
+                       (!last || g_takes.load() > 0);
+              },
+              60.0)) {
+        std::fprintf(stderr, "the stream waited 60 s for block %ld\n", b);
+        std::exit(1);
+      }
+      for (long i = end - 1; i >= b; --i) {
+        const Item& it = items[i];
+        hostcb::WritePayload(it.data, &f->frame.args, 0, it.header,
+                             [](uint8_t* dst, const void* src, uint64_t n) {
+                               std::memcpy(dst, src, n);
+                               return true;
+                             });
+        if (it.word != nullptr) {
+          __atomic_store_n(it.word, uint64_t{1}, __ATOMIC_RELEASE);
+        } else {
+          q->Commit(it.seq, false);
+        }
+      }
+    }
+  });
+  const long blocks = (calls + kLateBlock - 1) / kLateBlock;
+  long by_word = 0;
+  for (long i = 0; i < calls; ++i) {
+    hostcb::TapLayout layout;
+    std::unique_lock<std::mutex> lock;
+    hostcb::Queue::Reservation r;
+    // 16 bytes after the payload hold the ready word; 1 MiB payloads get
+    // their own block, as the CPU handler's do.
+    if (hostcb::ReserveTap(q, kLateTarget + i, &f->frame.args, 0, &layout, lock,
+                           &r, uint64_t{1} << 20, 16)
+            .failure()) {
+      std::fprintf(stderr, "reservation failed\n");
+      std::exit(1);
+    }
+    uint64_t* word = nullptr;
+    if ((blocks - 1 - i / kLateBlock) % 2 == 0) {
+      word = reinterpret_cast<uint64_t*>(r.data + layout.payload);
+      __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
+      q->AwaitWordLocked(r, word);
+      ++by_word;
+    }
+    lock.unlock();
+    items[i] = Item{r.seq, r.data, layout.header, word};
+    published.store(i + 1, std::memory_order_release);
+  }
+  stream.join();
+  return by_word;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long calls = 200000, work_ns = 0;
   bool inline_consumer = false, errors_only = false, grow_only = false,
-       quiet_only = false;
+       quiet_only = false, sleeps_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--errors") {
       errors_only = true;
+      continue;
+    }
+    if (a == "--lock-sleeps") {
+      sleeps_only = true;
       continue;
     }
     if (a == "--grow-during-take") {
@@ -312,18 +536,30 @@ int main(int argc, char** argv) {
       calls = std::atol(argv[++i]);
     else if (a == "--work-ns" && i + 1 < argc)
       work_ns = std::atol(argv[++i]);
+    else if (a == "--floats" && i + 1 < argc)
+      g_floats = std::atol(argv[++i]);
     else if (a == "--consumer=inline")
       inline_consumer = true;
     else if (a == "--consumer=thread")
-      inline_consumer = false;
+      inline_consumer = g_late = false;
+    else if (a == "--consumer=late")
+      g_late = true, inline_consumer = false;
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
   }
+  if (g_floats < 1) {
+    std::fprintf(stderr, "--floats must be 1 or more\n");
+    return 2;
+  }
   hostcb::g_dtype_supported[XLA_FFI_DataType_F32].store(true);
   Frame f;
+  std::vector<float> floats(g_floats);
+  for (long j = 0; j < g_floats; ++j) floats[j] = static_cast<float>(j + 1);
+  f.Floats(&floats);
   hostcb::Queue* q = hostcb::GetQueue(0);
+  if (sleeps_only) return LockSleepsAreCounted(q);
   if (errors_only) {
     const bool ok = ErrorsAreChecked(q);
     std::printf("errors_checked=%d\n", ok ? 1 : 0);
@@ -339,6 +575,7 @@ int main(int argc, char** argv) {
     std::printf("grow_checked=%d\n", ok ? 1 : 0);
     return ok ? 0 : 1;
   }
+  q->test_hook_unlocked_take = CountUnlockedTake;
   std::atomic<bool> stop{false};
   bool ok = true;
   std::thread consumer;
@@ -354,8 +591,14 @@ int main(int argc, char** argv) {
   Frame nf;
   nf.frame.attrs.size = 0;
   const bench::Timing noop = NsPerCall(HostcbNoop, &nf, calls, nullptr, 0);
-  const bench::Timing tap =
-      NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
+  bench::Timing tap{0, 0};
+  long by_word = 0;
+  if (g_late) {
+    by_word = RunLate(q, &f, calls);
+  } else {
+    tap =
+        NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
+  }
   if (inline_consumer) {
     while (Drain(q, 0, work_ns, &ok)) {
     }
@@ -365,9 +608,10 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "noop_ns=%.1f tap_ns=%.1f noop_cpu_ns=%.1f tap_cpu_ns=%.1f "
-      "records=%ld checked=%d lock_sleeps=%llu\n",
+      "records=%ld checked=%d lock_sleeps=%llu locked_takes=%ld "
+      "by_word=%ld\n",
       noop.wall_ns, tap.wall_ns, noop.cpu_ns, tap.cpu_ns, g_taken.load(),
-      ok ? 1 : 0,
-      static_cast<unsigned long long>(q->GetCounters().lock_sleeps));
+      ok ? 1 : 0, static_cast<unsigned long long>(q->GetCounters().lock_sleeps),
+      g_takes.load() - g_unlocked_takes.load(), by_word);
   return ok ? 0 : 1;
 }

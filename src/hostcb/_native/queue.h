@@ -431,10 +431,12 @@ class Queue {
     if (max_bytes == 0) max_bytes = capacity_;
     uint64_t bytes = 0;
     consumer_active_ = true;
-    // Whether the producers went quiet: nothing queued since the previous
-    // take, which itself found records queued after the one before.
-    went_quiet_ = records_in_ == in_at_take_ && !quiet_;
-    quiet_ = records_in_ == in_at_take_;
+    // WentQuiet's bookkeeping: whether no record was reserved since the
+    // previous take (that returned records), and whether that was so at
+    // the previous take too.
+    const bool none_since_previous = records_in_ == in_at_take_;
+    went_quiet_ = none_since_previous && !quiet_;
+    quiet_ = none_since_previous;
     in_at_take_ = records_in_;
     if (unready_ == 0) {
       // Every queued record is ready, and no producer writes a ready record
@@ -468,10 +470,15 @@ class Queue {
     return Take::kRecords;
   }
 
-  // Whether nothing was queued between the consumer's previous take and
-  // its latest, after records had been queued before that: the device
-  // stopped tapping about one batch ago (once per such pause).  Read by
-  // the consumer after its take.
+  // Whether the consumer's latest take found no record reserved since its
+  // previous take, while that previous take had found at least one
+  // reserved since the take before it (or, for the first take, since the
+  // queue was made).  Only takes that return kRecords count; a reserved
+  // record counts whether or not it was ready yet, and markers count.
+  // So it is true at one take per pause of the producers (the device
+  // stopped tapping about one batch ago), and false again until some
+  // record is reserved and then a take finds none new.  Read by the
+  // consumer after its take (no lock: it alone writes it, in TakeReady).
   bool WentQuiet() const { return went_quiet_; }
 
   // Frees the first n records, which the active consumer has read.  Where
@@ -622,6 +629,11 @@ class Queue {
     uint64_t records_in, records_out, bytes_held, records_held, capacity,
         space_waiters, lock_sleeps;
   };
+  // lock_sleeps alone, read without mu_: a test that holds mu_ (from
+  // Reserve) sees another thread go to sleep on it.
+  uint64_t LockSleeps() const {
+    return lock_sleeps_.load(std::memory_order_relaxed);
+  }
   Counters GetCounters() {
     std::lock_guard<std::mutex> lock(mu_);
     return Counters{records_in_,
@@ -739,7 +751,9 @@ class Queue {
   std::atomic<uint64_t> lock_sleeps_{0};  // see GetCounters
   uint64_t records_in_ = 0, records_out_ = 0;
   uint64_t unready_ = 0;  // queued records not ready yet
-  // The consumer's: records_in_ at its latest take, and WentQuiet's state.
+  // The consumer's, for WentQuiet: records_in_ at its latest take (that
+  // returned records); whether that take found none reserved since the
+  // take before it (quiet_); and WentQuiet's answer for it.
   uint64_t in_at_take_ = 0;
   bool quiet_ = true, went_quiet_ = false;
   uint64_t last_awaited_in_ = 0;  // records_in_ after the latest print tap
