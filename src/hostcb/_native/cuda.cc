@@ -449,7 +449,7 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
                                  reinterpret_cast<const uint8_t*>(word));
     if (word_device != 0) {
       __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
-      lock.lock();
+      lock = q->Relock();
       q->AwaitWordLocked(r, word);
       lock.unlock();
     }

@@ -178,7 +178,7 @@ ffi::Error EnqueueTap(int32_t device, int64_t target_id,
                  std::memcpy(dst, src, n);
                  return true;
                });
-  if (copy_unlocked) lock.lock();
+  if (copy_unlocked) lock = q->Relock();
   q->CommitLocked(r, /*urgent=*/false);
   return ffi::Error::Success();
 }

@@ -344,6 +344,11 @@ class Queue {
     CommitSeqLocked(r.seq, urgent);
   }
 
+  // mu_ again for a producer that let its reservation's hold go while it
+  // copied a large payload (EnqueueTap), spinning first as every hold on
+  // the tap path does (LockSpinning; counted in lock_sleeps).
+  std::unique_lock<std::mutex> Relock() { return LockSpinning(); }
+
   // Commit of the record with sequence number `seq`, taking mu_ (the host
   // function of a CUDA stream; it makes no CUDA call).
   void Commit(uint64_t seq, bool urgent) {
