@@ -145,3 +145,24 @@ def test_an_unknown_lowering_signature_keeps_tokens_and_says_so_once(
     "hostcb: this JAX's _cached_lowering_to_hlo does not take its "
     "platforms last (got 'NoneType')"
   )
+
+
+def test_a_lone_call_of_several_arrays_returns_them_without_a_token(fast):
+  def host(args):
+    a, b = args
+    return a + b, a * b
+
+  pair = jax.ShapeDtypeStruct((2,), jnp.float32)
+
+  def f(x, y):
+    return hostcb.call(host, (x, y), result_shape=(pair, pair))
+
+  x = jnp.array([2, 3], jnp.float32)
+  y = jnp.array([4, 5], jnp.float32)
+  text = _lowered(f, x, y)
+  assert "stablehlo.create_token" not in text
+  (call,) = _custom_calls(text)
+  assert "!stablehlo.token" not in call
+  s, p = jax.jit(f)(x, y)
+  np.testing.assert_array_equal(s, np.array([6, 8], np.float32))
+  np.testing.assert_array_equal(p, np.array([8, 15], np.float32))
