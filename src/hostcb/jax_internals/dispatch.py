@@ -78,6 +78,7 @@ from hostcb.jax_internals.core import HostCallbackEffect
 from hostcb.jax_internals.mesh_context import outside_context_mesh
 from hostcb.jax_internals.own_callbacks import is_jax_callback_effect
 from hostcb.jax_internals.partitioned import read_taps_in_place
+from hostcb.jax_internals.lone_tokens import drop_lone_tokens, on_cpu
 from hostcb.jax_internals import patches
 from hostcb.jax_internals.tap_threads import in_tap_function
 from hostcb.jax_internals.token_arrays import tokens_as_arrays
@@ -157,9 +158,10 @@ def _checked_lowering(result: Any) -> Any:
   return result
 
 
-def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
+def _internalize_token(module: Any, index: int, num_dim_vars: int) -> Any:
   """Makes ``main`` create the token of its ``index``-th ordered effect
-  instead of taking it as an argument, and drop it from its results.
+  instead of taking it as an argument, and drop it from its results;
+  returns that token (the value).
 
   ``main``'s arguments are the shape variables, then one token per ordered
   effect, then the arrays; its results are one token per ordered effect,
@@ -190,6 +192,7 @@ def _internalize_token(module: Any, index: int, num_dim_vars: int) -> None:
         del attrs[drop]
         main.attributes[name] = _ir.ArrayAttr.get(attrs)
     _shift_aliases(main, index)
+  return token
 
 
 # The argument attribute by which JAX's lowering says that a donated
@@ -388,8 +391,12 @@ def _install() -> None:
     with module.context:
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
-        for i in reversed(mine):
-          _internalize_token(module, i, num_dim_vars)
+        tokens = [
+          _internalize_token(module, i, num_dim_vars) for i in reversed(mine)
+        ]
+        if on_cpu(args, kwargs):
+          # A lone tap or call: its token orders nothing (.lone_tokens).
+          drop_lone_tokens(module, tokens)
     for i in reversed(mine):
       del ordered[i]
     result = list(result)
