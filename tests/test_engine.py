@@ -934,3 +934,22 @@ def test_without_the_extension_the_shared_constants_have_their_values():
   )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "256000000 1073741824\n"
+
+
+def test_the_empty_handler_takes_any_attributes_and_changes_nothing():
+  # bench_tap.py calls it bare, bench_dispatch.py in place of a tap's
+  # handler (with the tap's target_id): both must run.
+  if not engine.available():
+    pytest.skip(f"needs the native engine: {engine.unavailable_reason()}")
+  hostcb.id_tap(lambda a, t: None, 0.0)  # starts the engine
+  hostcb.barrier_wait()
+  noop = jax.ffi.ffi_call(engine.noop_target_name, (), has_side_effect=True)
+  x = jnp.array([1.0, 2.0], jnp.float32)
+
+  @jax.jit
+  def f(x):
+    noop(x)
+    noop(x, target_id=np.int64(7))
+    return x * 2
+
+  np.testing.assert_array_equal(f(x), np.array([2.0, 4.0], np.float32))

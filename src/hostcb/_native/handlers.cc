@@ -194,7 +194,10 @@ ffi::Error TapImpl(int32_t device, int64_t target_id, ffi::RemainingArgs args,
   return EnqueueTap(device, target_id, ra.raw(), ra.first());
 }
 
-ffi::Error NoopImpl(ffi::RemainingArgs, ffi::RemainingRets) {
+// Any attributes (a tap's target_id too: bench_dispatch.py compiles a tap
+// with this handler, as the floor of a tapped dispatch), operands and
+// results; reads and writes nothing.
+ffi::Error NoopImpl(ffi::Dictionary, ffi::RemainingArgs, ffi::RemainingRets) {
   return ffi::Error::Success();
 }
 
@@ -365,5 +368,6 @@ extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   return e.success() ? nullptr : hostcb::ToCError(api, e);
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HostcbNoop, hostcb::NoopImpl,
-                              ffi::Ffi::Bind().RemainingArgs().RemainingRets());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    HostcbNoop, hostcb::NoopImpl,
+    ffi::Ffi::Bind().Attrs<ffi::Dictionary>().RemainingArgs().RemainingRets());
