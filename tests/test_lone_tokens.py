@@ -8,25 +8,16 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
 
 import hostcb
+import test_dispatch
+from hostcb import engine
 from hostcb.jax_internals import lone_tokens
 
-_MODE = "hostcb_strict_barrier"
 _F32 = jax.ShapeDtypeStruct((), jnp.float32)
-
-
-@pytest.fixture
-def fast():
-  before = hostcb.config.read(_MODE)
-  hostcb.config.update(_MODE, False)
-  try:
-    yield
-  finally:
-    hostcb.barrier_wait()
-    hostcb.config.update(_MODE, before)
+# The dispatch mode for a test (test_dispatch's fixtures).
+fast, strict = test_dispatch.fast, test_dispatch.strict
 
 
 def _custom_calls(text: str) -> list[str]:
@@ -110,14 +101,8 @@ def test_a_tap_in_a_loop_keeps_its_token(fast):
   assert seen == [0, 1, 2]
 
 
-def test_strict_mode_keeps_the_runtime_token():
-  before = hostcb.config.read(_MODE)
-  hostcb.config.update(_MODE, True)
-  try:
-    text = _lowered(lambda x: hostcb.id_tap(lambda a, t: None, x), 1.0)
-  finally:
-    hostcb.barrier_wait()
-    hostcb.config.update(_MODE, before)
+def test_strict_mode_keeps_the_runtime_token(strict):
+  text = _lowered(lambda x: hostcb.id_tap(lambda a, t: None, x), 1.0)
   main = next(line for line in text.splitlines() if "@main(" in line)
   assert "!stablehlo.token" in main
   (call,) = _custom_calls(text)
@@ -166,3 +151,14 @@ def test_a_lone_call_of_several_arrays_returns_them_without_a_token(fast):
   s, p = jax.jit(f)(x, y)
   np.testing.assert_array_equal(s, np.array([6, 8], np.float32))
   np.testing.assert_array_equal(p, np.array([8, 15], np.float32))
+
+
+def test_the_targets_are_the_engines_tap_and_call_names():
+  assert lone_tokens.TARGETS == {
+    engine.ffi_target_name,
+    engine.tap_v1_target_name,
+    engine.call_target_name,
+    engine.call_one_target_name,
+    engine.call_v1_target_name,
+    engine.noop_target_name,
+  }

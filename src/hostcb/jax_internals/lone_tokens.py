@@ -23,7 +23,8 @@ operand and the token result.  Its handlers take the token as optional
 against the computations dispatched before and after it is the CPU
 client's (:mod:`.dispatch`), as before.
 
-Only on CPU (the CUDA handlers are not written for it) and only where the
+Only on CPU (the CUDA handlers were not checked without a token: no GPU
+was at hand) and only where the
 token has that one user: several taps in one function, or one inside a
 loop, a branch or a nested call, keep their tokens.
 """
@@ -40,9 +41,10 @@ __all__ = ["drop_lone_tokens", "on_cpu"]
 
 logger = logging.getLogger("hostcb")
 
-# The CPU targets of hostcb's taps and calls (native.py's names): each
-# takes an optional token first and returns the token first only if one
-# came in.
+# The CPU targets of hostcb's taps and calls (hostcb.engine.native's names,
+# which this layer does not import; tests/test_lone_tokens.py checks that
+# they agree): each takes an optional token first and returns the token
+# first only if one came in.
 TARGETS = frozenset(
   {
     "hostcb_tap",
@@ -133,19 +135,16 @@ def _drop(op: Any, make_token: Any) -> None:
   make_token.erase()
 
 
-def drop_lone_tokens(module: Any, tokens: list[Any]) -> int:
+def drop_lone_tokens(module: Any, tokens: list[Any]) -> None:
   """Drops each of ``tokens`` (values that ``create_token`` ops of
   ``module``'s ``main`` made, :mod:`.dispatch`) whose one user is a
   hostcb CPU tap or call that only passes it on to nothing (the module
-  docstring); returns how many it dropped."""
-  dropped = 0
+  docstring)."""
   with module.context:
     for token in tokens:
       op = _only_user(token)
       if _droppable(op, token):
         _drop(op, token.owner)
-        dropped += 1
-  return dropped
 
 
 def on_cpu(args: tuple, kwargs: dict) -> bool:
