@@ -21,8 +21,10 @@
 #    JAX, and `uv pip install <sdist>` on the oldest Python under JAX 0.8.0.
 #    (The wheels of step 1 are built from the sdist too.)
 #
-# Environments live under .venv-wheels/check (made anew on each run); pip's
-# and uv's caches keep the downloads.  Prints a summary; exits non-zero if
+# Environments live under .venv-wheels/check (made anew on each run), one
+# at a time: each is removed once checked (about 600 MB each with JAX; a CI
+# disk once ran out with all eight kept).  pip's and uv's caches keep the
+# downloads.  Prints a summary; exits non-zero if
 # any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,11 +65,14 @@ SDIST=${SDISTS[0]}
 
 SUMMARY=()
 FAILED=0
+# disk_free DIR: the space left on the disk that holds the environments.
+disk_free() { df -Ph "$1" | awk 'NR == 2 {print $4}'; }
 ok() { SUMMARY+=("ok    $1: $2"); }
 fail() { SUMMARY+=("FAIL  $1: $2"); FAILED=1; }
 
 rm -rf "$CHECK"
 mkdir -p "$CHECK"
+FREE_AT_START=$(disk_free "$CHECK")
 
 # One wheel for each required Python.
 for minor in $REQUIRED_MINORS; do
@@ -137,6 +142,9 @@ smoke() {
     fail "$name" "${out##*$'\n'} [$((SECONDS - T0)) s]"
   fi
 }
+
+# drop NAME: removes the environment $CHECK/NAME, checked or not.
+drop() { rm -rf "${CHECK:?}/$1"; }
 
 # The static checks of a wheel: the files and the metadata a release needs.
 read -r -d '' WHEEL_FILES <<'EOF' || true
@@ -215,6 +223,7 @@ for wheel in "${WHEELS[@]}"; do
     else
       fail "$name" "pip install failed (without a compiler)"
     fi
+    drop "$name"
   done
 done
 
@@ -232,6 +241,7 @@ if [ "$STATIC" = 0 ] && [ "${#PYTHONS_CHECKED[@]}" -ne 0 ]; then
   else
     fail "$name" "pip install <repo> failed"
   fi
+  drop "$name"
   name=sdist-uv-oldest
   echo "== $name: uv pip install jax==$JAX_OLDEST $(basename "$SDIST")" \
        "($oldest_py)"
@@ -243,8 +253,10 @@ if [ "$STATIC" = 0 ] && [ "${#PYTHONS_CHECKED[@]}" -ne 0 ]; then
   else
     fail "$name" "uv pip install <sdist> failed"
   fi
+  drop "$name"
 fi
 
-echo "== summary ($((SECONDS - START)) s)"
+echo "== summary ($((SECONDS - START)) s; disk free: $FREE_AT_START at the" \
+     "start, $(disk_free "$CHECK") now)"
 printf '%s\n' "${SUMMARY[@]}"
 exit "$FAILED"
