@@ -18,7 +18,9 @@ amortized; the loop alone is what the dispatching thread pays (on a
 machine with a free core, the consumer's work runs beside it).  The
 variants run in interleaved rounds (one loop of each per round; the median
 over rounds), so that a slow phase of a shared machine weighs on every
-variant alike.  Prints go to a sink that counts lines; every callback is
+variant alike.  Prints go to a text stream over a buffered file, as
+``sys.stdout`` is in a terminal or redirected to a file or a pipe (an
+``io.TextIOWrapper``), whose file end counts lines; every callback is
 counted and the script fails if one was missing.
 
 ``--jax`` adds JAX's own ``jax.debug.callback``/``jax.debug.print``/
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import platform
 import statistics
@@ -47,18 +50,34 @@ import hostcb
 from hostcb import engine
 
 
-class Sink:
-  """Where prints go while the benchmark runs: counts lines."""
+class _CountingFile(io.RawIOBase):
+  """The file end of :class:`Sink`: counts the lines written to it."""
 
   def __init__(self):
     self.lines = 0
 
-  def write(self, s: str) -> int:
-    self.lines += s.count("\n")
-    return len(s)
+  def writable(self) -> bool:
+    return True
 
-  def flush(self) -> None:
-    pass
+  def write(self, b) -> int:
+    self.lines += bytes(b).count(b"\n")
+    return len(b)
+
+
+class Sink(io.TextIOWrapper):
+  """Where prints go while the benchmark runs: a text stream over a
+  buffered file, as ``sys.stdout`` is in a terminal or when redirected to
+  a file or a pipe, whose file end counts lines."""
+
+  def __init__(self):
+    self._file = _CountingFile()
+    super().__init__(io.BufferedWriter(self._file), encoding="utf-8")
+
+  @property
+  def lines(self) -> int:
+    """The lines written so far."""
+    self.flush()
+    return self._file.lines
 
 
 NUMPY = "NumPy opt-out: "
@@ -125,14 +144,14 @@ def variants(count: list[int], with_jax: bool) -> list[tuple[str, object]]:
     # measure): what XLA's side-effecting custom call costs per dispatch.
     rows.insert(1, (LIMIT, lambda v: hostcb.id_tap(tap, v) + 1))
   if with_jax:
-    io = jax.experimental.io_callback
+    io_cb = jax.experimental.io_callback
     rows += [
       (
         "jax.debug.callback",
         lambda v: (jax.debug.callback(plain, v), v + 1)[1],
       ),
       ("jax.debug.print", lambda v: (jax.debug.print("{}", v), v + 1)[1]),
-      ("jax io_callback", lambda v: io(same, f32, v) + 1),
+      ("jax io_callback", lambda v: io_cb(same, f32, v) + 1),
       ("jax pure_callback", lambda v: jax.pure_callback(same, f32, v) + 1),
     ]
   return rows

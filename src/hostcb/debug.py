@@ -30,6 +30,7 @@ refused in a computation over several devices (JAX's error).
 
 from __future__ import annotations
 
+import io
 import string
 import sys
 from typing import Any, Callable
@@ -110,6 +111,62 @@ def _failed() -> None:
   ``except``): logged with its traceback, and noted."""
   _callback_helpers.debug_logger.exception("jax.debug.callback failed")
   note_jax_callback_failure()
+
+
+# The writes that take several lines at once as they take them one by one:
+# the same text reaches the same buffer, then the same file (fewer flushes
+# of a line-buffered stream).  A stream of another class gets one write
+# per line, as JAX's print gives it.
+_WRITES_OF_SEVERAL_LINES = frozenset(
+  {io.TextIOWrapper.write, io.StringIO.write}
+)
+
+
+_sys_dict = sys.__dict__
+
+
+def _stdout() -> Any:
+  """``sys.stdout`` as :class:`_Format` finds it when it prints, read
+  without the frames of output_order's class of ``sys`` (whose module dict
+  holds what its descriptor returns) and of its stream wrapper (a
+  consumer's write never waits: :mod:`hostcb.engine.output_order`)."""
+  stream = _sys_dict.get("stdout") if type(sys) is ordered_sys_class else None
+  if stream is None:  # another class of sys, or no stream
+    stream = sys.stdout
+  if type(stream) is OrderedStream:
+    # To the stream itself, unless a library patched the wrapper.
+    attrs = stream.__dict__
+    if len(attrs) == 1:
+      stream = attrs["_hostcb_stream"]
+  return stream
+
+
+def _write_lines(lines: list[str]) -> None:
+  """Writes the lines of ``debug.print`` s (each ending with a newline) to
+  ``sys.stdout`` as it is when they are written: in one write where its
+  class's write is one of :data:`_WRITES_OF_SEVERAL_LINES` (the engine
+  gives the lines of consecutive prints of a batch together: module.cc,
+  run_batch), else one write per line, each to ``sys.stdout`` as it is
+  then.  A failed write is logged as a failed callback (:func:`_failed`),
+  once for each line it held."""
+  try:
+    stream = _stdout()
+    if len(lines) == 1 or type(stream).write in _WRITES_OF_SEVERAL_LINES:
+      stream.write(lines[0] if len(lines) == 1 else "".join(lines))
+      return
+  except BaseException as e:  # as _DebugCall.__call__
+    for _ in lines:
+      _failed()
+    if not isinstance(e, Exception):
+      raise
+    return
+  for i, line in enumerate(lines):
+    try:
+      (stream if i == 0 else _stdout()).write(line)
+    except BaseException as e:  # as _DebugCall.__call__
+      _failed()
+      if not isinstance(e, Exception):
+        raise
 
 
 class _DebugCall:
@@ -213,7 +270,11 @@ class _DebugCall:
     <hostcb._core.primitives.TapTarget.engine_entry>`), for one positional
     array argument: :meth:`__call__`'s work with its lookups done once per
     executable, and for a ``debug.print`` with NumPy's default options,
-    its formatting and writing in the same frame; else None."""
+    its formatting and writing in the same frame; else None.  For a
+    ``debug.print`` whose fields are all plain ``{}``, where the engine
+    formats in C, the engine entry ``(_write_lines, pieces, (print_entry,
+    ()))`` (:mod:`hostcb.engine.registry`): a 0-d number's line made in C,
+    any other value's in Python."""
     if self.x64 or not self.positional or self.n != 1:
       return None
     func = self.func
@@ -227,32 +288,26 @@ class _DebugCall:
       # A 0-d value as the Python number NumPy formats (_SCALAR_TYPES).
       scalar_types = _SCALAR_TYPES if _formats_value_only(func.fmt) else {}
       ndarray = np.ndarray
-      sys_dict, ordered_sys = sys.__dict__, ordered_sys_class
 
       def print_entry(arg, transforms) -> None:
         try:
-          # _Format.__call__: sys.stdout looked up when it prints; under
-          # output_order's class of sys, the module's dict holds it (what
-          # its descriptor returns), read without the descriptor's frame.
-          stream = sys_dict.get("stdout") if type(sys) is ordered_sys else None
-          if stream is None:  # another class of sys, or no stream
-            stream = sys.stdout
-          if type(stream) is OrderedStream:
-            # A consumer's write never waits (hostcb.engine.output_order):
-            # to the stream itself, unless a library patched the wrapper.
-            attrs = stream.__dict__
-            if len(attrs) == 1:
-              stream = attrs["_hostcb_stream"]
           if type(arg) is ndarray and not arg.ndim:
             number = scalar_types.get(arg.dtype)
             if number is not None:
               arg = number(arg)
-          stream.write(fmt(arg) + "\n")
+          text = fmt(arg) + "\n"
         except BaseException as e:  # as __call__
           _failed()
           if not isinstance(e, Exception):
             raise
+          return
+        _write_lines([text])
 
+      pieces = _line_pieces(func.fmt) if scalar_types else None
+      if pieces is not None and engine.native.formats_print_lines():
+        # The engine makes the line of a 0-d number in C and writes it with
+        # _write_lines; print_entry formats any other value (registry).
+        return (_write_lines, pieces, (print_entry, ()))
       return print_entry
     to_jax = None if self.to_jax is None else _cpu_array
 
@@ -586,6 +641,29 @@ def _formats_value_only(fmt: str) -> bool:
   except ValueError:
     return False
   return True
+
+
+def _line_pieces(fmt: str) -> tuple[bytes, ...] | None:
+  """The literal text around the fields of ``fmt`` (``{{``/``}}`` undone),
+  as UTF-8, for the engine's C formatting of a 0-d number
+  (``print_line_text``): where every field is a plain ``{}``/``{0}``,
+  without a spec; else None.  ``"x={}!"`` gives ``(b"x=", b"!")``."""
+  pieces, text = [], ""
+  try:
+    for literal, field, spec, conversion in string.Formatter().parse(fmt):
+      text += literal
+      if field is None:
+        continue
+      if field not in ("", "0") or spec or conversion is not None:
+        return None
+      pieces.append(text)
+      text = ""
+    pieces.append(text)
+    if len(pieces) < 2:
+      return None
+    return tuple(p.encode("utf-8") for p in pieces)
+  except (ValueError, UnicodeEncodeError):  # not formattable so: Python's
+    return None
 
 
 def _shows_jax_arrays(fmt: str) -> bool:

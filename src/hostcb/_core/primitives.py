@@ -138,7 +138,9 @@ class TapTarget:
     argument is one array and the function takes no device, else
     :meth:`invoker`.  Without ``transforms``, ``func`` is the function's
     own ``hostcb_tap_entry()`` where that gives one (the same work, its
-    lookups done once per executable: :mod:`hostcb.debug`)."""
+    lookups done once per executable: :mod:`hostcb.debug`); where that
+    gives a tuple, it is the entry itself (a ``debug.print`` line of
+    :mod:`hostcb.engine.registry`)."""
     if (
       not self.with_device
       and self.treedef.num_leaves == 1
@@ -149,6 +151,8 @@ class TapTarget:
         # (looked up on the type: a mock answers every name).
         make = getattr(type(self.func), "hostcb_tap_entry", None)
         entry = None if make is None else make(self.func)
+        if type(entry) is tuple:
+          return entry
         if entry is not None:
           return (entry, transforms)
       return (self.func, transforms)

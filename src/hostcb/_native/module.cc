@@ -36,6 +36,14 @@ PyObject* RunningCallRunners();
 
 // named.cc: Python's resolver of host functions by name (GIL held).
 void SetNameResolver(PyObject* resolver);
+// print_line.cc: the text of a debug.print line of one 0-d number (a new
+// reference), or nullptr: with a Python error on failure, else for a value
+// that Python formats (GIL held).
+PyObject* PrintLineText(PyObject* pieces, PyObject* array);
+// print_line.cc: the same line for an operand of a record: XLA dtype code,
+// rank and bytes; nullptr without an error where Python formats it.
+PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
+                             const void* data);
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
@@ -109,7 +117,12 @@ struct Copy {
 struct Built {
   RecordKind kind;
   int64_t target_id;
-  PyObject* arrays;
+  PyObject* arrays;  // nullptr for a marker, a lost tap or a line
+  // A debug.print line made from the record (its entry (write_lines,
+  // pieces, ...) formats its value in C) and that entry's write_lines
+  // (new references), else nullptr.
+  PyObject* line = nullptr;
+  PyObject* writer = nullptr;
 };
 
 // Fault injection (tests): the next this many array allocations of
@@ -230,8 +243,31 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
-    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
-        PyTuple_GET_SIZE(b.arrays) >= 1) {
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3 &&
+        PyTuple_GET_SIZE(b.arrays) == 1) {
+      // A debug.print line entry (write_lines, pieces, (func, second))
+      // whose line run_batch did not make (BuildLine): write_lines([line])
+      // where PrintLineText makes it, else func(arrays[0], second), which
+      // formats the value in Python.
+      PyObject* text = PrintLineText(PyTuple_GET_ITEM(entry, 1),
+                                     PyTuple_GET_ITEM(b.arrays, 0));
+      PyObject* lines = text != nullptr ? PyList_New(1) : nullptr;
+      if (lines != nullptr) {
+        PyList_SET_ITEM(lines, 0, text);  // steals it
+        result =
+            PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), &lines, 1, nullptr);
+        Py_DECREF(lines);
+      } else if (text != nullptr) {
+        Py_DECREF(text);  // no memory for the list: reported below
+      } else if (!PyErr_Occurred()) {
+        PyObject* python = PyTuple_GET_ITEM(entry, 2);
+        PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
+                             PyTuple_GET_ITEM(python, 1)};
+        result =
+            PyObject_Vectorcall(PyTuple_GET_ITEM(python, 0), argv, 2, nullptr);
+      }
+    } else if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+               PyTuple_GET_SIZE(b.arrays) >= 1) {
       // (func, second): func(arrays[0], second)
       PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
                            PyTuple_GET_ITEM(entry, 1)};
@@ -251,6 +287,69 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
   if (PyObject* tid =
           PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+    PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
+    CallHook(g_on_failure, argv, 2);
+    Py_DECREF(tid);
+  } else {
+    PyErr_WriteUnraisable(functions);
+  }
+  Py_XDECREF(exc);
+}
+
+// The line of tap record `r` where its entry is a debug.print line entry
+// (write_lines, pieces, (func, second)) that formats the record's one
+// operand in C: `b` gets the line and the writer.  False for any other
+// record, and where the line could not be made (RunTap then tries again
+// from the arrays, and reports the failure).
+bool BuildLine(const Record& r, PyObject* functions, Built* b) {
+  if (r.num_operands != 1) return false;
+  PyObject* entry = TableEntry(functions, r.target_id);
+  if (entry == nullptr || !PyTuple_CheckExact(entry) ||
+      PyTuple_GET_SIZE(entry) != 3) {
+    return false;
+  }
+  const auto& d = *reinterpret_cast<const OperandDesc*>(r.data);
+  PyObject* line = PrintLineOfOperand(PyTuple_GET_ITEM(entry, 1), d.dtype,
+                                      d.rank, r.data + d.offset);
+  if (line == nullptr) {
+    PyErr_Clear();  // RunTap fails again on the arrays and reports it
+    return false;
+  }
+  b->line = line;
+  b->writer = PyTuple_GET_ITEM(entry, 0);
+  Py_INCREF(b->writer);
+  return true;
+}
+
+// Runs the lines built[first, last), which share a writer:
+// write_lines([line, ...]) (the entries' Python writer catches what the
+// stream raises; whatever it lets through is reported as RunTap reports a
+// tap function's failure, for the first line).
+void WriteLines(std::vector<Built>& built, size_t first, size_t last,
+                PyObject* functions) {
+  PyObject* writer = built[first].writer;
+  PyObject* lines = PyList_New(static_cast<Py_ssize_t>(last - first));
+  PyObject* result = nullptr;
+  if (lines != nullptr) {
+    for (size_t i = first; i < last; ++i) {
+      PyList_SET_ITEM(lines, static_cast<Py_ssize_t>(i - first),
+                      built[i].line);  // steals it
+      built[i].line = nullptr;
+    }
+    result = PyObject_Vectorcall(writer, &lines, 1, nullptr);
+    Py_DECREF(lines);
+  }
+  for (size_t i = first; i < last; ++i) {
+    Py_CLEAR(built[i].line);  // where the list could not be made
+    Py_CLEAR(built[i].writer);
+  }
+  if (result != nullptr) {
+    Py_DECREF(result);
+    return;
+  }
+  PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
+  if (PyObject* tid =
+          PyLong_FromLongLong(static_cast<long long>(built[first].target_id))) {
     PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
     CallHook(g_on_failure, argv, 2);
     Py_DECREF(tid);
@@ -371,6 +470,11 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       built.push_back(Built{r.kind, r.target_id, nullptr});
       continue;
     }
+    Built line{r.kind, r.target_id, nullptr};
+    if (BuildLine(r, functions, &line)) {
+      built.push_back(line);
+      continue;
+    }
     const size_t copies_before = copies.size();
     PyObject* arrays = BuildArrays(r, &copies, &adopted[built.size()]);
     if (arrays == nullptr) {
@@ -394,7 +498,20 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
   }
   q->Release(records.size(), adopted.data());
-  for (Built& b : built) {
+  for (size_t i = 0; i < built.size(); ++i) {
+    Built& b = built[i];
+    if (b.line != nullptr) {
+      // The lines that follow with the same writer go in one call.
+      size_t last = i + 1;
+      while (last < built.size() && built[last].line != nullptr &&
+             built[last].writer == b.writer) {
+        ++last;
+      }
+      WriteLines(built, i, last, functions);
+      q->NoteRan(last - i);
+      i = last - 1;
+      continue;
+    }
     if (b.kind == kMarker) {
       if (PyObject* id =
               PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
@@ -667,6 +784,14 @@ PyObject* Py_print_outputs_unflatten(PyObject*, PyObject* outputs) {
   return PyCFunction_New(&kUnflattenPrintOutputs, outputs);
 }
 
+PyObject* Py_print_line_text(PyObject*, PyObject* args) {
+  PyObject *pieces, *array;
+  if (!PyArg_ParseTuple(args, "OO", &pieces, &array)) return nullptr;
+  PyObject* text = PrintLineText(pieces, array);
+  if (text == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
+  return text;
+}
+
 PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
@@ -690,7 +815,11 @@ PyMethodDef kMethods[] = {
      "runs the records in order with the GIL held: a tap calls "
      "functions[target_id] (a list, None where nothing is registered), an "
      "entry (func, second) as func(arrays[0], "
-     "second) and any other as entry(arrays, device_obj); a marker calls "
+     "second), an entry (write_lines, pieces, (func, second)) of one array "
+     "as write_lines([print_line_text(pieces, arrays[0])]) where that gives "
+     "a line (the lines of consecutive such records with the same "
+     "write_lines in one call), else as func(arrays[0], second), and any "
+     "other as entry(arrays, device_obj); a marker calls "
      "on_marker(marker_id).  A tap function that raises (or a missing one) "
      "calls on_failure(target_id, exception or None); after a tap function "
      "that dispatched computations, dispatch_finished() (see "
@@ -754,6 +883,13 @@ PyMethodDef kMethods[] = {
     {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
      "Puts back the std::terminate handler that was there before; False "
      "where another one replaced hostcb's since."},
+    {"print_line_text", Py_print_line_text, METH_VARARGS,
+     "print_line_text(pieces, array) -> the line that a debug.print tap "
+     "entry (write, pieces, (func, second)) writes for the 0-d array: the "
+     "UTF-8 bytes of `pieces` joined by the value's text as Python formats "
+     "its number with '{}', and a newline; None for a value that Python "
+     "formats (not 0-d, or a dtype other than float16/32/64, the integers "
+     "and bool)."},
     {"print_outputs_unflatten", Py_print_outputs_unflatten, METH_O,
      "print_outputs_unflatten(outputs) -> the unflatten function of "
      "hostcb's _PrintOutputs pytree node: (tree, children) -> "

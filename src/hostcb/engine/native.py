@@ -649,6 +649,14 @@ def runs_host_function_call() -> bool:
   return False
 
 
+def formats_print_lines() -> bool:
+  """Whether the loaded extension makes the text of a ``debug.print`` line
+  in C (its ``print_line_text``: the tap entry ``(write, pieces, (func,
+  second))`` of :mod:`hostcb.engine.registry`); an older build does not
+  (reinstalling adds it)."""
+  return _native is not None and hasattr(_native, "print_line_text")
+
+
 def awaited_run_everywhere() -> bool:
   """Whether every device's consumer has run the prints queued so far
   (no waiting, and the GIL kept)."""

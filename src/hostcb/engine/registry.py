@@ -19,8 +19,13 @@ process's functions.
 
 * taps: id -> entry.  An entry ``(func, second)`` is called as
   ``func(arrays[0], second)`` (a tap function of one array that takes no
-  device: no Python frame of ours per tap), any other entry as
-  ``entry(arrays, device)``;
+  device: no Python frame of ours per tap); an entry ``(write_lines,
+  pieces, (func, second))``, a ``debug.print`` line, as
+  ``write_lines([line])`` with the line made in C where the engine formats
+  the one array's value (its ``print_line_text``; the lines of
+  consecutive such taps of a batch with the same ``write_lines`` in one
+  call), else as ``func(arrays[0], second)``; any other
+  entry as ``entry(arrays, device)``;
 * calls: id -> ``run(arrays, device_ordinal)`` and id -> ``check(result)``
   (see :func:`call_id`).
 

@@ -1,0 +1,340 @@
+"""The engine's C text of a ``debug.print`` line (``print_line_text``,
+src/hostcb/_native/print_line.cc): for a 0-d float, integer or bool in
+plain ``{}`` fields, exactly what Python's ``str.format`` gives for the
+0-d array (what JAX's own ``debug.print`` and hostcb's Python path print),
+and None for every value it leaves to Python."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hostcb
+from hostcb import debug as hdebug
+from hostcb import engine
+from hostcb.engine import registry
+
+pytestmark = pytest.mark.skipif(
+  not engine.available() or not engine.native.formats_print_lines(),
+  reason="needs the native engine with print_line_text (not built here)",
+)
+
+
+def _text(pieces: tuple[bytes, ...], value) -> str | None:
+  return engine.native.module().print_line_text(pieces, value)
+
+
+def _python(fmt: str, value) -> str:
+  return fmt.format(value) + "\n"
+
+
+def _check_all(values: np.ndarray) -> None:
+  """Each 0-d value of ``values`` gives Python's text of it."""
+  wrong = []
+  for v in values:
+    a = np.array(v)
+    got = _text((b"", b""), a)
+    if got != _python("{}", a):
+      wrong.append((repr(v), got, _python("{}", a)))
+  assert wrong[:5] == []
+
+
+def test_every_float16_is_formatted_as_python_formats_it():
+  _check_all(np.arange(1 << 16, dtype=np.uint16).view(np.float16))
+
+
+def test_a_sample_of_float32_bit_patterns_is_formatted_as_python_formats_it():
+  rng = np.random.default_rng(0)
+  bits = rng.integers(0, 1 << 32, size=100_000, dtype=np.uint64)
+  _check_all(bits.astype(np.uint32).view(np.float32))
+
+
+def test_a_sample_of_float64_bit_patterns_is_formatted_as_python_formats_it():
+  rng = np.random.default_rng(1)
+  bits = rng.integers(0, np.iinfo(np.uint64).max, size=100_000, dtype=np.uint64)
+  _check_all(bits.view(np.float64))
+
+
+def test_floats_where_pythons_layout_changes_are_formatted_as_python():
+  # Powers of ten and their neighbours: the switch between positional
+  # (1e-4 <= |x| < 1e16) and scientific text, ".0" after integers.
+  values = []
+  for e in range(-30, 31):
+    x = 10.0**e
+    values += [x, np.nextafter(x, 0), np.nextafter(x, np.inf), 1.5 * x, -x]
+  _check_all(np.array(values, np.float64))
+  _check_all(np.array(values, np.float32))
+
+
+def test_the_limits_and_special_floats_are_formatted_as_python():
+  for t in (np.float16, np.float32, np.float64):
+    info = np.finfo(t)
+    special = [
+      0.0,
+      -0.0,
+      np.inf,
+      -np.inf,
+      np.nan,
+      -np.nan,
+      info.max,
+      -info.max,
+      info.tiny,
+      info.smallest_subnormal,
+      -info.smallest_subnormal,
+      info.eps,
+      1.0,
+      2.0**24,
+      2.0**53,
+    ]
+    with np.errstate(over="ignore"):  # 2**24 and 2**53 are inf in float16
+      _check_all(np.array(special, t))
+
+
+@pytest.mark.parametrize(
+  "dtype",
+  [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32]
+  + [np.uint64, np.intc, np.uintc, np.longlong, np.ulonglong],
+)
+def test_integers_are_formatted_as_python_formats_them(dtype):
+  info = np.iinfo(dtype)
+  rng = np.random.default_rng(2)
+  sample = rng.integers(info.min, info.max, size=1000, dtype=dtype)
+  _check_all(np.array([info.min, info.max, 0, 1, *sample], dtype))
+
+
+def test_bools_are_formatted_as_true_and_false():
+  assert _text((b"", b""), np.array(True)) == "True\n"
+  assert _text((b"", b""), np.array(False)) == "False\n"
+
+
+def test_the_pieces_surround_each_field_with_the_value():
+  pieces = hdebug._line_pieces("a={0}, again {0} {{literal}} é")
+  assert pieces == (b"a=", b", again ", " {literal} é".encode())
+  assert _text(pieces, np.array(2.5, np.float32)) == (
+    "a=2.5, again 2.5 {literal} é\n"
+  )
+
+
+@pytest.mark.parametrize(
+  "value",
+  [
+    np.array([1.0, 2.0], np.float32),  # not 0-d
+    np.array(1.0, ml_dtypes.bfloat16),
+    np.array(1 + 2j, np.complex64),
+    np.array(1.0, np.longdouble),
+    np.array("text"),
+    np.array(1.0, np.dtype(np.float32).newbyteorder()),  # not native order
+    1.0,  # not an array
+  ],
+  ids=repr,
+)
+def test_values_left_to_python_give_none(value):
+  assert _text((b"", b""), value) is None
+
+
+def test_pieces_that_are_not_bytes_are_refused():
+  with pytest.raises(TypeError, match="UTF-8 bytes"):
+    _text(("x=", ""), np.array(1.0))
+  with pytest.raises(TypeError, match="at least two bytes"):
+    _text((b"",), np.array(1.0))
+
+
+@pytest.mark.parametrize(
+  "fmt",
+  [
+    "{:.3f}",
+    "{!r}",
+    "{!s}",
+    "{0.real}",
+    "{0[0]}",
+    "{x}",
+    "no field",
+    "{",
+    "\ud800{}",
+  ],
+)
+def test_formats_other_than_plain_fields_have_no_pieces(fmt):
+  assert hdebug._line_pieces(fmt) is None
+
+
+def _c_entries(first_piece: bytes) -> list:
+  """The registered tap entries that make their line in C and start it
+  with ``first_piece``."""
+  return [
+    e
+    for e in registry.tap_functions
+    if type(e) is tuple and len(e) == 3 and e[1][0] == first_piece
+  ]
+
+
+def test_a_plain_print_of_a_scalar_gets_the_c_entry(capsys):
+  jax.jit(lambda x: hostcb.debug.print("plain c entry={}", x))(1.5)
+  jax.effects_barrier()
+  assert len(_c_entries(b"plain c entry=")) == 1
+  assert capsys.readouterr().out == "plain c entry=1.5\n"
+
+
+def test_a_print_with_a_spec_keeps_the_python_entry(capsys):
+  jax.jit(lambda x: hostcb.debug.print("spec python entry={:.2f}", x))(1.5)
+  jax.effects_barrier()
+  assert _c_entries(b"spec python entry=") == []
+  assert capsys.readouterr().out == "spec python entry=1.50\n"
+
+
+@pytest.mark.parametrize(
+  "value",
+  [
+    jnp.float32(0.1),
+    jnp.float16(-3.25),
+    jnp.int32(-7),
+    jnp.uint8(200),
+    jnp.bool_(True),
+    jnp.bfloat16(0.1),  # Python's path
+    jnp.arange(3.0),  # Python's path
+  ],
+  ids=repr,
+)
+def test_printed_lines_are_those_of_the_python_path(value, capsys):
+  fmt = "v={0} and {0}"
+  jax.jit(lambda x: hostcb.debug.print(fmt, x))(value)
+  jax.effects_barrier()
+  assert capsys.readouterr().out == fmt.format(np.asarray(value)) + "\n"
+
+
+def test_a_scalar_print_never_changes_a_value():
+  def f(x):
+    hostcb.debug.print("{}", x)
+    return x * 3
+
+  x = jnp.float32(1.25)
+  assert jax.jit(f)(x) == jax.jit(lambda x: x * 3)(x)
+
+
+def test_lines_of_a_loop_arrive_in_order(capsys):
+  def f(x):
+    def body(c, i):
+      hostcb.debug.print("{}", i)
+      return c + i, None
+
+    return jax.lax.scan(body, x, jnp.arange(100))[0]
+
+  assert int(jax.jit(f)(0)) == 4950
+  jax.effects_barrier()
+  assert capsys.readouterr().out == "".join(f"{i}\n" for i in range(100))
+
+
+def test_lines_go_to_the_stream_that_is_sys_stdout_when_they_print(monkeypatch):
+  f = jax.jit(lambda x: hostcb.debug.print("{}", x))
+  first, second = io.StringIO(), io.StringIO()
+  monkeypatch.setattr(sys, "stdout", first)
+  f(1)
+  jax.effects_barrier()
+  monkeypatch.setattr(sys, "stdout", second)
+  f(2)
+  jax.effects_barrier()
+  assert (first.getvalue(), second.getvalue()) == ("1\n", "2\n")
+
+
+def test_a_stream_that_fails_is_logged_as_a_failed_print(monkeypatch, caplog):
+  class Broken:
+    def write(self, text):
+      raise OSError("stream closed")
+
+  caplog.set_level(logging.ERROR)
+  f = jax.jit(lambda x: hostcb.debug.print("{}", x))
+  f(1.0)  # compiled while sys.stdout works
+  jax.effects_barrier()
+  monkeypatch.setattr(sys, "stdout", Broken())
+  f(2.0)
+  jax.effects_barrier()
+  assert [
+    str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
+  ] == ["stream closed"]
+
+
+def _loop_of_prints(n: int):
+  """A jitted loop of ``n`` steps that prints two lines per step."""
+
+  def f(x):
+    def body(c, i):
+      hostcb.debug.print("a={}", i)
+      hostcb.debug.print("b={}", i * 2)
+      return c + i, None
+
+    return jax.lax.scan(body, x, jnp.arange(n))[0]
+
+  return jax.jit(f)
+
+
+def _lines(n: int) -> list[str]:
+  return [line for i in range(n) for line in (f"a={i}\n", f"b={2 * i}\n")]
+
+
+def test_a_stream_with_a_write_of_its_own_gets_one_write_per_line(monkeypatch):
+  class Recording:
+    def __init__(self):
+      self.writes = []
+
+    def write(self, text):
+      self.writes.append(text)
+      return len(text)
+
+  stream = Recording()
+  monkeypatch.setattr(sys, "stdout", stream)
+  assert int(_loop_of_prints(300)(0)) == 44850
+  jax.effects_barrier()
+  assert stream.writes == _lines(300)
+
+
+def test_a_string_stream_gets_every_line_in_order(monkeypatch):
+  stream = io.StringIO()
+  monkeypatch.setattr(sys, "stdout", stream)
+  _loop_of_prints(300)(0)
+  jax.effects_barrier()
+  assert stream.getvalue() == "".join(_lines(300))
+
+
+def test_a_file_gets_every_line_in_order(monkeypatch, tmp_path):
+  with open(tmp_path / "out.txt", "w") as stream:
+    monkeypatch.setattr(sys, "stdout", stream)
+    _loop_of_prints(300)(0)
+    jax.effects_barrier()
+  assert (tmp_path / "out.txt").read_text() == "".join(_lines(300))
+
+
+def test_lines_keep_their_place_between_other_taps_output(capsys):
+  def f(x):
+    def body(c, i):
+      hostcb.debug.print("print {}", i)
+      hostcb.id_tap(lambda a, t: print(f"tap {a}"), i)
+      return c, None
+
+    return jax.lax.scan(body, x, jnp.arange(50))[0]
+
+  jax.jit(f)(0)
+  jax.effects_barrier()
+  assert capsys.readouterr().out == "".join(
+    f"print {i}\ntap {i}\n" for i in range(50)
+  )
+
+
+def test_each_line_a_closed_stream_refuses_is_logged(monkeypatch, caplog):
+  caplog.set_level(logging.ERROR)
+  f = _loop_of_prints(3)
+  f(0)  # compiled while sys.stdout works
+  jax.effects_barrier()
+  closed = io.StringIO()
+  closed.close()
+  monkeypatch.setattr(sys, "stdout", closed)
+  f(0)
+  jax.effects_barrier()
+  assert [
+    str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
+  ] == ["I/O operation on closed file"] * 6
