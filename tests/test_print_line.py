@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import logging
 import sys
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -338,3 +340,107 @@ def test_each_line_a_closed_stream_refuses_is_logged(monkeypatch, caplog):
   assert [
     str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
   ] == ["I/O operation on closed file"] * 6
+
+
+def test_formats_python_fails_on_still_fail_as_in_python(capsys, caplog):
+  # skip_format_check lets through a format that needs two arguments.
+  caplog.set_level(logging.ERROR)
+  jax.jit(lambda x: hostcb.debug.print("{}{}", x, skip_format_check=True))(1.5)
+  jax.effects_barrier()
+  assert capsys.readouterr().out == ""
+  assert [
+    type(r.exc_info[1])
+    for r in caplog.records
+    if r.name == "jax._src.debugging"
+  ] == [IndexError]
+
+
+def test_a_write_patched_on_the_stream_gets_one_call_per_line(monkeypatch):
+  stream = io.StringIO()
+  writes = []
+  stream.write = lambda text: writes.append(text) or len(text)
+  monkeypatch.setattr(sys, "stdout", stream)
+  _loop_of_prints(100)(0)
+  jax.effects_barrier()
+  assert writes == _lines(100)
+
+
+def _replace_entry(first_piece: bytes, **parts):
+  """Replaces the C entry of the print whose line starts with
+  ``first_piece`` by one with ``parts`` (write_lines, python) changed."""
+  (entry,) = _c_entries(first_piece)
+  tid = registry.tap_functions.index(entry)
+  write_lines, pieces, python = entry
+  registry.tap_functions[tid] = (
+    parts.get("write_lines", write_lines),
+    pieces,
+    parts.get("python", python),
+  )
+
+
+def test_a_scalars_line_is_made_without_the_python_entry(capsys):
+  f = jax.jit(lambda x: hostcb.debug.print("made in c={}", x))
+  f(1.0)
+  jax.effects_barrier()
+  formatted_in_python = []
+  _replace_entry(
+    b"made in c=",
+    python=(lambda arg, transforms: formatted_in_python.append(arg), ()),
+  )
+  for v in (2.0, 3.0):
+    f(v)
+  jax.effects_barrier()
+  assert formatted_in_python == []
+  assert (
+    capsys.readouterr().out == "made in c=1.0\nmade in c=2.0\nmade in c=3.0\n"
+  )
+
+
+def test_lines_a_consumer_takes_together_reach_write_lines_together():
+  # The consumer waits in a tap function until all 200 prints behind it
+  # are queued, so that its next takes hold many of them.
+  queued = threading.Event()
+
+  def wait_for_the_prints(a, transforms):
+    assert queued.wait(timeout=30)
+
+  def f(x):
+    hostcb.id_tap(wait_for_the_prints, x)
+
+    def body(c, i):
+      hostcb.debug.print("together {}", i)
+      return c, None
+
+    return jax.lax.scan(body, x, jnp.arange(200))[0]
+
+  g = jax.jit(f)
+  queued.set()
+  g(0)
+  jax.effects_barrier()
+  calls = []
+  _replace_entry(b"together ", write_lines=calls.append)
+  queued.clear()
+  before = engine.counters(0)["records_in"]
+  g(0)
+  deadline = time.monotonic() + 30
+  while engine.counters(0)["records_in"] < before + 201:
+    assert time.monotonic() < deadline, "the prints were not queued"
+    time.sleep(0.001)
+  queued.set()
+  jax.effects_barrier()
+  assert [line for lines in calls for line in lines] == [
+    f"together {i}\n" for i in range(200)
+  ]
+  assert max(len(lines) for lines in calls) > 1
+
+
+def test_without_the_c_formatting_prints_take_the_python_entry(
+  monkeypatch, capsys
+):
+  # An engine built without it (a C++ library with no floating-point
+  # std::to_chars) says so, and every line is formatted in Python.
+  monkeypatch.setattr(engine.native, "formats_print_lines", lambda: False)
+  jax.jit(lambda x: hostcb.debug.print("no c entry={}", x))(0.5)
+  jax.effects_barrier()
+  assert _c_entries(b"no c entry=") == []
+  assert capsys.readouterr().out == "no c entry=0.5\n"

@@ -151,7 +151,10 @@ def _write_lines(lines: list[str]) -> None:
   once for each line it held."""
   try:
     stream = _stdout()
-    if len(lines) == 1 or type(stream).write in _WRITES_OF_SEVERAL_LINES:
+    if len(lines) == 1 or (
+      type(stream).write in _WRITES_OF_SEVERAL_LINES
+      and "write" not in getattr(stream, "__dict__", ())  # not patched
+    ):
       stream.write(lines[0] if len(lines) == 1 else "".join(lines))
       return
   except BaseException as e:  # as _DebugCall.__call__
@@ -160,13 +163,16 @@ def _write_lines(lines: list[str]) -> None:
     if not isinstance(e, Exception):
       raise
     return
+  interrupt = None  # raised once every line was written or logged
   for i, line in enumerate(lines):
     try:
       (stream if i == 0 else _stdout()).write(line)
-    except BaseException as e:  # as _DebugCall.__call__
+    except BaseException as e:  # noqa: BLE001  (an interrupt: re-raised below)
       _failed()
-      if not isinstance(e, Exception):
-        raise
+      if not isinstance(e, Exception) and interrupt is None:
+        interrupt = e
+  if interrupt is not None:
+    raise interrupt
 
 
 class _DebugCall:
@@ -648,7 +654,7 @@ def _line_pieces(fmt: str) -> tuple[bytes, ...] | None:
   as UTF-8, for the engine's C formatting of a 0-d number
   (``print_line_text``): where every field is a plain ``{}``/``{0}``,
   without a spec; else None.  ``"x={}!"`` gives ``(b"x=", b"!")``."""
-  pieces, text = [], ""
+  pieces, fields, text = [], [], ""
   try:
     for literal, field, spec, conversion in string.Formatter().parse(fmt):
       text += literal
@@ -656,10 +662,14 @@ def _line_pieces(fmt: str) -> tuple[bytes, ...] | None:
         continue
       if field not in ("", "0") or spec or conversion is not None:
         return None
+      fields.append(field)
       pieces.append(text)
       text = ""
     pieces.append(text)
-    if len(pieces) < 2:
+    # What str.format accepts with one argument: one automatic field, or
+    # any number of {0} (with skip_format_check, a print may have others,
+    # which Python's format fails on).
+    if fields != [""] and (not fields or "" in fields):
       return None
     return tuple(p.encode("utf-8") for p in pieces)
   except (ValueError, UnicodeEncodeError):  # not formattable so: Python's

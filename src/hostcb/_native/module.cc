@@ -44,6 +44,9 @@ PyObject* PrintLineText(PyObject* pieces, PyObject* array);
 // rank and bytes; nullptr without an error where Python formats it.
 PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
                              const void* data);
+// print_line.cc: whether those make lines (false where the C++ library has
+// no shortest floating-point std::to_chars: they then return nullptr).
+extern const bool kFormatsPrintLines;
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
@@ -939,6 +942,9 @@ PyMODINIT_FUNC PyInit__engine(void) {
       PyModule_AddIntConstant(m, "DEFAULT_QUEUE_BYTES",
                               static_cast<long>(hostcb::kDefaultQueueBytes)) <
           0 ||
+      // Whether print_line_text makes lines (print_line.cc).
+      PyModule_AddIntConstant(m, "FORMATS_PRINT_LINES",
+                              hostcb::kFormatsPrintLines ? 1 : 0) < 0 ||
       hostcb::AddCudaFunctions(m) < 0) {
     Py_DECREF(m);
     return nullptr;

@@ -24,7 +24,21 @@
 
 #include "pyarrays.h"
 
+// The shortest floating-point std::to_chars came with GCC 11 and LLVM 14's
+// libc++ (__cpp_lib_to_chars); an older library builds the engine without
+// this, and Python formats every line (FORMATS_PRINT_LINES is 0).
+// HOSTCB_NO_PRINT_LINES builds that variant on purpose.
+#if defined(__cpp_lib_to_chars) && !defined(HOSTCB_NO_PRINT_LINES)
+#define HOSTCB_PRINT_LINES 1
+#else
+#define HOSTCB_PRINT_LINES 0
+#endif
+
 namespace hostcb {
+
+extern const bool kFormatsPrintLines = HOSTCB_PRINT_LINES;
+
+#if HOSTCB_PRINT_LINES
 namespace {
 
 // The double of an IEEE binary16 value (exact: every half is a double).
@@ -283,5 +297,15 @@ PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
   if (rank != 0 || k.scalar == Scalar::kNone) return nullptr;
   return Line(pieces, k, data);
 }
+
+#else  // HOSTCB_PRINT_LINES: Python formats every line
+
+PyObject* PrintLineText(PyObject*, PyObject*) { return nullptr; }
+
+PyObject* PrintLineOfOperand(PyObject*, int32_t, int32_t, const void*) {
+  return nullptr;
+}
+
+#endif  // HOSTCB_PRINT_LINES
 
 }  // namespace hostcb

@@ -652,9 +652,12 @@ def runs_host_function_call() -> bool:
 def formats_print_lines() -> bool:
   """Whether the loaded extension makes the text of a ``debug.print`` line
   in C (its ``print_line_text``: the tap entry ``(write, pieces, (func,
-  second))`` of :mod:`hostcb.engine.registry`); an older build does not
-  (reinstalling adds it)."""
-  return _native is not None and hasattr(_native, "print_line_text")
+  second))`` of :mod:`hostcb.engine.registry`): not an older build
+  (reinstalling adds it), nor one whose C++ library lacks the shortest
+  floating-point ``std::to_chars`` (GCC before 11)."""
+  return _native is not None and bool(
+    getattr(_native, "FORMATS_PRINT_LINES", False)
+  )
 
 
 def awaited_run_everywhere() -> bool:
