@@ -246,31 +246,16 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
-    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3 &&
-        PyTuple_GET_SIZE(b.arrays) == 1) {
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3) {
       // A debug.print line entry (write_lines, pieces, (func, second))
-      // whose line run_batch did not make (BuildLine): write_lines([line])
-      // where PrintLineText makes it, else func(arrays[0], second), which
-      // formats the value in Python.
-      PyObject* text = PrintLineText(PyTuple_GET_ITEM(entry, 1),
-                                     PyTuple_GET_ITEM(b.arrays, 0));
-      PyObject* lines = text != nullptr ? PyList_New(1) : nullptr;
-      if (lines != nullptr) {
-        PyList_SET_ITEM(lines, 0, text);  // steals it
-        result =
-            PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), &lines, 1, nullptr);
-        Py_DECREF(lines);
-      } else if (text != nullptr) {
-        Py_DECREF(text);  // no memory for the list: reported below
-      } else if (!PyErr_Occurred()) {
-        PyObject* python = PyTuple_GET_ITEM(entry, 2);
-        PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
-                             PyTuple_GET_ITEM(python, 1)};
-        result =
-            PyObject_Vectorcall(PyTuple_GET_ITEM(python, 0), argv, 2, nullptr);
-      }
-    } else if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
-               PyTuple_GET_SIZE(b.arrays) >= 1) {
+      // whose line run_batch did not make (BuildLine: a value that C does
+      // not format): its (func, second), which formats it in Python.
+      PyObject* python = PyTuple_GET_ITEM(entry, 2);
+      Py_INCREF(python);
+      Py_SETREF(entry, python);
+    }
+    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+        PyTuple_GET_SIZE(b.arrays) >= 1) {
       // (func, second): func(arrays[0], second)
       PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
                            PyTuple_GET_ITEM(entry, 1)};
@@ -302,8 +287,9 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
 // The line of tap record `r` where its entry is a debug.print line entry
 // (write_lines, pieces, (func, second)) that formats the record's one
 // operand in C: `b` gets the line and the writer.  False for any other
-// record, and where the line could not be made (RunTap then tries again
-// from the arrays, and reports the failure).
+// record, and where C does not format the value or could not make the
+// line (out of memory): RunTap then runs the entry's (func, second), which
+// formats it in Python (and reports a failure as any tap function's).
 bool BuildLine(const Record& r, PyObject* functions, Built* b) {
   if (r.num_operands != 1) return false;
   PyObject* entry = TableEntry(functions, r.target_id);
@@ -315,7 +301,7 @@ bool BuildLine(const Record& r, PyObject* functions, Built* b) {
   PyObject* line = PrintLineOfOperand(PyTuple_GET_ITEM(entry, 1), d.dtype,
                                       d.rank, r.data + d.offset);
   if (line == nullptr) {
-    PyErr_Clear();  // RunTap fails again on the arrays and reports it
+    PyErr_Clear();  // Python formats it (RunTap), or reports its failure
     return false;
   }
   b->line = line;
