@@ -238,6 +238,20 @@ void CallHook(PyObject* hook, PyObject* const* argv, size_t n) {
   Py_DECREF(hook);
 }
 
+// Calls on_failure(target_id, the exception set or None) for a tap whose
+// function failed or is missing (see run_batch), the exception taken.
+void ReportFailure(int64_t target_id, PyObject* functions) {
+  PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
+  if (PyObject* tid = PyLong_FromLongLong(static_cast<long long>(target_id))) {
+    PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
+    CallHook(g_on_failure, argv, 2);
+    Py_DECREF(tid);
+  } else {
+    PyErr_WriteUnraisable(functions);
+  }
+  Py_XDECREF(exc);
+}
+
 // Runs the tap function of one built record (see run_batch).
 void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* entry = b.arrays == nullptr  // a lost tap
@@ -272,16 +286,7 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
     return;
   }
   // No such function (a lost tap has id -1), or it raised.
-  PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
-  if (PyObject* tid =
-          PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
-    PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
-    CallHook(g_on_failure, argv, 2);
-    Py_DECREF(tid);
-  } else {
-    PyErr_WriteUnraisable(functions);
-  }
-  Py_XDECREF(exc);
+  ReportFailure(b.target_id, functions);
 }
 
 // The line of tap record `r` where its entry is a debug.print line entry
@@ -336,16 +341,7 @@ void WriteLines(std::vector<Built>& built, size_t first, size_t last,
     Py_DECREF(result);
     return;
   }
-  PyObject* exc = PyErr_Occurred() ? TakeException() : nullptr;
-  if (PyObject* tid =
-          PyLong_FromLongLong(static_cast<long long>(built[first].target_id))) {
-    PyObject* argv[2] = {tid, exc != nullptr ? exc : Py_None};
-    CallHook(g_on_failure, argv, 2);
-    Py_DECREF(tid);
-  } else {
-    PyErr_WriteUnraisable(functions);
-  }
-  Py_XDECREF(exc);
+  ReportFailure(built[first].target_id, functions);
 }
 
 // Logs once, on the "hostcb" logger, that hostcb_tap ran a call frame
