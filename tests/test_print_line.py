@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+import sysconfig
 import threading
 import time
 
@@ -18,6 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import _native_bench
 import hostcb
 from hostcb import debug as hdebug
 from hostcb import engine
@@ -444,3 +446,42 @@ def test_without_the_c_formatting_prints_take_the_python_entry(
   jax.effects_barrier()
   assert _c_entries(b"no c entry=") == []
   assert capsys.readouterr().out == "no c entry=0.5\n"
+
+
+@pytest.fixture(scope="module")
+def check_program(tmp_path_factory):
+  """tests/native/print_line_check.cc, built against this Python (which it
+  embeds, for CPython's repr) and NumPy."""
+  if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+    pytest.skip("needs a Python built with --enable-shared (libpython)")
+  libdir = sysconfig.get_config_var("LIBDIR")
+  version = sysconfig.get_config_var("LDVERSION") or sysconfig.get_config_var(
+    "VERSION"
+  )
+  return _native_bench.build(
+    tmp_path_factory,
+    "print_line_check",
+    [],
+    [f"-L{libdir}", f"-lpython{version}", f"-Wl,-rpath,{libdir}"],
+    flags=(
+      "-O2",
+      "-I",
+      sysconfig.get_paths()["include"],
+      "-I",
+      np.get_include(),
+    ),
+  )
+
+
+@pytest.mark.parametrize(
+  "kind, n", [("f32", "4093"), ("f64", "1000000")], ids=["f32", "f64"]
+)
+def test_the_engines_float_text_is_cpythons_repr(check_program, kind, n):
+  # Every 4093rd float32 bit pattern (about a million) and a million
+  # doubles; `print_line_check f32 1` compares all 2^32 float32 values
+  # (about half an hour).
+  got = _native_bench.run(check_program, kind, n, timeout=300)
+  if got.get("unsupported"):
+    pytest.skip("needs a C++ library with floating-point std::to_chars")
+  assert got["mismatches"] == 0
+  assert got["checked"] == (-(-(1 << 32) // 4093) if kind == "f32" else 1e6)
