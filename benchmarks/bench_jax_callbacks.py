@@ -22,9 +22,11 @@ every variant in the same process:
    against the same function without it (also in interleaved rounds; the
    final ``jax.effects_barrier()`` of each round is included).
 
-Prints go to a sink that counts lines (``sys.stdout`` redirected for JAX's
-and hostcb's alike); every callback is counted and the tables say whether
-every call was delivered (the script fails if one was not).
+Prints go to a text stream over a buffered file, as ``sys.stdout`` is in a
+terminal or redirected (``bench_dispatch.Sink``, whose file end counts
+lines; ``sys.stdout`` redirected for JAX's and hostcb's alike); every
+callback is counted and the tables say whether every call was delivered
+(the script fails if one was not).
 
     python benchmarks/bench_jax_callbacks.py [--steps 20000] [--repeats 5]
         [--calls 2000] [--rounds 5] [--quick]
@@ -45,7 +47,8 @@ import jax.experimental
 import jax.numpy as jnp
 
 import hostcb
-from bench_tap import scan_of  # benchmarks/ is on sys.path
+from bench_dispatch import Sink  # benchmarks/ is on sys.path
+from bench_tap import scan_of
 from hostcb import engine
 from hostcb import _import_hook as import_hook
 
@@ -106,20 +109,6 @@ def _jax_arrays(value: bool | None):
     yield
   finally:
     hostcb.config.update(name, before)
-
-
-class Sink:
-  """Where ``print`` writes while the benchmark runs: counts lines."""
-
-  def __init__(self):
-    self.lines = 0
-
-  def write(self, s: str) -> int:
-    self.lines += s.count("\n")
-    return len(s)
-
-  def flush(self) -> None:
-    pass
 
 
 def _call(kind: str, fn, counter: Counter, shape):
