@@ -203,6 +203,11 @@ def _twice(f, args=lambda: (_x(), _y()), donated=lambda args: ()):
   for _ in range(2):
     a = args()
     out = f(*a)
+    # Every device's part of the result, not only the replica that
+    # np.asarray reads: a call without a side effect (buffer_callback's
+    # default) runs in each device's computation, which no barrier waits
+    # for (`seen` missed one device's call once in CI).
+    jax.block_until_ready(out)
     got.append(
       (_np(out), [leaf.is_deleted() for leaf in jax.tree.leaves(donated(a))])
     )
