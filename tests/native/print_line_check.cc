@@ -10,6 +10,11 @@
 #define HOSTCB_IMPORTS_NUMPY
 #include "print_line.cc"
 
+namespace hostcb {
+// module.cc's dtype table, which PrintLineText reads (not used here).
+PyArray_Descr* g_descr[kMaxDtype];
+}  // namespace hostcb
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -156,17 +156,6 @@ PyObject* Py_fake_fail(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// The XLA dtype code of a NumPy array's dtype, or -1.
-int DtypeCode(PyArrayObject* a) {
-  for (int code = 0; code < kMaxDtype; ++code) {
-    if (g_descr[code] != nullptr &&
-        PyArray_EquivTypes(PyArray_DESCR(a), g_descr[code])) {
-      return code;
-    }
-  }
-  return -1;
-}
-
 // FFI buffers over C-contiguous NumPy arrays ("GPU memory" for the
 // simulated driver).  Keeps what the buffers point into.
 struct Buffers {

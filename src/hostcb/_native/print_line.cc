@@ -13,10 +13,15 @@
 // tests/test_print_line.py compares the two over every float16, a sample
 // of float32 and float64 values, and the special values.
 //
-// The consumer (module.cc, RunTap) calls PrintLineText with the GIL held:
-// it replaces NumPy's conversion to a Python number, the number's
-// formatting and the string's concatenation (about 0.5 µs per line) by
-// about 0.05 µs.
+// tests/native/print_line_check.cc compares it with CPython's repr over
+// every 4093rd float32 and a million doubles (all 2^32 float32 by hand).
+//
+// The consumer (module.cc, run_batch's BuildLine) calls PrintLineOfOperand
+// with the GIL held, on the record's bytes: it replaces the NumPy array,
+// NumPy's conversion to a Python number, the number's formatting and the
+// string's concatenation (about 0.5 µs per line) by about 0.05 µs.
+// PrintLineText (the module's print_line_text, for tests) formats a 0-d
+// NumPy array through the same path.
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -139,36 +144,6 @@ struct Kind {
   bool is_unsigned = false;  // of an integer
 };
 
-Kind KindOfNumpy(PyArrayObject* a) {
-  switch (PyArray_TYPE(a)) {
-    case NPY_HALF:
-      return {Scalar::kF16};
-    case NPY_FLOAT:
-      return {Scalar::kF32};
-    case NPY_DOUBLE:
-      return {Scalar::kF64};
-    case NPY_BOOL:
-      return {Scalar::kBool};
-    default:
-      break;
-  }
-  // The integers, whatever C type NumPy names them by.
-  if (!PyArray_ISINTEGER(a)) return {};
-  const bool is_unsigned = !PyArray_ISSIGNED(a);
-  switch (PyArray_ITEMSIZE(a)) {
-    case 1:
-      return {Scalar::kI8, is_unsigned};
-    case 2:
-      return {Scalar::kI16, is_unsigned};
-    case 4:
-      return {Scalar::kI32, is_unsigned};
-    case 8:
-      return {Scalar::kI64, is_unsigned};
-    default:
-      return {};
-  }
-}
-
 Kind KindOfXla(int32_t code) {
   using xla::ffi::DataType;
   switch (static_cast<DataType>(code)) {
@@ -280,22 +255,24 @@ PyObject* Line(PyObject* pieces, Kind k, const void* data) {
 
 }  // namespace
 
-PyObject* PrintLineText(PyObject* pieces, PyObject* array) {
-  if (!CheckPieces(pieces)) return nullptr;
-  if (!PyArray_CheckExact(array)) return nullptr;  // Python formats it
-  auto* a = reinterpret_cast<PyArrayObject*>(array);
-  if (PyArray_NDIM(a) != 0 || !PyArray_ISNOTSWAPPED(a)) return nullptr;
-  const Kind k = KindOfNumpy(a);
-  if (k.scalar == Scalar::kNone) return nullptr;
-  return Line(pieces, k, PyArray_DATA(a));
-}
-
 PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
                              const void* data) {
   if (!CheckPieces(pieces)) return nullptr;
   const Kind k = KindOfXla(dtype);
   if (rank != 0 || k.scalar == Scalar::kNone) return nullptr;
   return Line(pieces, k, data);
+}
+
+PyObject* PrintLineText(PyObject* pieces, PyObject* array) {
+  if (!PyArray_CheckExact(array)) {
+    CheckPieces(pieces);  // a TypeError for bad pieces, else Python's value
+    return nullptr;
+  }
+  auto* a = reinterpret_cast<PyArrayObject*>(array);
+  // As the record of a tap of it: its XLA dtype (the engine's table), or
+  // none for a byte order that XLA never hands over.
+  const int dtype = PyArray_ISNOTSWAPPED(a) ? DtypeCode(a) : -1;
+  return PrintLineOfOperand(pieces, dtype, PyArray_NDIM(a), PyArray_DATA(a));
 }
 
 #else  // HOSTCB_PRINT_LINES: Python formats every line

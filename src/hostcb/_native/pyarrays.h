@@ -167,6 +167,17 @@ inline PyObject* TakeException() {
 #endif
 }
 
+// The XLA dtype code of a NumPy array's dtype (set_dtypes' table), or -1.
+inline int DtypeCode(PyArrayObject* a) {
+  for (int code = 0; code < kMaxDtype; ++code) {
+    if (g_descr[code] != nullptr &&
+        PyArray_EquivTypes(PyArray_DESCR(a), g_descr[code])) {
+      return code;
+    }
+  }
+  return -1;
+}
+
 // Entry `id` of a registry table that Python indexes by target id (a list
 // with None where nothing is registered): a borrowed reference, or nullptr.
 inline PyObject* TableEntry(PyObject* table, int64_t id) {
