@@ -471,6 +471,37 @@ def test_default_prints_to_stdout(capsys):
   assert capsys.readouterr().out == "what: out\n( 3 6 )\n"
 
 
+class _CountingFile(io.RawIOBase):
+  """A file end that records each write it gets."""
+
+  def __init__(self):
+    self.writes: list[bytes] = []
+
+  def writable(self):
+    return True
+
+  def write(self, b):
+    self.writes.append(bytes(b))
+    return len(b)
+
+
+def test_default_stream_is_not_flushed_after_each_print(monkeypatch):
+  # As legacy's print(s) and JAX's debug.print: the lines stay in a
+  # block-buffered stdout's buffer until it fills, is flushed, or at exit.
+  raw = _CountingFile()
+  stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8")
+  monkeypatch.setattr("sys.stdout", stdout)
+  f = jax.jit(lambda x: hostcb.id_print(x, what="step"))
+  for i in range(5):
+    f(i)
+  hostcb.barrier_wait()
+  assert raw.writes == []
+  stdout.flush()
+  assert b"".join(raw.writes) == b"".join(
+    b"what: step\n%d\n" % i for i in range(5)
+  )
+
+
 def test_eager_id_print_of_python_scalars():
   s = Stream()
   hostcb.id_print((1, 2.0), output_stream=s)

@@ -208,10 +208,11 @@ def print_tap(
         output_stream.write(line + "\n")
     else:
       # One write of whole lines: a print of another thread (the caller's
-      # ``print(result)``) never lands inside a line of a tap's.
-      stream = sys.stdout
-      stream.write("".join(line + "\n" for line in lines))
-      stream.flush()
+      # ``print(result)``) never lands inside a line of a tap's.  No flush,
+      # as legacy's ``print`` and JAX's ``debug.print``: the stream's own
+      # buffering decides (a terminal is line-buffered; a file or a pipe
+      # gets its lines in blocks, and at exit).
+      sys.stdout.write("".join(line + "\n" for line in lines))
 
 
 PrintOptions = Union[tuple, None]
