@@ -7,6 +7,7 @@ otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import jax
@@ -334,6 +335,48 @@ def test_header_line_is_not_wrapped():
 
 def test_device_keyword_is_printed():
   assert printed(np.int32(2), device="mydev") == "device: mydev\n2\n"
+
+
+def test_device_keyword_none_is_not_printed():
+  assert printed(np.int32(2), device=None, what="w") == "what: w\n2\n"
+
+
+def test_keyword_values_print_as_they_are_at_each_tap():
+  # A list's text is read at each tap, as legacy's str(v) was.
+  s = Stream()
+  shown = [1]
+  f = jax.jit(lambda x: hostcb.id_print(x, what=shown, output_stream=s))
+  f(1)
+  hostcb.barrier_wait()
+  shown.append(2)
+  f(2)
+  hostcb.barrier_wait()
+  assert s.output == "what: [1]\n1\nwhat: [1, 2]\n2\n"
+
+
+def _printer(**kwargs):
+  """The tap function of an id_print site with these keywords."""
+  from hostcb.host_callback import _Printer  # noqa: PLC0415  (a test of it)
+
+  return _Printer(None, None, tuple(sorted(kwargs.items())), None)
+
+
+def test_engine_entry_of_fixed_keywords_makes_the_header_once():
+  entry = _printer(what="loss", step=3).hostcb_tap_entry()
+  s = io.StringIO()
+  with contextlib.redirect_stdout(s):
+    entry(np.array(1.5, np.float32), ())
+    entry(np.array(2, np.int32), ())
+  assert s.getvalue() == "step: 3 what: loss\n1.5\nstep: 3 what: loss\n2\n"
+
+
+@pytest.mark.parametrize(
+  "kwargs",
+  [{"what": [1]}, {"device": None}, {"transforms": 1}, {"v": np.float32(1)}],
+  ids=["list", "device", "transforms", "numpy-scalar"],
+)
+def test_no_engine_entry_where_the_header_may_change_or_fail(kwargs):
+  assert _printer(**kwargs).hostcb_tap_entry() is None
 
 
 def test_tap_with_device_prints_the_legacy_device_name():

@@ -22,8 +22,11 @@ from hostcb import named
 from hostcb._core.primitives import CallTarget, TapTarget, call_p, tap_p
 from hostcb._core.printing import (
   caller_print_options,
+  format_header,
+  format_value,
   numpy_print_options,
   print_tap,
+  write_lines,
 )
 from hostcb._core.signatures import is_key, result_avals
 from hostcb.engine import CallbackException, barrier_wait, stop_outfeed_receiver
@@ -210,6 +213,10 @@ def id_tap(
   return treedef.unflatten(outs)
 
 
+# Keyword value types whose text (str) cannot change between taps.
+_FIXED_TEXT = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclasses.dataclass(frozen=True)
 class _Printer:
   """The tap function of one ``id_print`` site (hashable, for caching).
@@ -236,6 +243,29 @@ class _Printer:
         threshold=self.threshold,
         **{**dict(self.kwargs), **device},
       )
+
+  def hostcb_tap_entry(self) -> Callable[[Any, tuple], None] | None:
+    """What the engine's consumers call instead of this object for a tap
+    of one array without transforms or device (:meth:`TapTarget.engine_entry
+    <hostcb._core.primitives.TapTarget.engine_entry>`): :meth:`__call__`'s
+    work with the header line made once, where every keyword value is a
+    plain ``str``, number, bool or None (whose text cannot change) and the
+    caller's NumPy print options are the consumer's; else None."""
+    kwargs = dict(self.kwargs)
+    if (
+      self.print_options is not None
+      or "transforms" in kwargs  # fails each tap, as __call__
+      or "device" in kwargs  # print_tap's parameter: None is not printed
+      or not all(type(v) in _FIXED_TEXT for v in kwargs.values())
+    ):
+      return None
+    head = [format_header(kwargs)] if kwargs else []
+    stream, threshold = self.output_stream, self.threshold
+
+    def print_one(arg, transforms) -> None:
+      write_lines([*head, format_value(arg, threshold)], stream)
+
+    return print_one
 
   def __hash__(self):
     try:

@@ -202,6 +202,13 @@ def print_tap(
     kwargs["device"] = device
   lines = [format_header(kwargs)] if kwargs else []
   lines.append(format_value(arg, threshold))
+  write_lines(lines, output_stream)
+
+
+def write_lines(lines: list[str], output_stream=None) -> None:
+  """Writes the lines of one print (without their newlines): one ``write``
+  per line to ``output_stream``, else one ``write`` of them all to
+  ``sys.stdout`` as it is now, under the lock of every tap's print."""
   with _print_lock:
     if output_stream is not None:
       for line in lines:
