@@ -18,6 +18,8 @@ import pytest
 import hostcb
 from _helpers import Stream
 
+from hostcb.host_callback import _Printer
+
 
 def printed(value, **kwargs) -> str:
   """Prints ``value`` (its leaves made arguments) from under jit."""
@@ -356,8 +358,6 @@ def test_keyword_values_print_as_they_are_at_each_tap():
 
 def _printer(**kwargs):
   """The tap function of an id_print site with these keywords."""
-  from hostcb.host_callback import _Printer  # noqa: PLC0415  (a test of it)
-
   return _Printer(None, None, tuple(sorted(kwargs.items())), None)
 
 
