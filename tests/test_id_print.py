@@ -545,6 +545,17 @@ def test_default_stream_is_not_flushed_after_each_print(monkeypatch):
   )
 
 
+def test_prints_to_the_stdout_assigned_after_it_was_compiled():
+  f = jax.jit(lambda x: hostcb.id_print(x, what="late"))
+  f(0)  # compiled, and sys.stdout wrapped for the order of writes
+  hostcb.barrier_wait()
+  s = io.StringIO()
+  with contextlib.redirect_stdout(s):
+    f(1)
+    hostcb.barrier_wait()
+  assert s.getvalue() == "what: late\n1\n"
+
+
 def test_eager_id_print_of_python_scalars():
   s = Stream()
   hostcb.id_print((1, 2.0), output_stream=s)

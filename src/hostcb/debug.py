@@ -44,7 +44,7 @@ from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
 from hostcb.engine.errors import note_jax_callback_failure
-from hostcb.engine.output_order import OrderedStream, ordered_sys_class
+from hostcb.engine.output_order import consumer_stdout
 from hostcb.jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
@@ -122,23 +122,8 @@ _WRITES_OF_SEVERAL_LINES = frozenset(
 )
 
 
-_sys_dict = sys.__dict__
-
-
-def _stdout() -> Any:
-  """``sys.stdout`` as :class:`_Format` finds it when it prints, read
-  without the frames of output_order's class of ``sys`` (whose module dict
-  holds what its descriptor returns) and of its stream wrapper (a
-  consumer's write never waits: :mod:`hostcb.engine.output_order`)."""
-  stream = _sys_dict.get("stdout") if type(sys) is ordered_sys_class else None
-  if stream is None:  # another class of sys, or no stream
-    stream = sys.stdout
-  if type(stream) is OrderedStream:
-    # To the stream itself, unless a library patched the wrapper.
-    attrs = stream.__dict__
-    if len(attrs) == 1:
-      stream = attrs["_hostcb_stream"]
-  return stream
+# sys.stdout as a consumer's print finds it (without output_order's frames).
+_stdout = consumer_stdout
 
 
 def _write_lines(lines: list[str]) -> None:

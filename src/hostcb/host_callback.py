@@ -30,6 +30,7 @@ from hostcb._core.printing import (
 )
 from hostcb._core.signatures import is_key, result_avals
 from hostcb.engine import CallbackException, barrier_wait, stop_outfeed_receiver
+from hostcb.engine.output_order import consumer_stdout as _consumer_stdout
 
 __all__ = [
   "id_tap",
@@ -263,7 +264,10 @@ class _Printer:
     stream, threshold = self.output_stream, self.threshold
 
     def print_one(arg, transforms) -> None:
-      write_lines([*head, format_value(arg, threshold)], stream)
+      # On a consumer thread only: sys.stdout without output_order's frames.
+      write_lines(
+        [*head, format_value(arg, threshold)], stream, _consumer_stdout
+      )
 
     return print_one
 

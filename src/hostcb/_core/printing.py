@@ -50,7 +50,7 @@ import contextlib
 import contextvars
 import sys
 import threading
-from typing import Any, ContextManager, Union
+from typing import Any, Callable, ContextManager, Union
 
 import numpy as np
 
@@ -205,10 +205,13 @@ def print_tap(
   write_lines(lines, output_stream)
 
 
-def write_lines(lines: list[str], output_stream=None) -> None:
+def write_lines(
+  lines: list[str], output_stream=None, stdout: Callable[[], Any] | None = None
+) -> None:
   """Writes the lines of one print (without their newlines): one ``write``
   per line to ``output_stream``, else one ``write`` of them all to
-  ``sys.stdout`` as it is now, under the lock of every tap's print."""
+  ``sys.stdout`` as it is now (as ``stdout()`` gives it, where given),
+  under the lock of every tap's print."""
   with _print_lock:
     if output_stream is not None:
       for line in lines:
@@ -219,7 +222,8 @@ def write_lines(lines: list[str], output_stream=None) -> None:
       # as legacy's ``print`` and JAX's ``debug.print``: the stream's own
       # buffering decides (a terminal is line-buffered; a file or a pipe
       # gets its lines in blocks, and at exit).
-      sys.stdout.write("".join(line + "\n" for line in lines))
+      stream = sys.stdout if stdout is None else stdout()
+      stream.write("".join(line + "\n" for line in lines))
 
 
 PrintOptions = Union[tuple, None]

@@ -60,6 +60,7 @@ __all__ = [
   "OrderedStream",
   "WAIT_SECONDS",
   "ordered_sys_class",
+  "consumer_stdout",
 ]
 
 logger = logging.getLogger("hostcb")
@@ -167,6 +168,24 @@ ordered_sys_class = _SysModule
 """``sys``'s class while installed: ``sys.stdout`` and ``sys.stderr`` are
 then what ``sys.__dict__`` holds under their names (a consumer's print
 reads them there, without the descriptor's Python frame)."""
+
+
+_sys_dict = sys.__dict__
+
+
+def consumer_stdout() -> Any:
+  """``sys.stdout`` as a consumer's print finds it: read without the frames
+  of this module's class of ``sys`` (whose module dict holds what its
+  descriptor returns) and of :class:`OrderedStream` (a consumer's write
+  never waits), unless a library patched the wrapper itself."""
+  stream = _sys_dict.get("stdout") if type(sys) is _SysModule else None
+  if stream is None:  # another class of sys, or no stream
+    stream = sys.stdout
+  if type(stream) is OrderedStream:
+    attrs = stream.__dict__
+    if len(attrs) == 1:
+      stream = attrs["_hostcb_stream"]
+  return stream
 
 
 def installed() -> bool:
