@@ -426,7 +426,12 @@ named.define_kind(
 
 def _canonical_array(a) -> np.ndarray:
   """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
-  ``int32``, a NumPy ``float64`` a ``float32`` without x64)."""
+  ``int32``, a NumPy ``float64`` a ``float32`` without x64).  A
+  ``jax.Array`` keeps its own, as JAX's ``device_put`` keeps it: a 64-bit
+  one made without x64 (``jax_explicit_x64_dtypes="allow"``) shows its
+  values, not narrowed ones."""
+  if isinstance(a, jax.Array):
+    return np.asarray(a)
   a = np.asarray(a)
   dtype = jax.dtypes.canonicalize_dtype(a.dtype)
   return a if dtype == a.dtype else a.astype(dtype)
@@ -473,7 +478,15 @@ def _tap(
     per_element=partitioned,
     text=isinstance(func, _Format),
   )
-  tap_p.bind(*operands, target=target, transforms=(), device_index=0)
+  # An operand that is not a JAX value: JAX's error, naming its primitive.
+  _callback_helpers.bind_as(
+    "debug_print" if isinstance(func, _Format) else "debug_callback",
+    tap_p,
+    *operands,
+    target=target,
+    transforms=(),
+    device_index=0,
+  )
 
 
 def _to_jax(

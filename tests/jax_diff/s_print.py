@@ -1,5 +1,8 @@
 """Scenarios: what ``jax.debug.print`` prints (format strings, values)."""
 
+import contextlib
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -505,3 +508,241 @@ def print_namedtuple(ctx, api):
 
   Point = collections.namedtuple("Point", ["x", "y"])
   jax.jit(lambda x: api.debug_print("{}", Point(x, 2)))(X3)
+
+
+# ------------------------------------ the engine's C text of a 0-d number
+# A plain `{}`/`{0}` print of one 0-d float, integer or bool has its line
+# made in C (src/hostcb/_native/print_line.cc); these compare it with JAX's
+# at the values where Python's layout of a number changes.  Ordered: JAX's
+# unordered prints of one computation come in XLA's order.
+
+_EDGE_FLOATS = [
+  0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.5, 0.1, 1 / 3,
+  1e16, 1e17, 9999999999999998.0, 1.2345e16, 123456789.0, 1e22,
+  0.0001, 0.00001, 0.00012, 1e-5, 2.5e-5,
+]
+_PLAIN_FORMATS = [
+  "{}", "x={}", "{} units", "{0}|{0}", "{{{}}}", "}}{}{{", "[{0}] ({0})",
+  "ünï {} çødé → ✓ 😀", "a\nb {}\n\nc", "\t{}\r", "{:}", "{0:}",
+]
+
+
+def _edges(dtype) -> np.ndarray:
+  """The edge values of a float dtype (its limits and smallest values
+  too), or an integer dtype's minimum, maximum and a few others."""
+  if np.dtype(dtype).kind == "f":
+    info = np.finfo(dtype)
+    limits = [info.max, info.min, info.tiny, info.smallest_subnormal,
+              info.eps, -info.smallest_subnormal]
+    with np.errstate(over="ignore"):
+      return np.array(_EDGE_FLOATS + [float(v) for v in limits], dtype)
+  if dtype == np.bool_:
+    return np.array([True, False])
+  info = np.iinfo(dtype)
+  return np.array([info.min, info.max, 0, 1, info.max // 3], dtype)
+
+
+def _print_each(api, values: np.ndarray, formats) -> None:
+  """Jitted: each value of ``values`` in each of ``formats``, one 0-d
+  argument per print, ordered."""
+
+  def f(x):
+    for k in range(x.shape[0]):
+      for spec in formats:
+        api.debug_print(spec, x[k], ordered=True)
+
+  jax.jit(f)(values)
+
+
+@scenario
+def print_scalar_edge_values_of_each_32_bit_dtype(ctx, api):
+  """0-d float16, float32, int8..int32, uint8..uint32 and bool values at
+  their edges (NaN, -NaN, the infinities, -0.0, the limits, subnormals,
+  where Python's repr changes layout: 1e16, 1e17, 0.0001, 0.00001) in
+  plain fields, the text of the engine's C formatter."""
+  for dtype in (np.float16, np.float32):
+    _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+  for dtype in (
+    np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.bool_,
+  ):
+    _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+
+
+@scenario
+def print_scalar_edge_values_with_x64(ctx, api):
+  """Under ``jax.enable_x64(True)``: 0-d float64, int64 and uint64 at
+  their edges (int64's minimum, uint64's maximum, float64's limits and
+  subnormals), and 32-bit values, in plain fields."""
+  with jax.enable_x64(True):
+    for dtype in (np.float64, np.int64, np.uint64, np.float32, np.int32):
+      _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+
+
+@scenario
+def print_plain_fields_with_text_around(ctx, api):
+  """Plain fields (``{}``, ``{0}``, ``{:}``) with text around them:
+  escaped braces next to a field, a field repeated, non-ASCII text,
+  newlines and tabs in the text, for a float, an int and a bool."""
+  for values in (
+    np.array([2.5, -0.0], np.float32),
+    np.array([-7, 0], np.int32),
+    np.array([True, False]),
+  ):
+    _print_each(api, values, _PLAIN_FORMATS)
+
+
+@scenario
+def print_scalar_under_transforms(ctx, api):
+  """0-d values printed under vmap, scan, fori_loop, grad and checkpoint
+  (ordered, so that JAX's order is program order)."""
+
+  def body(c, x):
+    api.debug_print("c={} x={}", c, x, ordered=True)
+    api.debug_print("{}", c, ordered=True)
+    return c + x, None
+
+  xs = np.arange(4, dtype=np.float32) / 7
+  jax.jit(lambda xs: jax.lax.scan(body, np.float32(0), xs))(xs)
+  jax.jit(
+    lambda: jax.lax.fori_loop(
+      0,
+      3,
+      lambda i, c: (
+        api.debug_print("i={}", i, ordered=True),
+        api.debug_print("{0}", c, ordered=True),
+        c * 1.5,
+      )[-1],
+      np.float32(1.1),
+    )
+  )()
+  jax.jit(jax.vmap(lambda x: api.debug_print("v={}", x, ordered=True)))(xs)
+
+  def g(x):
+    api.debug_print("x={}", x, ordered=True)
+    return jnp.sin(x)
+
+  jax.jit(jax.grad(g))(np.float32(0.3))
+  jax.jit(jax.grad(lambda x: jax.checkpoint(g)(x) * 2))(np.float32(0.3))
+
+
+@scenario
+def print_scalar_with_specs_and_conversions(ctx, api):
+  """Fields with a spec or conversion (Python formats those): ``{:.3f}``,
+  ``{!r}``, ``{0:>8}``, ``{!s}``, ``{x}`` by name, on 0-d values."""
+
+  def f(x, i, b):
+    for v in (x, i, b):
+      for spec in ("{:.3f}", "{!r}", "{0:>8}", "{!s}", "{0!s:>9}|"):
+        api.debug_print(spec, v, ordered=True)
+      api.debug_print("{x} and {x}", x=v, ordered=True)
+
+  jax.jit(f)(np.float32(1 / 3), np.int32(-12), np.bool_(True))
+
+
+@scenario
+def print_values_the_c_text_leaves_to_python(ctx, api):
+  """Plain fields with values that are not one 0-d float, integer or
+  bool: a vector, a pytree, bfloat16 and complex scalars, two arguments."""
+
+  def f(x):
+    for v in (
+      x,
+      (x[0], {"a": x[1]}),
+      x[0].astype(jnp.bfloat16),
+      (x[0] + 1j).astype(jnp.complex64),
+    ):
+      api.debug_print("{}", v, ordered=True)
+    api.debug_print("{} {}", x[0], x[1], ordered=True)
+
+  jax.jit(f)(np.arange(3, dtype=np.float32) / 3)
+
+
+@scenario
+def print_to_redirected_streams(ctx, api):
+  """Lines of plain prints in a loop (ordered: JAX's unordered prints of
+  one step come in XLA's order), to a ``contextlib.redirect_stdout`` of
+  an ``io.StringIO``, of a ``TextIOWrapper`` over a ``BytesIO`` and of an
+  object whose ``write`` records each call (one call per line)."""
+
+  class Recording:
+    def __init__(self):
+      self.writes = []
+
+    def write(self, text):
+      self.writes.append(text)
+      return len(text)
+
+  def body(c, i):
+    api.debug_print("a={}", i, ordered=True)
+    api.debug_print("b={}", c, ordered=True)
+    return c + i, None
+
+  f = jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(30.0))[0])
+  text = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+  recording = Recording()
+  strings = io.StringIO()
+  for stream in (strings, text, recording):
+    with contextlib.redirect_stdout(stream):
+      f(np.float32(0.5))
+      ctx.barrier()
+  text.flush()
+  ctx.log(repr(strings.getvalue()))
+  ctx.log(repr(text.buffer.getvalue().decode()))
+  ctx.log(repr(recording.writes))
+
+
+@scenario
+def print_argument_that_is_not_a_jax_value_error(ctx, api):
+  """An argument that JAX takes for an array but cannot stage (a NumPy
+  ``datetime64``): JAX's TypeError, which names ``debug_print``."""
+  jax.jit(lambda x: api.debug_print("{} {}", np.datetime64("2020-01-01"), x))(
+    X3
+  )
+
+
+@scenario
+def print_argument_that_is_not_a_jax_value_error_eager(ctx, api):
+  """The same outside jit: JAX's TypeError naming ``debug_print``."""
+  api.debug_print("{}", np.longdouble(0.5))
+
+
+@scenario
+def print_explicit_64_bit_value_without_x64_eager(ctx, api):
+  """With ``jax_explicit_x64_dtypes="allow"`` and x64 off, a float64 and
+  an int64 array made explicitly, printed outside jit: their values as
+  computed, 64-bit."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+    y = jnp.asarray(np.float32(0.1)).astype(jnp.float64) / 3
+    n = jnp.asarray(2**20, jnp.int64) * jnp.asarray(2**20, jnp.int64)
+    api.debug_print("{} {} {} {}", y, y.dtype, n, n.dtype)
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+@scenario(
+  ours=(
+    "with x64 off, JAX's staged print of a 64-bit value made "
+    "explicitly (jax_explicit_x64_dtypes='allow') shows it narrowed to "
+    "32 bits (2**40 as 0, a float64 rounded to float32): values the "
+    "program did not compute, which a hostcb tap never shows; hostcb "
+    "prints the 64-bit values as computed, as JAX's eager print does "
+    "(docs/jax_callbacks.md)"
+  ),
+  expect="0.033333333830038704 [0.03333333] 1099511627776 int64\n",
+)
+def print_explicit_64_bit_value_without_x64_jit(ctx, api):
+  """The same under jit: a 0-d float64, a float64[1] and a 0-d int64."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+
+    def f(x):
+      y = x.astype(jnp.float64) / 3
+      n = x.astype(jnp.int64) * 0 + jnp.asarray(2**20, jnp.int64) ** 2
+      api.debug_print("{} {} {} {}", y, y[None], n, n.dtype)
+
+    jax.jit(f)(np.float32(0.1))
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
