@@ -148,15 +148,25 @@ def _write_lines(lines: list[str]) -> None:
   gives the lines of consecutive prints of a batch together: module.cc,
   run_batch), else one write per line, each to ``sys.stdout`` as it is
   then.  A failed write is logged as a failed callback (:func:`_failed`),
-  once for each line it held."""
+  once for each line it held; but where the stream could not encode the
+  lines written together, they are written again one by one, as JAX
+  writes them, and only those it cannot encode fail."""
   try:
     stream = _stdout()
-    if len(lines) == 1 or (
+    if len(lines) == 1:
+      stream.write(lines[0])
+      return
+    if (
       type(stream).write in _WRITES_OF_SEVERAL_LINES
       and "write" not in getattr(stream, "__dict__", ())  # not patched
     ):
-      stream.write(lines[0] if len(lines) == 1 else "".join(lines))
-      return
+      try:
+        stream.write("".join(lines))
+        return
+      except UnicodeEncodeError:
+        # A TextIOWrapper encodes the whole text before it buffers any of
+        # it: nothing was written, and each line goes by itself (below).
+        pass
   except BaseException as e:  # as _DebugCall.__call__
     for _ in lines:
       _failed()
