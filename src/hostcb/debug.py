@@ -743,10 +743,13 @@ class _Format:
     return f"jax.debug.print({self.fmt!r})"
 
   def export_description(self) -> dict | None:
-    """What :mod:`hostcb.named` writes down of it, or None (NumPy options
-    that JSON cannot hold)."""
+    """What :mod:`hostcb.named` writes down of it, or None (a format or
+    NumPy options that JSON cannot hold as they are: a ``str`` subclass
+    keeps its own ``format``)."""
     options = self.options or ()
-    if not all(named.json_scalar(v) for _, v in options):
+    if not named.json_scalar(self.fmt) or not all(
+      named.json_scalar(v) for _, v in options
+    ):
       return None
     return {
       "fmt": self.fmt,
@@ -810,7 +813,10 @@ def _print(
     kwargs,
     ordered,
     as_jax_arrays=(
-      (placeholders and _shows_jax_arrays(fmt))
+      # A str subclass's own format gets what JAX's gets (and so not the
+      # engine's C text of a number, which is str.format's).
+      type(fmt) is not str
+      or (placeholders and _shows_jax_arrays(fmt))
       or _contains_arrays(args, kwargs)
     ),
     partitioned=partitioned,

@@ -746,3 +746,41 @@ def print_explicit_64_bit_value_without_x64_jit(ctx, api):
     jax.jit(f)(np.float32(0.1))
   finally:
     jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+class _Shouting(str):
+  """A format string whose own ``format`` changes the text."""
+
+  def format(self, *args, **kwargs):
+    return "LOUD " + str.format(self, *args, **kwargs).upper()
+
+
+class _Tag(str):
+  """A string argument with its own ``__format__``."""
+
+  def __format__(self, spec):
+    return f"<tag {str(self)}>"
+
+
+@scenario
+def print_format_of_a_str_subclass(ctx, api):
+  """A format that is a ``str`` subclass with its own ``format``: JAX
+  calls that ``format`` (for a 0-d number in plain fields, a vector, and
+  outside jit)."""
+  jax.jit(lambda x: api.debug_print(_Shouting("x={}"), x[0], ordered=True))(
+    X3
+  )
+  jax.jit(lambda x: api.debug_print(_Shouting("v={0}"), x, ordered=True))(X3)
+  api.debug_print(_Shouting("e={}"), jnp.float32(np.inf))
+
+
+@scenario
+def print_string_arguments_of_str_subclasses(ctx, api):
+  """Host-side string arguments of ``str`` subclasses (a NumPy ``str_``,
+  one with its own ``__format__``) keep their type: their ``repr`` and
+  ``format`` are theirs."""
+  jax.jit(
+    lambda x: api.debug_print(
+      "{} {!r} {} {!r} {}", np.str_("s"), np.str_("s"), _Tag("t"), _Tag("t"), x
+    )
+  )(np.float32(1))
