@@ -784,3 +784,29 @@ def print_string_arguments_of_str_subclasses(ctx, api):
       "{} {!r} {} {!r} {}", np.str_("s"), np.str_("s"), _Tag("t"), _Tag("t"), x
     )
   )(np.float32(1))
+
+
+@scenario
+def print_to_a_redirected_stdout_left_without_a_barrier(ctx, api):
+  """A jitted function that prints, called inside
+  ``contextlib.redirect_stdout(io.StringIO())`` whose block ends without
+  a barrier: its lines are in the redirected stream (JAX's computation
+  printed while the caller waited), none in the stream before it; a
+  print dispatched before the block goes to the stream before it."""
+
+  def body(c, i):
+    api.debug_print("{}", i)
+    return c + i, None
+
+  f = jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(300))[0])
+  g = jax.jit(lambda x: api.debug_print("before the block {}", x))
+  f(0)
+  g(0)
+  ctx.barrier()
+  g(1)
+  for _ in range(3):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      f(0)
+    ctx.log(sorted(int(n) for n in buf.getvalue().split()) == list(range(300)))
+  ctx.barrier()
