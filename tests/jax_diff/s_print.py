@@ -810,3 +810,57 @@ def print_to_a_redirected_stdout_left_without_a_barrier(ctx, api):
       f(0)
     ctx.log(sorted(int(n) for n in buf.getvalue().split()) == list(range(300)))
   ctx.barrier()
+
+
+def _python_lines_of_64_bit_edges() -> str:
+  """What Python's ``"{}".format`` gives for each value that
+  :func:`print_explicit_64_bit_scalar_edges_without_x64` prints."""
+  lines = [
+    f"{v}" for dtype in (np.float64, np.int64, np.uint64)
+    for v in _normal_edges(dtype).tolist()
+  ]
+  return "".join(line + "\n" for line in lines)
+
+
+def _normal_edges(dtype) -> np.ndarray:
+  """:func:`_edges` without subnormal values (XLA's CPU code flushes
+  them to zero when it moves them)."""
+  v = _edges(dtype)
+  if v.dtype.kind != "f":
+    return v
+  return v[~((v != 0) & (np.abs(v) < np.finfo(dtype).tiny))]
+
+
+@scenario(
+  ours=(
+    "with x64 off, JAX's staged print of 64-bit values made explicitly "
+    "shows them narrowed to 32 bits, values the program did not compute "
+    "(print_explicit_64_bit_value_without_x64_jit); hostcb prints each "
+    "0-d float64, int64 and uint64 as Python formats it, its line made by "
+    "the engine's C text"
+  ),
+  expect=_python_lines_of_64_bit_edges(),
+)
+def print_explicit_64_bit_scalar_edges_without_x64(ctx, api):
+  """0-d float64, int64 and uint64 values at their edges (int64's
+  minimum, uint64's maximum, float64's limits), one per
+  plain print, made with ``jax_explicit_x64_dtypes="allow"`` and x64 off:
+  the engine's C text of 64-bit numbers in a real tap."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+    for dtype in (np.float64, np.int64, np.uint64):
+      # The values as 64-bit integers' bits (an argument would be narrowed).
+      bits = _normal_edges(dtype).view(np.uint32).reshape(-1, 2)
+      f = jax.jit(
+        lambda b, dtype=dtype: [
+          api.debug_print(
+            "{}", jax.lax.bitcast_convert_type(b[k], dtype), ordered=True
+          )
+          for k in range(b.shape[0])
+        ]
+        and None
+      )
+      f(bits)
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
