@@ -864,3 +864,51 @@ def print_explicit_64_bit_scalar_edges_without_x64(ctx, api):
       f(bits)
   finally:
     jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+class _Refusing:
+  """A stream whose ``write`` raises."""
+
+  def write(self, text):
+    raise OSError(f"refused {text!r}")
+
+
+@scenario(
+  ours=(
+    "hostcb's device does not wait for an unordered debug print: a "
+    "print that fails under jit (here the stream's write) does not fail "
+    "the computation, which JAX's does (JaxRuntimeError from the call); "
+    "the exception is logged where JAX logs it, once per line "
+    "(docs/jax_callbacks.md, When a callback fails)"
+  ),
+  expect=(
+    "x=0.0\nv=[0. 1. 2.]\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'x=1.5\\n']\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'v=[0. 1. 2.]\\n']\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'eager=2.5\\n']\n"
+    "eager raised OSError: refused 'eager=2.5\\n'\n"
+  ),
+)
+def print_to_a_stream_whose_write_raises(ctx, api):
+  """``sys.stdout`` a stream whose ``write`` raises: a 0-d number's line
+  (the engine's C text) and a vector's, under jit, then one outside jit
+  (whose exception reaches the caller)."""
+  f = jax.jit(lambda x: api.debug_print("x={}", x))
+  g = jax.jit(lambda x: api.debug_print("v={}", x))
+  f(np.float32(0))  # compiled while sys.stdout works
+  g(X3)
+  ctx.barrier()
+  with contextlib.redirect_stdout(_Refusing()):
+    for call in (lambda: f(np.float32(1.5)), lambda: g(X3)):
+      try:
+        call()
+        jax.effects_barrier()
+      except Exception as e:  # noqa: BLE001  (JAX's: the output shows it)
+        ctx.log("jit raised", type(e).__name__)
+    try:
+      api.debug_print("eager={}", jnp.float32(2.5))
+    except OSError as e:
+      ctx.log("eager raised OSError:", e)
