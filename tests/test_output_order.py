@@ -162,6 +162,48 @@ def test_a_stream_assigned_after_the_first_print_is_ordered_too():
   assert buf.getvalue() == "x = 1.0\nresult: 2.0\n"
 
 
+
+def test_a_stream_assigned_to_stdout_first_gets_the_prints_before_it():
+  # As under JAX, whose computation printed while its caller waited: the
+  # block of redirect_stdout ends without a barrier or a write.
+  def body(c, i):
+    hostcb.debug.print("{}", i)
+    return c + i, None
+
+  f = jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(300))[0])
+  f(0).block_until_ready()  # a print is staged
+  jax.effects_barrier()
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    f(0)
+  assert buf.getvalue() == "".join(f"{i}\n" for i in range(300))
+
+
+def test_an_assignment_from_a_tap_function_does_not_wait_for_itself(
+  monkeypatch, caplog
+):
+  # A consumer that assigns sys.stdout while a print is queued behind it
+  # would wait for that print, which only it can run, until the deadline.
+  monkeypatch.setattr(output_order, "_warned", [False])
+  buf = io.StringIO()
+
+  def tap(x, transforms):
+    sys.stdout = buf  # on the consumer thread: no wait for itself
+
+  def f(x):
+    hostcb.id_tap(tap, x)
+    hostcb.debug.print("after the assignment {}", x)
+
+  stdout = sys.stdout
+  try:
+    with caplog.at_level(logging.WARNING, logger="hostcb"):
+      jax.jit(f)(jnp.float32(5))
+      assert engine.wait_for_taps(DEADLINE)
+  finally:
+    sys.stdout = stdout
+  assert buf.getvalue() == "after the assignment 5.0\n"
+  assert "waited" not in caplog.text
+
 def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
   # A print whose stream blocks: a write waits at most WAIT_SECONDS for
   # it, then goes on, with a warning naming why.

@@ -485,3 +485,142 @@ def test_the_engines_float_text_is_cpythons_repr(check_program, kind, n):
     pytest.skip("needs a C++ library with floating-point std::to_chars")
   assert got["mismatches"] == 0
   assert got["checked"] == (-(-(1 << 32) // 4093) if kind == "f32" else 1e6)
+
+
+# ------------------------------------- a stream that cannot encode a line
+def _ascii_stdout(monkeypatch) -> io.TextIOWrapper:
+  """``sys.stdout``: a text stream over bytes whose encoding (ASCII) has no
+  ``é``, as a file or terminal opened with such an encoding."""
+  stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+  monkeypatch.setattr(sys, "stdout", stream)
+  return stream
+
+
+def _written(stream: io.TextIOWrapper) -> str:
+  stream.flush()
+  return stream.buffer.getvalue().decode("ascii")
+
+
+def _failed_lines(caplog) -> list[str]:
+  """The line of each failed print logged on JAX's logger."""
+  return [
+    r.exc_info[1].object
+    for r in caplog.records
+    if r.name == "jax._src.debugging"
+    and isinstance(r.exc_info[1], UnicodeEncodeError)
+  ]
+
+
+_ENCODABLE_OR_NOT = [("a={}", 1), ("é={}", 2), ("c={}", 3)]
+
+
+def test_jaxs_print_fails_only_the_line_a_stream_cannot_encode(
+  monkeypatch, caplog
+):
+  # The oracle: JAX writes each print's line by itself.
+  caplog.set_level(logging.ERROR)
+  stream = _ascii_stdout(monkeypatch)
+  for fmt, value in _ENCODABLE_OR_NOT:
+    f = jax.jit(lambda x, fmt=fmt: jax.debug.print(fmt, x))
+    if fmt.isascii():
+      f(value)
+    else:
+      with pytest.raises(jax.errors.JaxRuntimeError, match="UnicodeEncode"):
+        f(value)
+  jax.effects_barrier()
+  assert _written(stream) == "a=1\nc=3\n"
+  assert _failed_lines(caplog) == ["é=2\n"]
+
+
+def test_lines_written_together_fail_only_where_the_stream_cannot_encode(
+  monkeypatch, caplog
+):
+  caplog.set_level(logging.ERROR)
+  stream = _ascii_stdout(monkeypatch)
+  hdebug._write_lines([fmt.format(v) + "\n" for fmt, v in _ENCODABLE_OR_NOT])
+  assert _written(stream) == "a=1\nc=3\n"
+  assert _failed_lines(caplog) == ["é=2\n"]
+
+
+def test_prints_a_consumer_takes_together_fail_only_where_not_encodable(
+  monkeypatch, caplog
+):
+  # As test_lines_a_consumer_takes_together_reach_write_lines_together:
+  # the consumer waits in a tap function until the prints behind it are
+  # queued, so that it takes them in one batch.
+  caplog.set_level(logging.ERROR)
+  queued = threading.Event()
+
+  def wait_for_the_prints(a, transforms):
+    assert queued.wait(timeout=30)
+
+  def f(x):
+    hostcb.id_tap(wait_for_the_prints, x)
+    for fmt, value in _ENCODABLE_OR_NOT:
+      hostcb.debug.print("encodable " + fmt, x + value, ordered=True)
+
+  g = jax.jit(f)
+  queued.set()
+  g(0)
+  jax.effects_barrier()
+  calls = []
+  (entry,) = _c_entries(b"encodable a=")
+  write_lines = entry[0]
+
+  def counting(lines):  # one writer for the three: they go together
+    calls.append(len(lines))
+    write_lines(lines)
+
+  for fmt, _ in _ENCODABLE_OR_NOT:
+    _replace_entry(
+      ("encodable " + fmt.split("{")[0]).encode(), write_lines=counting
+    )
+  stream = _ascii_stdout(monkeypatch)
+  caplog.clear()
+  queued.clear()
+  before = engine.counters(0)["records_in"]
+  g(0)
+  deadline = time.monotonic() + 30
+  while engine.counters(0)["records_in"] < before + 4:
+    assert time.monotonic() < deadline, "the prints were not queued"
+    time.sleep(0.001)
+  queued.set()
+  jax.effects_barrier()
+  assert calls == [3]  # the three lines, together
+  assert _written(stream) == "encodable a=1\nencodable c=3\n"
+  assert _failed_lines(caplog) == ["encodable é=2\n"]
+
+
+# ------------------------------------------------------ pytest's capture
+def _edge_prints(print_fn):
+  """A jitted loop of plain prints (ordered, so that JAX's come in program
+  order) of 0-d values where Python's layout of a number changes."""
+  values = np.array(
+    [-0.0, np.nan, np.inf, -np.inf, 1e16, 1e17, 1e-4, 1e-5, 1 / 3, 65504],
+    np.float32,
+  )
+
+  def f(xs):
+    def body(c, x):
+      print_fn("x={} é {{}}", x, ordered=True)
+      print_fn("{0}|{0}", x.astype(jnp.float16), ordered=True)
+      print_fn("{}", (x * 1000).astype(jnp.int16), ordered=True)
+      print_fn("{}", x > 0, ordered=True)
+      return c, None
+
+    return jax.lax.scan(body, 0, xs)[0]
+
+  with np.errstate(invalid="ignore"):
+    jax.jit(f)(values)
+  jax.effects_barrier()
+
+
+@pytest.mark.parametrize("capture", ["capsys", "capfd"])
+def test_pytests_capture_gets_the_lines_of_jaxs_print(capture, request):
+  cap = request.getfixturevalue(capture)
+  cap.readouterr()
+  _edge_prints(jax.debug.print)
+  theirs = cap.readouterr().out
+  _edge_prints(hostcb.debug.print)
+  assert cap.readouterr().out == theirs
+  assert theirs.splitlines()[:4] == ["x=-0.0 é {}", "-0.0|-0.0", "0", "False"]

@@ -133,15 +133,25 @@ def _write_lines(lines: list[str]) -> None:
   gives the lines of consecutive prints of a batch together: module.cc,
   run_batch), else one write per line, each to ``sys.stdout`` as it is
   then.  A failed write is logged as a failed callback (:func:`_failed`),
-  once for each line it held."""
+  once for each line it held; but where the stream could not encode the
+  lines written together, they are written again one by one, as JAX
+  writes them, and only those it cannot encode fail."""
   try:
     stream = _stdout()
-    if len(lines) == 1 or (
+    if len(lines) == 1:
+      stream.write(lines[0])
+      return
+    if (
       type(stream).write in _WRITES_OF_SEVERAL_LINES
       and "write" not in getattr(stream, "__dict__", ())  # not patched
     ):
-      stream.write(lines[0] if len(lines) == 1 else "".join(lines))
-      return
+      try:
+        stream.write("".join(lines))
+        return
+      except UnicodeEncodeError:
+        # A TextIOWrapper encodes the whole text before it buffers any of
+        # it: nothing was written, and each line goes by itself (below).
+        pass
   except BaseException as e:  # as _DebugCall.__call__
     for _ in lines:
       _failed()
@@ -411,7 +421,12 @@ named.define_kind(
 
 def _canonical_array(a) -> np.ndarray:
   """``a`` on the host with the dtype JAX gives it (a Python ``int`` is an
-  ``int32``, a NumPy ``float64`` a ``float32`` without x64)."""
+  ``int32``, a NumPy ``float64`` a ``float32`` without x64).  A
+  ``jax.Array`` keeps its own, as JAX's ``device_put`` keeps it: a 64-bit
+  one made without x64 (``jax_explicit_x64_dtypes="allow"``) shows its
+  values, not narrowed ones."""
+  if isinstance(a, jax.Array):
+    return np.asarray(a)
   a = np.asarray(a)
   dtype = jax.dtypes.canonicalize_dtype(a.dtype)
   return a if dtype == a.dtype else a.astype(dtype)
@@ -458,7 +473,15 @@ def _tap(
     per_element=partitioned,
     text=isinstance(func, _Format),
   )
-  tap_p.bind(*operands, target=target, transforms=(), device_index=0)
+  # An operand that is not a JAX value: JAX's error, naming its primitive.
+  _callback_helpers.bind_as(
+    "debug_print" if isinstance(func, _Format) else "debug_callback",
+    tap_p,
+    *operands,
+    target=target,
+    transforms=(),
+    device_index=0,
+  )
 
 
 def _to_jax(
@@ -705,10 +728,13 @@ class _Format:
     return f"jax.debug.print({self.fmt!r})"
 
   def export_description(self) -> dict | None:
-    """What :mod:`hostcb.named` writes down of it, or None (NumPy options
-    that JSON cannot hold)."""
+    """What :mod:`hostcb.named` writes down of it, or None (a format or
+    NumPy options that JSON cannot hold as they are: a ``str`` subclass
+    keeps its own ``format``)."""
     options = self.options or ()
-    if not all(named.json_scalar(v) for _, v in options):
+    if not named.json_scalar(self.fmt) or not all(
+      named.json_scalar(v) for _, v in options
+    ):
       return None
     return {
       "fmt": self.fmt,
@@ -772,7 +798,10 @@ def _print(
     kwargs,
     ordered,
     as_jax_arrays=(
-      (placeholders and _shows_jax_arrays(fmt))
+      # A str subclass's own format gets what JAX's gets (and so not the
+      # engine's C text of a number, which is str.format's).
+      type(fmt) is not str
+      or (placeholders and _shows_jax_arrays(fmt))
       or _contains_arrays(args, kwargs)
     ),
     partitioned=partitioned,

@@ -47,7 +47,12 @@ from hostcb._core.signatures import (
   result_avals,
   unsupported_vmap,
 )
-from hostcb._core.callback_helpers import _JAX, flat_treedef, is_jax_own
+from hostcb._core.callback_helpers import (
+  _JAX,
+  bind_as,
+  flat_treedef,
+  is_jax_own,
+)
 
 __all__ = ["io_callback", "pure_callback"]
 
@@ -548,16 +553,9 @@ def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
   for i, x in enumerate(flat):
     if is_key(x):
       flat[i] = jax.random.key_data(x)
-  try:
-    return call_p.bind(
-      *flat, target=target, device_index=0, effectful=effectful
-    )
-  except TypeError as e:
-    own = f"Error interpreting argument to {call_p.name} as a JAX value."
-    message = str(e)
-    if message.startswith(own):
-      raise TypeError(message.replace(call_p.name, name)) from e.__cause__
-    raise
+  return bind_as(
+    name, call_p, *flat, target=target, device_index=0, effectful=effectful
+  )
 
 
 def pure_callback(

@@ -172,8 +172,10 @@ def warn_not_by_name(name: str, reason: str) -> None:
 
 
 def json_scalar(value: Any) -> bool:
-  """Whether a spec can hold ``value`` as it is (and give it back)."""
-  return value is None or isinstance(value, (str, int, float, bool))
+  """Whether a spec can hold ``value`` as it is (and give it back): not an
+  instance of a subclass (a NumPy ``str_``, an ``IntEnum``), which would
+  come back as its base class, without its own methods."""
+  return value is None or type(value) in (str, int, float, bool)
 
 
 def tree_to_json(treedef) -> Any:

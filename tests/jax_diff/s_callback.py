@@ -416,3 +416,18 @@ def cb_ordered_jit_then_eager_no_barrier(ctx, api):
   for i in range(3):
     f(np.int32(i))
     api.debug_callback(ctx.recorder("eager"), np.int32(i), ordered=True)
+
+
+@scenario
+def cb_argument_that_is_not_a_jax_value_error(ctx, api):
+  """An argument that JAX takes for an array but cannot stage (a NumPy
+  ``datetime64``), under jit and outside it: JAX's TypeError, which
+  names ``debug_callback``."""
+  rec = ctx.recorder("cb")
+  ctx.attempt(
+    "jit",
+    lambda: jax.jit(
+      lambda x: api.debug_callback(rec, np.datetime64("2020-01-01"), x)
+    )(np.float32(1)),
+  )
+  ctx.attempt("eager", lambda: api.debug_callback(rec, np.longdouble(0.5)))

@@ -1,5 +1,8 @@
 """Scenarios: what ``jax.debug.print`` prints (format strings, values)."""
 
+import contextlib
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -505,3 +508,407 @@ def print_namedtuple(ctx, api):
 
   Point = collections.namedtuple("Point", ["x", "y"])
   jax.jit(lambda x: api.debug_print("{}", Point(x, 2)))(X3)
+
+
+# ------------------------------------ the engine's C text of a 0-d number
+# A plain `{}`/`{0}` print of one 0-d float, integer or bool has its line
+# made in C (src/hostcb/_native/print_line.cc); these compare it with JAX's
+# at the values where Python's layout of a number changes.  Ordered: JAX's
+# unordered prints of one computation come in XLA's order.
+
+_EDGE_FLOATS = [
+  0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.5, 0.1, 1 / 3,
+  1e16, 1e17, 9999999999999998.0, 1.2345e16, 123456789.0, 1e22,
+  0.0001, 0.00001, 0.00012, 1e-5, 2.5e-5,
+]
+_PLAIN_FORMATS = [
+  "{}", "x={}", "{} units", "{0}|{0}", "{{{}}}", "}}{}{{", "[{0}] ({0})",
+  "ünï {} çødé → ✓ 😀", "a\nb {}\n\nc", "\t{}\r", "{:}", "{0:}",
+]
+
+
+def _edges(dtype) -> np.ndarray:
+  """The edge values of a float dtype (its limits and smallest values
+  too), or an integer dtype's minimum, maximum and a few others."""
+  if np.dtype(dtype).kind == "f":
+    info = np.finfo(dtype)
+    limits = [info.max, info.min, info.tiny, info.smallest_subnormal,
+              info.eps, -info.smallest_subnormal]
+    with np.errstate(over="ignore"):
+      return np.array(_EDGE_FLOATS + [float(v) for v in limits], dtype)
+  if dtype == np.bool_:
+    return np.array([True, False])
+  info = np.iinfo(dtype)
+  return np.array([info.min, info.max, 0, 1, info.max // 3], dtype)
+
+
+def _print_each(api, values: np.ndarray, formats) -> None:
+  """Jitted: each value of ``values`` in each of ``formats``, one 0-d
+  argument per print, ordered."""
+
+  def f(x):
+    for k in range(x.shape[0]):
+      for spec in formats:
+        api.debug_print(spec, x[k], ordered=True)
+
+  jax.jit(f)(values)
+
+
+@scenario
+def print_scalar_edge_values_of_each_32_bit_dtype(ctx, api):
+  """0-d float16, float32, int8..int32, uint8..uint32 and bool values at
+  their edges (NaN, -NaN, the infinities, -0.0, the limits, subnormals,
+  where Python's repr changes layout: 1e16, 1e17, 0.0001, 0.00001) in
+  plain fields, the text of the engine's C formatter."""
+  for dtype in (np.float16, np.float32):
+    _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+  for dtype in (
+    np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.bool_,
+  ):
+    _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+
+
+@scenario
+def print_scalar_edge_values_with_x64(ctx, api):
+  """Under ``jax.enable_x64(True)``: 0-d float64, int64 and uint64 at
+  their edges (int64's minimum, uint64's maximum, float64's limits and
+  subnormals), and 32-bit values, in plain fields."""
+  with jax.enable_x64(True):
+    for dtype in (np.float64, np.int64, np.uint64, np.float32, np.int32):
+      _print_each(api, _edges(dtype), ["{}", "<{0}>"])
+
+
+@scenario
+def print_plain_fields_with_text_around(ctx, api):
+  """Plain fields (``{}``, ``{0}``, ``{:}``) with text around them:
+  escaped braces next to a field, a field repeated, non-ASCII text,
+  newlines and tabs in the text, for a float, an int and a bool."""
+  for values in (
+    np.array([2.5, -0.0], np.float32),
+    np.array([-7, 0], np.int32),
+    np.array([True, False]),
+  ):
+    _print_each(api, values, _PLAIN_FORMATS)
+
+
+@scenario
+def print_scalar_under_transforms(ctx, api):
+  """0-d values printed under vmap, scan, fori_loop, grad and checkpoint
+  (ordered, so that JAX's order is program order)."""
+
+  def body(c, x):
+    api.debug_print("c={} x={}", c, x, ordered=True)
+    api.debug_print("{}", c, ordered=True)
+    return c + x, None
+
+  xs = np.arange(4, dtype=np.float32) / 7
+  jax.jit(lambda xs: jax.lax.scan(body, np.float32(0), xs))(xs)
+  jax.jit(
+    lambda: jax.lax.fori_loop(
+      0,
+      3,
+      lambda i, c: (
+        api.debug_print("i={}", i, ordered=True),
+        api.debug_print("{0}", c, ordered=True),
+        c * 1.5,
+      )[-1],
+      np.float32(1.1),
+    )
+  )()
+  jax.jit(jax.vmap(lambda x: api.debug_print("v={}", x, ordered=True)))(xs)
+
+  def g(x):
+    api.debug_print("x={}", x, ordered=True)
+    return jnp.sin(x)
+
+  jax.jit(jax.grad(g))(np.float32(0.3))
+  jax.jit(jax.grad(lambda x: jax.checkpoint(g)(x) * 2))(np.float32(0.3))
+
+
+@scenario
+def print_scalar_with_specs_and_conversions(ctx, api):
+  """Fields with a spec or conversion (Python formats those): ``{:.3f}``,
+  ``{!r}``, ``{0:>8}``, ``{!s}``, ``{x}`` by name, on 0-d values."""
+
+  def f(x, i, b):
+    for v in (x, i, b):
+      for spec in ("{:.3f}", "{!r}", "{0:>8}", "{!s}", "{0!s:>9}|"):
+        api.debug_print(spec, v, ordered=True)
+      api.debug_print("{x} and {x}", x=v, ordered=True)
+
+  jax.jit(f)(np.float32(1 / 3), np.int32(-12), np.bool_(True))
+
+
+@scenario
+def print_values_the_c_text_leaves_to_python(ctx, api):
+  """Plain fields with values that are not one 0-d float, integer or
+  bool: a vector, a pytree, bfloat16 and complex scalars, two arguments."""
+
+  def f(x):
+    for v in (
+      x,
+      (x[0], {"a": x[1]}),
+      x[0].astype(jnp.bfloat16),
+      (x[0] + 1j).astype(jnp.complex64),
+    ):
+      api.debug_print("{}", v, ordered=True)
+    api.debug_print("{} {}", x[0], x[1], ordered=True)
+
+  jax.jit(f)(np.arange(3, dtype=np.float32) / 3)
+
+
+@scenario
+def print_to_redirected_streams(ctx, api):
+  """Lines of plain prints in a loop (ordered: JAX's unordered prints of
+  one step come in XLA's order), to a ``contextlib.redirect_stdout`` of
+  an ``io.StringIO``, of a ``TextIOWrapper`` over a ``BytesIO`` and of an
+  object whose ``write`` records each call (one call per line)."""
+
+  class Recording:
+    def __init__(self):
+      self.writes = []
+
+    def write(self, text):
+      self.writes.append(text)
+      return len(text)
+
+  def body(c, i):
+    api.debug_print("a={}", i, ordered=True)
+    api.debug_print("b={}", c, ordered=True)
+    return c + i, None
+
+  f = jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(30.0))[0])
+  text = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+  recording = Recording()
+  strings = io.StringIO()
+  for stream in (strings, text, recording):
+    with contextlib.redirect_stdout(stream):
+      f(np.float32(0.5))
+      ctx.barrier()
+  text.flush()
+  ctx.log(repr(strings.getvalue()))
+  ctx.log(repr(text.buffer.getvalue().decode()))
+  ctx.log(repr(recording.writes))
+
+
+@scenario
+def print_argument_that_is_not_a_jax_value_error(ctx, api):
+  """An argument that JAX takes for an array but cannot stage (a NumPy
+  ``datetime64``): JAX's TypeError, which names ``debug_print``."""
+  jax.jit(lambda x: api.debug_print("{} {}", np.datetime64("2020-01-01"), x))(
+    X3
+  )
+
+
+@scenario
+def print_argument_that_is_not_a_jax_value_error_eager(ctx, api):
+  """The same outside jit: JAX's TypeError naming ``debug_print``."""
+  api.debug_print("{}", np.longdouble(0.5))
+
+
+@scenario
+def print_explicit_64_bit_value_without_x64_eager(ctx, api):
+  """With ``jax_explicit_x64_dtypes="allow"`` and x64 off, a float64 and
+  an int64 array made explicitly, printed outside jit: their values as
+  computed, 64-bit."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+    y = jnp.asarray(np.float32(0.1)).astype(jnp.float64) / 3
+    n = jnp.asarray(2**20, jnp.int64) * jnp.asarray(2**20, jnp.int64)
+    api.debug_print("{} {} {} {}", y, y.dtype, n, n.dtype)
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+@scenario(
+  ours=(
+    "with x64 off, JAX's staged print of a 64-bit value made "
+    "explicitly (jax_explicit_x64_dtypes='allow') shows it narrowed to "
+    "32 bits (2**40 as 0, a float64 rounded to float32): values the "
+    "program did not compute, which a hostcb tap never shows; hostcb "
+    "prints the 64-bit values as computed, as JAX's eager print does "
+    "(docs/jax_callbacks.md)"
+  ),
+  expect="0.033333333830038704 [0.03333333] 1099511627776 int64\n",
+)
+def print_explicit_64_bit_value_without_x64_jit(ctx, api):
+  """The same under jit: a 0-d float64, a float64[1] and a 0-d int64."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+
+    def f(x):
+      y = x.astype(jnp.float64) / 3
+      n = x.astype(jnp.int64) * 0 + jnp.asarray(2**20, jnp.int64) ** 2
+      api.debug_print("{} {} {} {}", y, y[None], n, n.dtype)
+
+    jax.jit(f)(np.float32(0.1))
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+class _Shouting(str):
+  """A format string whose own ``format`` changes the text."""
+
+  def format(self, *args, **kwargs):
+    return "LOUD " + str.format(self, *args, **kwargs).upper()
+
+
+class _Tag(str):
+  """A string argument with its own ``__format__``."""
+
+  def __format__(self, spec):
+    return f"<tag {str(self)}>"
+
+
+@scenario
+def print_format_of_a_str_subclass(ctx, api):
+  """A format that is a ``str`` subclass with its own ``format``: JAX
+  calls that ``format`` (for a 0-d number in plain fields, a vector, and
+  outside jit)."""
+  jax.jit(lambda x: api.debug_print(_Shouting("x={}"), x[0], ordered=True))(
+    X3
+  )
+  jax.jit(lambda x: api.debug_print(_Shouting("v={0}"), x, ordered=True))(X3)
+  api.debug_print(_Shouting("e={}"), jnp.float32(np.inf))
+
+
+@scenario
+def print_string_arguments_of_str_subclasses(ctx, api):
+  """Host-side string arguments of ``str`` subclasses (a NumPy ``str_``,
+  one with its own ``__format__``) keep their type: their ``repr`` and
+  ``format`` are theirs."""
+  jax.jit(
+    lambda x: api.debug_print(
+      "{} {!r} {} {!r} {}", np.str_("s"), np.str_("s"), _Tag("t"), _Tag("t"), x
+    )
+  )(np.float32(1))
+
+
+@scenario
+def print_to_a_redirected_stdout_left_without_a_barrier(ctx, api):
+  """A jitted function that prints, called inside
+  ``contextlib.redirect_stdout(io.StringIO())`` whose block ends without
+  a barrier: its lines are in the redirected stream (JAX's computation
+  printed while the caller waited), none in the stream before it; a
+  print dispatched before the block goes to the stream before it."""
+
+  def body(c, i):
+    api.debug_print("{}", i)
+    return c + i, None
+
+  f = jax.jit(lambda x: jax.lax.scan(body, x, jnp.arange(300))[0])
+  g = jax.jit(lambda x: api.debug_print("before the block {}", x))
+  f(0)
+  g(0)
+  ctx.barrier()
+  g(1)
+  for _ in range(3):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      f(0)
+    ctx.log(sorted(int(n) for n in buf.getvalue().split()) == list(range(300)))
+  ctx.barrier()
+
+
+def _python_lines_of_64_bit_edges() -> str:
+  """What Python's ``"{}".format`` gives for each value that
+  :func:`print_explicit_64_bit_scalar_edges_without_x64` prints."""
+  lines = [
+    f"{v}" for dtype in (np.float64, np.int64, np.uint64)
+    for v in _normal_edges(dtype).tolist()
+  ]
+  return "".join(line + "\n" for line in lines)
+
+
+def _normal_edges(dtype) -> np.ndarray:
+  """:func:`_edges` without subnormal values (XLA's CPU code flushes
+  them to zero when it moves them)."""
+  v = _edges(dtype)
+  if v.dtype.kind != "f":
+    return v
+  return v[~((v != 0) & (np.abs(v) < np.finfo(dtype).tiny))]
+
+
+@scenario(
+  ours=(
+    "with x64 off, JAX's staged print of 64-bit values made explicitly "
+    "shows them narrowed to 32 bits, values the program did not compute "
+    "(print_explicit_64_bit_value_without_x64_jit); hostcb prints each "
+    "0-d float64, int64 and uint64 as Python formats it, its line made by "
+    "the engine's C text"
+  ),
+  expect=_python_lines_of_64_bit_edges(),
+)
+def print_explicit_64_bit_scalar_edges_without_x64(ctx, api):
+  """0-d float64, int64 and uint64 values at their edges (int64's
+  minimum, uint64's maximum, float64's limits), one per
+  plain print, made with ``jax_explicit_x64_dtypes="allow"`` and x64 off:
+  the engine's C text of 64-bit numbers in a real tap."""
+  before = jax.config.jax_explicit_x64_dtypes
+  jax.config.update("jax_explicit_x64_dtypes", "allow")
+  try:
+    for dtype in (np.float64, np.int64, np.uint64):
+      # The values as 64-bit integers' bits (an argument would be narrowed).
+      bits = _normal_edges(dtype).view(np.uint32).reshape(-1, 2)
+      f = jax.jit(
+        lambda b, dtype=dtype: [
+          api.debug_print(
+            "{}", jax.lax.bitcast_convert_type(b[k], dtype), ordered=True
+          )
+          for k in range(b.shape[0])
+        ]
+        and None
+      )
+      f(bits)
+  finally:
+    jax.config.update("jax_explicit_x64_dtypes", before)
+
+
+class _Refusing:
+  """A stream whose ``write`` raises."""
+
+  def write(self, text):
+    raise OSError(f"refused {text!r}")
+
+
+@scenario(
+  ours=(
+    "hostcb's device does not wait for an unordered debug print: a "
+    "print that fails under jit (here the stream's write) does not fail "
+    "the computation, which JAX's does (JaxRuntimeError from the call); "
+    "the exception is logged where JAX logs it, once per line "
+    "(docs/jax_callbacks.md, When a callback fails)"
+  ),
+  expect=(
+    "x=0.0\nv=[0. 1. 2.]\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'x=1.5\\n']\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'v=[0. 1. 2.]\\n']\n"
+    "log jax._src.debugging ERROR: jax.debug.callback failed "
+    "[OSError: refused 'eager=2.5\\n']\n"
+    "eager raised OSError: refused 'eager=2.5\\n'\n"
+  ),
+)
+def print_to_a_stream_whose_write_raises(ctx, api):
+  """``sys.stdout`` a stream whose ``write`` raises: a 0-d number's line
+  (the engine's C text) and a vector's, under jit, then one outside jit
+  (whose exception reaches the caller)."""
+  f = jax.jit(lambda x: api.debug_print("x={}", x))
+  g = jax.jit(lambda x: api.debug_print("v={}", x))
+  f(np.float32(0))  # compiled while sys.stdout works
+  g(X3)
+  ctx.barrier()
+  with contextlib.redirect_stdout(_Refusing()):
+    for call in (lambda: f(np.float32(1.5)), lambda: g(X3)):
+      try:
+        call()
+        jax.effects_barrier()
+      except Exception as e:  # noqa: BLE001  (JAX's: the output shows it)
+        ctx.log("jit raised", type(e).__name__)
+    try:
+      api.debug_print("eager={}", jnp.float32(2.5))
+    except OSError as e:
+      ctx.log("eager raised OSError:", e)

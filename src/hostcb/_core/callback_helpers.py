@@ -57,3 +57,18 @@ def flat_treedef(n: int):
   """The pytree structure of ``n`` flat operands as the engine hands them
   to a target: the array itself for one, else a tuple."""
   return jax.tree_util.tree_structure(0 if n == 1 else (0,) * n)
+
+
+def bind_as(name: str, prim, *operands, **params):
+  """``prim.bind(*operands, **params)`` for JAX's function ``name``
+  (``debug_print``, ``io_callback``...): an operand that is not a JAX
+  value fails with JAX's error, which names the primitive of JAX's
+  function (``name``) where it would name ``prim``."""
+  try:
+    return prim.bind(*operands, **params)
+  except TypeError as e:
+    own = f"Error interpreting argument to {prim.name} as a JAX value."
+    message = str(e)
+    if message.startswith(own):
+      raise TypeError(message.replace(prim.name, name)) from e.__cause__
+    raise

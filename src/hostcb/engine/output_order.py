@@ -15,10 +15,12 @@ to ``sys.stdout`` and ``sys.stderr``:
   them later (pytest's capture, ``contextlib.redirect_stdout``, a plain
   ``sys.stdout = f``), since ``sys``'s module class gets two data
   descriptors that wrap what is assigned;
-* before a write, the writing thread (not a consumer, which would wait for
-  itself) first waits until the latest computation that prints (``id_print``,
-  ``hostcb.debug.print``; not ``debug.callback``, whose functions need not
-  print) and that it dispatched has finished (so its prints are queued:
+* before a write, and before ``sys.stdout``/``sys.stderr`` is assigned
+  another stream (so that ``with contextlib.redirect_stdout(buf): f(x)``
+  leaves ``f``'s lines in ``buf``), the thread (not a consumer, which
+  would wait for itself) first waits until the latest computation that
+  prints (``id_print``, ``hostcb.debug.print``; not ``debug.callback``,
+  whose functions need not print) and that it dispatched has finished (so its prints are queued:
   each dispatch of such an executable notes one of its outputs, on jit's
   fast path too, or keeps JAX's runtime token where it returns nothing;
   see :mod:`hostcb.jax_internals.dispatch`), then until the consumers have
@@ -151,6 +153,13 @@ class _Wrapping:
       ) from None
 
   def __set__(self, module, value) -> None:
+    # The prints dispatched before go to the stream being replaced, where
+    # JAX's computation, which printed while its caller waited, wrote
+    # them: `with redirect_stdout(buf): f(x)` gets f's lines in buf.  (A
+    # consumer does not wait, as in OrderedStream.write.)
+    t = _this_thread
+    if t.ordinal is None and t.queue is None:
+      _before_write()
     module.__dict__[self.name] = _wrap(value)
 
   def __delete__(self, module) -> None:
@@ -265,7 +274,8 @@ def _wait_for_earlier_awaited() -> None:
   if not ok and not _warned[0]:
     _warned[0] = True  # once per process: the same cause would repeat it
     logger.warning(
-      "hostcb: a write to sys.stdout/sys.stderr waited %s s for the "
+      "hostcb: a write to sys.stdout/sys.stderr (or an assignment of "
+      "another stream to them) waited %s s for the "
       "computation before it and hostcb's prints queued by them (a tap "
       "function that does not return?); it goes on without them",
       WAIT_SECONDS,
