@@ -162,7 +162,6 @@ def test_a_stream_assigned_after_the_first_print_is_ordered_too():
   assert buf.getvalue() == "x = 1.0\nresult: 2.0\n"
 
 
-
 def test_a_stream_assigned_to_stdout_first_gets_the_prints_before_it():
   # As under JAX, whose computation printed while its caller waited: the
   # block of redirect_stdout ends without a barrier or a write.
@@ -203,6 +202,7 @@ def test_an_assignment_from_a_tap_function_does_not_wait_for_itself(
     sys.stdout = stdout
   assert buf.getvalue() == "after the assignment 5.0\n"
   assert "waited" not in caplog.text
+
 
 def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
   # A print whose stream blocks: a write waits at most WAIT_SECONDS for

@@ -517,13 +517,40 @@ def print_namedtuple(ctx, api):
 # unordered prints of one computation come in XLA's order.
 
 _EDGE_FLOATS = [
-  0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.5, 0.1, 1 / 3,
-  1e16, 1e17, 9999999999999998.0, 1.2345e16, 123456789.0, 1e22,
-  0.0001, 0.00001, 0.00012, 1e-5, 2.5e-5,
+  0.0,
+  -0.0,
+  np.nan,
+  -np.nan,
+  np.inf,
+  -np.inf,
+  1.5,
+  0.1,
+  1 / 3,
+  1e16,
+  1e17,
+  9999999999999998.0,
+  1.2345e16,
+  123456789.0,
+  1e22,
+  0.0001,
+  0.00001,
+  0.00012,
+  1e-5,
+  2.5e-5,
 ]
 _PLAIN_FORMATS = [
-  "{}", "x={}", "{} units", "{0}|{0}", "{{{}}}", "}}{}{{", "[{0}] ({0})",
-  "ünï {} çødé → ✓ 😀", "a\nb {}\n\nc", "\t{}\r", "{:}", "{0:}",
+  "{}",
+  "x={}",
+  "{} units",
+  "{0}|{0}",
+  "{{{}}}",
+  "}}{}{{",
+  "[{0}] ({0})",
+  "ünï {} çødé → ✓ 😀",
+  "a\nb {}\n\nc",
+  "\t{}\r",
+  "{:}",
+  "{0:}",
 ]
 
 
@@ -532,8 +559,14 @@ def _edges(dtype) -> np.ndarray:
   too), or an integer dtype's minimum, maximum and a few others."""
   if np.dtype(dtype).kind == "f":
     info = np.finfo(dtype)
-    limits = [info.max, info.min, info.tiny, info.smallest_subnormal,
-              info.eps, -info.smallest_subnormal]
+    limits = [
+      info.max,
+      info.min,
+      info.tiny,
+      info.smallest_subnormal,
+      info.eps,
+      -info.smallest_subnormal,
+    ]
     with np.errstate(over="ignore"):
       return np.array(_EDGE_FLOATS + [float(v) for v in limits], dtype)
   if dtype == np.bool_:
@@ -563,7 +596,13 @@ def print_scalar_edge_values_of_each_32_bit_dtype(ctx, api):
   for dtype in (np.float16, np.float32):
     _print_each(api, _edges(dtype), ["{}", "<{0}>"])
   for dtype in (
-    np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.bool_,
   ):
     _print_each(api, _edges(dtype), ["{}", "<{0}>"])
 
@@ -767,9 +806,7 @@ def print_format_of_a_str_subclass(ctx, api):
   """A format that is a ``str`` subclass with its own ``format``: JAX
   calls that ``format`` (for a 0-d number in plain fields, a vector, and
   outside jit)."""
-  jax.jit(lambda x: api.debug_print(_Shouting("x={}"), x[0], ordered=True))(
-    X3
-  )
+  jax.jit(lambda x: api.debug_print(_Shouting("x={}"), x[0], ordered=True))(X3)
   jax.jit(lambda x: api.debug_print(_Shouting("v={0}"), x, ordered=True))(X3)
   api.debug_print(_Shouting("e={}"), jnp.float32(np.inf))
 
@@ -816,7 +853,8 @@ def _python_lines_of_64_bit_edges() -> str:
   """What Python's ``"{}".format`` gives for each value that
   :func:`print_explicit_64_bit_scalar_edges_without_x64` prints."""
   lines = [
-    f"{v}" for dtype in (np.float64, np.int64, np.uint64)
+    f"{v}"
+    for dtype in (np.float64, np.int64, np.uint64)
     for v in _normal_edges(dtype).tolist()
   ]
   return "".join(line + "\n" for line in lines)
@@ -853,13 +891,15 @@ def print_explicit_64_bit_scalar_edges_without_x64(ctx, api):
       # The values as 64-bit integers' bits (an argument would be narrowed).
       bits = _normal_edges(dtype).view(np.uint32).reshape(-1, 2)
       f = jax.jit(
-        lambda b, dtype=dtype: [
-          api.debug_print(
-            "{}", jax.lax.bitcast_convert_type(b[k], dtype), ordered=True
-          )
-          for k in range(b.shape[0])
-        ]
-        and None
+        lambda b, dtype=dtype: (
+          [
+            api.debug_print(
+              "{}", jax.lax.bitcast_convert_type(b[k], dtype), ordered=True
+            )
+            for k in range(b.shape[0])
+          ]
+          and None
+        )
       )
       f(bits)
   finally:
