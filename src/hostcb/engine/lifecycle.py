@@ -21,8 +21,14 @@ import sys
 
 from hostcb import jax_internals as ji
 from hostcb.engine import barrier, errors, native, pyqueue, registry
+from hostcb.engine.consumers import is_consumer
 
-__all__ = ["note_lowered", "EXIT_TIMEOUT_SECONDS"]
+__all__ = [
+  "note_lowered",
+  "lowered",
+  "wait_before_uninstall",
+  "EXIT_TIMEOUT_SECONDS",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -35,6 +41,31 @@ _lowered = [False]  # a tap or call was lowered in this process
 def note_lowered() -> None:
   """A tap or call was lowered: the exit handler will wait for taps."""
   _lowered[0] = True
+
+
+def lowered() -> bool:
+  """Whether a tap or call was lowered in this process."""
+  return _lowered[0]
+
+
+def wait_before_uninstall() -> None:
+  """Waits, as the exit handler would, for the taps of the computations
+  dispatched so far (bounded by :data:`EXIT_TIMEOUT_SECONDS`).
+
+  ``hostcb.uninstall()`` calls it before it removes the exit handler and
+  hostcb's barrier from ``jax.effects_barrier``: a program that ends right
+  after ``uninstall()`` would otherwise lose the taps still queued, and
+  prints of the computations it dispatched before would never appear.  A
+  tap function's exception stays recorded for the next barrier.  Nothing
+  when no tap was lowered in this process, and nothing in a tap function,
+  where the wait would wait for that function itself."""
+  if os.getpid() != _owner_pid or not _lowered[0] or is_consumer():
+    return
+  if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
+    logger.error(
+      "hostcb: at uninstall(), taps still pending after %s s",
+      EXIT_TIMEOUT_SECONDS,
+    )
 
 
 def _after_fork_in_child() -> None:

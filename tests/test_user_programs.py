@@ -1,0 +1,88 @@
+"""hostcb inside the programs that users have: combinations of what
+tests/test_feature_matrix.py, tests/test_real_programs.py,
+tests/test_compilation_cache.py and tests/test_export.py check one by one.
+
+Each program runs in a fresh interpreter (tests/user_program_worker.py)
+and prints what it computed and what its callbacks printed; the test
+compares that with the same program without a tap or with JAX's own
+callbacks, line for line, and checks that nothing was written to stderr.
+Every run is bounded (``TIMEOUT``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _helpers import REPO, hostcb_root
+
+WORKER = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "user_program_worker.py"
+)
+TIMEOUT = 240  # seconds, for one run of one program
+
+
+def _run(*args: str, devices: int = 1, cache: str = "") -> tuple[list, str]:
+  """(stdout lines, stderr) of ``user_program_worker.py ARGS``."""
+  env = dict(os.environ)
+  env["PYTHONPATH"] = hostcb_root() + os.pathsep + os.path.dirname(WORKER)
+  env["JAX_PLATFORMS"] = "cpu"
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["HOSTCB_USER_CACHE"] = cache
+  env.pop("HOSTCB_STRICT_BARRIER", None)
+  proc = subprocess.run(
+    [sys.executable, WORKER, *args],
+    env=env,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=TIMEOUT,
+  )
+  assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-3000:])
+  return proc.stdout.splitlines(), proc.stderr
+
+
+# ------------------------------------------------------------ uninstall
+@pytest.mark.parametrize(
+  "entry, text",
+  [
+    ("jax.debug.print", "{}.0"),  # as JAX's prints a float32 scalar
+    ("hostcb.id_print", "{}."),  # as legacy's (NumPy's str of the array)
+  ],
+)
+def test_prints_dispatched_before_uninstall_all_appear_at_exit(entry, text):
+  """``install``, twenty prints dispatched, ``uninstall()``, exit: no
+  barrier anywhere; every print appears, in order."""
+  lines, err = _run("uninstall_then_exit", entry)
+  assert lines == ["x=" + text.format(i) for i in range(20)]
+  assert err == ""
+
+
+def test_a_function_traced_while_installed_prints_with_jax_after_uninstall():
+  """A jitted function traced under ``install(jax_callbacks=True)`` and
+  called after ``uninstall()`` is traced again: JAX's own print, which
+  ``jax.effects_barrier()`` (JAX's again) waits for."""
+  lines, err = _run("retrace_after_uninstall")
+  assert lines == [
+    "x=1.0",
+    "installed True",
+    "x=2.0",
+    "after barrier",
+    "installed False",
+    "x=3.0",
+    "after barrier",
+    "traces 2",
+  ]
+  assert err == ""
+
+
+def test_a_jitted_tap_called_after_uninstall_prints_at_exit():
+  """Traced again after ``uninstall()``, the tap installs the exit handler
+  again: its print appears although the program ends without a
+  barrier."""
+  lines, err = _run("call_after_uninstall_then_exit")
+  assert lines == ["x=1.", "x=2."]
+  assert err == ""
