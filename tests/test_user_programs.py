@@ -86,3 +86,34 @@ def test_a_jitted_tap_called_after_uninstall_prints_at_exit():
   lines, err = _run("call_after_uninstall_then_exit")
   assert lines == ["x=1.", "x=2."]
   assert err == ""
+
+
+# ------------------------------------------------------- export
+def test_an_exported_training_loop_runs_in_a_fresh_process_and_prints_all(
+  tmp_path,
+):
+  """A donated Adam loop that taps by name and prints, exported; a fresh
+  process runs the artifact three times, the last without a barrier
+  before it ends: every tap and print of the three runs appears, with the
+  exporting process's values."""
+  pytest.importorskip(
+    "flatbuffers", reason="flatbuffers is not installed (hostcb[export])"
+  )
+  path = str(tmp_path / "train.jax")
+  here, err = _run("export_training", path)
+  assert err == ""
+  steps = here[:-1]  # taps and prints of the 4 steps, then the losses
+  assert len(steps) == 8 and here[-1].startswith("losses ")
+  there, err = _run("run_exported", path)
+  assert err == ""
+  losses = here[-1][len("losses ") :]
+  # Within a run, the two host functions' lines interleave as their
+  # consumer runs them: in step order.
+  assert (
+    there
+    == steps
+    + [f"losses {losses} donated True"]
+    + steps
+    + [f"losses {losses} donated True"]
+    + steps
+  )

@@ -21,6 +21,7 @@ if os.environ.get("HOSTCB_USER_CACHE"):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
+import jax.numpy as jnp
 import numpy as np
 
 import hostcb
@@ -98,12 +99,84 @@ def call_after_uninstall_then_exit() -> None:
   f(np.float32(2))
 
 
+# ------------------------------------------------------- export
+def _log_loss(loss, transforms) -> None:
+  out(f"log loss={float(loss):.6f}")
+
+
+def _adam_step(state, batch):
+  """One Adam step of a least-squares fit; taps its loss by name and
+  prints its step with hostcb.debug.print."""
+  w, m, v, t = state["w"], state["m"], state["v"], state["t"]
+  x, y = batch
+  loss, g = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+  t = t + 1
+  m = 0.9 * m + 0.1 * g
+  v = 0.999 * v + 0.001 * g * g
+  step = 0.05 * (m / (1 - 0.9**t)) / (jnp.sqrt(v / (1 - 0.999**t)) + 1e-8)
+  hostcb.id_tap(_log_loss, loss)
+  hostcb.debug.print("step {t} loss {l:.6f}", t=t, l=loss)
+  return {"w": w - step, "m": m, "v": v, "t": t}, loss
+
+
+def _train(state, xs, ys):
+  return jax.lax.scan(_adam_step, state, (xs, ys))
+
+
+def _data(devices: int = 1):
+  rng = np.random.default_rng(0)
+  xs = rng.normal(size=(4, 4 * devices, 3)).astype(np.float32)
+  ys = xs @ np.array([1.0, -2.0, 3.0], np.float32)
+  state = {
+    "w": np.zeros(3, np.float32),
+    "m": np.zeros(3, np.float32),
+    "v": np.zeros(3, np.float32),
+    "t": np.float32(0),
+  }
+  return state, xs, ys
+
+
+def export_training(path: str) -> None:
+  """Exports the training loop (donating its state) to ``path``, runs it
+  here and prints its losses."""
+  hostcb.register("user.log_loss", _log_loss)
+  state, xs, ys = _data()
+  f = jax.jit(_train, donate_argnums=0)
+  exp = jax.export.export(f, disabled_checks=hostcb.export_checks())(
+    state, xs, ys
+  )
+  with open(path, "wb") as file:
+    file.write(exp.serialize())
+  _, losses = f(jax.device_put(state), xs, ys)
+  hostcb.barrier_wait()
+  out("losses", np.asarray(losses).tolist())
+
+
+def run_exported(path: str) -> None:
+  """Runs the artifact twice in this process, which lowered no tap, and
+  ends without a barrier."""
+  hostcb.register("user.log_loss", _log_loss)
+  with open(path, "rb") as file:
+    exp = jax.export.deserialize(bytearray(file.read()))
+  initial, xs, ys = _data()
+  f = jax.jit(exp.call, donate_argnums=0)
+  for _ in range(2):  # each from the initial state, donated
+    state = jax.device_put(initial)
+    _, losses = f(state, xs, ys)
+    losses = np.asarray(losses).tolist()
+    hostcb.barrier_wait()  # (its lines before the losses)
+    out("losses", losses, "donated", state["w"].is_deleted())
+  f(jax.device_put(initial), xs, ys)  # no barrier after this one
+
+
 PROGRAMS = {
   f.__name__: f
   for f in (
     uninstall_then_exit,
     retrace_after_uninstall,
     call_after_uninstall_then_exit,
+    export_training,
+    run_exported,
   )
 }
 

@@ -9,7 +9,11 @@ script that ends right after dispatching tapping computations still sees
 every tap.  hostcb does the same in every mode: once a tap or call was
 lowered in this process, the exit handler waits for the dispatched
 computations and then for their taps (:func:`.barrier.wait_for_taps`,
-bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).
+bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).  A process that
+lowers no tap but runs programs lowered elsewhere (``jax.export``,
+serialized executables) installs the handler when a device queues its
+first record.  ``hostcb.uninstall()``, which removes the handler, first
+waits as it would (:func:`wait_before_uninstall`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ EXIT_TIMEOUT_SECONDS = 60.0
 
 _owner_pid = os.getpid()
 _lowered = [False]  # a tap or call was lowered in this process
+# A device queued a record of a program that this process did not lower
+# (exported, serialized, compiled elsewhere): its computations carry no
+# mark that the exit handler could wait for, so it waits for the calling
+# thread's computations first.
+_ran_unlowered = [False]
 
 
 def note_lowered() -> None:
@@ -46,6 +55,24 @@ def note_lowered() -> None:
 def lowered() -> bool:
   """Whether a tap or call was lowered in this process."""
   return _lowered[0]
+
+
+def _first_record() -> None:
+  """A device queues its first record (its consumer starts; called by the
+  device's thread, GIL taken).  Where no tap was lowered in this process,
+  the program was lowered elsewhere (``jax.export``, a serialized
+  executable) and nothing installed the exit handler: a process that
+  runs it and ends without a barrier would lose its taps.  Installs it
+  now."""
+  if _lowered[0]:
+    return
+  _ran_unlowered[0] = True
+  _lowered[0] = True
+  with ji.patches_lock:  # as ensure(), which may be installing them now
+    _install_hooks()
+
+
+native.on_first_record.append(_first_record)
 
 
 def wait_before_uninstall() -> None:
@@ -61,6 +88,8 @@ def wait_before_uninstall() -> None:
   where the wait would wait for that function itself."""
   if os.getpid() != _owner_pid or not _lowered[0] or is_consumer():
     return
+  if _ran_unlowered[0]:
+    barrier.wait_for_dispatched()
   if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
     logger.error(
       "hostcb: at uninstall(), taps still pending after %s s",
@@ -72,6 +101,7 @@ def _after_fork_in_child() -> None:
   global _owner_pid
   _owner_pid = os.getpid()
   _lowered[0] = False  # the parent's computations are not the child's
+  _ran_unlowered[0] = False
   errors.after_fork_in_child()
   registry.after_fork_in_child()
   native.after_fork_in_child()
@@ -85,6 +115,8 @@ def _at_exit() -> None:
   if os.getpid() != _owner_pid or not _lowered[0]:
     return
   try:
+    if _ran_unlowered[0]:
+      barrier.wait_for_dispatched()
     if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
       logger.error(
         "hostcb: at exit, taps still pending after %s s", EXIT_TIMEOUT_SECONDS

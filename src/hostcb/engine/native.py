@@ -528,9 +528,21 @@ def _tap_failed(tid: int, e: BaseException | None) -> None:
   errors.record_exception(e)
 
 
+# Called (no arguments) when a device queues its first record: set by
+# hostcb.engine.lifecycle, which this module cannot import (it imports
+# this one).
+on_first_record: list = []
+
+
 def _start_consumer(ordinal: int) -> None:
   """The first record of device ``ordinal`` is being queued (called by the
   device thread, GIL taken)."""
+  try:
+    for hook in on_first_record:
+      hook()
+  except Exception:  # the consumer must start all the same: without it
+    # the device's taps would never run (logged, with its traceback)
+    logger.exception("hostcb: a hook on the first record of a device failed")
   ensure_started([ordinal])
 
 
