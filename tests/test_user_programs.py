@@ -15,9 +15,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from _helpers import REPO, hostcb_root
+from hostcb.jax_internals.versions import jax_at_least
 
 WORKER = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "user_program_worker.py"
@@ -117,3 +119,79 @@ def test_an_exported_training_loop_runs_in_a_fresh_process_and_prints_all(
     + [f"losses {losses} donated True"]
     + steps
   )
+
+
+# ------------------------------------------- AOT, mesh and the cache
+DEVICES = int(os.environ.get("HOSTCB_TEST_DEVICES", "4"))
+_HIT = "cache: Persistent compilation cache hit for 'jit_train'"
+_NOT_WRITTEN = "cache: Not writing persistent cache entry for 'jit_train'"
+_reference: dict[int, list] = {}
+
+
+def _untapped(devices: int) -> list:
+  """The loop's own output, without a tap (once per device count)."""
+  if devices not in _reference:
+    _reference[devices], err = _run("aot_training", "none", devices=devices)
+    assert err == ""
+  return [line for line in _reference[devices] if not line.startswith("cache")]
+
+
+def _expected_taps(tap: str, results: list, devices: int) -> list:
+  """What the tap prints for the losses of ``results`` (sorted)."""
+  lines = []
+  losses = [
+    float(v)
+    for line in results
+    if line.startswith("losses ")
+    for v in line.split("[")[1].split("]")[0].split(", ")
+  ]
+  for k, loss in enumerate(losses):
+    text = f"step {float(k + 1)} loss {np.float32(loss):.6f}"
+    if tap == "debug.print":
+      lines.append("print " + text)
+    elif tap == "id_tap":
+      lines.append("tap " + text)
+    else:
+      lines += [f"tap {text} device {d}" for d in range(devices)]
+  return sorted(lines)
+
+
+def _cache_rows():
+  for tap in ("id_tap", "debug.print"):
+    yield pytest.param(tap, 1, id=f"{tap}-1-device")
+  for tap in ("id_tap_partitioned", "debug.print"):
+    yield pytest.param(
+      tap, DEVICES, marks=pytest.mark.multidevice, id=f"{tap}-mesh"
+    )
+
+
+@pytest.mark.parametrize("tap, devices", list(_cache_rows()))
+def test_an_aot_training_loop_taps_alike_from_the_persistent_cache(
+  tap, devices, tmp_path
+):
+  """An Adam loop over a mesh, state donated, metrics tapped in its scan,
+  compiled ahead of time (``cost_analysis``, ``as_text``) and called
+  twice, in two fresh processes sharing JAX's persistent cache: the
+  second loads the executable where JAX writes it; in both, the values
+  are those without a tap, every step is tapped once (per device for a
+  per-shard tap) with its loss, and stderr stays empty."""
+  want = _untapped(devices)
+  for run in ("compiles", "from the cache"):
+    lines, err = _run("aot_training", tap, devices=devices, cache=str(tmp_path))
+    assert err == "", run
+    cache = [line for line in lines if line.startswith("cache")]
+    results = [line for line in lines if line.startswith(("losses ", "w "))]
+    taps = sorted(line for line in lines if line.startswith(("tap ", "print ")))
+    assert results == want, run
+    assert all(line.endswith("donated True") for line in results[:2])
+    assert len(cache) + len(results) + len(taps) == len(lines), lines
+    assert taps == _expected_taps(tap, results, devices), run
+    # JAX before 0.11 writes no program over several devices with XLA's
+    # Python callbacks: a gathered print's (docs/partitioned.md).
+    gathered = devices > 1 and tap == "debug.print"
+    if gathered and not jax_at_least(0, 11):
+      assert cache == [_NOT_WRITTEN], run
+    elif run == "compiles":
+      assert cache == [], run
+    else:
+      assert cache == [_HIT], run

@@ -9,6 +9,7 @@ compilation cache directory (none if empty).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -28,7 +29,10 @@ import hostcb
 
 
 def out(*parts) -> None:
-  print(*parts, flush=True)
+  """Prints one line in one write: tap functions of several devices print
+  from their own threads."""
+  sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+  sys.stdout.flush()
 
 
 # ------------------------------------------------------------ uninstall
@@ -169,6 +173,94 @@ def run_exported(path: str) -> None:
   f(jax.device_put(initial), xs, ys)  # no barrier after this one
 
 
+# ------------------------------------------- AOT, mesh and the cache
+class _CacheLog(logging.Handler):
+  """Prints JAX's persistent-cache messages about ``jit_train``."""
+
+  def emit(self, record: logging.LogRecord) -> None:
+    message = record.getMessage()
+    if "jit_train" in message and (
+      message.startswith("Persistent compilation cache hit")
+      or message.startswith("Not writing persistent cache entry")
+    ):
+      out("cache:", message.split(" with key")[0].split(" because")[0])
+
+
+def _tapped_step(tap: str):
+  """The Adam step with the metrics tap ``tap`` (``none``: no tap)."""
+
+  def step(state, batch):
+    w, m, v, t = state["w"], state["m"], state["v"], state["t"]
+    x, y = batch
+    loss, g = jax.value_and_grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+    t = t + 1
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * v + 0.001 * g * g
+    w = w - 0.05 * (m / (1 - 0.9**t)) / (jnp.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    metrics = {"loss": loss, "step": t}
+    if tap == "id_tap":
+      hostcb.id_tap(
+        lambda a, tr: out(f"tap step {a['step']} loss {a['loss']:.6f}"),
+        metrics,
+      )
+    elif tap == "id_tap_partitioned":  # each device taps its replica
+      hostcb.id_tap(
+        lambda a, tr, device, index: out(
+          f"tap step {a['step']} loss {a['loss']:.6f} device {device.id}"
+        ),
+        metrics,
+        partitioned=True,
+        tap_with_device=True,
+      )
+    elif tap == "debug.print":
+      hostcb.debug.print("print step {step} loss {loss:.6f}", **metrics)
+    else:
+      assert tap == "none", tap
+    return {"w": w, "m": m, "v": v, "t": t}, loss
+
+  return step
+
+
+def aot_training(tap: str) -> None:
+  """The Adam loop over a mesh of every device (data split, state
+  replicated and donated), compiled ahead of time, run twice."""
+  logger = logging.getLogger("jax._src.compiler")
+  logger.addHandler(_CacheLog(logging.DEBUG))
+  logger.setLevel(logging.DEBUG)
+  n = jax.device_count()
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+  whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  split = jax.sharding.NamedSharding(
+    mesh, jax.sharding.PartitionSpec(None, "d")
+  )
+  initial, xs, ys = _data(n)
+  step = _tapped_step(tap)
+
+  def train(state, xs, ys):
+    return jax.lax.scan(step, state, (xs, ys))
+
+  states = {k: whole for k in initial}
+  f = jax.jit(
+    train,
+    donate_argnums=0,
+    in_shardings=(states, split, split),
+    out_shardings=(states, whole),
+  )
+  state = jax.device_put(initial, whole)
+  xs, ys = jax.device_put(xs, split), jax.device_put(ys, split)
+  compiled = f.lower(state, xs, ys).compile()
+  assert "flops" in compiled.cost_analysis()
+  assert "ENTRY" in compiled.as_text()
+  for _ in range(2):
+    old = state
+    state, losses = compiled(state, xs, ys)
+    jax.block_until_ready(losses)
+    hostcb.barrier_wait()
+    deleted = all(x.is_deleted() for x in jax.tree.leaves(old))
+    out("losses", np.asarray(losses).tolist(), "donated", deleted)
+  out("w", np.asarray(state["w"]).tolist())
+
+
 PROGRAMS = {
   f.__name__: f
   for f in (
@@ -177,6 +269,7 @@ PROGRAMS = {
     call_after_uninstall_then_exit,
     export_training,
     run_exported,
+    aot_training,
   )
 }
 
