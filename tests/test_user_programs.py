@@ -15,9 +15,13 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+import hostcb
 from _helpers import REPO, hostcb_root
 from hostcb.jax_internals.versions import jax_at_least
 
@@ -195,3 +199,102 @@ def test_an_aot_training_loop_taps_alike_from_the_persistent_cache(
       assert cache == [], run
     else:
       assert cache == [_HIT], run
+
+
+# ------------------------------------------------- vmap and donation
+def _seeded_step(tap, seen):
+  """A step of a batch of independent walkers (one seed each): a noisy
+  update of the state, ``tap`` reporting each walker's loss."""
+
+  def step(state, seed):
+    noise = jax.random.normal(jax.random.key(seed), state.shape)
+    new = state - 0.1 * noise
+    loss = jnp.sum(new**2)
+    if tap == "id_tap":
+      hostcb.id_tap(lambda a, t: seen.append(np.asarray(a).tolist()), loss)
+    elif tap == "debug.callback":
+      hostcb.debug.callback(lambda a: seen.append(float(a)), loss)
+    elif tap == "io_callback":
+      loss = hostcb.io_callback(
+        lambda a: (seen.append(float(a)), a)[1],
+        jax.ShapeDtypeStruct((), jnp.float32),
+        loss,
+      )
+    return new, loss
+
+  return step
+
+
+def _walk(tap: str, sharded: bool):
+  """Two donated steps of 8 walkers; per step (losses, donated state
+  deleted), and what the tap saw."""
+  seen: list = []
+  f = jax.jit(jax.vmap(_seeded_step(tap, seen)), donate_argnums=0)
+  state = jnp.arange(24, dtype=jnp.float32).reshape(8, 3)
+  seeds = jnp.arange(8)
+  if sharded:
+    rows = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), P("d"))
+    state, seeds = jax.device_put(state, rows), jax.device_put(seeds, rows)
+  got = []
+  for i in range(2):
+    old = state
+    state, loss = f(state, seeds + i)
+    got.append((np.asarray(loss).tolist(), old.is_deleted()))
+  hostcb.barrier_wait()
+  return got, seen
+
+
+def _vmap_rows():
+  for tap in ("id_tap", "debug.callback", "io_callback"):
+    yield pytest.param(tap, False, id=f"{tap}-one-device")
+    yield pytest.param(
+      tap, True, marks=pytest.mark.multidevice, id=f"{tap}-sharded"
+    )
+
+
+@pytest.mark.parametrize("tap, sharded", list(_vmap_rows()))
+def test_a_vmapped_tapped_step_donates_and_computes_as_untapped(tap, sharded):
+  want, _ = _walk("none", sharded)
+  assert [deleted for _, deleted in want] == [True, True]
+  got, seen = _walk(tap, sharded)
+  assert got == want
+  losses = [loss for step, _ in want for loss in step]
+  if tap == "id_tap":  # one tap of the batch per step
+    assert seen == [step for step, _ in want]
+  else:  # JAX's callbacks under vmap: one call per walker
+    assert sorted(seen) == sorted(losses)
+
+
+# ------------------------------------------------------ exit and waits
+def _step_lines(entry: str, k: int) -> list:
+  total = float(sum(range(8)) + 8 * k)
+  if entry == "id_print":
+    return [f"what: step {k}", f"{total:.0f}."]
+  return [f"step {k} sum {total}"]
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("entry", ["id_print", "jax.debug.print"])
+@pytest.mark.parametrize(
+  "wait", ["none", "jax.block_until_ready", "jax.effects_barrier"]
+)
+def test_prints_of_a_sharded_jit_in_a_context_mesh_all_appear(entry, wait):
+  """Five steps of a sharded ``jit`` under ``jax.set_mesh``, each printing
+  (``jax.debug.print`` through ``install(jax_callbacks=True)``); the
+  program ends with no barrier.  After ``jax.block_until_ready`` or
+  ``jax.effects_barrier``, a step's print comes before the program's next
+  line; with no wait at all, every print still appears once."""
+  lines, err = _run("mesh_prints", entry, wait, devices=DEVICES)
+  assert err == ""
+  want = [
+    line
+    for k in range(5)
+    for line in _step_lines(entry, k) + [f"dispatched {k}"]
+  ]
+  if wait == "none":
+    assert sorted(lines) == sorted(want)
+    assert [x for x in lines if x.startswith("dispatched")] == [
+      f"dispatched {k}" for k in range(5)
+    ]
+  else:
+    assert lines == want

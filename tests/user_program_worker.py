@@ -24,6 +24,7 @@ if os.environ.get("HOSTCB_USER_CACHE"):
 
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hostcb
 
@@ -261,6 +262,38 @@ def aot_training(tap: str) -> None:
   out("w", np.asarray(state["w"]).tolist())
 
 
+# ------------------------------------------------------ exit and waits
+def mesh_prints(entry: str, wait: str) -> None:
+  """Five steps of a sharded ``jit`` in ``jax.set_mesh``, each printing
+  its step and sum with ``entry``; after each, ``wait`` (``none``,
+  ``jax.block_until_ready``, ``jax.effects_barrier``) and a line of the
+  program's own.  The program ends with no barrier."""
+  if entry == "jax.debug.print":
+    hostcb.install(jax_callbacks=True)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+
+  def step(x, k):
+    if entry == "id_print":
+      hostcb.id_print(jnp.sum(x), what=f"step {k}")
+    else:  # jax.debug.print here is hostcb's
+      jax.debug.print("step {k} sum {s}", k=k, s=jnp.sum(x))
+    return x + 1
+
+  with jax.set_mesh(mesh):
+    rows = NamedSharding(mesh, P("d"))
+    f = jax.jit(step, static_argnums=1, out_shardings=rows)
+    x = jax.device_put(jnp.arange(8.0), rows)
+    for k in range(5):
+      x = f(x, k)
+      if wait == "jax.block_until_ready":
+        jax.block_until_ready(x)
+      elif wait == "jax.effects_barrier":
+        jax.effects_barrier()
+      else:
+        assert wait == "none", wait
+      out(f"dispatched {k}")
+
+
 PROGRAMS = {
   f.__name__: f
   for f in (
@@ -270,6 +303,7 @@ PROGRAMS = {
     export_training,
     run_exported,
     aot_training,
+    mesh_prints,
   )
 }
 
