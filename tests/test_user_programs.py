@@ -22,7 +22,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from _helpers import REPO, hostcb_root
+from _helpers import REPO, hostcb_root, run_python
 from hostcb.jax_internals.versions import jax_at_least
 
 WORKER = os.path.join(
@@ -92,6 +92,38 @@ def test_a_jitted_tap_called_after_uninstall_prints_at_exit():
   lines, err = _run("call_after_uninstall_then_exit")
   assert lines == ["x=1.", "x=2."]
   assert err == ""
+
+
+def test_a_compiled_tap_called_after_uninstall_prints_at_exit():
+  """A compiled object keeps its taps after ``uninstall()``; its first tap
+  after it installs the exit handler again: every print appears although
+  the program ends without a barrier."""
+  lines, err = _run("aot_after_uninstall_then_exit")
+  assert lines == [f"x={i}." for i in range(20)]
+  assert err == ""
+
+
+def test_a_failing_hook_on_a_devices_first_record_still_starts_its_consumer():
+  """Fault injection: the hook that installs the exit handler at a
+  device's first record raises; it is logged with its traceback, and the
+  device's taps run all the same."""
+  proc = run_python(
+    "import jax, hostcb\n"
+    "from hostcb.engine import native\n"
+    "def broken():\n"
+    "  raise OSError('injected failure')\n"
+    "native.on_first_record.insert(0, broken)\n"
+    "jax.jit(lambda x: hostcb.id_print(x))(1)\n"
+    "hostcb.barrier_wait()\n"
+    "print('done')\n",
+    env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=1"},
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "1\ndone\n"
+  assert "hostcb: a hook on the first record of a device failed" in (
+    proc.stderr
+  )
+  assert "OSError: injected failure" in proc.stderr
 
 
 # ------------------------------------------------------- export

@@ -104,6 +104,23 @@ def call_after_uninstall_then_exit() -> None:
   f(np.float32(2))
 
 
+def aot_after_uninstall_then_exit() -> None:
+  """``jit(f).lower(...).compile()`` of an ``id_print`` loop, called once,
+  ``uninstall()``, called three times more, exit: no barrier."""
+
+  def loop(x):
+    def body(c, _):
+      return hostcb.id_print(c, output_stream=_Prefixed("x=")) + 1, None
+
+    return jax.lax.scan(body, x, None, length=5)[0]
+
+  compiled = jax.jit(loop).lower(np.float32(0)).compile()
+  x = compiled(np.float32(0))
+  hostcb.uninstall()
+  for _ in range(3):
+    x = compiled(x)
+
+
 # ------------------------------------------------------- export
 def _log_loss(loss, transforms) -> None:
   out(f"log loss={float(loss):.6f}")
@@ -300,6 +317,7 @@ PROGRAMS = {
     uninstall_then_exit,
     retrace_after_uninstall,
     call_after_uninstall_then_exit,
+    aot_after_uninstall_then_exit,
     export_training,
     run_exported,
     aot_training,

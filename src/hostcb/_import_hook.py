@@ -136,12 +136,11 @@ def uninstall() -> None:
   running their taps (they need none of these to run), without the
   guarantees these gave: ``jax.effects_barrier()`` no longer waits for
   their taps (``hostcb.barrier_wait()`` still does), and a host read no
-  longer waits for their prints, nor the exit handler for their taps
-  (call ``hostcb.barrier_wait()`` before the program ends).  The taps of
-  the computations dispatched before ``uninstall()`` have all run when it
-  returns (as at exit: bounded by 60 s, logged past it), so a program may
-  end right after it.  The next program that binds one of hostcb's
-  primitives installs them again.
+  longer waits for their prints; their first tap after it installs the
+  exit handler again.  The taps of the computations dispatched before
+  ``uninstall()`` have all run when it returns (as at exit: bounded by
+  60 s, logged past it), so a program may end right after it.  The next
+  program that binds one of hostcb's primitives installs them again.
   Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
   prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
 
@@ -151,12 +150,15 @@ def uninstall() -> None:
   hostcb's drop-ins for them, and where it still taps through hostcb
   that trace installs everything again (barrier, exit handler).  Compiled
   objects (``jit(f).lower(...).compile()``, a deserialized executable)
-  keep their taps without these guarantees.  A ``.pth``-installed hook
-  still resolves a later ``import jax.experimental.host_callback``.
+  keep their taps without the barrier's guarantees.  A ``.pth``-installed
+  hook still resolves a later ``import jax.experimental.host_callback``.
   """
   lifecycle.wait_before_uninstall()
   uninstall_jax_callbacks()
   ji.uninstall_all()  # output_order's hook among them
+  # A compiled object keeps tapping: its next tap installs the exit
+  # handler again.
+  lifecycle.rearm_after_uninstall()
   if lifecycle.lowered():
     # A function traced with hostcb's taps keeps them, without the
     # barrier and exit handler that just went: traced again, its taps

@@ -31,6 +31,7 @@ __all__ = [
   "note_lowered",
   "lowered",
   "wait_before_uninstall",
+  "rearm_after_uninstall",
   "EXIT_TIMEOUT_SECONDS",
 ]
 
@@ -58,18 +59,28 @@ def lowered() -> bool:
 
 
 def _first_record() -> None:
-  """A device queues its first record (its consumer starts; called by the
-  device's thread, GIL taken).  Where no tap was lowered in this process,
-  the program was lowered elsewhere (``jax.export``, a serialized
-  executable) and nothing installed the exit handler: a process that
-  runs it and ends without a barrier would lose its taps.  Installs it
-  now."""
-  if _lowered[0]:
+  """A device queues its first record (its consumer starts), or its first
+  since ``hostcb.uninstall()`` (:func:`rearm_after_uninstall`); called by
+  the device's thread, GIL taken.  Where no exit handler is installed, the
+  program was lowered elsewhere (``jax.export``, a serialized executable)
+  or before ``uninstall()`` (a compiled object): a process that runs it and
+  ends without a barrier would lose its taps.  Installs the handler now,
+  which then also waits for the computations of the thread that ends the
+  program (they carry no mark of hostcb's that it could wait for)."""
+  if _lowered[0] and ji.is_installed("engine: at exit"):
     return
-  _ran_unlowered[0] = True
-  _lowered[0] = True
   with ji.patches_lock:  # as ensure(), which may be installing them now
+    if ji.is_installed("engine: at exit"):
+      return
+    _ran_unlowered[0] = True
+    _lowered[0] = True
     _install_hooks()
+
+
+def rearm_after_uninstall() -> None:
+  """``hostcb.uninstall()`` removed the exit handler: the next record of
+  each device installs it again (:func:`_first_record`)."""
+  native.rearm_first_record()
 
 
 native.on_first_record.append(_first_record)

@@ -534,6 +534,15 @@ def _tap_failed(tid: int, e: BaseException | None) -> None:
 on_first_record: list = []
 
 
+def rearm_first_record() -> None:
+  """The next record of each device runs :data:`on_first_record` again
+  (``hostcb.uninstall()``: compiled programs keep tapping after it,
+  without the exit handler that their next record installs again).
+  Nothing without the engine."""
+  if _native is not None:
+    _native.rearm_consumer_starter()
+
+
 def _start_consumer(ordinal: int) -> None:
   """The first record of device ``ordinal`` is being queued (called by the
   device thread, GIL taken)."""
