@@ -86,9 +86,9 @@ def test_a_function_traced_while_installed_prints_with_jax_after_uninstall():
 
 
 def test_a_jitted_tap_called_after_uninstall_prints_at_exit():
-  """Traced again after ``uninstall()``, the tap installs the exit handler
-  again: its print appears although the program ends without a
-  barrier."""
+  """The jitted function keeps its tap after ``uninstall()``, whose first
+  record installs the exit handler again: its print appears although the
+  program ends without a barrier."""
   lines, err = _run("call_after_uninstall_then_exit")
   assert lines == ["x=1.", "x=2."]
   assert err == ""

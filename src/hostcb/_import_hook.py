@@ -144,27 +144,18 @@ def uninstall() -> None:
   Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
   prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
 
-  Where a tap or call was lowered, it clears JAX's caches of traced
-  functions (``jax.clear_caches()``): a jitted function is traced again
-  at its next call, with JAX's callbacks where it was traced with
-  hostcb's drop-ins for them, and where it still taps through hostcb
-  that trace installs everything again (barrier, exit handler).  Compiled
-  objects (``jit(f).lower(...).compile()``, a deserialized executable)
-  keep their taps without the barrier's guarantees.  A ``.pth``-installed
-  hook still resolves a later ``import jax.experimental.host_callback``.
+  Where JAX's callbacks were hostcb's, JAX's caches of traced functions
+  are cleared (:func:`uninstall_jax_callbacks`): a jitted function traced
+  with hostcb's drop-ins is traced again at its next call, with JAX's
+  callbacks.  A ``.pth``-installed hook still resolves a later ``import
+  jax.experimental.host_callback``.
   """
   lifecycle.wait_before_uninstall()
   uninstall_jax_callbacks()
   ji.uninstall_all()  # output_order's hook among them
-  # A compiled object keeps tapping: its next tap installs the exit
-  # handler again.
+  # A program compiled before keeps tapping: its next tap installs the
+  # exit handler again.
   lifecycle.rearm_after_uninstall()
-  if lifecycle.lowered():
-    # A function traced with hostcb's taps keeps them, without the
-    # barrier and exit handler that just went: traced again, its taps
-    # install them again (or, where JAX's callbacks are back, it has
-    # JAX's).
-    jax.clear_caches()
   with _lock:
     while _legacy_set:
       obj, name, previous, value = _legacy_set.pop()
@@ -249,8 +240,10 @@ def uninstall_jax_callbacks() -> int:
   Where it restores a name, it clears JAX's caches of traced functions
   (``jax.clear_caches()``): a jitted function traced with hostcb's
   callbacks is traced again at its next call, with JAX's, so that JAX's
-  barrier and exit wait for its callbacks again (compiled objects keep
-  hostcb's).  Returns how many names it restored."""
+  barrier waits for its callbacks again (compiled objects keep hostcb's).
+  Every jitted function compiles again at its next call (from JAX's
+  persistent cache where it is on).  Returns how many names it
+  restored."""
   ours = {id(f) for _, f in _replacements().values()}
   count = 0
   with _lock:
@@ -261,8 +254,8 @@ def uninstall_jax_callbacks() -> int:
         count += 1
   if count:
     # A function traced with hostcb's keeps hostcb's callbacks, which
-    # JAX's barrier and exit handler, back after uninstall(), do not
-    # wait for: traced again, it has JAX's.
+    # JAX's barrier, back after uninstall(), does not wait for: traced
+    # again, it has JAX's.
     jax.clear_caches()
   return count
 
