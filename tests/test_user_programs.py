@@ -157,6 +157,20 @@ def test_an_exported_training_loop_runs_in_a_fresh_process_and_prints_all(
   )
 
 
+def test_a_serialized_training_loop_prints_all_in_a_fresh_process(tmp_path):
+  """The donated loop, compiled and serialized; a fresh process loads it,
+  runs it twice and ends without a barrier: every tap and print of both
+  runs appears, with the compiling process's values."""
+  path = str(tmp_path / "train.pkl")
+  here, err = _run("serialize_training", path)
+  assert err == ""
+  steps = here[:-1]
+  assert len(steps) == 8 and here[-1].startswith("losses ")
+  there, err = _run("run_serialized", path)
+  assert err == ""
+  assert there == steps + steps
+
+
 # ------------------------------------------- AOT, mesh and the cache
 DEVICES = int(os.environ.get("HOSTCB_TEST_DEVICES", "4"))
 _HIT = "cache: Persistent compilation cache hit for 'jit_train'"

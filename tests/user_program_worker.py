@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import sys
 
 import jax
@@ -24,6 +25,7 @@ if os.environ.get("HOSTCB_USER_CACHE"):
 
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import serialize_executable
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hostcb
@@ -191,6 +193,32 @@ def run_exported(path: str) -> None:
   f(jax.device_put(initial), xs, ys)  # no barrier after this one
 
 
+def serialize_training(path: str) -> None:
+  """``jit(...).lower(...).compile()`` of the donated training loop,
+  serialized (``jax.experimental.serialize_executable``) to ``path``; runs
+  it here and prints its losses."""
+
+  hostcb.register("user.log_loss", _log_loss)
+  state, xs, ys = _data()
+  compiled = jax.jit(_train, donate_argnums=0).lower(state, xs, ys).compile()
+  with open(path, "wb") as file:
+    pickle.dump(serialize_executable.serialize(compiled), file)
+  _, losses = compiled(jax.device_put(state), xs, ys)
+  hostcb.barrier_wait()
+  out("losses", np.asarray(losses).tolist())
+
+
+def run_serialized(path: str) -> None:
+  """Loads the executable, runs it twice and ends without a barrier."""
+
+  hostcb.register("user.log_loss", _log_loss)
+  with open(path, "rb") as file:
+    compiled = serialize_executable.deserialize_and_load(*pickle.load(file))
+  initial, xs, ys = _data()
+  for _ in range(2):
+    compiled(jax.device_put(initial), xs, ys)
+
+
 # ------------------------------------------- AOT, mesh and the cache
 class _CacheLog(logging.Handler):
   """Prints JAX's persistent-cache messages about ``jit_train``."""
@@ -320,6 +348,8 @@ PROGRAMS = {
     aot_after_uninstall_then_exit,
     export_training,
     run_exported,
+    serialize_training,
+    run_serialized,
     aot_training,
     mesh_prints,
   )
