@@ -40,6 +40,7 @@ import jax.experimental
 from hostcb import debug, host_callback, jax_callbacks
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import jax_internals as ji
+from hostcb.engine import lifecycle
 from hostcb.xla_computation import xla_computation
 
 __all__ = [
@@ -135,17 +136,26 @@ def uninstall() -> None:
   running their taps (they need none of these to run), without the
   guarantees these gave: ``jax.effects_barrier()`` no longer waits for
   their taps (``hostcb.barrier_wait()`` still does), and a host read no
-  longer waits for their prints.  The next program that binds one of
-  hostcb's primitives installs them again.
+  longer waits for their prints; their first tap after it installs the
+  exit handler again.  The taps of the computations dispatched before
+  ``uninstall()`` have all run when it returns (as at exit: bounded by
+  60 s, logged past it), so a program may end right after it.  The next
+  program that binds one of hostcb's primitives installs them again.
   Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
   prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
 
-  Functions traced while it was installed keep hostcb's callbacks until
-  they are traced again.  A ``.pth``-installed hook still resolves a later
-  ``import jax.experimental.host_callback``.
+  Where JAX's callbacks were hostcb's, JAX's caches of traced functions
+  are cleared (:func:`uninstall_jax_callbacks`): a jitted function traced
+  with hostcb's drop-ins is traced again at its next call, with JAX's
+  callbacks.  A ``.pth``-installed hook still resolves a later ``import
+  jax.experimental.host_callback``.
   """
+  lifecycle.wait_before_uninstall()
   uninstall_jax_callbacks()
   ji.uninstall_all()  # output_order's hook among them
+  # A program compiled before keeps tapping: its next tap installs the
+  # exit handler again.
+  lifecycle.rearm_after_uninstall()
   with _lock:
     while _legacy_set:
       obj, name, previous, value = _legacy_set.pop()
@@ -198,7 +208,8 @@ def install_jax_callbacks() -> int:
   JAX's own modules call through), and the names that other modules bound
   with ``from ... import``.  Modules imported later get hostcb's through
   those.  Functions already traced keep what they were traced with until
-  they are traced again.  Calling it again rebinds what modules imported
+  they are traced again (JAX's callbacks, which ``jax.effects_barrier()``
+  still waits for).  Calling it again rebinds what modules imported
   since then hold.  Returns how many names it rebound.
   """
   table = _replacements()
@@ -226,7 +237,13 @@ def install_jax_callbacks() -> int:
 def uninstall_jax_callbacks() -> int:
   """Binds back JAX's functions wherever :func:`install_jax_callbacks` rebound them (a
   name that was rebound again since, to something else, is left alone).
-  Returns how many names it restored."""
+  Where it restores a name, it clears JAX's caches of traced functions
+  (``jax.clear_caches()``): a jitted function traced with hostcb's
+  callbacks is traced again at its next call, with JAX's, so that JAX's
+  barrier waits for its callbacks again (compiled objects keep hostcb's).
+  Every jitted function compiles again at its next call (from JAX's
+  persistent cache where it is on).  Returns how many names it
+  restored."""
   ours = {id(f) for _, f in _replacements().values()}
   count = 0
   with _lock:
@@ -235,6 +252,11 @@ def uninstall_jax_callbacks() -> int:
       if id(getattr(module, attr, None)) in ours:
         setattr(module, attr, original)
         count += 1
+  if count:
+    # A function traced with hostcb's keeps hostcb's callbacks, which
+    # JAX's barrier, back after uninstall(), does not wait for: traced
+    # again, it has JAX's.
+    jax.clear_caches()
   return count
 
 

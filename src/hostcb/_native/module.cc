@@ -670,6 +670,15 @@ PyObject* Py_set_consumer_starter(PyObject*, PyObject* starter) {
   Py_RETURN_NONE;
 }
 
+// Each queue's next producer calls the starter again (whose consumer
+// exists: the Python side starts none twice, and hears of the next record).
+PyObject* Py_rearm_consumer_starter(PyObject*, PyObject*) {
+  ForEachQueue([](Queue* q) {
+    q->consumer_requested.store(false, std::memory_order_release);
+  });
+  Py_RETURN_NONE;
+}
+
 PyObject* Py_mark_awaited_target(PyObject*, PyObject* arg) {
   long long id = PyLong_AsLongLong(arg);
   if (id == -1 && PyErr_Occurred()) return nullptr;
@@ -855,6 +864,9 @@ PyMethodDef kMethods[] = {
      "spec) and process."},
     {"set_named", Py_set_named, METH_VARARGS,
      "set_named(name, spec, value): what the resolver would return."},
+    {"rearm_consumer_starter", Py_rearm_consumer_starter, METH_NOARGS,
+     "rearm_consumer_starter(): the next record of each device's queue calls "
+     "the starter again (hostcb.uninstall(): to hear of the next tap)."},
     {"set_consumer_starter", Py_set_consumer_starter, METH_O,
      "set_consumer_starter(starter): a device's first producer calls "
      "starter(device_ordinal) once, on its device thread with the GIL "

@@ -30,7 +30,12 @@ from hostcb.engine import errors, native, pyqueue, registry
 from hostcb.engine.consumers import is_consumer
 from hostcb.engine.sync import Arrivals
 
-__all__ = ["barrier_wait", "stop_outfeed_receiver", "wait_for_taps"]
+__all__ = [
+  "barrier_wait",
+  "stop_outfeed_receiver",
+  "wait_for_dispatched",
+  "wait_for_taps",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -48,6 +53,16 @@ def _wait_for_live_arrays() -> None:
         a.block_until_ready()
       except Exception:  # noqa: BLE001  (deleted meanwhile, or it failed:
         pass  # its error reaches its own caller)
+
+
+def wait_for_dispatched() -> None:
+  """Waits for the computations that this thread dispatched and for those
+  whose results are alive, as :func:`wait_for_taps` does in the
+  fast-dispatch mode: for programs lowered elsewhere (``jax.export``,
+  serialized executables), which carry no mark of hostcb's that the
+  barrier could wait for."""
+  ji.drain_this_thread()
+  _wait_for_live_arrays()
 
 
 def wait_for_taps(timeout: float | None = None) -> bool:

@@ -9,7 +9,11 @@ script that ends right after dispatching tapping computations still sees
 every tap.  hostcb does the same in every mode: once a tap or call was
 lowered in this process, the exit handler waits for the dispatched
 computations and then for their taps (:func:`.barrier.wait_for_taps`,
-bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).
+bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).  A process that
+lowers no tap but runs programs lowered elsewhere (``jax.export``,
+serialized executables) installs the handler when a device queues its
+first record.  ``hostcb.uninstall()``, which removes the handler, first
+waits as it would (:func:`wait_before_uninstall`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,15 @@ import sys
 
 from hostcb import jax_internals as ji
 from hostcb.engine import barrier, errors, native, pyqueue, registry
+from hostcb.engine.consumers import is_consumer
 
-__all__ = ["note_lowered", "EXIT_TIMEOUT_SECONDS"]
+__all__ = [
+  "note_lowered",
+  "lowered",
+  "wait_before_uninstall",
+  "rearm_after_uninstall",
+  "EXIT_TIMEOUT_SECONDS",
+]
 
 logger = logging.getLogger("hostcb")
 
@@ -30,6 +41,11 @@ EXIT_TIMEOUT_SECONDS = 60.0
 
 _owner_pid = os.getpid()
 _lowered = [False]  # a tap or call was lowered in this process
+# A device queued a record of a program that this process did not lower
+# (exported, serialized, compiled elsewhere): its computations carry no
+# mark that the exit handler could wait for, so it waits for the calling
+# thread's computations first.
+_ran_unlowered = [False]
 
 
 def note_lowered() -> None:
@@ -37,10 +53,66 @@ def note_lowered() -> None:
   _lowered[0] = True
 
 
+def lowered() -> bool:
+  """Whether a tap or call was lowered in this process."""
+  return _lowered[0]
+
+
+def _first_record() -> None:
+  """A device queues its first record (its consumer starts), or its first
+  since ``hostcb.uninstall()`` (:func:`rearm_after_uninstall`); called by
+  the device's thread, GIL taken.  Where no exit handler is installed, the
+  program was lowered elsewhere (``jax.export``, a serialized executable)
+  or before ``uninstall()`` (a compiled object): a process that runs it and
+  ends without a barrier would lose its taps.  Installs the handler now,
+  which then also waits for the computations of the thread that ends the
+  program (they carry no mark of hostcb's that it could wait for)."""
+  if _lowered[0] and ji.is_installed("engine: at exit"):
+    return
+  with ji.patches_lock:  # as ensure(), which may be installing them now
+    if ji.is_installed("engine: at exit"):
+      return
+    _ran_unlowered[0] = True
+    _lowered[0] = True
+    _install_hooks()
+
+
+def rearm_after_uninstall() -> None:
+  """``hostcb.uninstall()`` removed the exit handler: the next record of
+  each device installs it again (:func:`_first_record`)."""
+  native.rearm_first_record()
+
+
+native.on_first_record.append(_first_record)
+
+
+def wait_before_uninstall() -> None:
+  """Waits, as the exit handler would, for the taps of the computations
+  dispatched so far (bounded by :data:`EXIT_TIMEOUT_SECONDS`).
+
+  ``hostcb.uninstall()`` calls it before it removes the exit handler and
+  hostcb's barrier from ``jax.effects_barrier``: a program that ends right
+  after ``uninstall()`` would otherwise lose the taps still queued, and
+  prints of the computations it dispatched before would never appear.  A
+  tap function's exception stays recorded for the next barrier.  Nothing
+  when no tap was lowered in this process, and nothing in a tap function,
+  where the wait would wait for that function itself."""
+  if os.getpid() != _owner_pid or not _lowered[0] or is_consumer():
+    return
+  if _ran_unlowered[0]:
+    barrier.wait_for_dispatched()
+  if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
+    logger.error(
+      "hostcb: at uninstall(), taps still pending after %s s",
+      EXIT_TIMEOUT_SECONDS,
+    )
+
+
 def _after_fork_in_child() -> None:
   global _owner_pid
   _owner_pid = os.getpid()
   _lowered[0] = False  # the parent's computations are not the child's
+  _ran_unlowered[0] = False
   errors.after_fork_in_child()
   registry.after_fork_in_child()
   native.after_fork_in_child()
@@ -54,6 +126,8 @@ def _at_exit() -> None:
   if os.getpid() != _owner_pid or not _lowered[0]:
     return
   try:
+    if _ran_unlowered[0]:
+      barrier.wait_for_dispatched()
     if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
       logger.error(
         "hostcb: at exit, taps still pending after %s s", EXIT_TIMEOUT_SECONDS

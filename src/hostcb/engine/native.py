@@ -528,9 +528,30 @@ def _tap_failed(tid: int, e: BaseException | None) -> None:
   errors.record_exception(e)
 
 
+# Called (no arguments) when a device queues its first record: set by
+# hostcb.engine.lifecycle, which this module cannot import (it imports
+# this one).
+on_first_record: list = []
+
+
+def rearm_first_record() -> None:
+  """The next record of each device runs :data:`on_first_record` again
+  (``hostcb.uninstall()``: compiled programs keep tapping after it,
+  without the exit handler that their next record installs again).
+  Nothing without the engine."""
+  if _native is not None:
+    _native.rearm_consumer_starter()
+
+
 def _start_consumer(ordinal: int) -> None:
   """The first record of device ``ordinal`` is being queued (called by the
   device thread, GIL taken)."""
+  try:
+    for hook in on_first_record:
+      hook()
+  except Exception:  # the consumer must start all the same: without it
+    # the device's taps would never run (logged, with its traceback)
+    logger.exception("hostcb: a hook on the first record of a device failed")
   ensure_started([ordinal])
 
 

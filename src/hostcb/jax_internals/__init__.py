@@ -133,3 +133,4 @@ from hostcb.jax_internals.patches import (
 from hostcb.jax_internals.versions import JaxInternalChanged, MissingJaxInternal
 from hostcb.jax_internals.patches import install as install_patch
 from hostcb.jax_internals.patches import record as record_patch
+from hostcb.jax_internals.patches import lock as patches_lock
