@@ -125,16 +125,30 @@ def _operands(arg, what: str):
         key_impls.append(jax.random.key_impl(x))
         flat[i] = jax.random.key_data(x)
         continue
-    elif (not isinstance(x, _NUMBERS) and not _array_like(x)) or (
-      isinstance(x, np.ndarray) and x.dtype == object
-    ):
-      raise TypeError(
-        f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
-        f"(hostcb: every leaf of the argument of {what} must be an array "
-        "or a number)"
-      )
+    else:
+      _check_leaf(x, f"the argument of {what}")
     key_impls.append(None)
   return flat, treedef, key_impls
+
+
+def _check_leaf(x, where: str) -> None:
+  """Raises legacy's TypeError unless ``x`` (not a JAX array or tracer) is
+  a value JAX takes: an array or a number."""
+  if (not isinstance(x, _NUMBERS) and not _array_like(x)) or (
+    isinstance(x, np.ndarray) and x.dtype == object
+  ):
+    raise TypeError(
+      f"Argument '{x}' of type {type(x)} is not a valid JAX type. "
+      f"(hostcb: every leaf of {where} must be an array or a number)"
+    )
+
+
+def _check_result(result) -> None:
+  """Legacy checked each leaf of ``id_tap``'s ``result`` as a JAX value
+  before anything else, though it returns ``result`` as it is."""
+  for x in jax.tree_util.tree_leaves(result):
+    if not (isinstance(x, jax.Array) or ji.is_tracer(x)):
+      _check_leaf(x, "the result of id_tap")
 
 
 def id_tap(
@@ -184,6 +198,8 @@ def id_tap(
       "``functools.partial(tap_func, **kwargs)``. "
       f"(hostcb: got keyword arguments {sorted(kwargs)})"
     )
+  if result is not None:
+    _check_result(result)
   if not callable(tap_func):
     raise TypeError(
       f"Expected a callable value, got {tap_func!r} "

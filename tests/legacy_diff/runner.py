@@ -38,6 +38,7 @@ HCB_MODULES = [
   "s_call",
   "s_errors",
   "s_parallel",
+  "s_programs",
   "s_generated",
 ]
 BUFFER_MODULES = ["b_buffer"]
