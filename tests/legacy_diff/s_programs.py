@@ -1521,3 +1521,369 @@ def prog_pmap_call_with_device_tuple(ctx):
       host, x, result_shape=(x, x.sum()), call_with_device=True
     )
   )(np.arange(4, dtype=np.int32).reshape(2, 2))
+
+
+# ---------------------------------------------------------------- batch 3
+
+
+@scenario(
+  ours=(
+    "README (Migrating, NumPy print options): NumPy 2 keeps print options "
+    "per thread, so id_print uses those in effect where it is traced; "
+    "legacy (NumPy 1, global options) used those in effect when it printed"
+  ),
+  expect=(
+    "what: p\n[0.         0.33333334 0.6666667 ]\n"
+    "what: p\n[0.         0.33333334 0.6666667 ]\n"
+    "what: p\n[0.         0.33333334 0.6666667 ]\n"
+  ),
+)
+def prog_print_options_changed_after_compile(ctx):
+  """A jitted print compiled under default options, run again after
+  ``np.set_printoptions(precision=2)``."""
+  f = jax.jit(lambda x: hcb.id_print(x / 3, what="p"))
+  x = np.arange(3, dtype=F32)
+  f(x)
+  hcb.barrier_wait()
+  old = np.get_printoptions()
+  np.set_printoptions(precision=2)
+  try:
+    f(x)
+    hcb.barrier_wait()
+  finally:
+    np.set_printoptions(**old)
+  f(x)
+
+
+@scenario(
+  ours=(
+    "README (Migrating, NumPy print options): NumPy 2 keeps print options "
+    "per thread, so id_print uses those in effect where it is traced; "
+    "legacy (NumPy 1, global options) used those in effect when it printed"
+  ),
+  expect=(
+    "[0.         0.33333334 0.6666667 ]\n"
+    "[0.0000000e+00 3.3333333e-07 6.6666666e-07]\n"
+  ),
+)
+def prog_print_options_context_manager(ctx):
+  """A jitted print compiled first, then run inside ``np.printoptions``."""
+  f = jax.jit(lambda x: hcb.id_print(x / 3))
+  x = np.arange(3, dtype=F32)
+  f(x)
+  hcb.barrier_wait()
+  with np.printoptions(precision=3, suppress=True):
+    f(x * 1e-6)
+    hcb.barrier_wait()
+
+
+@scenario
+def prog_print_options_various(ctx):
+  """Prints under several NumPy print options, each a new jit (not
+  ``sign``: NumPy 2 applies it to integers too, NumPy 1 did not)."""
+  x = np.array([-1.5, 0.25, 1e-7, 3.0], F32)
+  i = np.arange(12, dtype=np.int32)
+  for opts in [
+    {"floatmode": "fixed", "precision": 3},
+    {"suppress": True},
+    {"linewidth": 20},
+    {"edgeitems": 1, "threshold": 5},
+    {"nanstr": "NaN!", "infstr": "INF"},
+    {"formatter": {"float": lambda v: f"<{v:.1f}>"}},
+  ]:
+    with np.printoptions(**opts):
+      ctx.log("options", sorted(k for k in opts))
+      jax.jit(lambda a, b: hcb.id_print((a, b, a / 0)))(x, i)
+      hcb.barrier_wait()
+
+
+@scenario
+def prog_print_line_width_boundary(ctx):
+  """Tuples whose one-line form is 78 to 82 columns wide."""
+  for n in range(78, 83):
+    # "( " + k numbers + " )": the last element's digits fill the width.
+    body = n - 4
+    k = (body + 1) // 2
+    vals = [np.int32(1)] * (k - 1)
+    last_width = body - 2 * (k - 1)
+    vals.append(np.int32(int("9" * last_width)) if last_width < 10 else 1)
+    ctx.log("width", n)
+    jax.jit(lambda *a: hcb.id_print(tuple(a)))(*vals)
+    hcb.barrier_wait()
+
+
+@scenario
+def prog_print_nested_breaking(ctx):
+  """A dict holding a list holding a multi-line array and a wide tuple."""
+  jax.jit(lambda d: hcb.id_print(d, what="nested"))(
+    {
+      "layers": [
+        np.arange(6, dtype=F32).reshape(2, 3),
+        tuple(np.int32(100000 + i) for i in range(12)),
+      ],
+      "a": np.int32(1),
+    }
+  )
+
+
+@scenario
+def prog_print_single_element_containers(ctx):
+  """``(x,)``, ``[x]`` and ``{"k": x}`` printed."""
+  jax.jit(lambda x: hcb.id_print(((x,), [x], {"k": x})))(np.int32(7))
+
+
+@scenario
+def prog_print_long_kwargs_line(ctx):
+  """Many keyword arguments: one long line, not wrapped."""
+  jax.jit(
+    lambda x: hcb.id_print(
+      x, **{f"key_{i}": "value_" + "v" * i for i in range(10)}
+    )
+  )(np.int32(1))
+
+
+@scenario
+def prog_print_eager_float64_and_big_int(ctx):
+  """Eager id_print of a float64 1/3 and an int64 array (x64 off)."""
+  hcb.id_print((np.float64(1 / 3), np.array([2**31 - 1, -5], np.int64)))
+
+
+@scenario
+def prog_print_eager_python_int_too_big(ctx):
+  """Eager id_print of ``2**40`` with x64 off."""
+  hcb.id_print(2**40)
+
+
+@scenario
+def prog_call_host_returns_transposed(ctx):
+  """The host returns a transposed (Fortran-ordered) view."""
+  return jax.jit(
+    lambda x: hcb.call(
+      lambda a: np.ascontiguousarray(a).T,
+      x,
+      result_shape=jax.ShapeDtypeStruct((3, 2), np.float32),
+    )
+  )(np.arange(6, dtype=F32).reshape(2, 3))
+
+
+@scenario
+def prog_call_host_returns_strided_views(ctx):
+  """Reversed, sliced and broadcast views as results."""
+
+  def host(a):
+    return a[::-1], a[::2], np.broadcast_to(a[:1], (4,))
+
+  return jax.jit(
+    lambda x: hcb.call(
+      host,
+      x,
+      result_shape=(x, jax.ShapeDtypeStruct((2,), F32), x),
+    )
+  )(np.arange(4, dtype=F32))
+
+
+@scenario
+def prog_call_host_returns_big_endian(ctx):
+  """The host returns a big-endian float32 array."""
+  return jax.jit(
+    lambda x: hcb.call(lambda a: a.astype(">f4") * 2, x, result_shape=x)
+  )(np.arange(3, dtype=F32))
+
+
+@scenario
+def prog_call_host_returns_list_for_array(ctx):
+  """The host returns a Python list of floats for a (2,) array."""
+  return _failing_call(
+    ctx,
+    jax.jit(lambda x: hcb.call(lambda a: [1.0, 2.0], x, result_shape=x)),
+    np.zeros(2, F32),
+  )
+
+
+@scenario
+def prog_call_small_dtypes(ctx):
+  """call results of bool, uint8, int8, float16, bfloat16 and 0-size."""
+
+  def host(a):
+    return (
+      a > 1,
+      a.astype(np.uint8),
+      (-a).astype(np.int8),
+      a.astype(np.float16) / 4,
+      a.astype(jnp.bfloat16) * 2,
+      np.zeros((0, 2), np.float32),
+    )
+
+  shape = (
+    jax.ShapeDtypeStruct((3,), np.bool_),
+    jax.ShapeDtypeStruct((3,), np.uint8),
+    jax.ShapeDtypeStruct((3,), np.int8),
+    jax.ShapeDtypeStruct((3,), np.float16),
+    jax.ShapeDtypeStruct((3,), jnp.bfloat16),
+    jax.ShapeDtypeStruct((0, 2), np.float32),
+  )
+  return jax.jit(lambda x: hcb.call(host, x, result_shape=shape))(
+    np.arange(3, dtype=np.int32)
+  )
+
+
+@scenario
+def prog_call_complex64(ctx):
+  """A call with a complex64 operand and result."""
+  return jax.jit(lambda z: hcb.call(lambda a: a * 1j, z, result_shape=z))(
+    np.array([1 + 1j, 2], np.complex64)
+  )
+
+
+@scenario
+def prog_tap_complex_under_grad(ctx):
+  """A complex value tapped under grad of its real part."""
+
+  def f(x):
+    z = hcb.id_tap(ctx.tap, x * (1 + 1j))
+    return jnp.real(z * z)
+
+  return jax.grad(f)(F32(1.5))
+
+
+@scenario
+def prog_tap_eager_dtypes(ctx):
+  """Eager taps of NumPy scalars and arrays of several dtypes."""
+  return hcb.id_tap(
+    ctx.tap,
+    (
+      np.float64(0.1),
+      np.int64(5),
+      np.uint64(7),
+      np.array([True]),
+      np.float16(2),
+      np.array([1, 2], np.uint16),
+    ),
+  )
+
+
+@scenario(
+  ours=(
+    "legacy 0.4.30 ran CPU taps synchronously, so a failing tap "
+    "failed the computation with JaxRuntimeError; hostcb runs "
+    "taps asynchronously, as legacy's documentation describes: "
+    "the computation completes and the next barrier_wait raises "
+    "CallbackException"
+  ),
+  expect=(
+    "caught CallbackException\n"
+    "tap: np.ndarray(int32, (), 2) transforms=()\n"
+    "result: jax.Array(int32, (), weak=False, 2)\n"
+  ),
+)
+def prog_tap_raises_eager_then_jit_ok(ctx):
+  """An eager tap that raises, caught at the barrier, then a jitted tap."""
+
+  def bad(a, t):
+    raise KeyError("missing")
+
+  try:
+    hcb.id_tap(bad, np.int32(1))
+    hcb.barrier_wait()
+  except Exception as e:  # noqa: BLE001  (recorded)
+    ctx.log("caught", type(e).__name__)
+  return jax.jit(lambda x: hcb.id_tap(ctx.tap, x))(np.int32(2))
+
+
+@scenario
+def prog_vmap_psum_axis_name_tap(ctx):
+  """vmap with an axis name and a psum, tapping per element and total."""
+
+  def f(x):
+    total = jax.lax.psum(x, "b")
+    return hcb.id_tap(ctx.tap, (x, total))
+
+  return jax.vmap(f, axis_name="b")(np.arange(3, dtype=F32))
+
+
+@scenario
+def prog_scan_carry_with_none_and_dict(ctx):
+  """A scan whose carry is a dict with a None leaf, tapped each step."""
+
+  def body(c, x):
+    c = {"n": c["n"] + 1, "skip": None, "acc": c["acc"] + x}
+    return hcb.id_tap(ctx.tap, c), None
+
+  return jax.jit(
+    lambda xs: jax.lax.scan(body, {"n": 0, "skip": None, "acc": F32(0)}, xs)[0]
+  )(np.arange(3, dtype=F32))
+
+
+@scenario(unordered=True)
+def prog_grad_of_pmap_tap(ctx):
+  """grad of a sum over a pmap'd function that taps."""
+
+  def f(x):
+    y = jax.pmap(lambda v: hcb.id_tap(ctx.tapper("in"), v * v))(x)
+    return jnp.sum(y)
+
+  r = jax.grad(f)(np.array([1, 2], F32))
+  hcb.barrier_wait()
+  return r
+
+
+@scenario
+def prog_threads_dispatching_taps(ctx):
+  """Two Python threads each run a jitted tapping function; the taps of
+  each thread arrive in its order."""
+  import threading
+
+  seen = {0: [], 1: []}
+  f = jax.jit(
+    lambda t, i: hcb.id_tap(
+      lambda a, tr: seen[int(a[0])].append(int(a[1])), (t, i)
+    )
+  )
+
+  def run(t):
+    for i in range(5):
+      f(np.int32(t), np.int32(i))
+
+  ts = [threading.Thread(target=run, args=(t,)) for t in (0, 1)]
+  for t in ts:
+    t.start()
+  for t in ts:
+    t.join(30)
+  hcb.barrier_wait()
+  ctx.log("seen", seen)
+
+
+@scenario
+def prog_jit_tap_function_equal_but_distinct(ctx):
+  """Two equal-comparing tap objects in one jitted function each get
+  their own taps."""
+
+  class Tap:
+    def __init__(self, name):
+      self.name = name
+
+    def __eq__(self, other):
+      return isinstance(other, Tap)
+
+    def __hash__(self):
+      return 0
+
+    def __call__(self, a, t):
+      ctx.log("tap", self.name, a.tolist())
+
+  return jax.jit(
+    lambda x: hcb.id_tap(Tap("one"), x) + hcb.id_tap(Tap("two"), x * 2)
+  )(np.int32(1))
+
+
+@scenario
+def prog_same_jit_twice_different_closures(ctx):
+  """A function re-jitted with a different tap closure each time."""
+  out = []
+  for k in range(2):
+    f = jax.jit(
+      lambda x, k=k: hcb.id_tap(lambda a, t: out.append((k, int(a))), x)
+    )
+    f(np.int32(k))
+  hcb.barrier_wait()
+  ctx.log("out", out)
