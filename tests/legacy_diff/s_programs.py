@@ -1887,3 +1887,550 @@ def prog_same_jit_twice_different_closures(ctx):
     f(np.int32(k))
   hcb.barrier_wait()
   ctx.log("out", out)
+
+
+# ---------------------------------------------------------------- batch 4
+
+
+@scenario
+def prog_print_then_python_print_no_barrier(ctx):
+  """A jitted id_print, then a Python print with no barrier between."""
+  f = jax.jit(lambda x: hcb.id_print(x * 2, what="dev"))
+  r = f(np.arange(2, dtype=np.int32))
+  print("after first")
+  f(r)
+  print("after second")
+
+
+@scenario
+def prog_print_loop_python_prints_interleaved(ctx):
+  """A Python loop of jitted steps that print, with Python prints of the
+  step number between (a typical training log)."""
+  step = jax.jit(lambda w: hcb.id_print(w - 1, what="w"))
+  w = np.int32(3)
+  for i in range(3):
+    print(f"step {i}")
+    w = step(w)
+  print("final", int(w))
+
+
+@scenario
+def prog_block_until_ready_then_read(ctx):
+  """Taps into a list, then ``block_until_ready`` on the result and read
+  the list without barrier_wait."""
+  seen = []
+  r = jax.jit(
+    lambda x: hcb.id_tap(lambda a, t: seen.append(a.tolist()), x * 2)
+  )(np.arange(3, dtype=np.int32))
+  r.block_until_ready()
+  hcb.barrier_wait()
+  ctx.log("seen", seen)
+
+
+@scenario
+def prog_effects_barrier_waits_for_taps(ctx):
+  """``jax.effects_barrier()`` after a tapping jit."""
+  seen = []
+  f = jax.jit(lambda x: hcb.id_tap(lambda a, t: seen.append(int(a)), x + 1) * 2)
+  for i in range(3):
+    f(np.int32(i))
+  jax.effects_barrier()
+  ctx.log("seen", seen)
+
+
+@scenario
+def prog_aot_lower_compile_call(ctx):
+  """``jit(f).lower(x).compile()`` then calling the compiled function."""
+  f = jax.jit(lambda x: hcb.id_tap(ctx.tap, x * 3) + 1)
+  x = np.arange(2, dtype=np.int32)
+  c = f.lower(x).compile()
+  c(x)
+  return c(x + 1)
+
+
+@scenario
+def prog_call_fails_twice_same_jit(ctx):
+  """The same jitted call failing on two runs: the exception types."""
+
+  def host(a):
+    raise ValueError(f"host failed on {a.tolist()}")
+
+  f = jax.jit(lambda x: hcb.call(host, x, result_shape=x))
+  for i in range(3):
+    _failing_call(ctx, f, np.int32(i))
+
+
+@scenario
+def prog_call_fails_in_scan_step(ctx):
+  """A call in a scan that fails at step 2 of 4."""
+
+  def host(a):
+    if int(a) == 2:
+      raise ValueError("step 2")
+    ctx.log("host", int(a))
+    return a
+
+  return _failing_call(
+    ctx,
+    jax.jit(
+      lambda: jax.lax.scan(
+        lambda c, i: (c, hcb.call(host, i, result_shape=i)),
+        0,
+        jnp.arange(4),
+      )
+    ),
+  )
+
+
+@scenario
+def prog_print_to_stderr_stream(ctx):
+  """``output_stream=sys.stderr`` (redirected here)."""
+  import contextlib
+  import sys
+
+  with contextlib.redirect_stderr(ctx):
+    jax.jit(lambda x: hcb.id_print(x, output_stream=sys.stderr, what="e"))(
+      np.int32(5)
+    )
+    hcb.barrier_wait()
+
+
+@scenario
+def prog_print_what_with_newline(ctx):
+  """A ``what`` with a newline and unicode in it."""
+  jax.jit(lambda x: hcb.id_print(x, what="line1\nline2 ∂"))(np.int32(1))
+
+
+@scenario
+def prog_vmap_batch_size_one_mixed(ctx):
+  """vmap over a batch of one with an unbatched leaf in the tap."""
+  return jax.vmap(lambda x, y: hcb.id_tap(ctx.tap, (x, y)), in_axes=(0, None))(
+    np.arange(1, dtype=F32), np.int32(4)
+  )
+
+
+@scenario
+def prog_deep_combo_jit_vmap_grad_scan_cond(ctx):
+  """jit(vmap(grad)) of a scan whose body has a cond with a print in one
+  branch and a tap in the other."""
+
+  def f(x):
+    def body(c, i):
+      c = jax.lax.cond(
+        i % 2 == 0,
+        lambda v: hcb.id_print(v * 2, what="even"),
+        lambda v: hcb.id_tap(ctx.tapper("odd"), v + 1),
+        c,
+      )
+      return c, None
+
+    return jax.lax.scan(body, x, jnp.arange(3))[0]
+
+  return jax.jit(jax.vmap(jax.grad(f)))(np.array([1, 2], F32))
+
+
+@scenario
+def prog_custom_jvp_print_under_vmap_jit(ctx):
+  """A custom_jvp whose rule prints the tangent, under jit(vmap(jvp))."""
+
+  @jax.custom_jvp
+  def f(x):
+    return x * x
+
+  @f.defjvp
+  def _(p, t):
+    (x,), (dx,) = p, t
+    dx = hcb.id_print(dx, what="tangent")
+    return x * x, 2 * x * dx
+
+  return jax.jit(jax.vmap(lambda x: jax.jvp(f, (x,), (x + 1,))))(
+    np.array([1, 2], F32)
+  )
+
+
+@scenario
+def prog_while_batched_pred_body_tap(ctx):
+  """vmap of a while_loop with per-element trip counts and a tap of
+  ``(i, x)`` in the body."""
+
+  def f(n):
+    return jax.lax.while_loop(
+      lambda c: c[0] < n,
+      lambda c: hcb.id_tap(ctx.tap, (c[0] + 1, c[1] * 2)),
+      (0, F32(1)),
+    )
+
+  return jax.vmap(f)(np.array([1, 3], np.int32))
+
+
+@scenario
+def prog_fori_dynamic_bound_print_jit(ctx):
+  """A fori_loop with a traced upper bound (a while loop) printing."""
+  return jax.jit(
+    lambda n: jax.lax.fori_loop(
+      0, n, lambda i, c: hcb.id_print(c + i, what="c"), 0
+    )
+  )(np.int32(3))
+
+
+@scenario
+def prog_checkpoint_policy_saveable_print(ctx):
+  """remat with ``checkpoint_dots`` policy and a print, under grad."""
+
+  def f(w, x):
+    h = jnp.tanh(x @ w) * 0 + x @ w
+    h = hcb.id_print(h, what="h")
+    return jnp.sum(h * h)
+
+  g = jax.checkpoint(f, policy=jax.checkpoint_policies.checkpoint_dots)
+  return jax.grad(g)(np.eye(2, dtype=F32), np.ones((1, 2), F32))
+
+
+@scenario
+def prog_tap_in_pmap_of_scan_print_stream(ctx):
+  """pmap of a scan printing to a StringIO with device."""
+  out = io.StringIO()
+  jax.pmap(
+    lambda x: jax.lax.scan(
+      lambda c, v: (
+        c + hcb.id_print(v, output_stream=out, tap_with_device=True),
+        None,
+      ),
+      0,
+      x,
+    )[0]
+  )(np.arange(4, dtype=np.int32).reshape(2, 2))
+  hcb.barrier_wait()
+  ctx.log("lines", sorted(out.getvalue().splitlines()))
+
+
+@scenario
+def prog_jit_static_tap_function_argument(ctx):
+  """A tap function passed as a static argument to jit."""
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def f(tapf, x):
+    return hcb.id_tap(tapf, x)
+
+  f(ctx.tapper("one"), np.int32(1))
+  return f(ctx.tapper("two"), np.int32(2))
+
+
+@scenario(
+  ours=(
+    "README (deliberate differences): tap_with_device/call_with_device "
+    "name the device that ran the callback; legacy 0.4.30 on CPU said "
+    "device 0 for an operand committed to device 1"
+  ),
+  expect=(
+    "tap: np.ndarray(int32, (), 5) transforms=() device=cpu:1\n"
+    "result: jax.Array(int32, (), weak=False, 5)\n"
+  ),
+)
+def prog_tap_of_jnp_array_eager_committed(ctx):
+  """Eager tap with device of an array committed to device 1."""
+  x = jax.device_put(np.int32(5), jax.devices()[1])
+  return hcb.id_tap(ctx.tap, x, tap_with_device=True)
+
+
+@scenario(
+  ours=(
+    "README (deliberate differences): tap_with_device/call_with_device "
+    "name the device that ran the callback; legacy 0.4.30 on CPU said "
+    "device 0 for an operand committed to device 1"
+  ),
+  expect=(
+    "device cpu:1\n"
+    "result device {cpu:1}\n"
+    "result: jax.Array(int32, (), weak=False, 6)\n"
+  ),
+)
+def prog_call_eager_on_device_1(ctx):
+  """Eager call with device of an array committed to device 1."""
+
+  def host(a, *, device):
+    ctx.log("device", device)
+    return a + 1
+
+  x = jax.device_put(np.int32(5), jax.devices()[1])
+  r = hcb.call(host, x, result_shape=x, call_with_device=True)
+  ctx.log("result device", r.devices())
+  return r
+
+
+# ---------------------------------------------------------------- batch 5
+
+
+@scenario
+def prog_id_tap_builtin_print(ctx):
+  """``id_tap(print, x)``: the quickest debugging tap, under jit and vmap."""
+  jax.jit(lambda x: hcb.id_tap(print, x * 2))(np.arange(3, dtype=np.int32))
+  hcb.barrier_wait()
+  return jax.vmap(lambda x: hcb.id_tap(print, x + 1))(
+    np.arange(2, dtype=np.int32)
+  )
+
+
+@scenario
+def prog_call_numpy_ufuncs(ctx):
+  """NumPy functions as call callbacks: ``np.sin``, ``np.sum``,
+  ``np.linalg.norm`` (float32 in, float32 out)."""
+  x = np.array([0.0, 0.5], F32)
+
+  def f(x):
+    return (
+      hcb.call(np.sin, x, result_shape=x) * 0 + x,
+      hcb.call(np.sum, x, result_shape=jax.ShapeDtypeStruct((), F32)),
+      hcb.call(np.linalg.norm, x * 0 + 2, result_shape=F32(0)) ** 2,
+    )
+
+  return jax.jit(f)(x)
+
+
+@scenario
+def prog_call_numpy_mean_of_ints(ctx):
+  """``call(np.mean, ints, result_shape=0.0)``: NumPy returns float64."""
+  return _failing_call(
+    ctx,
+    jax.jit(lambda x: hcb.call(np.mean, x, result_shape=0.0)),
+    np.arange(4, dtype=np.int32),
+  )
+
+
+@scenario
+def prog_host_function_with_custom_jvp(ctx):
+  """A host function with a custom_jvp whose tangent is another host
+  call, under grad and jit(grad)."""
+
+  @jax.custom_jvp
+  def host_sq(x):
+    return hcb.call(lambda a: a * a, x, result_shape=x)
+
+  @host_sq.defjvp
+  def _(p, t):
+    (x,), (dx,) = p, t
+    d = hcb.call(lambda a: 2 * a, x, result_shape=x)
+    return host_sq(x), d * dx
+
+  return jax.grad(host_sq)(F32(3)), jax.jit(jax.grad(host_sq))(F32(1.5))
+
+
+@scenario
+def prog_host_function_with_custom_vjp_vmap(ctx):
+  """A host function with a custom_vjp (fwd and bwd both call the host),
+  under vmap of grad: call under vmap."""
+
+  @jax.custom_vjp
+  def host_cube(x):
+    return hcb.call(lambda a: a**3, x, result_shape=x)
+
+  def fwd(x):
+    return host_cube(x), x
+
+  def bwd(x, g):
+    return (hcb.call(lambda a: 3 * a * a, x, result_shape=x) * g,)
+
+  host_cube.defvjp(fwd, bwd)
+  return jax.vmap(jax.grad(host_cube))(np.array([1, 2], F32))
+
+
+@scenario
+def prog_host_function_custom_vjp_grad(ctx):
+  """The same custom_vjp host function under jit(grad) in a scan."""
+
+  @jax.custom_vjp
+  def host_cube(x):
+    return hcb.call(lambda a: a**3, x, result_shape=x)
+
+  def fwd(x):
+    return host_cube(x), x
+
+  def bwd(x, g):
+    return (hcb.call(lambda a: 3 * a * a, x, result_shape=x) * g,)
+
+  host_cube.defvjp(fwd, bwd)
+
+  def f(x):
+    return jax.lax.scan(lambda c, _: (host_cube(c), None), x, None, length=2)[0]
+
+  return jax.jit(jax.grad(f))(F32(1))
+
+
+@scenario
+def prog_hessian_of_call(ctx):
+  """hessian of a function with a call: legacy's jvp error."""
+  return jax.hessian(lambda x: hcb.call(lambda a: a, x, result_shape=x))(F32(1))
+
+
+@scenario(
+  ours=(
+    "spec/README.md: what legacy could not do hostcb does; legacy's "
+    "rewrite of jitted code for its tokens had no rule for "
+    "custom_linear_solve (NotImplementedError: outfeed rewrite "
+    "custom_linear_solve)"
+  ),
+  expect="matvec taps 3 transforms [()]\nx [0.0909, 0.6364]\n",
+)
+def prog_cg_with_tapped_matvec(ctx):
+  """``jax.scipy.sparse.linalg.cg`` whose matvec taps how often it runs."""
+  calls = []
+  a = np.array([[4, 1], [1, 3]], F32)
+
+  def matvec(v):
+    hcb.id_tap(lambda x, t: calls.append(t), v)
+    return a @ v
+
+  x, _ = jax.jit(lambda b: jax.scipy.sparse.linalg.cg(matvec, b, maxiter=3))(
+    np.array([1, 2], F32)
+  )
+  hcb.barrier_wait()
+  ctx.log("matvec taps", len(calls), "transforms", sorted(set(calls)))
+  ctx.log("x", [round(float(v), 4) for v in x])
+
+
+@scenario
+def prog_custom_linear_solve_grad_taps(ctx):
+  """grad through ``lax.custom_linear_solve`` with a tapped matvec."""
+  calls = []
+  a = np.array([[2, 0], [0, 4]], F32)
+
+  def matvec(v):
+    return hcb.id_tap(lambda x, t: calls.append((x.tolist(), t)), a @ v)
+
+  def solve(mv, b):
+    return b / np.diag(a)
+
+  def f(b):
+    x = jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+    return jnp.sum(x * x)
+
+  g = jax.grad(f)(np.array([1, 2], F32))
+  hcb.barrier_wait()
+  ctx.log("calls", calls)
+  return g
+
+
+@scenario
+def prog_odeint_tapped_dynamics(ctx):
+  """``odeint`` with a dynamics function that taps; counts and transforms
+  of the taps, forward and under grad (values rounded: XLA's kernels)."""
+  from jax.experimental.ode import odeint
+
+  seen = []
+
+  def dyn(y, t):
+    y = hcb.id_tap(lambda a, tr: seen.append(tr), y)
+    return -y
+
+  def final(y0):
+    return odeint(dyn, y0, jnp.array([0.0, 0.5], F32))[-1]
+
+  y = jax.jit(final)(F32(1))
+  hcb.barrier_wait()
+  ctx.log("forward taps > 0:", len(seen) > 0, sorted(set(seen)))
+  n = len(seen)
+  g = jax.jit(jax.grad(final))(F32(1))
+  hcb.barrier_wait()
+  ctx.log("grad taps > 0:", len(seen) > n, sorted(set(seen[n:])))
+  ctx.log("y", round(float(y), 4), "g", round(float(g), 4))
+
+
+@scenario
+def prog_bfgs_minimize_print_objective(ctx):
+  """``jax.scipy.optimize.minimize`` (BFGS) of an objective that taps its
+  value; the number of taps and the minimum (rounded)."""
+  seen = []
+
+  def obj(w):
+    v = jnp.sum((w - jnp.array([1.0, 2.0])) ** 2)
+    return hcb.id_tap(lambda a, t: seen.append(t), v)
+
+  r = jax.jit(lambda w: jax.scipy.optimize.minimize(obj, w, method="BFGS").x)(
+    np.zeros(2, F32)
+  )
+  hcb.barrier_wait()
+  ctx.log("taps", len(seen) > 0, sorted(set(seen)))
+  ctx.log("x", np.round(np.asarray(r), 3).tolist())
+
+
+@scenario(unordered=True)
+def prog_pmap_broadcast_arg_tap(ctx):
+  """pmap with ``in_axes=(0, None)``: the broadcast argument is tapped on
+  each device."""
+  return jax.pmap(
+    lambda x, s: hcb.id_tap(ctx.tap, (x, s), tap_with_device=True),
+    in_axes=(0, None),
+  )(np.arange(2, dtype=np.int32), np.float32(0.5))
+
+
+@scenario(unordered=True)
+def prog_pmap_all_gather_print(ctx):
+  """pmap printing an all_gather result on each device."""
+  return jax.pmap(
+    lambda x: hcb.id_print(
+      jax.lax.all_gather(x, "i"), what="gathered", tap_with_device=True
+    ),
+    axis_name="i",
+  )(np.arange(2, dtype=np.int32))
+
+
+@scenario(
+  ours=(
+    "README (deliberate differences): tap_with_device names the device "
+    "that ran the tap; legacy 0.4.30 said device 0 for a pmap over "
+    "device 1 alone"
+  ),
+  expect=(
+    "tap: np.ndarray(int32, (), 0) transforms=() device=cpu:1\n"
+    "result: jax.Array(int32, (1,), weak=False, [0])\n"
+  ),
+)
+def prog_pmap_one_device_1(ctx):
+  """pmap over ``devices=[device 1]`` with tap_with_device."""
+  return jax.pmap(
+    lambda x: hcb.id_tap(ctx.tap, x, tap_with_device=True),
+    devices=jax.devices()[1:2],
+  )(np.arange(1, dtype=np.int32))
+
+
+@scenario(unordered=True)
+def prog_pmap_static_broadcasted(ctx):
+  """pmap with a static broadcasted argument used in the print."""
+  f = jax.pmap(
+    lambda x, k: hcb.id_print(x * k, what=f"times {k}"),
+    static_broadcasted_argnums=1,
+  )
+  f(np.arange(2, dtype=np.int32), 3)
+  hcb.barrier_wait()
+  return f(np.arange(2, dtype=np.int32), 4)
+
+
+@scenario
+def prog_vmap_in_axes_dict_prefix(ctx):
+  """vmap with a dict in_axes prefix: batched and unbatched leaves."""
+  return jax.vmap(
+    lambda p: hcb.id_tap(ctx.tap, p), in_axes=({"w": 0, "b": None},)
+  )({"w": np.arange(4, dtype=F32).reshape(2, 2), "b": F32(1)})
+
+
+@scenario
+def prog_tap_tree_util_partial(ctx):
+  """A ``jax.tree_util.Partial`` as the tap function."""
+
+  def tap(tag, arg, transforms):
+    ctx.log("tag", tag, arg.tolist(), transforms)
+
+  return jax.jit(lambda x: hcb.id_tap(jax.tree_util.Partial(tap, "p"), x))(
+    np.arange(2, dtype=np.int32)
+  )
+
+
+@scenario
+def prog_tap_varargs_function(ctx):
+  """A tap function taking ``*args, **kwargs``."""
+
+  def tap(*args, **kwargs):
+    ctx.log("args", len(args), "kwargs", sorted(kwargs))
+
+  jax.jit(lambda x: hcb.id_tap(tap, x, tap_with_device=True))(np.int32(1))
+  return jax.jit(lambda x: hcb.id_tap(tap, x))(np.int32(2))
