@@ -95,6 +95,30 @@ def test_inline_eager_call_runs_in_calling_thread(inline):
   assert threads == [threading.current_thread()]
 
 
+def _tapped_dtypes(arg):
+  seen = []
+  hostcb.id_tap(lambda a, t: seen.append([x.dtype.name for x in a]), arg)
+  hostcb.barrier_wait()
+  return seen
+
+
+def test_inline_eager_tap_sees_the_dtypes_it_sees_without_inline(inline):
+  arg = (3.0, 2, np.float64(0.5), np.arange(2, dtype=np.int64), True)
+  got = _tapped_dtypes(arg)
+  hostcb.config.update("jax_host_callback_inline", False)
+  assert got == _tapped_dtypes(arg)
+  assert got == [["float32", "int32", "float32", "int32", "bool"]]
+
+
+def test_inline_eager_call_gets_the_canonical_dtype(inline):
+  seen = []
+  out = hostcb.call(
+    lambda a: (seen.append(a.dtype.name), a * 2)[1], 1.5, result_shape=1.5
+  )
+  assert seen == ["float32"]
+  assert float(out) == 3.0
+
+
 def test_inline_does_not_affect_jit(inline):
   threads = []
   jax.jit(

@@ -2434,3 +2434,213 @@ def prog_tap_varargs_function(ctx):
 
   jax.jit(lambda x: hcb.id_tap(tap, x, tap_with_device=True))(np.int32(1))
   return jax.jit(lambda x: hcb.id_tap(tap, x))(np.int32(2))
+
+
+# ---------------------------------------------------------------- inline
+
+
+_INLINE_BROKEN = (
+  "legacy 0.4.30's inline mode failed every eager tap and call with "
+  "TypeError: _outside_call_run_callback() got an unexpected keyword "
+  "argument 'device_index'; hostcb runs them in the calling thread with "
+  "the operands that the host sees outside inline mode"
+)
+
+
+def _inline(f):
+  """Runs ``f()`` with ``jax_host_callback_inline`` on, then off again."""
+  jax.config.update("jax_host_callback_inline", True)
+  try:
+    return f()
+  finally:
+    jax.config.update("jax_host_callback_inline", False)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "tap: (np.ndarray(float32, (), 3.0), np.ndarray(int32, (), 2), np.ndarray(float32, (), 0.5), np.ndarray(int32, (2,), [0, 1]), np.ndarray(float32, (2,), [1.0, 1.0])) transforms=()\n"
+    "result: (jax.Array(float32, (), weak=True, 3.0), jax.Array(int32, (), weak=True, 2), jax.Array(float32, (), weak=False, 0.5), jax.Array(int32, (2,), weak=False, [0, 1]), jax.Array(float32, (2,), weak=False, [1.0, 1.0]))\n"
+  ),
+)
+def prog_inline_eager_tap_values(ctx):
+  """Inline eager taps: what the tap function gets and id_tap returns for
+  Python numbers, NumPy values and JAX arrays."""
+  return _inline(
+    lambda: hcb.id_tap(
+      ctx.tap,
+      (3.0, 2, np.float64(0.5), np.arange(2, dtype=np.int64), jnp.ones(2)),
+    )
+  )
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "tap: np.ndarray(int32, (), 1) transforms=() device=cpu:0\n"
+    "result: jax.Array(int32, (), weak=False, 1)\n"
+  ),
+)
+def prog_inline_eager_tap_with_device(ctx):
+  """An inline eager tap with the device."""
+  return _inline(lambda: hcb.id_tap(ctx.tap, np.int32(1), tap_with_device=True))
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=("what: inline\n{ a=1.5 b=[0 1 2] }\nafter\n"),
+)
+def prog_inline_eager_print(ctx):
+  """An inline eager id_print of a dict, then a Python print: in order."""
+
+  def run():
+    hcb.id_print({"a": 1.5, "b": np.arange(3)}, what="inline")
+    print("after")
+
+  _inline(run)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=("host got ndarray 1.5\nresult: np.ndarray(float32, (), 3.0)\n"),
+)
+def prog_inline_eager_call(ctx):
+  """An inline eager call: the host's argument and the returned types."""
+
+  def host(a):
+    ctx.log("host got", type(a).__name__, a)
+    return np.float64(a) * 2
+
+  return _inline(lambda: hcb.call(host, 1.5, result_shape=1.5))
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "host got ndarray\n"
+    "result: (np.ndarray(int32, (3,), [1, 2, 3]), np.ndarray(int32, (), 3))\n"
+  ),
+)
+def prog_inline_eager_call_array(ctx):
+  """An inline eager call on a JAX array with a tuple result."""
+
+  def host(a):
+    ctx.log("host got", type(a).__name__)
+    return a + 1, a.sum()
+
+  return _inline(
+    lambda: hcb.call(
+      host,
+      jnp.arange(3, dtype=np.int32),
+      result_shape=(
+        jax.ShapeDtypeStruct((3,), np.int32),
+        jax.ShapeDtypeStruct((), np.int32),
+      ),
+    )
+  )
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=("id_tap raised ValueError inline boom\nbarrier ok\n"),
+)
+def prog_inline_eager_tap_raises(ctx):
+  """An inline eager tap that raises: where the error shows."""
+
+  def bad(a, t):
+    raise ValueError("inline boom")
+
+  def run():
+    try:
+      hcb.id_tap(bad, np.int32(1))
+      ctx.log("id_tap returned")
+    except Exception as e:  # noqa: BLE001  (recorded)
+      ctx.log("id_tap raised", type(e).__name__, e)
+    try:
+      hcb.barrier_wait()
+      ctx.log("barrier ok")
+    except Exception as e:  # noqa: BLE001  (recorded)
+      ctx.log("barrier raised", type(e).__name__)
+
+  _inline(run)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=("call raised KeyError 'inline call'\nbarrier ok\n"),
+)
+def prog_inline_eager_call_raises(ctx):
+  """An inline eager call that raises."""
+
+  def bad(a):
+    raise KeyError("inline call")
+
+  def run():
+    try:
+      hcb.call(bad, np.int32(1), result_shape=np.int32(0))
+    except Exception as e:  # noqa: BLE001  (recorded)
+      ctx.log("call raised", type(e).__name__, e)
+    try:
+      hcb.barrier_wait()
+      ctx.log("barrier ok")
+    except Exception as e:  # noqa: BLE001  (recorded)
+      ctx.log("barrier raised", type(e).__name__)
+
+  _inline(run)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "call raised TypeError Callback func <callback> should have returned a result with abstract values ShapedArray(int32[]) but returned ShapedArray(bool[])\n"
+  ),
+)
+def prog_inline_eager_call_wrong_dtype(ctx):
+  """An inline eager call whose host returns the wrong dtype."""
+
+  def run():
+    try:
+      hcb.call(lambda a: a > 0, np.int32(1), result_shape=np.int32(0))
+    except Exception as e:  # noqa: BLE001  (recorded)
+      ctx.log("call raised", type(e).__name__, e)
+    try:
+      hcb.barrier_wait()
+    except hcb.CallbackException:  # issue 8 item 5 (see _failing_call)
+      pass
+
+  _inline(run)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "tap[jit]: np.ndarray(int32, (), 4) transforms=()\n"
+    "tap[vmap]: np.ndarray(int32, (2,), [1, 2]) transforms=(('batch', {'batch_dims': (0,)}),)\n"
+    "result: (jax.Array(int32, (), weak=False, 4), jax.Array(int32, (2,), weak=False, [1, 2]))\n"
+  ),
+)
+def prog_inline_under_jit_and_vmap(ctx):
+  """Inline mode under jit and eager vmap: transforms and results."""
+
+  def run():
+    a = jax.jit(lambda x: hcb.id_tap(ctx.tapper("jit"), x * 2))(np.int32(2))
+    b = jax.vmap(lambda x: hcb.id_tap(ctx.tapper("vmap"), x + 1))(
+      np.arange(2, dtype=np.int32)
+    )
+    return a, b
+
+  return _inline(run)
+
+
+@scenario(
+  ours=_INLINE_BROKEN,
+  expect=(
+    "tap: np.ndarray(float32, (), 2.25) transforms=()\n"
+    "result: jax.Array(float32, (), weak=False, 6.0)\n"
+  ),
+)
+def prog_inline_eager_grad(ctx):
+  """Inline mode, eager grad of a tapping function (JVP of the tap)."""
+  return _inline(
+    lambda: jax.grad(lambda x: hcb.id_tap(ctx.tap, x * x) * 2)(F32(1.5))
+  )

@@ -461,10 +461,15 @@ def _tap_impl(*args, target, transforms, device_index):
     return [jax.numpy.asarray(a) for a in args]
   if config.read(config.INLINE):
     device = _device_for(args, device_index)
+    # As outside inline mode, the tap sees the operands of JAX's canonical
+    # dtypes (a Python float is float32 unless x64 is on): what it returns.
+    arrays = [jax.numpy.asarray(a) for a in args]
     target.invoke(
-      tuple(np.asarray(a) for a in args), device, unpack_transforms(transforms)
+      tuple(np.asarray(a) for a in arrays),
+      device,
+      unpack_transforms(transforms),
     )
-    return [jax.numpy.asarray(a) for a in args]
+    return arrays
   # The computation's results are the operands as JAX arrays of the
   # canonical dtype, which legacy returned too.
   return ji.apply_compiled(
@@ -552,7 +557,10 @@ def _call_abstract_eval(*avals, target, device_index, effectful):
 def _call_impl(*args, target, device_index, effectful):
   if config.read(config.INLINE):
     device = _device_for(args, device_index)
-    return list(target.invoke(tuple(np.asarray(a) for a in args), device))
+    # The host sees what it sees outside inline mode: the operands of JAX's
+    # canonical dtypes (a Python float is float32 unless x64 is on).
+    operands = tuple(np.asarray(jax.numpy.asarray(a)) for a in args)
+    return list(target.invoke(operands, device))
   return ji.apply_compiled(
     call_p,
     *_eager_args(args, device_index),
