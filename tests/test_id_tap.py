@@ -120,10 +120,23 @@ def test_result_pytree_is_returned_and_not_tapped():
 
 def test_result_eager_is_returned_as_is():
   rec = Recorder()
-  res = object()
+  res = np.arange(3)
   assert hostcb.id_tap(rec, 1.0, result=res) is res
   hostcb.barrier_wait()
   np.testing.assert_array_equal(rec.args[0], np.float32(1.0))
+
+
+def test_result_that_is_not_a_jax_value_raises_legacy_type_error():
+  rec = Recorder()
+  with pytest.raises(
+    TypeError,
+    match=re.escape(
+      "Argument 'done' of type <class 'str'> is not a valid JAX type."
+    ),
+  ):
+    hostcb.id_tap(rec, 1.0, result={"status": "done"})
+  hostcb.barrier_wait()
+  assert rec.calls == []
 
 
 def test_nested_pytree_is_passed_with_its_structure():
