@@ -2644,3 +2644,89 @@ def prog_inline_eager_grad(ctx):
   return _inline(
     lambda: jax.grad(lambda x: hcb.id_tap(ctx.tap, x * x) * 2)(F32(1.5))
   )
+
+
+# ---------------------------------------------------------------- config
+
+
+def _config_try(ctx, name, value):
+  try:
+    jax.config.update(name, value)
+    ctx.log("set", repr(value), "->", repr(jax.config.values.get(name)))
+  except Exception as e:  # noqa: BLE001  (recorded)
+    ctx.log("set", repr(value), "raised", type(e).__name__ + ":", e)
+
+
+_QUEUE = "jax_host_callback_max_queue_byte_size"
+
+
+@scenario
+def prog_config_queue_byte_size(ctx):
+  """``jax_host_callback_max_queue_byte_size`` set to a larger and to the
+  smallest allowed int; taps still run."""
+  old = jax.config.values.get(_QUEUE)
+  try:
+    for v in [int(1e9), int(16e6)]:
+      _config_try(ctx, _QUEUE, v)
+    return jax.jit(lambda x: hcb.id_tap(ctx.tap, x))(np.int32(1))
+  finally:
+    jax.config.update(_QUEUE, old)
+
+
+@scenario(
+  ours=(
+    "legacy's option declared its lower bound of 16e6 bytes, which "
+    "jax.config.update did not check; hostcb checks it (the engine's "
+    "queue holds whole taps)"
+  ),
+  expect=(
+    "set 1000 raised ValueError: jax_host_callback_max_queue_byte_size "
+    "must be at least 16000000 bytes; got 1000\n"
+  ),
+)
+def prog_config_queue_byte_size_too_small(ctx):
+  """``jax_host_callback_max_queue_byte_size`` set below 16e6 bytes."""
+  old = jax.config.values.get(_QUEUE)
+  try:
+    _config_try(ctx, _QUEUE, 1000)
+  finally:
+    jax.config.update(_QUEUE, old)
+
+
+@scenario(
+  ours=(
+    "JAX's own change: the int options of JAX 0.10 reject a float in "
+    "jax.config.update (JAX 0.4.30 stored it); hostcb.config.update "
+    "takes it"
+  ),
+  expect=(
+    "set 500000000.0 raised ValueError: new int config value must be None "
+    "or of type int, got 500000000.0 of type <class 'float'>\n"
+  ),
+)
+def prog_config_queue_byte_size_float(ctx):
+  """``jax_host_callback_max_queue_byte_size`` set to ``5e8``, a float."""
+  old = jax.config.values.get(_QUEUE)
+  try:
+    _config_try(ctx, _QUEUE, 5e8)
+  finally:
+    jax.config.update(_QUEUE, old)
+
+
+@scenario
+def prog_config_inline_values(ctx):
+  """``jax_host_callback_inline`` set to True and False, and read back (not
+  1: JAX 0.10's bool options store True, JAX 0.4.30's stored 1)."""
+  name = "jax_host_callback_inline"
+  try:
+    for v in [True, False]:
+      _config_try(ctx, name, v)
+  finally:
+    jax.config.update(name, False)
+
+
+@scenario
+def prog_config_read_defaults(ctx):
+  """The two options' default values in ``jax.config.values``."""
+  ctx.log(repr(jax.config.values.get("jax_host_callback_inline")))
+  ctx.log(repr(jax.config.values.get(_QUEUE)))
