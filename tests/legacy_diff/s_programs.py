@@ -2730,3 +2730,98 @@ def prog_config_read_defaults(ctx):
   """The two options' default values in ``jax.config.values``."""
   ctx.log(repr(jax.config.values.get("jax_host_callback_inline")))
   ctx.log(repr(jax.config.values.get(_QUEUE)))
+
+
+# ---------------------------------------------------------------- batch 6
+
+
+@scenario
+def prog_alternating_jits_order(ctx):
+  """Two jitted functions with taps called alternately, with eager taps
+  between, and no barrier until the end: the taps keep dispatch order."""
+  f = jax.jit(lambda x: hcb.id_tap(ctx.tapper("f"), x + 1))
+  g = jax.jit(lambda x: hcb.id_tap(ctx.tapper("g"), x * 2))
+  x = np.int32(0)
+  for _ in range(3):
+    x = f(x)
+    hcb.id_tap(ctx.tapper("eager"), x)
+    x = g(x)
+  return x
+
+
+@scenario
+def prog_taps_of_constants(ctx):
+  """Taps and prints of constants under jit: Python numbers, a NumPy
+  array, a closed-over JAX array, in a cond without operands and in a
+  scan."""
+  c = jnp.arange(2, dtype=np.int32)
+
+  def f(p):
+    hcb.id_tap(ctx.tapper("py"), 3)
+    hcb.id_tap(ctx.tapper("np"), np.array([1.5, 2.5], F32))
+    hcb.id_tap(ctx.tapper("closed"), c)
+    jax.lax.cond(
+      p, lambda: hcb.id_print(7, what="t"), lambda: hcb.id_print(8, what="f")
+    )
+    jax.lax.scan(
+      lambda carry, _: (hcb.id_tap(ctx.tapper("scan"), 0.5) * carry, None),
+      1.0,
+      None,
+      length=2,
+    )
+    return p
+
+  return jax.jit(f)(True)
+
+
+@scenario
+def prog_many_leaves_tap(ctx):
+  """A dict of 300 leaves tapped under jit and under vmap."""
+  d = {f"k{i:03d}": np.int32(i) for i in range(300)}
+  seen = []
+
+  def tap(a, t):
+    seen.append((len(a), sum(int(np.sum(v)) for v in a.values()), t[:1]))
+
+  jax.jit(lambda d: hcb.id_tap(tap, d))(d)
+  jax.vmap(lambda d: hcb.id_tap(tap, d))(
+    {k: np.stack([v, v]) for k, v in d.items()}
+  )
+  hcb.barrier_wait()
+  ctx.log("seen", [(n, s, [tr[0] for tr in t]) for n, s, t in seen])
+
+
+@scenario
+def prog_zero_trip_loops(ctx):
+  """A scan of length 0 and a while_loop that never runs: no taps."""
+  a = jax.jit(
+    lambda xs: jax.lax.scan(
+      lambda c, x: (c + hcb.id_tap(ctx.tapper("scan"), x), None), 0.0, xs
+    )[0]
+  )(np.zeros(0, F32))
+  b = jax.jit(
+    lambda n: jax.lax.while_loop(
+      lambda i: i < n, lambda i: hcb.id_tap(ctx.tapper("while"), i + 1), 0
+    )
+  )(np.int32(0))
+  return a, b
+
+
+@scenario
+def prog_alternating_devices_order(ctx):
+  """Computations alternating between device 0 (values from 0) and device 1
+  (values from 100), each with a tap, then a barrier: each device's order
+  (taps run asynchronously, one thread per device, so the order between
+  the devices' taps is not kept; legacy 0.4.30 ran them synchronously)."""
+  seen = []
+  f = jax.jit(lambda x: hcb.id_tap(lambda a, t: seen.append(int(a)), x + 1))
+  x0 = jax.device_put(np.int32(0), jax.devices()[0])
+  x1 = jax.device_put(np.int32(100), jax.devices()[1])
+  for _ in range(3):
+    x0 = f(x0)
+    x0.block_until_ready()
+    x1 = f(x1)
+    x1.block_until_ready()
+  hcb.barrier_wait()
+  ctx.log("device 0", [v for v in seen if v < 100])
+  ctx.log("device 1", [v for v in seen if v >= 100])
