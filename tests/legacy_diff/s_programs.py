@@ -2825,3 +2825,121 @@ def prog_alternating_devices_order(ctx):
   hcb.barrier_wait()
   ctx.log("device 0", [v for v in seen if v < 100])
   ctx.log("device 1", [v for v in seen if v >= 100])
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _print_each(values, **kw):
+  """Prints each value from one jitted function, in order."""
+  leaves = list(values)
+
+  def f(*a):
+    for v in a:
+      hcb.id_print(v, **kw)
+
+  jax.jit(f)(*leaves)
+
+
+@scenario
+def prog_print_float32_scalars(ctx):
+  """float32 scalars around NumPy's switches between positional and
+  scientific notation, and special values (not 1e-4 and 1e7: NumPy 2
+  writes those float32 0-d arrays otherwise than NumPy 1 did)."""
+  _print_each(
+    F32(v)
+    for v in [
+      0.0,
+      -0.0,
+      1.0,
+      1.0000001,
+      0.1,
+      9.9999e-5,
+      1e-5,
+      123456.79,
+      1e15,
+      1e16,
+      1.5e16,
+      3.4e38,
+      -1e-30,
+      np.nan,
+      np.inf,
+      -np.inf,
+      1 / 3,
+      2 / 3,
+    ]
+  )
+
+
+@scenario
+def prog_print_int_rows_widths(ctx):
+  """int32 rows around the 75-column line width, with negatives."""
+  _print_each(
+    [
+      np.arange(n, dtype=np.int32) * k - (k if neg else 0)
+      for n, k, neg in [
+        (24, 1, False),
+        (25, 1, False),
+        (26, 1, False),
+        (18, 11, False),
+        (19, 11, False),
+        (20, 11, True),
+        (15, 1000, True),
+        (16, 1000, True),
+        (13, 100000, True),
+      ]
+    ]
+  )
+
+
+@scenario
+def prog_print_extreme_ints(ctx):
+  """int8/uint8/int32/uint32 extremes in rows and scalars."""
+  _print_each(
+    [
+      np.array([-128, 127, 0], np.int8),
+      np.array([0, 255], np.uint8),
+      np.array([-(2**31), 2**31 - 1], np.int32),
+      np.array([0, 2**32 - 1], np.uint32),
+      np.int32(-(2**31)),
+      np.uint32(2**32 - 1),
+    ]
+  )
+
+
+@scenario
+def prog_print_bool_rows(ctx):
+  """bool rows: short, at the line width, longer."""
+  _print_each(
+    [
+      np.array([True]),
+      np.array([False, True]),
+      np.arange(12) % 3 == 0,
+      np.arange(13) % 2 == 0,
+      np.arange(30) % 2 == 0,
+      np.bool_(False),
+    ]
+  )
+
+
+@scenario
+def prog_print_float_rows(ctx):
+  """float32 rows mixing magnitudes (the scientific switch of a row)."""
+  _print_each(
+    [
+      np.array([1, 2.5, 1e-5], F32),
+      np.array([1e8, 1], F32),
+      np.array([0.1, 0.25, 100], F32),
+      np.array([np.nan, 1, -np.inf], F32),
+      np.arange(30, dtype=F32) / 7,
+    ]
+  )
+
+
+@scenario
+def prog_print_threshold_boundaries(ctx):
+  """Arrays of exactly ``threshold`` and ``threshold + 1`` elements."""
+  _print_each([np.arange(10, dtype=np.int32)], threshold=10)
+  _print_each([np.arange(11, dtype=np.int32)], threshold=10)
+  _print_each([np.arange(7, dtype=F32)], threshold=6)
+  _print_each([np.arange(12, dtype=np.int32).reshape(3, 4)], threshold=11)
