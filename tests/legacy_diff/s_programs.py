@@ -2943,3 +2943,74 @@ def prog_print_threshold_boundaries(ctx):
   _print_each([np.arange(11, dtype=np.int32)], threshold=10)
   _print_each([np.arange(7, dtype=F32)], threshold=6)
   _print_each([np.arange(12, dtype=np.int32).reshape(3, 4)], threshold=11)
+
+
+# ---------------------------------------------------------------- nesting
+
+
+@scenario
+def prog_call_host_runs_tapping_jit_and_barrier(ctx):
+  """A call's host function runs a jitted function that taps, then
+  barrier_wait, then returns."""
+  inner = jax.jit(lambda a: hcb.id_tap(ctx.tapper("inner"), a * 2))
+
+  def host(a):
+    r = inner(a)
+    hcb.barrier_wait()
+    ctx.log("host after barrier", np.asarray(r).tolist())
+    return a + 1
+
+  jax.jit(lambda x: hcb.id_tap(ctx.tapper("first"), x))(np.int32(1))
+  return jax.jit(lambda x: hcb.call(host, x, result_shape=x))(np.int32(5))
+
+
+@scenario(
+  ours=(
+    "docs/guide.md (Tap functions may tap and call): a tap made by a tap "
+    "function is queued behind the taps before it and runs after that "
+    "function; legacy 0.4.30 ran CPU taps synchronously, so the inner tap "
+    "ran first"
+  ),
+  expect=(
+    "outer done: [0, 2]\n"
+    "tap[inner]: np.ndarray(int32, (2,), [0, 2]) transforms=()\n"
+    "result: jax.Array(int32, (2,), weak=False, [0, 1])\n"
+  ),
+)
+def prog_tap_function_runs_tapping_jit(ctx):
+  """A tap function that runs a jitted function with its own tap."""
+  inner = jax.jit(lambda a: hcb.id_tap(ctx.tapper("inner"), a * 2))
+
+  def outer(a, t):
+    ctx.log("outer done:", np.asarray(inner(a)).tolist())
+
+  return jax.jit(lambda x: hcb.id_tap(outer, x))(np.arange(2, dtype=np.int32))
+
+
+@scenario(
+  ours=(
+    "docs/guide.md: barrier_wait cannot be called from a tap function (it "
+    "would wait for that function): it raises RuntimeError, which the "
+    "next barrier_wait reports; legacy 0.4.30's barrier waited for nothing "
+    "on CPU"
+  ),
+  expect=(
+    "raised CallbackException: There were exceptions during callback "
+    "processing. Last one was:\n"
+    "Traceback (most recent call last):\n"
+    "  <frames>\n"
+    "RuntimeError: barrier_wait() was called from a tap function; it would "
+    "wait for that function itself. Call it from the thread that runs the "
+    "computation.\n"
+    "\n"
+  ),
+)
+def prog_tap_function_calls_barrier_wait(ctx):
+  """A tap function that calls barrier_wait."""
+
+  def tap(a, t):
+    hcb.barrier_wait()
+    ctx.log("tap after barrier", a.tolist())
+
+  jax.jit(lambda x: hcb.id_tap(tap, x))(np.int32(1))
+  hcb.barrier_wait()
