@@ -233,6 +233,27 @@ def test_barrier_wait_from_tap_function_raises_instead_of_deadlocking():
     hostcb.barrier_wait()
 
 
+def test_one_barrier_waits_for_taps_that_tap_functions_make_meanwhile():
+  seen = []
+  inner = jax.jit(lambda a: hostcb.id_tap(lambda v, t: seen.append("inner"), a))
+  innermost = jax.jit(
+    lambda a: hostcb.id_tap(lambda v, t: seen.append("innermost"), a)
+  )
+
+  def middle(a, t):
+    seen.append("middle")
+    innermost(a)
+
+  def outer(a, t):
+    inner(a)
+    hostcb.id_tap(middle, a)  # eagerly, from the tap function
+    seen.append("outer")
+
+  jax.jit(lambda x: hostcb.id_tap(outer, x))(1)
+  hostcb.barrier_wait()
+  assert seen == ["outer", "inner", "middle", "innermost"]
+
+
 def test_stop_outfeed_receiver_processes_pending_taps_then_taps_work_again():
   rec = Recorder()
   f = jax.jit(lambda x: hostcb.id_tap(rec, x))

@@ -1040,9 +1040,10 @@ def prog_vmap_in_axes_1_tap(ctx):
 
 @scenario
 def prog_vmap_out_axes_1_tap_dict(ctx):
-  """vmap with ``out_axes=1`` of a dict-tapping function."""
+  """vmap with ``out_axes={"a": 1, "b": 0}`` of a dict-tapping function."""
   return jax.vmap(
-    lambda x: hcb.id_tap(ctx.tap, {"a": x, "b": x.sum()}), out_axes=1
+    lambda x: hcb.id_tap(ctx.tap, {"a": x, "b": x.sum()}),
+    out_axes={"a": 1, "b": 0},
   )(np.arange(6, dtype=np.int32).reshape(3, 2))
 
 
@@ -2968,8 +2969,8 @@ def prog_call_host_runs_tapping_jit_and_barrier(ctx):
   ours=(
     "docs/guide.md (Tap functions may tap and call): a tap made by a tap "
     "function is queued behind the taps before it and runs after that "
-    "function; legacy 0.4.30 ran CPU taps synchronously, so the inner tap "
-    "ran first"
+    "function (the barrier waits for it); legacy 0.4.30 ran CPU taps "
+    "synchronously, so the inner tap ran first"
   ),
   expect=(
     "outer done: [0, 2]\n"

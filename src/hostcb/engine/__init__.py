@@ -31,7 +31,7 @@ from _hostcb_env import env_flag
 
 from hostcb import config
 from hostcb import jax_internals as ji
-from hostcb.engine import gpu, native, pyqueue, registry
+from hostcb.engine import consumers, gpu, native, pyqueue, registry
 from hostcb.engine import lifecycle  # noqa: F401  (fork and exit handlers)
 from hostcb.engine.barrier import (
   barrier_wait,
@@ -220,6 +220,8 @@ def warn_if_unavailable() -> None:
 def _dispatch_started() -> None:
   """A thread is about to run a computation that taps or calls (see
   :func:`.native.dispatch_started`)."""
+  if consumers.is_consumer():  # a tap function runs it: barriers look again
+    consumers.note_dispatch()
   native.dispatch_started()
   pyqueue.dispatch_started()
 

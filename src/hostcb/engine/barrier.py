@@ -24,9 +24,11 @@ it returns while other threads keep tapping.
 from __future__ import annotations
 
 import logging
+import time
 
 from hostcb import jax_internals as ji
 from hostcb.engine import errors, native, pyqueue, registry
+from hostcb.engine import consumers
 from hostcb.engine.consumers import is_consumer
 from hostcb.engine.sync import Arrivals
 
@@ -67,13 +69,32 @@ def wait_for_dispatched() -> None:
 
 def wait_for_taps(timeout: float | None = None) -> bool:
   """Waits until every tap of the computations dispatched so far has run
-  (module docstring); False if ``timeout`` seconds passed first."""
+  (module docstring); False if ``timeout`` seconds passed first.
+
+  A tap function that runs a tapping computation while the barrier waits
+  queues its taps behind the barrier's markers: then the barrier waits
+  again, for those (as legacy's synchronous CPU taps had run them), until
+  a round in which no tap function dispatched anything.
+  """
   if is_consumer():
     raise RuntimeError(
       "barrier_wait() was called from a tap function; it would wait for "
       "that function itself. Call it from the thread that runs the "
       "computation."
     )
+  deadline = None if timeout is None else time.monotonic() + timeout
+  while True:
+    dispatched = consumers.dispatches()
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not _wait_once(left):
+      return False
+    if consumers.dispatches() == dispatched:
+      return True
+
+
+def _wait_once(timeout: float | None) -> bool:
+  """One round of :func:`wait_for_taps`: the computations dispatched so
+  far, then a marker behind the taps in every queue."""
   retired = registry.barrier_started()
   ji.wait_for_dispatched_computations()
   if ji.fast_dispatch_used():
@@ -103,8 +124,9 @@ def barrier_wait(
   """Blocks until every tap of the computations started so far has run.
 
   Waits for the tapping computations dispatched before the call to
-  finish, then for every tap function they queued to return; taps queued
-  later (other threads keep tapping) are not waited for.  If a tap
+  finish, then for every tap function they queued to return, and again
+  for the taps that tap functions made meanwhile; taps that other
+  threads queue later are not waited for.  If a tap
   function raised since the previous barrier, raises
   :class:`CallbackException` with the last such exception (the
   computations themselves went on).  Safe to call from several threads at

@@ -18,6 +18,8 @@ __all__ = [
   "is_consumer",
   "in_host_function",
   "host_functions",
+  "note_dispatch",
+  "dispatches",
 ]
 
 
@@ -43,6 +45,25 @@ def is_consumer() -> bool:
   """Whether the calling thread runs tap functions (either back end)."""
   t = this_thread
   return t.ordinal is not None or t.queue is not None
+
+
+# How many tapping computations tap functions have dispatched (only ever
+# grows; a barrier compares it before and after it waits: a tap function
+# that ran meanwhile may have queued taps behind the barrier's markers).
+# Two consumers adding at once may lose one addition, never both: the
+# value still changes, which is all that a barrier reads.
+_dispatches = 0
+
+
+def note_dispatch() -> None:
+  """A consumer's tap function is about to run a tapping computation."""
+  global _dispatches
+  _dispatches += 1
+
+
+def dispatches() -> int:
+  """The number of :func:`note_dispatch` calls so far (see above)."""
+  return _dispatches
 
 
 def in_host_function() -> bool:
