@@ -2625,6 +2625,7 @@ def prog_inline_under_jit_and_vmap(ctx):
 
   def run():
     a = jax.jit(lambda x: hcb.id_tap(ctx.tapper("jit"), x * 2))(np.int32(2))
+    hcb.barrier_wait()  # the jitted tap is not inline: it runs on its own
     b = jax.vmap(lambda x: hcb.id_tap(ctx.tapper("vmap"), x + 1))(
       np.arange(2, dtype=np.int32)
     )
