@@ -16,6 +16,8 @@ from a scenario's whole output only what changed in JAX itself between
   error (``Generated function failed: CpuCallback error:`` in 0.4.30,
   ``CpuCallback error calling callback:`` in 0.10.2);
 * object addresses (``at 0x7f...``), which change from run to run anyway;
+* the ``_deprecated_`` prefix of legacy's function names in Python's
+  argument errors (``_deprecated_id_tap() takes 2 positional ...``);
 * the callback's name in ``call``'s result errors (legacy wrote the repr
   of its internal ``_CallbackWrapper`` there).
 """
@@ -44,6 +46,12 @@ _RULES = [
     "CpuCallback error: ",
   ),
   (re.compile(r" at 0x[0-9a-fA-F]+"), " at 0x?"),
+  # Legacy's public functions were named _deprecated_* in its module (JAX
+  # 0.4.26 on), which Python's argument errors name.
+  (
+    re.compile(r"\b_deprecated_(id_tap|id_print|call|barrier_wait)\("),
+    r"\1(",
+  ),
   # Legacy named its internal wrapper object in call errors, where the
   # name of the callback goes.
   (

@@ -3016,3 +3016,83 @@ def prog_tap_function_calls_barrier_wait(ctx):
 
   jax.jit(lambda x: hcb.id_tap(tap, x))(np.int32(1))
   hcb.barrier_wait()
+
+
+# ---------------------------------------------------------------- batch 7
+
+
+@scenario
+def prog_checkify_with_taps(ctx):
+  """A checkify'd function that taps and checks its input."""
+  from jax.experimental import checkify
+
+  def f(x):
+    x = hcb.id_tap(ctx.tap, x * 2)
+    checkify.check(jnp.all(x > 0), "x must be positive")
+    return hcb.id_print(x + 1, what="after check")
+
+  err, out = jax.jit(checkify.checkify(f))(np.array([1, 2], F32))
+  hcb.barrier_wait()
+  ctx.log("error", err.get())
+  err, out = jax.jit(checkify.checkify(f))(np.array([-1, 2], F32))
+  hcb.barrier_wait()
+  ctx.log("error", err.get())
+  return out
+
+
+@scenario
+def prog_print_prng_keys(ctx):
+  """id_print of raw PRNGKeys under jit (not split ones: JAX changed how
+  it splits by default)."""
+  jax.jit(lambda k: hcb.id_print((k, k + 1), what="keys"))(
+    jax.random.PRNGKey(3)
+  )
+
+
+@scenario
+def prog_tap_bfloat16_under_grad(ctx):
+  """A bfloat16 value tapped under jit(grad)."""
+
+  def f(x):
+    y = hcb.id_tap(ctx.tap, x.astype(jnp.bfloat16) * 2)
+    return jnp.sum(y.astype(F32) ** 2)
+
+  return jax.jit(jax.grad(f))(np.array([0.5, 1.5], F32))
+
+
+@scenario
+def prog_id_tap_positional_extra(ctx):
+  """``id_tap(f, x, y)``: a third positional argument."""
+  return hcb.id_tap(ctx.tap, np.int32(1), np.int32(2))
+
+
+@scenario
+def prog_scan_pytree_xs_unrolled(ctx):
+  """A fully unrolled scan over a pytree of xs, tapping each slice."""
+  xs = {"a": np.arange(3, dtype=np.int32), "b": np.ones((3, 2), F32)}
+  return jax.jit(
+    lambda xs: jax.lax.scan(
+      lambda c, x: (c + hcb.id_tap(ctx.tap, x)["a"], None), 0, xs, unroll=True
+    )[0]
+  )(xs)
+
+
+@scenario
+def prog_tap_in_vmap_of_pmap(ctx):
+  """vmap of a pmap whose function taps with its device."""
+  return jax.vmap(
+    jax.pmap(lambda x: hcb.id_tap(ctx.tap, x * 2, tap_with_device=True))
+  )(np.arange(4, dtype=np.int32).reshape(2, 2))
+
+
+@scenario
+def prog_call_missing_arg_and_print_positional(ctx):
+  """``call(f)`` without its argument, and ``id_print(x, y)``."""
+  for run in [
+    lambda: hcb.call(lambda a: a),
+    lambda: hcb.id_print(np.int32(1), np.int32(2)),
+  ]:
+    try:
+      run()
+    except TypeError as e:
+      ctx.log("raised", e)
