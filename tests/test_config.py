@@ -119,6 +119,18 @@ def test_inline_eager_call_gets_the_canonical_dtype(inline):
   assert float(out) == 3.0
 
 
+def test_inline_eager_call_result_is_not_the_host_functions_array(inline):
+  buf = np.zeros(2, np.float32)
+
+  def host(a):
+    buf[:] = a
+    return buf
+
+  out = hostcb.call(host, np.ones(2, np.float32), result_shape=buf)
+  buf[:] = -1
+  np.testing.assert_array_equal(out, np.ones(2, np.float32))
+
+
 def test_inline_does_not_affect_jit(inline):
   threads = []
   jax.jit(

@@ -3096,3 +3096,54 @@ def prog_call_missing_arg_and_print_positional(ctx):
       run()
     except TypeError as e:
       ctx.log("raised", e)
+
+
+@scenario
+def prog_call_host_reuses_its_buffer(ctx):
+  """A host function that returns (and later overwrites) one buffer of
+  its own: each result keeps the value it had when returned."""
+  buf = np.zeros(2, F32)
+
+  def host(a):
+    buf[:] = a * 10
+    return buf
+
+  ys = jax.jit(
+    lambda xs: jax.lax.scan(
+      lambda c, x: (c, hcb.call(host, x, result_shape=x)), 0, xs
+    )[1]
+  )(np.arange(6, dtype=F32).reshape(3, 2))
+  r1 = hcb.call(host, np.ones(2, F32), result_shape=np.ones(2, F32))
+  r2 = jax.jit(lambda x: hcb.call(host, x, result_shape=x))(np.full(2, 2, F32))
+  buf[:] = -1
+  return ys, r1, r2
+
+
+@scenario
+def prog_call_host_returns_its_input(ctx):
+  """A host function that returns its input array itself (and one that
+  returns a view of it), in a loop."""
+
+  def body(i, x):
+    x = hcb.call(lambda a: a, x + 1, result_shape=x)
+    return hcb.call(lambda a: a[::-1][::-1], x * 2, result_shape=x)
+
+  return jax.jit(lambda x: jax.lax.fori_loop(0, 3, body, x))(
+    np.arange(3, dtype=F32)
+  )
+
+
+@scenario
+def prog_tap_function_keeps_arrays(ctx):
+  """A tap function that keeps every array it gets, in a scan: each kept
+  array keeps its own value."""
+  kept = []
+  jax.jit(
+    lambda xs: jax.lax.scan(
+      lambda c, x: (c + hcb.id_tap(lambda a, t: kept.append(a), x)[0], None),
+      F32(0),
+      xs,
+    )
+  )(np.arange(8, dtype=F32).reshape(4, 2))
+  hcb.barrier_wait()
+  ctx.log("kept", [k.tolist() for k in kept])

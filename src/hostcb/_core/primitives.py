@@ -560,7 +560,9 @@ def _call_impl(*args, target, device_index, effectful):
     # The host sees what it sees outside inline mode: the operands of JAX's
     # canonical dtypes (a Python float is float32 unless x64 is on).
     operands = tuple(np.asarray(jax.numpy.asarray(a)) for a in args)
-    return list(target.invoke(operands, device))
+    # Copies: a host function may return (and later overwrite) arrays of
+    # its own, which must not change the call's results.
+    return [np.array(r) for r in target.invoke(operands, device)]
   return ji.apply_compiled(
     call_p,
     *_eager_args(args, device_index),
