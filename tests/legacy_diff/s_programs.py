@@ -3147,3 +3147,65 @@ def prog_tap_function_keeps_arrays(ctx):
   )(np.arange(8, dtype=F32).reshape(4, 2))
   hcb.barrier_wait()
   ctx.log("kept", [k.tolist() for k in kept])
+
+
+# ---------------------------------------------------------------- remat mixes
+
+
+@scenario
+def prog_remat_of_cond_with_taps_grad(ctx):
+  """grad of a remat'd function whose cond branches tap their operand."""
+
+  @jax.checkpoint
+  def f(x):
+    y = jax.lax.cond(
+      x > 1,
+      lambda v: hcb.id_tap(ctx.tapper("big"), v * v),
+      lambda v: hcb.id_tap(ctx.tapper("small"), v + v),
+      x,
+    )
+    return y * 3
+
+  return jax.grad(f)(F32(2)), jax.grad(f)(F32(0.5))
+
+
+@scenario
+def prog_remat_static_argnums_tap(ctx):
+  """``jax.remat`` with a static argument, tapping, under jit(grad)."""
+
+  @functools.partial(jax.remat, static_argnums=(1,))
+  def f(x, k):
+    return hcb.id_tap(ctx.tapper(f"k={k}"), x * k) * x
+
+  return jax.jit(jax.grad(lambda x: f(x, 2) + f(x, 3)))(F32(1.5))
+
+
+@scenario
+def prog_vjp_function_called_twice(ctx):
+  """A vjp function (with a custom_vjp whose bwd taps) called twice."""
+
+  @jax.custom_vjp
+  def f(x):
+    return x * 2
+
+  f.defvjp(
+    lambda x: (x * 2, x),
+    lambda x, g: (hcb.id_tap(ctx.tapper("bwd"), (x, g))[1] * 2,),
+  )
+  y, vjp = jax.vjp(lambda x: f(hcb.id_tap(ctx.tapper("fwd"), x)), F32(1.5))
+  return y, vjp(F32(1)), vjp(F32(0.5))
+
+
+@scenario
+def prog_remat_custom_vjp_fwd_tap(ctx):
+  """A custom_vjp whose fwd taps, inside jax.checkpoint, under grad."""
+
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x) * 0 + x * x
+
+  f.defvjp(
+    lambda x: (hcb.id_tap(ctx.tapper("fwd"), x * x), x),
+    lambda x, g: (2 * x * g,),
+  )
+  return jax.grad(jax.checkpoint(lambda x: f(x) * 2))(F32(1.5))
