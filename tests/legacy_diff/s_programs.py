@@ -3209,3 +3209,41 @@ def prog_remat_custom_vjp_fwd_tap(ctx):
     lambda x, g: (2 * x * g,),
   )
   return jax.grad(jax.checkpoint(lambda x: f(x) * 2))(F32(1.5))
+
+
+@scenario
+def prog_x64_print_scalars_and_rows(ctx):
+  """With x64 on: float64 scalars and int64/uint64 rows printed."""
+  jax.config.update("jax_enable_x64", True)
+  try:
+    vals = [
+      np.float64(v)
+      for v in [0.1, 1 / 3, 1e-4, 1e-5, 1e7, 1e16, 123456789.123, -0.0, np.nan]
+    ] + [
+      np.array([-(2**63), 2**63 - 1], np.int64),
+      np.array([0, 2**64 - 1], np.uint64),
+      np.arange(30, dtype=np.int64) * 10**9,
+    ]
+    _print_each(vals)
+    hcb.barrier_wait()
+  finally:
+    jax.config.update("jax_enable_x64", False)
+
+
+@scenario
+def prog_import_styles(ctx):
+  """The ways legacy programs imported the module and its functions."""
+  import jax.experimental.host_callback as hcb2
+  from jax.experimental.host_callback import barrier_wait, id_print
+
+  import jax.experimental
+
+  ctx.log("same module:", hcb2 is hcb)
+  ctx.log("attribute:", jax.experimental.host_callback is hcb)
+  ctx.log(
+    "same functions:",
+    id_print is hcb.id_print,
+    barrier_wait is hcb.barrier_wait,
+  )
+  jax.jit(lambda x: id_print(x, what="imported"))(np.int32(1))
+  barrier_wait()
