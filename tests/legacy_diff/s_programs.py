@@ -3247,3 +3247,46 @@ def prog_import_styles(ctx):
   )
   jax.jit(lambda x: id_print(x, what="imported"))(np.int32(1))
   barrier_wait()
+
+
+@scenario
+def prog_replicated_jit_tap_and_call(ctx):
+  """A jit over 2 devices with a replicated operand and a sharded output:
+  one tap and one call, each with the whole value."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  mesh = Mesh(jax.devices()[:2], ("d",))
+  x = jax.device_put(np.arange(4, dtype=F32), NamedSharding(mesh, P()))
+
+  def host(a, *, device):
+    ctx.log("host", device, a.tolist())
+    return a * 10
+
+  def f(x):
+    y = hcb.id_tap(ctx.tap, x + 1, tap_with_device=True)
+    return hcb.call(host, y, result_shape=y, call_with_device=True)
+
+  r = jax.jit(f, out_shardings=NamedSharding(mesh, P("d")))(x)
+  hcb.barrier_wait()
+  ctx.log("result sharding spec", tuple(r.sharding.spec))
+  return r
+
+
+@scenario
+def prog_sharded_jit_scan_print_with_device(ctx):
+  """A sharded jit running a scan that prints a reduction each step."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  mesh = Mesh(jax.devices()[:2], ("d",))
+  x = jax.device_put(
+    np.arange(8, dtype=np.int32).reshape(4, 2), NamedSharding(mesh, P("d"))
+  )
+
+  def f(x):
+    def body(c, i):
+      s = hcb.id_print(jnp.sum(x) * i, what="step", tap_with_device=True)
+      return c + s, None
+
+    return jax.lax.scan(body, 0, jnp.arange(2))[0]
+
+  return jax.jit(f)(x)
