@@ -663,3 +663,10 @@ def test_eager_taps_with_same_function_and_shapes_compile_once():
 def test_non_callable_callback_is_rejected():
   with pytest.raises(TypeError, match="Expected a callable value, got None"):
     hostcb.call(None, 1.0)
+
+
+def test_non_callable_callback_is_named_by_its_str_as_in_legacy():
+  with pytest.raises(
+    TypeError, match=re.escape("Expected a callable value, got np.sin (")
+  ):
+    hostcb.call("np.sin", 1.0)

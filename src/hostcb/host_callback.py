@@ -202,7 +202,7 @@ def id_tap(
     _check_result(result)
   if not callable(tap_func):
     raise TypeError(
-      f"Expected a callable value, got {tap_func!r} "
+      f"Expected a callable value, got {tap_func} "
       "(hostcb: the tap_func of id_tap)"
     )
   _check_flavor(callback_flavor)
@@ -457,7 +457,7 @@ def call(
   """
   if not callable(callback_func):
     raise TypeError(
-      f"Expected a callable value, got {callback_func!r} "
+      f"Expected a callable value, got {callback_func} "
       "(hostcb: the callback_func of call)"
     )
   _check_flavor(callback_flavor)

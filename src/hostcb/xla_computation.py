@@ -611,7 +611,7 @@ def xla_computation(
   """
   if not callable(fun):
     raise TypeError(
-      f"Expected a callable value, got {fun!r} "
+      f"Expected a callable value, got {fun} "
       "(xla_computation expects a callable)"
     )
   static = _argnums(static_argnums, "static_argnums")

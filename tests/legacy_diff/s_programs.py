@@ -3290,3 +3290,26 @@ def prog_sharded_jit_scan_print_with_device(ctx):
     return jax.lax.scan(body, 0, jnp.arange(2))[0]
 
   return jax.jit(f)(x)
+
+
+@scenario
+def prog_call_common_mistakes(ctx):
+  """Common mistakes with call: no result_shape for a host that returns a
+  value, a host without the ``device`` keyword, a non-callable."""
+  x = np.arange(2, dtype=F32)
+  _failing_call(ctx, jax.jit(lambda x: hcb.call(lambda a: a * 2, x)), x)
+  _failing_call(
+    ctx,
+    jax.jit(
+      lambda x: hcb.call(lambda a: a, x, result_shape=x, call_with_device=True)
+    ),
+    x,
+  )
+  _failing_call(
+    ctx, jax.jit(lambda x: hcb.call("np.sin", x, result_shape=x)), x
+  )
+  _failing_call(
+    ctx,
+    jax.jit(lambda x: hcb.call(lambda a: None, x, result_shape=x)),
+    x,
+  )
