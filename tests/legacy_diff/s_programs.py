@@ -3313,3 +3313,31 @@ def prog_call_common_mistakes(ctx):
     jax.jit(lambda x: hcb.call(lambda a: None, x, result_shape=x)),
     x,
   )
+
+
+@scenario
+def prog_redirect_stdout_captures_prints(ctx):
+  """``contextlib.redirect_stdout`` around jitted and eager id_prints (as
+  tests of a program capture what it prints), without barrier_wait."""
+  import contextlib
+
+  f = jax.jit(lambda x: hcb.id_print(x * 2, what="captured"))
+  for _ in range(3):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      f(np.int32(1))
+      hcb.id_print(np.int32(5), what="eager")
+    ctx.log("captured", repr(buf.getvalue()))
+
+
+@scenario
+def prog_redirect_stdout_then_python_print(ctx):
+  """A jitted id_print inside ``redirect_stdout`` followed by a Python
+  print inside it: both captured, in order."""
+  import contextlib
+
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    jax.jit(lambda x: hcb.id_print(x, what="in"))(np.int32(1))
+    print("python print")
+  ctx.log("captured", repr(buf.getvalue()))
