@@ -3077,7 +3077,7 @@ def prog_scan_pytree_xs_unrolled(ctx):
   )(xs)
 
 
-@scenario
+@scenario(unordered=True)
 def prog_tap_in_vmap_of_pmap(ctx):
   """vmap of a pmap whose function taps with its device."""
   return jax.vmap(
