@@ -204,6 +204,19 @@ def test_an_assignment_from_a_tap_function_does_not_wait_for_itself(
   assert "waited" not in caplog.text
 
 
+def test_id_tap_of_print_is_ordered_and_captured_as_a_print():
+  f = jax.jit(lambda x: hostcb.id_tap(print, x * 2))
+  for i in range(3):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      f(jnp.int32(i))
+    assert buf.getvalue() == f"{2 * i} ()\n"
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    print("result", f(jnp.int32(5)))
+  assert buf.getvalue() == "10 ()\nresult 10\n"
+
+
 def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
   # A print whose stream blocks: a write waits at most WAIT_SECONDS for
   # it, then goes on, with a warning naming why.

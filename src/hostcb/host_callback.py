@@ -8,6 +8,7 @@ module.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import enum
 from typing import Any, Callable
@@ -210,13 +211,16 @@ def id_tap(
   if not isinstance(partitioned, bool):
     raise TypeError(f"partitioned must be a bool; got {partitioned!r}")
   flat, treedef, key_impls = _operands(arg, "id_tap")
+  # ``id_tap(print, x)``, the quickest debugging tap, prints as id_print
+  # does: reads and writes of the program wait for its lines.
+  prints = isinstance(tap_func, _Printer) or tap_func is builtins.print
   target = TapTarget(
     tap_func,
     treedef,
     bool(tap_with_device),
-    awaited=isinstance(tap_func, _Printer),
+    awaited=prints,
     partitioned=partitioned,
-    text=isinstance(tap_func, _Printer),
+    text=prints,
   )
   outs = tap_p.bind(
     *flat, target=target, transforms=(), device_index=device_index

@@ -3341,3 +3341,18 @@ def prog_redirect_stdout_then_python_print(ctx):
     jax.jit(lambda x: hcb.id_print(x, what="in"))(np.int32(1))
     print("python print")
   ctx.log("captured", repr(buf.getvalue()))
+
+
+@scenario
+def prog_redirect_stdout_captures_id_tap_print(ctx):
+  """``id_tap(print, x)`` inside ``redirect_stdout``, without a barrier,
+  then a Python print of the result: the order and the capture."""
+  import contextlib
+
+  f = jax.jit(lambda x: hcb.id_tap(print, x * 2))
+  for i in range(2):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      f(np.int32(i))
+    ctx.log("captured", repr(buf.getvalue()))
+  print("result", f(np.int32(5)))
