@@ -3356,3 +3356,20 @@ def prog_redirect_stdout_captures_id_tap_print(ctx):
       f(np.int32(i))
     ctx.log("captured", repr(buf.getvalue()))
   print("result", f(np.int32(5)))
+
+
+@scenario
+def prog_redirect_stdout_pmap_and_scan_prints(ctx):
+  """A pmap and a jitted scan that print, inside ``redirect_stdout``,
+  without a barrier: the lines captured (sorted: 2 devices)."""
+  import contextlib
+
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    jax.pmap(lambda x: hcb.id_print(x, what="pmap"))(np.arange(2))
+    jax.jit(
+      lambda xs: jax.lax.scan(
+        lambda c, x: (c + hcb.id_print(x, what="scan"), None), 0, xs
+      )[0]
+    )(np.arange(3))
+  ctx.log("captured", sorted(buf.getvalue().splitlines()))
