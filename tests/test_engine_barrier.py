@@ -254,6 +254,40 @@ def test_one_barrier_waits_for_taps_that_tap_functions_make_meanwhile():
   assert seen == ["outer", "inner", "middle", "innermost"]
 
 
+@pytest.mark.skipif(
+  not engine.available(),
+  reason="needs the native engine: without it, each round of this flood "
+  "of nested taps takes seconds on a loaded machine (the bound on the "
+  "rounds is the same code)",
+)
+def test_a_barrier_returns_while_another_threads_tap_functions_keep_tapping():
+  # Each of its rounds sees new taps made by tap functions: it stops after
+  # NESTED_ROUNDS more rounds, as it returns while other threads tap.
+  stop, started = threading.Event(), threading.Event()
+  inner = jax.jit(lambda a: hostcb.id_tap(lambda v, t: None, a))
+
+  def outer(a, t):
+    started.set()
+    inner(a)
+
+  f = jax.jit(lambda x: hostcb.id_tap(outer, x))
+
+  def loop():
+    while not stop.is_set():
+      f(1)
+
+  thread = threading.Thread(target=loop, daemon=True)
+  thread.start()
+  try:
+    assert started.wait(60), "the other thread's tap function never ran"
+    assert engine.wait_for_taps(60)
+  finally:
+    stop.set()
+    thread.join(60)
+  assert not thread.is_alive()
+  hostcb.barrier_wait()
+
+
 def test_stop_outfeed_receiver_processes_pending_taps_then_taps_work_again():
   rec = Recorder()
   f = jax.jit(lambda x: hostcb.id_tap(rec, x))

@@ -67,6 +67,11 @@ def wait_for_dispatched() -> None:
   _wait_for_live_arrays()
 
 
+NESTED_ROUNDS = 8
+"""How many more rounds a barrier waits for taps that tap functions made
+while it waited (:func:`wait_for_taps`)."""
+
+
 def wait_for_taps(timeout: float | None = None) -> bool:
   """Waits until every tap of the computations dispatched so far has run
   (module docstring); False if ``timeout`` seconds passed first.
@@ -74,7 +79,10 @@ def wait_for_taps(timeout: float | None = None) -> bool:
   A tap function that runs a tapping computation while the barrier waits
   queues its taps behind the barrier's markers: then the barrier waits
   again, for those (as legacy's synchronous CPU taps had run them), until
-  a round in which no tap function dispatched anything.
+  a round in which no tap function dispatched anything, at most
+  :data:`NESTED_ROUNDS` more rounds (taps of tap functions of tap
+  functions ... that deep), so that it returns while another thread's
+  tap functions keep running computations.
   """
   if is_consumer():
     raise RuntimeError(
@@ -83,13 +91,14 @@ def wait_for_taps(timeout: float | None = None) -> bool:
       "computation."
     )
   deadline = None if timeout is None else time.monotonic() + timeout
-  while True:
+  for _ in range(1 + NESTED_ROUNDS):
     dispatched = consumers.dispatches()
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     if not _wait_once(left):
       return False
     if consumers.dispatches() == dispatched:
-      return True
+      break
+  return True
 
 
 def _wait_once(timeout: float | None) -> bool:
