@@ -263,18 +263,23 @@ def test_one_barrier_waits_for_taps_that_tap_functions_make_meanwhile():
 def test_a_barrier_returns_while_another_threads_tap_functions_keep_tapping():
   # Each of its rounds sees new taps made by tap functions: it stops after
   # NESTED_ROUNDS more rounds, as it returns while other threads tap.
+  # The other thread keeps one tapping call in flight at a time (not a
+  # flood, whose backlog a loaded machine takes each round long to drain).
   stop, started = threading.Event(), threading.Event()
+  ran = threading.Semaphore(0)
   inner = jax.jit(lambda a: hostcb.id_tap(lambda v, t: None, a))
 
   def outer(a, t):
     started.set()
     inner(a)
+    ran.release()
 
   f = jax.jit(lambda x: hostcb.id_tap(outer, x))
 
   def loop():
     while not stop.is_set():
       f(1)
+      ran.acquire(timeout=60)
 
   thread = threading.Thread(target=loop, daemon=True)
   thread.start()
