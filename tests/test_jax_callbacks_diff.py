@@ -49,8 +49,12 @@ NAMES = list(registry.SCENARIOS)
 # changed since 0.8: the two-call form of debug.print/debug.callback (and
 # so their signatures), and the words of the error for a string operand of
 # io_callback.  Under an older JAX (`make check-oldest` runs 0.8.0) JAX
-# itself is not their oracle.
+# itself is not their oracle.  Also an eager debug.print of a value that
+# JAX cannot take: jax 0.8's bind does not check operands (0.10's does), so
+# there hostcb prints the value and then raises jnp.asarray's TypeError
+# where JAX raises InvalidInputException and prints nothing.
 _SINCE_JAX_0_10 = {
+  "print_argument_that_is_not_a_jax_value_error_eager",
   "api_signatures",
   "print_two_call_form",
   "print_two_call_form_option_names_as_fields",
