@@ -122,10 +122,6 @@ _WRITES_OF_SEVERAL_LINES = frozenset(
 )
 
 
-# sys.stdout as a consumer's print finds it (without output_order's frames).
-_stdout = consumer_stdout
-
-
 def _write_lines(lines: list[str]) -> None:
   """Writes the lines of ``debug.print`` s (each ending with a newline) to
   ``sys.stdout`` as it is when they are written: in one write where its
@@ -137,7 +133,7 @@ def _write_lines(lines: list[str]) -> None:
   lines written together, they are written again one by one, as JAX
   writes them, and only those it cannot encode fail."""
   try:
-    stream = _stdout()
+    stream = consumer_stdout()
     if len(lines) == 1:
       stream.write(lines[0])
       return
@@ -161,7 +157,7 @@ def _write_lines(lines: list[str]) -> None:
   interrupt = None  # raised once every line was written or logged
   for i, line in enumerate(lines):
     try:
-      (stream if i == 0 else _stdout()).write(line)
+      (stream if i == 0 else consumer_stdout()).write(line)
     except BaseException as e:  # noqa: BLE001  (an interrupt: re-raised below)
       _failed()
       if not isinstance(e, Exception) and interrupt is None:

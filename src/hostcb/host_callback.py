@@ -234,10 +234,6 @@ def id_tap(
   return treedef.unflatten(outs)
 
 
-# Keyword value types whose text (str) cannot change between taps.
-_FIXED_TEXT = frozenset({str, int, float, bool, type(None)})
-
-
 @dataclasses.dataclass(frozen=True)
 class _Printer:
   """The tap function of one ``id_print`` site (hashable, for caching).
@@ -277,7 +273,9 @@ class _Printer:
       self.print_options is not None
       or "transforms" in kwargs  # fails each tap, as __call__
       or "device" in kwargs  # print_tap's parameter: None is not printed
-      or not all(type(v) in _FIXED_TEXT for v in kwargs.values())
+      # A value whose text can change between taps (a list, a subclass's
+      # __str__): the exact scalars that an exported spec holds cannot.
+      or not all(named.json_scalar(v) for v in kwargs.values())
     ):
       return None
     head = [format_header(kwargs)] if kwargs else []
