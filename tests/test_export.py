@@ -125,6 +125,17 @@ def test_register_works_as_a_decorator_and_returns_the_function():
   assert hostcb.register("test_export.plain", fn) is fn
 
 
+def test_a_function_under_several_names_lowers_under_the_name_registered_last():
+  def logged(x, transforms):
+    pass
+
+  for name in ("test_export.a", "test_export.b", "test_export.a"):
+    hostcb.register(name, logged)
+  text = _text(lambda x: hostcb.id_tap(logged, x), jnp.ones(3))
+  assert 'name = "test_export.a"' in text
+  assert 'name = "test_export.b"' not in text
+
+
 def test_register_refuses_a_name_that_is_not_a_string():
   with pytest.raises(TypeError, match="non-empty str"):
     hostcb.register(3, print)
