@@ -14,6 +14,7 @@ this process rely on the legacy names that ``uninstall`` removes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import gc
 import importlib
@@ -1201,6 +1202,26 @@ def test_an_io_callback_traced_under_enable_x64_computes_in_float64():
     out = jax.jit(lambda x: hostcb.io_callback(cb, f64, x))(jnp.float64(1.5))
     assert (str(out.dtype), float(out)) == ("float64", 3.0)
   assert seen == ["float64"]
+
+
+def test_a_staged_debug_callback_sees_the_process_wide_context_not_the_callers():
+  # The decision of docs/guide.md, "What a callback sees of the program's
+  # thread": the consumer thread has its own context and JAX's
+  # process-wide settings (JAX's callback, run in the caller, sees both).
+  var = contextvars.ContextVar("var", default="default")
+  seen = []
+
+  def cb(x):
+    seen.append((var.get(), jax.config.jax_numpy_rank_promotion))
+
+  def program():
+    var.set("caller")
+    with jax.numpy_rank_promotion("raise"):
+      jax.jit(lambda x: hostcb.debug.callback(cb, x))(jnp.float32(1))
+      jax.effects_barrier()
+
+  contextvars.copy_context().run(program)
+  assert seen == [("default", "allow")]
 
 
 def test_a_callback_traced_without_x64_computes_as_before():
