@@ -50,8 +50,10 @@ from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
 from hostcb._core.signatures import is_key
+from hostcb._debugger import breakpoint as breakpoint
+from hostcb._debugger import breakpoint_if as breakpoint_if
 
-__all__ = ["print", "callback"]
+__all__ = ["print", "callback", "breakpoint", "breakpoint_if"]
 
 _JAX_CALLBACK = _callback_helpers.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
