@@ -34,6 +34,7 @@ neither the values the program computes nor its derivatives.
 from __future__ import annotations
 
 import cmd
+import collections.abc
 import dataclasses
 import inspect
 import os
@@ -83,7 +84,7 @@ class Frame:
   locals: dict
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class _Place:
   """A frame as traced: ``locals`` is ``((name, treedef, leaves), ...)``,
   each leaf ``("value", v)``, ``("operand", i, key_impl)`` or
@@ -94,6 +95,9 @@ class _Place:
   source: tuple
   offset: int | None
   locals: tuple
+
+  def __repr__(self) -> str:
+    return f"{self.filename}:{self.lineno}"
 
   def frame(self, operands: list) -> Frame:
     """The frame with the values of one stop."""
@@ -166,6 +170,11 @@ class _Operands:
     return ("operand", i, impl)
 
 
+def _is_iterator(value) -> bool:
+  # Kept as they are (JAX warns of flattening an iterator as a leaf).
+  return isinstance(value, collections.abc.Iterator)
+
+
 def _places(frames: list) -> tuple[tuple, list]:
   """The frames as :class:`_Place` s, and the traced values they hold."""
   operands = _Operands()
@@ -174,7 +183,7 @@ def _places(frames: list) -> tuple[tuple, list]:
     local_list = []
     for name, value in list(frame.f_locals.items()):
       try:
-        leaves, treedef = jax.tree_util.tree_flatten(value)
+        leaves, treedef = jax.tree_util.tree_flatten(value, _is_iterator)
       except Exception:  # noqa: BLE001  (shown as JAX shows it)
         leaves, treedef = jax.tree_util.tree_flatten(_CANT_FLATTEN)
       kinds = ji.tracer_kinds(leaves)
@@ -318,7 +327,7 @@ def _session(places: tuple, operands: list, options: dict) -> None:
 
 
 # --------------------------------------------------------- the host call
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class _Stops:
   """The host function of a staged breakpoint.
 
@@ -334,6 +343,11 @@ class _Stops:
   conditional: bool
   levels: tuple
   sizes: tuple = ()
+
+  def __repr__(self) -> str:  # in jaxprs: where it stops
+    kind = "breakpoint_if" if self.conditional else "breakpoint"
+    where = self.places[0] if self.places else "?"
+    return f"{kind}({where}, sizes={self.sizes})"
 
   def __call__(self, arrays) -> tuple:
     options = dict(self.options)

@@ -26,6 +26,10 @@ Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
 waits for it; an exception it raises under ``jit`` does not fail the
 computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
 refused in a computation over several devices (JAX's error).
+
+:func:`breakpoint` and :func:`breakpoint_if` (defined in
+:mod:`hostcb._debugger`) are JAX's text debugger on a host call that the
+device waits for (``docs/debugging.md``).
 """
 
 from __future__ import annotations
