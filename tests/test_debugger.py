@@ -426,3 +426,14 @@ class _Commands:
 
   def readline(self) -> str:
     return self.lines.pop(0) if self.lines else ""
+
+
+def test_install_puts_it_in_place_of_jax_breakpoint_and_uninstall_undoes_it():
+  jax_own = jax.debug.breakpoint
+  assert jax_own is not hostcb.debug.breakpoint
+  hostcb.install_jax_callbacks()
+  try:
+    assert jax.debug.breakpoint is hostcb.debug.breakpoint
+  finally:
+    hostcb.uninstall_jax_callbacks()
+  assert jax.debug.breakpoint is jax_own
