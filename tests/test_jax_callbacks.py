@@ -46,7 +46,7 @@ def _jax_own(module: str, name: str):
   return getattr(f, "_hostcb_replaces", f)
 
 
-# JAX's own four functions, from the modules that define them.  Kept in a
+# JAX's own five functions, from the modules that define them.  Kept in a
 # dict: a module attribute holding one of them would itself be rebound by
 # the switch.
 _JAX = {
@@ -54,12 +54,14 @@ _JAX = {
   "debug_print": _jax_own("jax._src.debugging", "debug_print"),
   "io_callback": _jax_own("jax._src.callback", "io_callback"),
   "pure_callback": _jax_own("jax._src.callback", "pure_callback"),
+  "debug_breakpoint": _jax_own("jax._src.debugger.core", "breakpoint"),
 }
 _HOSTCB = {
   "debug_callback": hostcb.debug.callback,
   "debug_print": hostcb.debug.print,
   "io_callback": hostcb.io_callback,
   "pure_callback": hostcb.pure_callback,
+  "debug_breakpoint": hostcb.debug.breakpoint,
 }
 # Where the switch must put hostcb's functions: (module name, attribute).
 _PUBLIC_AND_DEFINITIONS = {
@@ -71,6 +73,9 @@ _PUBLIC_AND_DEFINITIONS = {
   ("jax._src.debugging", "debug_print"): "debug_print",
   ("jax._src.callback", "io_callback"): "io_callback",
   ("jax._src.callback", "pure_callback"): "pure_callback",
+  ("jax.debug", "breakpoint"): "debug_breakpoint",
+  ("jax._src.debugger", "breakpoint"): "debug_breakpoint",
+  ("jax._src.debugger.core", "breakpoint"): "debug_breakpoint",
 }
 
 F32 = jax.ShapeDtypeStruct((), jnp.float32)
@@ -153,6 +158,7 @@ def test_install_rebinds_every_public_name_and_definition(installed):
   assert jax.debug.callback is hostcb.debug.callback
   assert jax.experimental.io_callback is hostcb.io_callback
   assert jax.pure_callback is hostcb.pure_callback
+  assert jax.debug.breakpoint is hostcb.debug.breakpoint
   assert import_hook.jax_callbacks_installed()
 
 

@@ -26,6 +26,10 @@ Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
 waits for it; an exception it raises under ``jit`` does not fail the
 computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
 refused in a computation over several devices (JAX's error).
+
+:func:`breakpoint` and :func:`breakpoint_if` (defined in
+:mod:`hostcb._debugger`) are JAX's text debugger on a host call that the
+device waits for (``docs/debugging.md``).
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
 from hostcb._core.signatures import is_key
+from hostcb._debugger import breakpoint as breakpoint
+from hostcb._debugger import breakpoint_if as breakpoint_if
 
-__all__ = ["print", "callback"]
+__all__ = ["print", "callback", "breakpoint", "breakpoint_if"]
 
 _JAX_CALLBACK = _callback_helpers.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
