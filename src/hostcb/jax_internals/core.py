@@ -192,6 +192,22 @@ def note_print_outputs(arrays: Any) -> None:
   _latest_print_outputs[threading.get_ident()] = arrays
 
 
+def this_threads_notes() -> tuple[dict, dict]:
+  """The two dicts, keyed by thread id, whose keys are the threads with a
+  noted computation to wait for (:func:`wait_for_this_threads_computation`):
+  their latest print outputs, their latest runtime tokens.  Never rebound
+  (only cleared): :mod:`hostcb.engine.output_order` looks in them on each
+  ``print``, for the calling thread's id alone."""
+  return _latest_print_outputs, _latest_tokens
+
+
+def forget_this_threads_print_outputs() -> None:
+  """Drops the print outputs noted for the calling thread (a thread that
+  does not wait for them: a consumer, or XLA's).  Its token, if any, stays
+  (barriers wait for it)."""
+  _latest_print_outputs.pop(threading.get_ident(), None)
+
+
 patches.when_first_needed(_chain_tokens_between_computations)
 
 

@@ -491,8 +491,6 @@ def _install_fastpath_note() -> None:
   from jax._src import tree_util as _tree_util  # noqa: PLC0415  (same)
 
   original = require(_pjit, "_get_fastpath_data", _NOTE_WHAT)
-  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
-  call = require(replicated, "__call__", _NOTE_WHAT)
   registry = require(_tree_util, "dispatch_registry", _NOTE_WHAT)
   with patches.lock:
     if patches.is_installed("print outputs (fast path)"):
@@ -522,24 +520,58 @@ def _install_fastpath_note() -> None:
       wrapped = registry.flatten(_PrintOutputs(tree), None)[1]
       return data._replace(out_pytree_def=wrapped)
 
-    def execute_replicated_call(self, *args):
-      out = call(self, *args)
-      if out and _marked(self.keepalive):
-        _core.note_print_outputs(out)
-      return out
-
     patches.install(
       "print outputs (fast path)",
       _pjit,
       "_get_fastpath_data",
       get_fastpath_data,
     )
+    _install_python_path_note()
+
+
+def _install_python_path_note() -> None:
+  """``ExecuteReplicated.__call__`` (JAX's Python path: a first call, an
+  AOT-compiled call, a function that returns nothing) notes the outputs
+  of an executable that prints, then runs the hook of
+  :func:`wait_after_next_dispatch`."""
+  if patches.is_installed("print outputs (Python path)"):
+    return
+  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
+  call = require(replicated, "__call__", _NOTE_WHAT)
+  notes = _core.this_threads_notes()
+
+  def execute_replicated_call(self, *args):
+    out = call(self, *args)
+    if out and _marked(self.keepalive):
+      _core.note_print_outputs(out)
+    hook = getattr(_next_dispatch, "hook", None)
+    if hook is not None and any(_get_ident() in n for n in notes):
+      _next_dispatch.hook = None
+      hook()
+    return out
+
+  with patches.lock:
     patches.install(
       "print outputs (Python path)",
       replicated,
       "__call__",
       execute_replicated_call,
     )
+
+
+_next_dispatch = threading.local()  # .hook: see wait_after_next_dispatch
+
+
+def wait_after_next_dispatch(hook: Callable[[], None]) -> None:
+  """The calling thread's next dispatch through JAX's Python path that
+  leaves it a computation to wait for (it prints) calls ``hook()`` once,
+  in this thread, before the dispatch returns.  For the call whose
+  tracing staged the process's first print: Python looked ``print`` up
+  before it evaluated that call, in ``print("label:", f(x))``, so the
+  hook makes the dispatch itself wait, as JAX's does (the Python path:
+  a first call)."""
+  _install_python_path_note()
+  _next_dispatch.hook = hook
 
 
 _registered = [False]
