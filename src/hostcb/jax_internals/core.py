@@ -179,7 +179,7 @@ _latest_tokens: dict[int, Any] = {}
 # thread id -> the output arrays of the last computation that prints and
 # that it dispatched on jit's fast path (:mod:`.dispatch`,
 # ``_PrintOutputs``): ready once that computation finished.  Held until the
-# thread's next write or such dispatch (the result of a loop that drops its
+# thread's next print or such dispatch (the result of a loop that drops its
 # results stays allocated until then).
 # (Never rebound: jax_internals.dispatch writes to it directly.)
 _latest_print_outputs: dict[int, Any] = {}
@@ -270,7 +270,7 @@ def _output_ready(arrays: Any, deadline: float) -> bool:
   (``time.monotonic()``) passed first.  Looks at the first output that
   was not deleted; where all were (donated to a computation dispatched
   after, which itself starts only once they are ready), there is nothing
-  left to look at, and the write goes on."""
+  left to look at, and the print goes on."""
   pause = 1e-5
   while True:
     for array in arrays:

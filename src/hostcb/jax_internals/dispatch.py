@@ -266,7 +266,7 @@ def _devices(module: Any) -> int:
   return n
 
 
-# Executables that print: what the thread writes next waits for the latest
+# Executables that print: the thread's next print waits for the latest
 # one it dispatched and for its prints (:mod:`hostcb.engine.output_order`),
 # as JAX's own prints are out before the dispatch of a CPU computation
 # returns.  A print's lowering calls :func:`note_awaited_lowered`; the modules
@@ -277,7 +277,7 @@ def _devices(module: Any) -> int:
 # * one that returns arrays stays on jit's fast path (no runtime token),
 #   and its executable carries :data:`_PRINTS` (in its keepalive): each
 #   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
-#   arrays that the write waits for.  On the C++ fast path that is one
+#   arrays that the print waits for.  On the C++ fast path that is one
 #   call per dispatch, made by jaxlib when it builds the result tree (the
 #   tree is wrapped in a ``_PrintOutputs`` node, whose unflatten, a C
 #   function of the native engine where it is there, notes the output and
@@ -454,7 +454,7 @@ _get_ident = threading.get_ident
 
 def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
   """The result tree as the function returns it, once one of its outputs
-  is noted for the next write (one call per dispatch).  The native
+  is noted for the next print (one call per dispatch).  The native
   engine's ``print_outputs_unflatten`` makes the same function in C
   (:func:`_note_and_unflatten`); this one is for a process without it."""
   _print_outputs[_get_ident()] = children  # _core.note_print_outputs
