@@ -5,12 +5,14 @@ program writes after it (``hostcb.engine.output_order``): once a print is
 staged, ``print`` and log records of a thread that dispatched a
 computation that prints wait for it first.  This times, per call, with
 nothing pending, ``sys.stdout.write("x\\n")``, ``print("x")`` and
-``logging.info("x")`` (a ``StreamHandler`` on ``sys.stdout``) before any
+``logging.info("x")`` (a ``StreamHandler`` on ``sys.stdout``), and
+Python's own ``print`` taken before any print (the reference, in the same
+rounds: ``print`` is hostcb's function once a print is staged), before any
 print is staged and after one was (and its line written), with
 ``sys.stdout`` the interpreter's own, redirected to ``/dev/null`` and to a
 file (each target in its own process: the script runs itself with its
 stdout redirected, and reports on stderr).  Each figure is the best of
-``--rounds`` rounds of ``--calls`` calls (``timeit``).
+``--rounds`` interleaved rounds of ``--calls`` calls (``timeit``).
 
     python benchmarks/bench_output_order.py [--calls 200000] [--rounds 7]
 """
@@ -27,11 +29,13 @@ import tempfile
 _OPS = {
   "sys.stdout.write": "sys.stdout.write('x\\n')",
   "print": "print('x')",
+  "Python's print, taken before": "python_print('x')",
   "logging.info": "log.info('x')",
 }
 
 
 def _child(calls: int, rounds: int) -> None:
+  import builtins
   import logging
   import timeit
 
@@ -44,17 +48,22 @@ def _child(calls: int, rounds: int) -> None:
   log.propagate = False
   log.addHandler(logging.StreamHandler(sys.stdout))
   log.setLevel(logging.INFO)
-  scope = {"sys": sys, "log": log}
+  scope = {"sys": sys, "log": log, "python_print": builtins.print}
 
-  def best(stmt: str) -> float:
-    times = timeit.repeat(stmt, globals=scope, number=calls, repeat=rounds)
-    return min(times) / calls * 1e9
+  def best(phase: str) -> dict:
+    # Interleaved: one round of each op, then the next round.
+    times = {op: [] for op in _OPS}
+    for _ in range(rounds):
+      for op, stmt in _OPS.items():
+        t = timeit.timeit(stmt, globals=scope, number=calls)
+        times[op].append(t / calls * 1e9)
+    return {f"{op}, {phase}": min(t) for op, t in times.items()}
 
-  rows = {f"{op}, before a print": best(s) for op, s in _OPS.items()}
+  rows = best("before a print")
   f = jax.jit(lambda x: (hostcb.debug.print("{}", x), x + 1)[1])
   print("staged:", f(jnp.float32(0)))  # waits for its line
   jax.effects_barrier()
-  rows.update({f"{op}, after a print": best(s) for op, s in _OPS.items()})
+  rows.update(best("after a print"))
   sys.stderr.write(json.dumps(rows) + "\n")
 
 
@@ -87,9 +96,9 @@ def main() -> None:
         sys.exit(proc.stderr)
       results[name] = json.loads(proc.stderr.strip().splitlines()[-1])
   print(f"ns per call, best of {args.rounds} rounds of {args.calls}")
-  print(f"{'':34}" + "".join(f"{t:>12}" for t in results))
+  print(f"{'':46}" + "".join(f"{t:>12}" for t in results))
   for row in results["/dev/null"]:
-    print(f"{row:34}" + "".join(f"{r[row]:12.0f}" for r in results.values()))
+    print(f"{row:46}" + "".join(f"{r[row]:12.0f}" for r in results.values()))
 
 
 if __name__ == "__main__":

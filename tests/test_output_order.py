@@ -10,6 +10,7 @@ byte.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import logging
@@ -66,6 +67,7 @@ def loop(x):
 
 x = jnp.arange(3.)
 m = jnp.ones((600, 600)) / 600
+saved = sys.stdout  # taken before the first print
 print("result:", f(x))
 print("a", f(x), sep=" | ")
 sys.stdout.write("step 7: "); print(f(x))
@@ -73,6 +75,7 @@ print("heavy:", heavy(x, m))
 y = heavy(x, m); print("dispatched, not read"); print(y)
 y = f(x); print("to stderr", file=sys.stderr); print(y, file=sys.stderr)
 print("loop:", loop(1))
+y = f(x); print("to a stream taken before", file=saved); print(y)
 for i in range(3):
   print("i", i, f(x + i), end=";\n")
 buf = io.StringIO()
@@ -553,6 +556,74 @@ def test_the_native_note_takes_a_dict_and_two_arguments():
   note = module.print_outputs_unflatten({})
   with pytest.raises(TypeError, match="takes 2 arguments"):
     note(None)
+
+
+# The print that waits first (output_order): the native engine's C
+# function, and its Python twin for a process without the engine.
+def _prints() -> list:
+  prints = [pytest.param(output_order._python_print, id="python")]
+  if engine.available():
+    module = engine.native.module()
+    prints.append(
+      pytest.param(
+        lambda p, o, t, w: module.ordered_print(p, o, t, w), id="native"
+      )
+    )
+  return prints
+
+
+def _make_print(make, outputs: dict, tokens: dict, wait):
+  if make is output_order._python_print:  # its dicts are the module's own
+    outputs, tokens = output_order._outputs, output_order._tokens
+    return outputs, tokens, make(builtins.print)
+  return outputs, tokens, make(builtins.print, outputs, tokens, wait)
+
+
+@pytest.mark.parametrize("make", _prints())
+def test_the_print_passes_its_arguments_as_given(make):
+  waits = []
+  _, _, p = _make_print(make, {}, {}, lambda: waits.append(1))
+  buf = io.StringIO()
+  assert p("a", 1, sep="-", end="!\n", file=buf) is None
+  p(file=buf)
+  assert buf.getvalue() == "a-1!\n\n" and waits == []
+
+
+def test_the_native_print_waits_first_where_the_thread_has_a_note():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  events = []
+
+  class Stream:
+    def write(self, s):
+      events.append(s)
+
+  module = engine.native.module()
+  for outputs, tokens in (
+    ({threading.get_ident(): 0}, {}),
+    ({}, {threading.get_ident(): 0}),
+  ):
+    events.clear()
+    p = module.ordered_print(
+      builtins.print, outputs, tokens, lambda: events.append("wait")
+    )
+    p("x", file=Stream())
+    assert events == ["wait", "x", "\n"]
+  events.clear()
+  other = {threading.get_ident() + 1: 0}  # another thread's note
+  p = module.ordered_print(builtins.print, other, {}, lambda: events.append(1))
+  p("x", file=Stream())
+  assert events == ["x", "\n"]
+
+
+def test_the_native_print_takes_print_two_dicts_and_a_callable():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  module = engine.native.module()
+  with pytest.raises(TypeError):
+    module.ordered_print(builtins.print, [], {}, print)
+  with pytest.raises(TypeError, match="takes print, two dicts"):
+    module.ordered_print(builtins.print, {}, {}, None)
 
 
 _PYTHON_NOTE_SCRIPT = """
