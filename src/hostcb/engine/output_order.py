@@ -19,7 +19,10 @@ is kept:
   so the ones before it finished too), then until each device's consumer
   has run the prints queued so far (those of this thread among them; a
   consumer runs its queue in order, so the records queued before them run
-  first), all in at most :data:`WAIT_SECONDS`, and drops its note.  A
+  first), all in at most :data:`WAIT_SECONDS`, and drops its note.  (The
+  prints of other threads queued on a device before that look are waited
+  for too: records carry no thread, and a consumer runs its queue in
+  order.)  A
   thread that has no note (it dispatched no computation that prints, or
   waited for its latest one already) does not wait at all, whatever other
   threads have pending: a slow tap function of another thread never holds
