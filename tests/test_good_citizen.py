@@ -24,7 +24,7 @@ from hostcb.jax_internals.versions import jax_at_least
 
 # The objects hostcb may change, read without hostcb (identity compared).
 _SNAPSHOT = r"""
-import atexit, sys
+import atexit, builtins, contextlib, logging, sys
 import jax
 from jax._src import array as _array, dispatch as _dispatch, pjit as _pjit
 from jax._src.interpreters import mlir as _mlir, pxla as _pxla
@@ -84,6 +84,11 @@ def snapshot():
       "sys.stdout": sys.stdout,
       "sys.stderr": sys.stderr,
       "type(sys)": type(sys),
+      "builtins.print": builtins.print,
+      "logging.Handler.handle": own(logging.Handler, "handle"),
+      "redirect_stdout.__enter__":
+          own(contextlib._RedirectStream, "__enter__"),
+      "redirect_stdout.__exit__": own(contextlib._RedirectStream, "__exit__"),
       "std::terminate handler": _get_terminate(),
       # hostcb's jax.config options and state, all defined at import, are
       # checked by test_import_defines_legacy_options_and_the_tap_threads_
@@ -284,7 +289,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "host reads (block_until_ready)",
         "host reads (item)",
         "host reads (several arrays)",
-        "output order",
+        "output order (print)",
+        "output order (logging)",
+        "output order (redirect_stdout.__enter__)",
+        "output order (redirect_stdout.__exit__)",
         "print outputs (fast path)",
         "print outputs (Python path)",
       ]
@@ -306,9 +314,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "ArrayImpl.item",
         "xla_client.batched_block_until_ready",
         "atexit handlers",
-        "sys.stdout",
-        "sys.stderr",
-        "type(sys)",
+        "builtins.print",
+        "logging.Handler.handle",
+        "redirect_stdout.__enter__",
+        "redirect_stdout.__exit__",
         *(["std::terminate handler"] if TERMINATE else []),
       ]
     )

@@ -142,8 +142,9 @@ def uninstall() -> None:
   ``uninstall()`` have all run when it returns (as at exit: bounded by
   60 s, logged past it), so a program may end right after it.  The next
   program that binds one of hostcb's primitives installs them again.
-  Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
-  prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
+  ``print``, log records and ``redirect_stdout`` no longer wait for
+  hostcb's prints (:mod:`hostcb.engine.output_order`) until a print is
+  staged again.
 
   Where JAX's callbacks were hostcb's, JAX's caches of traced functions
   are cleared (:func:`uninstall_jax_callbacks`): a jitted function traced

@@ -114,9 +114,20 @@ def _elements(leaves: tuple, levels: list) -> list:
 
 def _failed() -> None:
   """A staged callback failed (:meth:`_DebugCall.__call__`, in its
-  ``except``): logged with its traceback, and noted."""
+  ``except``): logged with its traceback, and noted.  A closed pipe
+  (``prog.py | head``) is logged once: under JAX its first failed print
+  ends the program's dispatches, where hostcb's computations dispatched
+  before it still queue theirs, each of which fails the same way."""
+  if isinstance(sys.exc_info()[1], BrokenPipeError):
+    if _pipe_closed[0]:
+      note_jax_callback_failure()
+      return
+    _pipe_closed[0] = True
   _callback_helpers.debug_logger.exception("jax.debug.callback failed")
   note_jax_callback_failure()
+
+
+_pipe_closed = [False]  # a BrokenPipeError was logged (_failed)
 
 
 # The writes that take several lines at once as they take them one by one:

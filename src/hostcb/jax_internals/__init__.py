@@ -70,6 +70,8 @@ from hostcb.jax_internals.core import (
   wait_for_dispatched_computations,
   wait_for_this_threads_computation,
   forget_dispatched_computations,
+  forget_this_threads_print_outputs,
+  this_threads_notes,
 )
 from hostcb.jax_internals.frames import include_frame, is_staging, tracer_kinds
 from hostcb.jax_internals.dispatch import (
@@ -80,6 +82,7 @@ from hostcb.jax_internals.dispatch import (
   fast_dispatch_used,
   local_devices,
   set_fast_dispatch,
+  wait_after_next_dispatch,
 )
 from hostcb.jax_internals.tap_threads import running_tap_functions
 from hostcb.jax_internals.custom_calls import lowering_platforms
