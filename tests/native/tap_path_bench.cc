@@ -46,6 +46,7 @@ void RequestConsumerSlow(Queue* q) {
 }
 void ForgetGpuStateAfterFork() {}
 void NamedAfterForkInChild() {}  // named.cc (hostcb_tap_v1), not built here
+void LifetimesAfterForkInChild() {}  // lifetimes.cc, not built here
 }  // namespace hostcb
 
 namespace {

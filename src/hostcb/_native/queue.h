@@ -104,7 +104,8 @@ namespace hostcb {
 constexpr uint64_t kAlign = 16;
 inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
-enum RecordKind : uint8_t { kTap = 1, kMarker = 3 };
+// kRetire: a retire marker (lifetimes.cc), target_id the retired id.
+enum RecordKind : uint8_t { kTap = 1, kMarker = 3, kRetire = 4 };
 
 struct OperandDesc {
   int32_t dtype;  // XLA_FFI_DataType code
