@@ -667,7 +667,9 @@ def test_a_program_dropped_while_it_runs_keeps_its_functions_until_its_taps_ran(
     assert deaths.wait_for(1), "the tap function was never freed"
   finally:
     release.set()
-    native.set_capacity(hostcb.config.read("jax_host_callback_max_queue_byte_size"))
+    native.set_capacity(
+      hostcb.config.read("jax_host_callback_max_queue_byte_size")
+    )
   assert got == list(range(64))
   assert engine.errors.take_last_exception() is None  # no tap was lost
 

@@ -263,7 +263,6 @@ XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* HostcbCall(XLA_FFI_CallFrame* call_frame);     // call.cc
 XLA_FFI_Error* HostcbCallOne(XLA_FFI_CallFrame* call_frame);  // call.cc
 XLA_FFI_Error* HostcbNoop(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* HostcbInstantiate(XLA_FFI_CallFrame* call_frame);  // lifetimes.cc
 XLA_FFI_Error* HostcbTapCuda(XLA_FFI_CallFrame* call_frame);      // cuda.cc
 XLA_FFI_Error* HostcbCallCuda(XLA_FFI_CallFrame* call_frame);     // cuda.cc
 XLA_FFI_Error* HostcbCallOneCuda(XLA_FFI_CallFrame* call_frame);  // cuda.cc
@@ -271,4 +270,7 @@ XLA_FFI_Error* HostcbTapV1(XLA_FFI_CallFrame* call_frame);        // named.cc
 XLA_FFI_Error* HostcbCallV1(XLA_FFI_CallFrame* call_frame);       // named.cc
 XLA_FFI_Error* HostcbTapCudaV1(XLA_FFI_CallFrame* call_frame);    // named.cc
 XLA_FFI_Error* HostcbCallCudaV1(XLA_FFI_CallFrame* call_frame);   // named.cc
+// The instantiate stage of hostcb_tap, hostcb_call and hostcb_call_one on
+// CPU (lifetimes.cc).
+XLA_FFI_Error* HostcbInstantiate(XLA_FFI_CallFrame* call_frame);
 }

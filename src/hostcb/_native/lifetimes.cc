@@ -19,17 +19,18 @@
 // holds no record: a producer asks for the consumer before it queues);
 // when the consumer passes the last of them (MarkerPassed), every record
 // that names the id has run.  Where no queue has a consumer (a program of
-// calls alone), nothing is queued and the id is quiet at once.  The id is quiet when instances == 0 and
-// markers == 0 after at least one instance lived; once it is quiet and
-// retired, its Python functions may be freed, and its entry here goes.
-// Whichever of the three comes last says so: RetireTarget returns true,
-// MarkerPassed returns true (the consumer calls Python's hook), or
-// ExecutableGone, where no queue has a consumer, leaves the id for
-// TakeQuiet and tells Python: at once where its thread holds the GIL (a
-// garbage collection dropped the executable), else from the interpreter's
-// main thread at its next check for signals (QuietWithoutQueue, module.cc);
-// Python's next lowering, retirement or barrier takes them too.  An id never instantiated (an older XLA without the stage,
-// or lowered only) is never quiet here: a barrier frees it.
+// calls alone), nothing is queued, and the id is quiet at once.  An id is
+// quiet when instances == 0 and markers == 0 after at least one instance
+// lived; once quiet and retired, its Python functions may be freed, and
+// its entry here goes.  Whichever of the three comes last says so:
+// RetireTarget returns true; MarkerPassed returns true (the consumer calls
+// Python's hook); or ExecutableGone, where no queue has a consumer, leaves
+// the id for TakeQuiet and tells Python: at once where its thread holds
+// the GIL (a garbage collection dropped the executable), else from the
+// interpreter's main thread at its next check for signals
+// (QuietWithoutQueue, module.cc); Python's next lowering, retirement or
+// barrier takes them too.  An id never instantiated (an older XLA without
+// the stage, or lowered only) is never quiet here: a barrier frees it.
 //
 // Lock order: g_life_mu, then a queue's mutex (ExecutableGone's markers).
 // The handlers' execute stage never takes g_life_mu: nothing here is on

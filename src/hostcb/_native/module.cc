@@ -504,8 +504,8 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       // once the last one of a retired id is passed (lifetimes.cc).
       const bool marker = b.kind == kMarker;
       if (marker || MarkerPassed(b.target_id)) {
-        if (PyObject* id = PyLong_FromLongLong(
-                static_cast<long long>(b.target_id))) {
+        if (PyObject* id =
+                PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
           PyObject* argv[2] = {id, Py_True};  // on_quiet may wait for a lock
           CallHook(marker ? g_on_marker : g_on_quiet, argv, marker ? 1 : 2);
           Py_DECREF(id);
@@ -533,8 +533,7 @@ PyObject* Py_set_consumer_hooks(PyObject*, PyObject* args) {
   }
   if (!PyCallable_Check(on_marker) || !PyCallable_Check(on_failure) ||
       !PyCallable_Check(dispatch_finished) || !PyCallable_Check(on_quiet)) {
-    PyErr_SetString(PyExc_TypeError,
-                    "set_consumer_hooks takes four callables");
+    PyErr_SetString(PyExc_TypeError, "set_consumer_hooks takes four callables");
     return nullptr;
   }
   Py_INCREF(on_quiet);
@@ -861,8 +860,9 @@ PyMethodDef kMethods[] = {
      "write_lines in one call), else as func(arrays[0], second), and any "
      "other as entry(arrays, device_obj); a marker calls "
      "on_marker(marker_id), the last retire marker of a retired target id "
-     "on_quiet(target_id, True).  A tap function that raises (or a missing one) "
-     "calls on_failure(target_id, exception or None); after a tap function "
+     "on_quiet(target_id, True).  A tap function that raises (or a "
+     "missing one) calls on_failure(target_id, exception or None); after a "
+     "tap function "
      "that dispatched computations, dispatch_finished() (see "
      "set_consumer_hooks).  Returns the number of records run (0 on "
      "timeout)."},

@@ -27,6 +27,15 @@ this process's target id (asking Python once per process, through
 registered with XLA when hostcb is imported (:func:`register_at_import`),
 so that a program compiled, cached or exported elsewhere finds them.
 
+The handlers of process-local ids (``hostcb_tap``, ``hostcb_call``,
+``hostcb_call_one``) have an instantiate stage (``lifetimes.cc``): XLA runs
+it when it builds an executable, and destroys the state it keeps once the
+executable is gone and its last computation has ended.  The engine counts
+them per target id; when the last goes it puts a retire marker behind every
+record of each queue, and once a retired id's markers are all passed, the
+consumer has the registry free its functions (:func:`.registry.free_quiet`):
+no barrier is needed, and no record can still name the id.
+
 Consumers start when their device queues its first record, not when a
 function is lowered: the first producer of a device takes the GIL once and
 calls :func:`_start_consumer` (``set_consumer_starter``).  A consumer takes
