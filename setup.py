@@ -219,6 +219,7 @@ engine = Extension(
       "cuda_py.cc",
       "exit_guard.cc",
       "named.cc",
+      "lifetimes.cc",
       "print_line.cc",
     )
   ],

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import tracemalloc
 import weakref
 
@@ -33,7 +34,7 @@ import hostcb
 from hostcb import engine
 from hostcb import host_callback as hcb
 from hostcb import _import_hook as import_hook
-from hostcb.engine import registry
+from hostcb.engine import native, registry
 
 S = jax.ShapeDtypeStruct((), jnp.float32)
 
@@ -476,6 +477,201 @@ def test_a_tap_whose_entry_was_freed_is_reported_not_given_to_another():
   rec2 = Recorder()
   lease2 = engine.target_id(("other", rec2), lambda: rec2.__call__, rec2)
   assert lease2.tid != tid
+
+
+# Without a barrier: a retired id is freed once no record can name it.
+class _Deaths:
+  """Counts the deaths of the objects it watches, and waits for them with
+  a deadline, in short slices: between them the interpreter runs what the
+  engine asked its main thread to run (an executable that an XLA thread
+  dropped)."""
+
+  def __init__(self):
+    self._cond = threading.Condition()
+    self.dead = 0
+
+  def watch(self, obj):
+    weakref.finalize(obj, self._died)
+    return obj
+
+  def _died(self):
+    with self._cond:
+      self.dead += 1
+      self._cond.notify_all()
+
+  def wait_for(self, n: int, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    with self._cond:
+      while self.dead < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+          return False
+        self._cond.wait(min(left, 0.05))
+    return True
+
+
+@pytest.mark.parametrize(
+  "api", ["id_tap", "call", "io_callback", "debug_callback"]
+)
+def test_dropped_programs_free_their_host_functions_without_a_barrier(api):
+  # The issue's program, scaled down: 20 jitted functions whose host
+  # functions hold 2 MB each, dropped, then jax.clear_caches(); the
+  # program never calls barrier_wait.
+  assert engine.available() and native.counts_executables()
+  hcb.barrier_wait()  # (what earlier tests left; nothing of this test's)
+  deaths = _Deaths()
+  for i in range(20):
+    g = _build(api, deaths.watch(Big()))
+    assert float(g(float(i))) == float(i)
+  del g
+  jax.clear_caches()
+  gc.collect()
+  assert deaths.wait_for(20), f"{deaths.dead} of 20 host functions freed"
+
+
+_FREES_WITHOUT_THE_ENGINE = """
+import gc, threading, time, weakref
+import jax, numpy as np
+import hostcb
+from hostcb import engine
+from hostcb import host_callback as hcb
+
+assert not engine.available()
+cond, dead = threading.Condition(), [0]
+
+def died():
+  with cond:
+    dead[0] += 1
+    cond.notify_all()
+
+class Big:
+  def __init__(self):
+    self.data = np.ones(1 << 18)
+    weakref.finalize(self, died)
+  def __call__(self, x, *rest, **kwargs):
+    pass
+
+for i in range(20):
+  f = Big()
+  if i % 2:
+    g = jax.jit(lambda x: hcb.id_tap(f, x))
+  else:
+    g = jax.jit(lambda x: (hostcb.debug.callback(f, x), x)[1])
+  g(float(i)).block_until_ready()
+del f, g
+jax.clear_caches()
+gc.collect()
+deadline = time.monotonic() + 60
+with cond:
+  while dead[0] < 20 and time.monotonic() < deadline:
+    cond.wait(0.05)
+print(dead[0], "of 20")
+"""
+
+
+def test_dropped_programs_free_their_host_functions_without_the_engine():
+  # The Python-callback back end: its consumer held the last batch of taps
+  # (and their functions) until the next one.
+  proc = run_python(
+    _FREES_WITHOUT_THE_ENGINE, env_extra={"HOSTCB_DISABLE_NATIVE": "1"}
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout == "20 of 20\n"
+
+
+class _Silent:
+  def __call__(self, x, *rest, **kwargs):
+    pass
+
+
+def test_ten_thousand_dropped_host_functions_are_freed_without_a_barrier():
+  # 100 programs of 100 tap functions each, each program dropped after it
+  # ran; every tenth program, what was dropped before it must be freed
+  # (no barrier): at no point do more than ten programs' functions live.
+  hcb.barrier_wait()
+  gc.collect()
+  live, tracked = registry.live_ids(), native.tracked_targets()
+  deaths = _Deaths()
+
+  def program(fns):
+    def f(x):
+      for fn in fns:
+        x = hcb.id_tap(fn, x)
+      return x
+
+    return jax.jit(f)
+
+  for i in range(100):
+    g = program([deaths.watch(_Silent()) for _ in range(100)])
+    g(float(i))
+    del g
+    if i % 10 == 9:
+      assert deaths.wait_for(100 * (i + 1)), f"{deaths.dead} freed"
+      assert registry.live_ids() <= live + 10  # (other tests' programs)
+      assert native.tracked_targets() <= tracked + 10
+  assert deaths.dead == 10_000
+
+
+def test_a_program_dropped_while_it_runs_keeps_its_functions_until_its_taps_ran():
+  # The computation is still running (its device waits for space in a
+  # small queue, held full by a tap function that waits for an event) when
+  # its jitted function is dropped and its last lease dies; its later taps
+  # are not queued yet.  Each tap still runs with its own function, which
+  # is freed after the last one ran, without a barrier.
+  hcb.barrier_wait()
+  native.set_capacity(8192)  # a few 1 KB taps (applied: the queue is empty)
+  entered, release = threading.Event(), threading.Event()
+  got = []
+  gate_blocks = [False]
+
+  def gate(x, *rest, **kwargs):
+    if gate_blocks[0]:
+      entered.set()
+      assert release.wait(60), "the test never released the gate"
+
+  class Record:
+    def __call__(self, x, *rest, **kwargs):
+      got.append(int(x[0]))
+
+  def make(rec):
+    def heavy(x):  # a loop of matmuls: XLA dispatches it asynchronously
+      m = jnp.full((128, 128), x)
+      return jax.lax.fori_loop(0, 2, lambda i, c: jnp.sin(c) @ jnp.cos(c), m)
+
+    def step(c, i):
+      return c, hcb.id_tap(rec, jnp.full((256,), i))
+
+    return jax.jit(
+      lambda x: jax.lax.scan(
+        step, hcb.id_tap(gate, heavy(x)[0, 0]), jnp.arange(64)
+      )[1]
+    )
+
+  deaths = _Deaths()
+  try:
+    ids_before = set(registry._keys)
+    f = make(deaths.watch(Record()))
+    f(0.0).block_until_ready()  # compiled, and run once
+    hcb.barrier_wait()
+    ids = set(registry._keys) - ids_before
+    got.clear()
+    gate_blocks[0] = True
+    r = f(0.0)
+    assert entered.wait(60), "the gate's tap never ran"
+    del f, r
+    jax.clear_caches()
+    gc.collect()
+    assert ids and not ids & set(registry._leases)  # the leases died
+    assert deaths.dead == 0  # its executable runs: nothing is freed
+    release.set()
+    assert deaths.wait_for(1), "the tap function was never freed"
+  finally:
+    release.set()
+    native.set_capacity(
+      hostcb.config.read("jax_host_callback_max_queue_byte_size")
+    )
+  assert got == list(range(64))
+  assert engine.errors.take_last_exception() is None  # no tap was lost
 
 
 # ------------------------------------------------- 3. serialization

@@ -39,6 +39,7 @@ void RequestConsumerSlow(Queue* q) {
   q->consumer_requested.store(true, std::memory_order_release);
 }
 void NamedAfterForkInChild() {}
+void LifetimesAfterForkInChild() {}  // lifetimes.cc
 // A call's function (Python in the engine): copies its one operand to
 // its one result, doubled.
 xla::ffi::Error CallOnHost(bool, int32_t, int64_t, const XLA_FFI_Args* args,

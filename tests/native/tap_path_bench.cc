@@ -45,7 +45,8 @@ void RequestConsumerSlow(Queue* q) {
   q->consumer_requested.store(true, std::memory_order_release);
 }
 void ForgetGpuStateAfterFork() {}
-void NamedAfterForkInChild() {}  // named.cc (hostcb_tap_v1), not built here
+void NamedAfterForkInChild() {}      // named.cc (hostcb_tap_v1), not built here
+void LifetimesAfterForkInChild() {}  // lifetimes.cc, not built here
 }  // namespace hostcb
 
 namespace {

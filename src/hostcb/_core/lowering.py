@@ -203,7 +203,7 @@ def _tap_target_id(ctx, target, key, make) -> int:
   (one per ``key``, the entry built by ``make()``, see
   :func:`hostcb.engine.target_id`) is kept with the executable, and a
   printing tap's id is marked awaited (host reads wait for its prints)."""
-  lease = engine.target_id(key, make, target.func)
+  lease = engine.target_id(key, make, target.func, ji.lowering_platform(ctx))
   ji.keep_alive_with_executable(ctx, lease)
   tid = lease.tid
   if target.awaited:
@@ -487,7 +487,10 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
     return _call_lowering_on_buffers(ctx, args, target, device_index, effectful)
   if _native(ctx):
     lease = engine.call_target_id(
-      ("call", target), lambda: _native_call_runner(target), target.func
+      ("call", target),
+      lambda: _native_call_runner(target),
+      target.func,
+      ji.lowering_platform(ctx),
     )
     ji.keep_alive_with_executable(ctx, lease)
     tid = lease.tid

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "queue.h"
 #include "xla/ffi/api/c_api.h"
@@ -227,6 +228,27 @@ std::string GpuPublication();
 // (0: words again).
 void SetGpuWordsRefused(int code);
 
+// The lives of target ids' executables (lifetimes.cc): XLA's instantiate
+// stage of the handlers of process-local ids, the type of the state it
+// keeps with each executable (pointers for Python to register), and what
+// the consumer and Python ask.
+void* LiveExecutableTypeId();
+void* LiveExecutableTypeInfo();
+// The consumer passed a retire marker of tid: true if tid is now retired
+// and quiet (its functions may be freed).
+bool MarkerPassed(int64_t tid);
+// Python's last lease of tid died: true if tid is quiet already.
+bool RetireTarget(int64_t tid);
+// Retired ids that became quiet with no queue to pass (taken once).
+std::vector<int64_t> TakeQuiet();
+// module.cc: retired tid became quiet in ExecutableGone with no queue to
+// pass (it is in TakeQuiet's list): where this thread holds the GIL, tells
+// Python now (on_quiet(tid, False)); else asks the interpreter's main
+// thread to, at its next check for signals (never waiting for the GIL).
+void QuietWithoutQueue(int64_t tid);
+// Ids with an entry (tests: bounded by the ids in use).
+size_t TrackedTargets();
+void LifetimesAfterForkInChild();
 template <typename Fn>
 void ForEachQueue(Fn fn) {
   for (int32_t i = 0; i < kMaxDevices; ++i) {
@@ -248,4 +270,7 @@ XLA_FFI_Error* HostcbTapV1(XLA_FFI_CallFrame* call_frame);        // named.cc
 XLA_FFI_Error* HostcbCallV1(XLA_FFI_CallFrame* call_frame);       // named.cc
 XLA_FFI_Error* HostcbTapCudaV1(XLA_FFI_CallFrame* call_frame);    // named.cc
 XLA_FFI_Error* HostcbCallCudaV1(XLA_FFI_CallFrame* call_frame);   // named.cc
+// The instantiate stage of hostcb_tap, hostcb_call and hostcb_call_one on
+// CPU (lifetimes.cc).
+XLA_FFI_Error* HostcbInstantiate(XLA_FFI_CallFrame* call_frame);
 }

@@ -255,6 +255,7 @@ void ResetAfterFork() {
   tl_consumer_queue = nullptr;
   ForgetGpuStateAfterFork();
   NamedAfterForkInChild();
+  LifetimesAfterForkInChild();
 }
 
 }  // namespace hostcb

@@ -225,6 +225,8 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
 PyObject* g_on_marker = nullptr;             // on_marker(marker_id)
 PyObject* g_on_failure = nullptr;            // on_failure(target_id, exc)
 PyObject* g_on_dispatch_finished = nullptr;  // dispatch_finished()
+// on_quiet(target_id, may_wait): see lifetimes.cc
+PyObject* g_on_quiet = nullptr;
 
 // Calls hook(args...) and drops its result; an exception of the hook
 // itself cannot be reported to anyone but the interpreter's unraisable
@@ -451,7 +453,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
   std::vector<uint8_t> adopted(records.size(), 0);
   built.reserve(records.size());
   for (const Record& r : records) {
-    if (r.kind == kMarker) {
+    if (r.kind != kTap) {  // a barrier's marker, or a retire marker
       built.push_back(Built{r.kind, r.target_id, nullptr});
       continue;
     }
@@ -497,13 +499,19 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       i = last - 1;
       continue;
     }
-    if (b.kind == kMarker) {
-      if (PyObject* id =
-              PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
-        CallHook(g_on_marker, &id, 1);
-        Py_DECREF(id);
-      } else {
-        PyErr_WriteUnraisable(functions);
+    if (b.kind != kTap) {
+      // A barrier's marker: on_marker(id); a retire marker: on_quiet(id)
+      // once the last one of a retired id is passed (lifetimes.cc).
+      const bool marker = b.kind == kMarker;
+      if (marker || MarkerPassed(b.target_id)) {
+        if (PyObject* id =
+                PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+          PyObject* argv[2] = {id, Py_True};  // on_quiet may wait for a lock
+          CallHook(marker ? g_on_marker : g_on_quiet, argv, marker ? 1 : 2);
+          Py_DECREF(id);
+        } else {
+          PyErr_WriteUnraisable(functions);
+        }
       }
       q->NoteRan(1);
       continue;
@@ -518,17 +526,18 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* Py_set_consumer_hooks(PyObject*, PyObject* args) {
-  PyObject *on_marker, *on_failure, *dispatch_finished;
-  if (!PyArg_ParseTuple(args, "OOO", &on_marker, &on_failure,
-                        &dispatch_finished)) {
+  PyObject *on_marker, *on_failure, *dispatch_finished, *on_quiet;
+  if (!PyArg_ParseTuple(args, "OOOO", &on_marker, &on_failure,
+                        &dispatch_finished, &on_quiet)) {
     return nullptr;
   }
   if (!PyCallable_Check(on_marker) || !PyCallable_Check(on_failure) ||
-      !PyCallable_Check(dispatch_finished)) {
-    PyErr_SetString(PyExc_TypeError,
-                    "set_consumer_hooks takes three callables");
+      !PyCallable_Check(dispatch_finished) || !PyCallable_Check(on_quiet)) {
+    PyErr_SetString(PyExc_TypeError, "set_consumer_hooks takes four callables");
     return nullptr;
   }
+  Py_INCREF(on_quiet);
+  Py_XSETREF(g_on_quiet, on_quiet);
   Py_INCREF(on_marker);
   Py_XSETREF(g_on_marker, on_marker);
   Py_INCREF(on_failure);
@@ -549,6 +558,42 @@ PyObject* Py_put_marker(PyObject*, PyObject* args) {
                                     /*never_wait=*/true);
   q->CommitLocked(r, /*urgent=*/true);
   Py_RETURN_NONE;
+}
+
+// The instantiate stage of the handlers of process-local ids, and the
+// type of the state it keeps (lifetimes.cc), for Python to register.
+PyObject* Py_lifetimes(PyObject*, PyObject*) {
+  return Py_BuildValue(
+      "{s:N,s:N,s:N}", "instantiate",
+      PyCapsule_New(reinterpret_cast<void*>(&HostcbInstantiate), nullptr,
+                    nullptr),
+      "type_id", PyCapsule_New(LiveExecutableTypeId(), nullptr, nullptr),
+      "type_info", PyCapsule_New(LiveExecutableTypeInfo(), nullptr, nullptr));
+}
+
+PyObject* Py_retire_target(PyObject*, PyObject* arg) {
+  long long tid = PyLong_AsLongLong(arg);
+  if (tid == -1 && PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(RetireTarget(tid));
+}
+
+PyObject* Py_take_quiet(PyObject*, PyObject*) {
+  std::vector<int64_t> quiet = TakeQuiet();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(quiet.size()));
+  if (list == nullptr) return nullptr;
+  for (size_t i = 0; i < quiet.size(); ++i) {
+    PyObject* tid = PyLong_FromLongLong(static_cast<long long>(quiet[i]));
+    if (tid == nullptr) {
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), tid);
+  }
+  return list;
+}
+
+PyObject* Py_tracked_targets(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(TrackedTargets());
 }
 
 PyObject* Py_set_capacity(PyObject*, PyObject* arg) {
@@ -878,14 +923,30 @@ PyMethodDef kMethods[] = {
      "a line (the lines of consecutive such records with the same "
      "write_lines in one call), else as func(arrays[0], second), and any "
      "other as entry(arrays, device_obj); a marker calls "
-     "on_marker(marker_id).  A tap function that raises (or a missing one) "
-     "calls on_failure(target_id, exception or None); after a tap function "
+     "on_marker(marker_id), the last retire marker of a retired target id "
+     "on_quiet(target_id, True).  A tap function that raises (or a "
+     "missing one) calls on_failure(target_id, exception or None); after a "
+     "tap function "
      "that dispatched computations, dispatch_finished() (see "
      "set_consumer_hooks).  Returns the number of records run (0 on "
      "timeout)."},
     {"set_consumer_hooks", Py_set_consumer_hooks, METH_VARARGS,
-     "set_consumer_hooks(on_marker, on_failure, dispatch_finished): the "
-     "Python functions run_batch calls."},
+     "set_consumer_hooks(on_marker, on_failure, dispatch_finished, "
+     "on_quiet): the Python functions run_batch calls."},
+    {"lifetimes", Py_lifetimes, METH_NOARGS,
+     "{instantiate, type_id, type_info}: PyCapsules of the instantiate "
+     "stage of hostcb_tap, hostcb_call and hostcb_call_one on CPU, and of "
+     "the type of the state it keeps with each executable (register the "
+     "type first)."},
+    {"retire_target", Py_retire_target, METH_O,
+     "retire_target(target_id) -> bool: the last lease of the id died; "
+     "True if no executable naming it lives and every record it made has "
+     "run (else on_quiet(target_id) says so later, or take_quiet())."},
+    {"take_quiet", Py_take_quiet, METH_NOARGS,
+     "take_quiet() -> [target_id]: retired ids that became quiet where no "
+     "queue had a consumer to say so."},
+    {"tracked_targets", Py_tracked_targets, METH_NOARGS,
+     "tracked_targets() -> int: target ids whose executables are tracked."},
     {"put_marker", Py_put_marker, METH_VARARGS,
      "put_marker(device, marker_id): queues a marker after every record "
      "queued before it; never waits."},
@@ -970,6 +1031,54 @@ PyModuleDef kModule = {
     "hostcb's native tap engine (see hostcb/engine/native.py).", -1, kMethods};
 
 }  // namespace
+
+namespace {
+
+// Frees (on_quiet(tid, False)) the retired ids that became quiet with no
+// queue to pass (TakeQuiet); GIL held.  An exception set meanwhile (inside
+// a garbage collection) is kept.
+void DrainQuiet() {
+  if (g_on_quiet == nullptr) return;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  for (int64_t tid : TakeQuiet()) {
+    if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(tid))) {
+      PyObject* argv[2] = {id, Py_False};  // never waits for a lock
+      CallHook(g_on_quiet, argv, 2);
+      Py_DECREF(id);
+    } else {
+      PyErr_Clear();  // left for Python's next lowering or barrier
+    }
+  }
+  PyErr_Restore(type, value, traceback);
+}
+
+// One pending call of DrainQuiet at a time (CPython's queue of them is
+// short).
+std::atomic<bool> g_drain_scheduled{false};
+
+int DrainQuietPending(void*) {
+  g_drain_scheduled.store(false, std::memory_order_release);
+  DrainQuiet();
+  return 0;
+}
+
+}  // namespace
+
+void QuietWithoutQueue(int64_t) {
+  if (g_on_quiet == nullptr || PythonIsFinalizing()) return;
+  if (PyGILState_Check()) {  // a garbage collection dropped the executable
+    DrainQuiet();
+    return;
+  }
+  // An XLA thread, as a computation ended: it never waits for the GIL.
+  // The interpreter's main thread runs DrainQuiet at its next check for
+  // signals (Py_AddPendingCall needs no GIL).
+  if (!g_drain_scheduled.exchange(true, std::memory_order_acq_rel) &&
+      Py_AddPendingCall(DrainQuietPending, nullptr) != 0) {
+    g_drain_scheduled.store(false, std::memory_order_release);
+  }
+}
 
 void RequestConsumerSlow(Queue* q) {
   if (q->consumer_requested.exchange(true, std::memory_order_acq_rel)) return;

@@ -67,11 +67,18 @@
 //  * Bytes held = (head_ - tail_) + external_held_ + the descriptors of the
 //    queued records (sizeof(Record) each, so that taps of tiny or no
 //    operands are bounded too) <= capacity_, except for
-//    records admitted without waiting (barrier markers, and producers that
-//    run on this queue's own consumer thread, which must never wait for
-//    themselves) and for a single oversize record admitted into an empty
-//    queue.  A producer that does not fit waits on space_cv_; nothing is ever
-//    dropped.
+//    records admitted without waiting (barrier and retire markers, and
+//    producers that run on this queue's own consumer thread, which must
+//    never wait for themselves) and for a single oversize record admitted
+//    into an empty queue.  A producer that does not fit waits on space_cv_;
+//    nothing is ever dropped.
+//  * A record reserved after another comes out after it, and the consumer
+//    runs (or, for markers, reports) each record only after every record
+//    before it.  So a marker (kMarker, kRetire: no payload, always ready at
+//    its commit) passes only once every record reserved before it has run:
+//    a barrier waits for that, and lifetimes.cc frees a retired target id
+//    on it (the marker is reserved after the last executable that names the
+//    id is gone, so after every record that id will ever have here).
 //  * When the queue becomes empty, head_ and tail_ go back to 0, so a
 //    consumer that keeps up keeps touching the same first pages of the ring.
 //  * Own blocks: a producer may ask (Reserve's own_block_from) that a
@@ -104,7 +111,8 @@ namespace hostcb {
 constexpr uint64_t kAlign = 16;
 inline uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
-enum RecordKind : uint8_t { kTap = 1, kMarker = 3 };
+// kRetire: a retire marker (lifetimes.cc), target_id the retired id.
+enum RecordKind : uint8_t { kTap = 1, kMarker = 3, kRetire = 4 };
 
 struct OperandDesc {
   int32_t dtype;  // XLA_FFI_DataType code

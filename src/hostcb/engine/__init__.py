@@ -133,24 +133,35 @@ def serves(platform: str) -> bool:
 
 
 def target_id(
-  key: Any, make: Callable[[], Any], func: Any = None
+  key: Any, make: Callable[[], Any], func: Any = None, platform: str = "cpu"
 ) -> registry.Lease:
   """A lease (:class:`.registry.Lease`) of the native target id
   (``.tid``) of the tap entry that ``make()`` builds, one per ``key`` (see
-  :mod:`.registry`); registers the handlers on first use.  The id lives
-  while a lease of it does: keep the lease with the executable
-  (:func:`hostcb.jax_internals.keep_alive_with_executable`)."""
+  :mod:`.registry`), for a program lowered for ``platform``; registers the
+  handlers on first use.  The id lives while a lease of it does: keep the
+  lease with the executable
+  (:func:`hostcb.jax_internals.keep_alive_with_executable`); once retired,
+  it is freed when no record can name it any more."""
   native.register_targets(_capacity())
-  return registry.tap_id(key, make, func)
+  return registry.tap_id(key, make, func, _counted(platform))
 
 
 def call_target_id(
-  key: Any, make: Callable[[], tuple[Callable, Callable]], func: Any = None
+  key: Any,
+  make: Callable[[], tuple[Callable, Callable]],
+  func: Any = None,
+  platform: str = "cpu",
 ) -> registry.Lease:
   """A lease of the native target id of a call, one per ``key`` (see
   :func:`.registry.call_id` and :func:`target_id`)."""
   native.register_targets(_capacity())
-  return registry.call_id(key, make, func)
+  return registry.call_id(key, make, func, _counted(platform))
+
+
+def _counted(platform: str) -> bool:
+  """Whether the engine counts the executables of a program lowered for
+  ``platform`` (CPU's handlers, where XLA runs their instantiate stage)."""
+  return platform == "cpu" and native.counts_executables()
 
 
 def drain_device(device: Any, engine_records: bool = True) -> None:

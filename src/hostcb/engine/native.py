@@ -27,6 +27,15 @@ this process's target id (asking Python once per process, through
 registered with XLA when hostcb is imported (:func:`register_at_import`),
 so that a program compiled, cached or exported elsewhere finds them.
 
+The handlers of process-local ids (``hostcb_tap``, ``hostcb_call``,
+``hostcb_call_one``) have an instantiate stage (``lifetimes.cc``): XLA runs
+it when it builds an executable, and destroys the state it keeps once the
+executable is gone and its last computation has ended.  The engine counts
+them per target id; when the last goes it puts a retire marker behind every
+record of each queue, and once a retired id's markers are all passed, the
+consumer has the registry free its functions (:func:`.registry.free_quiet`):
+no barrier is needed, and no record can still name the id.
+
 Consumers start when their device queues its first record, not when a
 function is lowered: the first producer of a device takes the GIL once and
 calls :func:`_start_consumer` (``set_consumer_starter``).  A consumer takes
@@ -203,8 +212,19 @@ _DTYPE_CODES = {
   "float8_e8m0fnu": 33,
 }
 
-_registered = False
+_registered = False  # every handler, with the checked registration
+_registered_at_import = False  # all but _LOCAL_TARGETS (unchecked)
 _register_lock = threading.Lock()
+# The handlers of process-local target ids: registered with their
+# instantiate stage (lifetimes.cc), which counts the executables that name
+# each id, so that a retired id is freed once no record can name it
+# (:mod:`.registry`).  XLA accepts the stage's state type only before the
+# handlers that use it, and a registration made before JAX's CPU client
+# starts is replayed handlers first: so these wait for the checked
+# registration (a lowering that uses them makes it first; no program made
+# elsewhere names a process-local id).
+_LOCAL_TARGETS = frozenset({"hostcb_tap", "hostcb_call", "hostcb_call_one"})
+_counts_executables = [False]
 
 
 def _dtype_table() -> dict[int, np.dtype]:
@@ -229,13 +249,14 @@ def register_targets(capacity: int, check: bool = True) -> None:
 
   ``check``: start JAX's CPU client first, so that XLA checks each handler
   now; ``import hostcb`` registers them without (it starts no backend:
-  a deserialized program may need them before anything is traced)."""
-  global _registered
-  if _registered:
+  a deserialized program may need them before anything is traced), all
+  but those of process-local ids (:data:`_LOCAL_TARGETS`)."""
+  global _registered, _registered_at_import
+  if _registered or (_registered_at_import and not check):
     return
   native = _require()
   with _register_lock:
-    if _registered:
+    if _registered or (_registered_at_import and not check):
       return
     import jax  # noqa: PLC0415
 
@@ -248,17 +269,68 @@ def register_targets(capacity: int, check: bool = True) -> None:
         jax.local_devices(backend="cpu")
     except RuntimeError:  # no CPU backend: nothing to check it against
       pass
-    native.set_name_resolver(_resolve_name)  # the handlers by name ask it
-    native.set_dtypes(_dtype_table())
-    native.set_call_server(
-      registry.call_runners, _check_call, _call_failure_text
-    )
-    native.set_consumer_hooks(_marker_arrived, _tap_failed, dispatch_finished)
-    native.set_consumer_starter(_start_consumer)
-    for name, capsule in native.handlers().items():
-      jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    native.set_capacity(int(capacity))
-    _registered = True
+    if not _registered_at_import:
+      native.set_name_resolver(_resolve_name)  # the handlers by name ask it
+      native.set_dtypes(_dtype_table())
+      native.set_call_server(
+        registry.call_runners, _check_call, _call_failure_text
+      )
+      native.set_consumer_hooks(
+        _marker_arrived, _tap_failed, dispatch_finished, registry.free_quiet
+      )
+      native.set_consumer_starter(_start_consumer)
+      for name, capsule in native.handlers().items():
+        if name not in _LOCAL_TARGETS:
+          jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+      native.set_capacity(int(capacity))
+      _registered_at_import = True
+    if check:
+      _register_local_targets(jax, native)
+      _registered = True
+
+
+def _register_local_targets(jax: Any, native: Any) -> None:
+  """Registers the handlers of process-local ids, with their instantiate
+  stage where this JAX registers the type of its state (then the registry
+  frees retired ids without a barrier: :func:`.registry.count_executables`),
+  else without it (a barrier frees them)."""
+  handlers = native.handlers()
+  lifetimes = native.lifetimes()
+  register_type = getattr(jax.ffi, "register_ffi_type", None)
+  staged = False
+  if register_type is not None:
+    try:
+      register_type(
+        "hostcb_live_executable",
+        {"type_id": lifetimes["type_id"], "type_info": lifetimes["type_info"]},
+        platform="cpu",
+      )
+      staged = True
+    except Exception as e:  # noqa: BLE001  (an XLA without the stage)
+      logger.debug("hostcb: executables are not counted (%s)", e)
+  for name in sorted(_LOCAL_TARGETS):
+    if staged:
+      try:
+        jax.ffi.register_ffi_target(
+          name,
+          {"instantiate": lifetimes["instantiate"], "execute": handlers[name]},
+          platform="cpu",
+        )
+        continue
+      except Exception as e:  # noqa: BLE001  (as above)
+        logger.debug("hostcb: executables are not counted (%s)", e)
+        staged = False
+    jax.ffi.register_ffi_target(name, handlers[name], platform="cpu")
+  if staged:
+    _counts_executables[0] = True
+    registry.count_executables(native.retire_target, native.take_quiet)
+
+
+def counts_executables() -> bool:
+  """Whether the CPU handlers of process-local ids count the executables
+  that name each id (XLA's instantiate stage): retired ids are then freed
+  without a barrier, once no record can name them."""
+  return _counts_executables[0]
 
 
 def register_at_import(capacity: int) -> None:
@@ -266,7 +338,7 @@ def register_at_import(capacity: int) -> None:
   :func:`register_targets`), so that programs that were compiled, cached
   or exported elsewhere find them; where XLA refuses them, the engine is
   off and says why."""
-  if _native is None or _registered:
+  if _native is None or _registered or _registered_at_import:
     return
   try:
     register_targets(capacity, check=False)
@@ -618,6 +690,22 @@ def set_capacity(nbytes: int) -> None:
   queue when it next empties)."""
   if _native is not None:
     _native.set_capacity(max(int(nbytes), 4096))
+
+
+def retire_target(tid: int) -> bool:
+  """The last lease of ``tid`` died: whether no executable that names it
+  lives any more and every record it made has run (``lifetimes.cc``)."""
+  return _native.retire_target(tid)
+
+
+def take_quiet() -> list[int]:
+  """Retired ids that became quiet where no consumer could say so."""
+  return _native.take_quiet()
+
+
+def tracked_targets() -> int:
+  """Target ids whose executables the engine counts (for tests)."""
+  return _require().tracked_targets()
 
 
 def counters(ordinal: int) -> dict[str, int]:

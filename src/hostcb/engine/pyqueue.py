@@ -190,6 +190,9 @@ class DeviceQueue:
         self._done += len(batch)
         if self._waiters or self._awaited_waiters:
           cond.notify_all()
+      # Holds nothing of the batch while it waits for the next: a tap's
+      # function (and what it captured) goes with its executable.
+      del batch, run
 
 
 _lock = threading.Lock()

@@ -40,23 +40,37 @@ Lifetime.  Each lowering that uses an id takes a :class:`Lease` and hands
 it to JAX with the lowered module (its keep-alive list), which lives as
 long as the compiled executable.  When the last lease of an id is gone
 (``jax.clear_caches()``, the jitted function dropped), the id retires.
-A retired id's entry is freed by the next barrier (:func:`barrier_done`):
-a computation of its executable may still be running (one dispatched just
-before the executable was dropped, its results dropped too, is visible to
-nothing but a barrier of its thread), and a barrier waits for those and
-for the records they queued, so that a queued tap still finds its
-function.  Nothing else frees an entry: a finalizer (where a lease dies)
-must not call JAX, and a check without waiting cannot see such a
-computation.  Ids are never reused: were an entry freed too early, its
-record would find no function under its id, which the engine reports as
-an error, never another function.  A freed id leaves an empty slot (one
-list item per table).
+Retired is not yet free: a computation of its executable may still be
+running (one dispatched just before the executable was dropped, its
+results dropped too), and its taps may still be queued or not yet made.
+A retired id's entry is freed at the first of two points where no queued
+or running record can name it:
+
+* the engine says the id is quiet (:func:`count_executables`; the native
+  engine on CPU, ``lifetimes.cc``): XLA has destroyed every executable
+  that names the id, which it does only after their last computation has
+  ended, and each device's consumer has passed a marker queued behind
+  every record queued by then.  Whichever comes last frees it: the
+  retirement here, or the consumer that passes the last marker
+  (:func:`free_quiet`).  An id lowered for another platform (the GPU back
+  end), or whose executables the engine could not count, waits for the
+  second point;
+* the next barrier (:func:`barrier_done`), which waits for the
+  computations it covers and for the records they queued.
+
+A finalizer (where a lease dies) must not call JAX, and a check without
+waiting cannot see a running computation: hence the engine's count of
+the executables themselves.  Ids are never reused: were an entry freed
+too early, its record would find no function under its id, which the
+engine reports as an error, never another function.  A freed id leaves
+an empty slot (one list item per table).
 
 A lease cannot be pickled: an executable that holds one cannot be
 serialized (``jax.experimental.serialize_executable``), since its ids
 mean nothing in another process (:class:`ProcessLocalFunctionError`).
 
-Standard library only: the tables are plain lists.
+Standard library only: the tables are plain lists; the engine that
+counts executables is handed in (:func:`count_executables`).
 """
 
 from __future__ import annotations
@@ -79,6 +93,8 @@ __all__ = [
   "ProcessLocalFunctionError",
   "live_ids",
   "collect",
+  "count_executables",
+  "free_quiet",
 ]
 
 tap_functions: list[Any] = [None]
@@ -91,8 +107,15 @@ _keys: dict[int, Any] = {}  # target id -> key
 _leases: dict[int, int] = {}  # target id -> live leases
 _names: dict[int, str] = {}  # target id -> the function, for messages
 _released: collections.deque = collections.deque()  # ids of dead leases
-# (id, retired at: _retire_seq), freed by the next barrier
-_retiring: list[tuple[int, int]] = []
+# id -> retired at (_retire_seq): freed once quiet, or by the next barrier
+_retiring: dict[int, int] = {}
+# Ids ever leased by a lowering whose executables the engine does not
+# count (another platform): only a barrier frees them.
+_uncounted: set[int] = set()
+# [retire(tid) -> quiet now?, take_quiet() -> [tid]] of the engine that
+# counts the executables of each id (count_executables), or empty.
+_counter: list[Callable] = []
+_quiet_later: collections.deque = collections.deque()  # see free_quiet
 _retire_seq = itertools.count(1)
 _last_retire_seq = [0]
 # Every id ever given (freed ones too: an id is never reused), one bit
@@ -175,11 +198,14 @@ class Lease:
     return f"<hostcb target {self.tid}: {_names.get(self.tid, '?')}>"
 
 
-def _assign_id(key: Any, install: Callable[[int], None], name: str) -> Lease:
+def _assign_id(
+  key: Any, install: Callable[[int], None], name: str, counted: bool
+) -> Lease:
   """A lease of the target id of ``key``; a new id is passed to
-  ``install`` first."""
+  ``install`` first.  ``counted``: the engine counts the executables of
+  this lowering (see :func:`count_executables`)."""
   with _lock:
-    _collect_locked()
+    freed = _collect_locked()
     tid = _ids.get(key)
     if tid is None:
       tid = _new_id(key)
@@ -188,6 +214,9 @@ def _assign_id(key: Any, install: Callable[[int], None], name: str) -> Lease:
       _keys[tid] = key
       _names[tid] = name
     _leases[tid] = _leases.get(tid, 0) + 1
+    if not counted:
+      _uncounted.add(tid)
+  del freed  # the functions, out of the lock (their __del__ may run)
   return Lease(tid)
 
 
@@ -205,18 +234,24 @@ def _name(func: Any) -> str:
     return f"<{type(func).__name__} object>"
 
 
-def tap_id(key: Any, make: Callable[[], Any], func: Any = None) -> Lease:
+def tap_id(
+  key: Any, make: Callable[[], Any], func: Any = None, counted: bool = False
+) -> Lease:
   """A lease of the target id (``.tid``) of the tap entry that ``make()``
   builds, one per ``key`` (a tap function with its tree structure and
   transforms), so that recompiling a live function does not grow the
-  registry.  ``func``: the function, named in error messages."""
+  registry.  ``func``: the function, named in error messages;
+  ``counted``: the engine counts the executables of this lowering."""
   return _assign_id(
-    key, lambda tid: _put(tap_functions, tid, make()), _name(func)
+    key, lambda tid: _put(tap_functions, tid, make()), _name(func), counted
   )
 
 
 def call_id(
-  key: Any, make: Callable[[], tuple[Callable, Callable]], func: Any = None
+  key: Any,
+  make: Callable[[], tuple[Callable, Callable]],
+  func: Any = None,
+  counted: bool = False,
 ) -> Lease:
   """A lease of the target id of a call, one per ``key``.
 
@@ -233,7 +268,7 @@ def call_id(
     _put(call_checks, tid, check)
     _put(call_runners, tid, run)
 
-  return _assign_id(key, install, _name(func))
+  return _assign_id(key, install, _name(func), counted)
 
 
 def live_ids() -> int:
@@ -242,10 +277,11 @@ def live_ids() -> int:
 
 
 def collect() -> None:
-  """Retires the ids whose last lease died (their entries wait for the
-  next barrier)."""
+  """Retires the ids whose last lease died (each is freed once quiet, or
+  by the next barrier)."""
   with _lock:
-    _collect_locked()
+    freed = _collect_locked()
+  del freed
 
 
 def _collect_if_free() -> None:
@@ -253,14 +289,18 @@ def _collect_if_free() -> None:
   # collection): the lock is then held, and that call collects.
   if _lock.acquire(blocking=False):
     try:
-      _collect_locked()
+      freed = _collect_locked()
     finally:
       _lock.release()
+    del freed
 
 
-def _collect_locked() -> None:
-  """Retires the ids of dead leases (JAX is not called: a lease dies in a
-  garbage collection, which may run inside JAX code)."""
+def _collect_locked() -> list:
+  """Retires the ids of dead leases, and frees those that the engine says
+  are quiet (JAX is not called: a lease dies in a garbage collection,
+  which may run inside JAX code).  Returns the freed entries, to drop once
+  the lock is released."""
+  freed: list = []
   while _released:
     tid = _released.popleft()
     n = _leases.get(tid, 0) - 1
@@ -273,11 +313,61 @@ def _collect_locked() -> None:
       del _ids[key]  # a new lowering of it gets a new id
     seq = next(_retire_seq)
     _last_retire_seq[0] = seq
-    _retiring.append((tid, seq))
+    _retiring[tid] = seq
+    if _counter and _counter[0](tid):  # quiet already
+      _free_locked(tid, freed)
+  if _counter:
+    for tid in _counter[1]():
+      _free_locked(tid, freed)
+  while _quiet_later:
+    _free_locked(_quiet_later.popleft(), freed)
+  return freed
+
+
+def _free_locked(tid: int, freed: list) -> None:
+  """Frees the entry of retired id ``tid``, unless a lowering the engine
+  does not count leased it (then the next barrier frees it)."""
+  if tid not in _retiring or tid in _uncounted:
+    return
+  del _retiring[tid]
+  _keys.pop(tid, None)
+  _names.pop(tid, None)
+  for table in (tap_functions, call_runners, call_checks):
+    if tid < len(table):
+      freed.append(table[tid])
+      table[tid] = None
+
+
+def count_executables(
+  retire: Callable[[int], bool], take_quiet: Callable[[], list[int]]
+) -> None:
+  """Hands in the engine that counts the executables of each id (set once
+  its handlers count them): ``retire(tid)`` is told that ``tid``'s last
+  lease died and answers whether it is quiet already; ``take_quiet()``
+  returns retired ids that became quiet since, where no consumer said so
+  (:func:`free_quiet`)."""
+  _counter[:] = [retire, take_quiet]
+
+
+def free_quiet(tid: int, may_wait: bool = True) -> None:
+  """The engine says retired id ``tid`` is quiet (a consumer passed the
+  last marker behind its records, or its last executable went where no
+  consumer runs): frees its entry.  Without ``may_wait`` (a garbage
+  collection, which may run inside a registry call that holds the lock),
+  an id that cannot be freed at once is freed by the next registry call."""
+  freed: list = []
+  if not _lock.acquire(blocking=may_wait):
+    _quiet_later.append(tid)
+    return
+  try:
+    _free_locked(tid, freed)
+  finally:
+    _lock.release()
+  del freed
 
 
 def pending() -> bool:
-  """Whether retired ids wait for a barrier."""
+  """Whether retired ids wait to be freed."""
   return bool(_retiring or _released)
 
 
@@ -293,20 +383,12 @@ def barrier_done(mark: int) -> None:
   dispatched before it finish (those it covers: see
   :func:`hostcb.barrier_wait`) and every record they queued run: frees the
   entries of the ids retired before it."""
-  freed = []
+  freed: list = []
   with _lock:
-    kept = []
-    for tid, seq in _retiring:
-      if seq > mark:
-        kept.append((tid, seq))
-        continue
-      _keys.pop(tid, None)
-      _names.pop(tid, None)
-      for table in (tap_functions, call_runners, call_checks):
-        if tid < len(table):
-          freed.append(table[tid])
-          table[tid] = None
-    _retiring[:] = kept
+    for tid, seq in list(_retiring.items()):
+      if seq <= mark:
+        _uncounted.discard(tid)
+        _free_locked(tid, freed)
   del freed  # the functions, out of the lock (their __del__ may run)
 
 
