@@ -23,9 +23,13 @@ The callback receives ``jax.Array`` s on the CPU, as JAX's does
 (``hostcb_callback_jax_arrays=False``, the opt-out, gives NumPy arrays).
 Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
 (and checked by the scenarios of ``tests/jax_diff``): the device never
-waits for it; an exception it raises under ``jit`` does not fail the
-computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
-refused in a computation over several devices (JAX's error).
+waits for it, so an exception it raises under ``jit`` cannot fail the
+call that ran the computation, as JAX's does: it is logged where JAX
+logs it, and the first host read of a result on its device after it, or
+the first barrier, raises it with JAX's words, as
+``jax.errors.JaxRuntimeError`` (:mod:`hostcb.engine.errors`).  As JAX's,
+``ordered=True`` is refused in a computation over several devices (JAX's
+error).
 """
 
 from __future__ import annotations
@@ -108,9 +112,10 @@ def _elements(leaves: tuple, levels: list) -> list:
 
 def _failed() -> None:
   """A staged callback failed (:meth:`_DebugCall.__call__`, in its
-  ``except``): logged with its traceback, and noted."""
+  ``except``): logged with its traceback, and noted, for the next host
+  read of a result on its device or the next barrier to raise it."""
   _callback_helpers.debug_logger.exception("jax.debug.callback failed")
-  note_jax_callback_failure()
+  note_jax_callback_failure(sys.exc_info()[1])
 
 
 # The writes that take several lines at once as they take them one by one:
@@ -236,15 +241,13 @@ class _DebugCall:
     """Runs the staged callback (the engine's call): a PRNG key operand
     arrives as its key data, as JAX's staged callback receives it.
 
-    A failure is logged where JAX logs it, with its traceback, and goes no
-    further (the rule of docs/jax_callbacks.md, "When a callback fails"):
-    the computation that staged it went on long ago, and a barrier or a
-    computation after it is other work, which JAX's failure does not fail
-    either.  A ``BaseException`` that is no ``Exception`` (an interrupt)
-    goes on to the engine.  Either way the process exits with status 1, as
-    JAX's does after a failed callback
-    unless a barrier waited for it first
-    (:func:`hostcb.engine.errors.note_jax_callback_failure`)."""
+    A failure is logged where JAX logs it, with its traceback, and kept:
+    the computation that staged it went on long ago, so the first host
+    read of a result on its device, or the first barrier, raises it as
+    JAX's failed computation does (docs/jax_callbacks.md, "When a
+    callback fails"; :func:`hostcb.engine.errors.note_jax_callback_failure`).
+    A ``BaseException`` that is no ``Exception`` (an interrupt) goes on to
+    the engine too."""
     try:
       if self.x64 and not _jc.x64_enabled():
         _jc.call_with_x64(self.run_staged, arg, transforms)
