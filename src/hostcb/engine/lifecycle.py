@@ -39,6 +39,7 @@ __all__ = [
   "note_lowered",
   "lowered",
   "before_uninstall",
+  "after_first_record_hooks",
   "wait_before_uninstall",
   "rearm_after_uninstall",
   "EXIT_TIMEOUT_SECONDS",
@@ -84,6 +85,11 @@ def _first_record() -> None:
     _ran_unlowered[0] = True
     _lowered[0] = True
     _install_hooks()
+    for hook in list(after_first_record_hooks):
+      try:
+        hook()
+      except Exception:  # the record goes on: logged
+        logger.exception("hostcb: %r failed", hook)
 
 
 def rearm_after_uninstall() -> None:
@@ -94,6 +100,12 @@ def rearm_after_uninstall() -> None:
 
 native.on_first_record.append(_first_record)
 
+
+# Called (no arguments, GIL held) when a device's first record installs
+# the exit handler (:func:`_first_record`: after ``hostcb.uninstall()``, a
+# program compiled before it): hostcb.metrics installs its own exit
+# handler again, after this one, so that it runs first at exit.
+after_first_record_hooks: list = []
 
 # Called (no arguments) by wait_before_uninstall, after the wait, in the
 # order added: what must be written before hostcb's exit handlers go

@@ -24,9 +24,10 @@ closed; an exception or a ``KeyboardInterrupt`` that ends the script
 goes through the same exit, and so does a failed callback (hostcb's exit
 handlers never end the process).  ``hostcb.uninstall()``, which removes
 the exit handler, first writes and flushes what was logged before it
-(:data:`hostcb.engine.lifecycle.before_uninstall`); a record that a
-program compiled before it logs after it installs the exit handler
-again.
+(:data:`hostcb.engine.lifecycle.before_uninstall`); a program compiled
+before it that logs after it installs the exit handler again (with the
+engine's, :data:`hostcb.engine.lifecycle.after_first_record_hooks`, or
+at its first record).
 """
 
 from __future__ import annotations
@@ -453,6 +454,7 @@ def _install_hooks() -> None:
     _hooked[0] = True
     if _flush_before_uninstall not in lifecycle.before_uninstall:
       lifecycle.before_uninstall.append(_flush_before_uninstall)
+      lifecycle.after_first_record_hooks.append(_install_hooks)
     if hasattr(os, "register_at_fork") and not _fork_hook[0]:
       os.register_at_fork(after_in_child=_after_fork_in_child)
       _fork_hook[0] = True
