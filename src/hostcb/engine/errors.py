@@ -35,6 +35,7 @@ __all__ = [
   "take_last_exception",
   "note_jax_callback_failure",
   "jax_callback_failed",
+  "consumer_keys",
   "held",
   "held_here",
   "raise_jax_callback_failure",
@@ -117,15 +118,17 @@ def _jax_text(e: BaseException) -> str:
 def note_jax_callback_failure(e: BaseException) -> None:
   """A staged callback of JAX's API raised ``e`` (logged by its caller) on
   this consumer thread: the next host read of a result on its device, or
-  the next barrier, raises it (module docstring)."""
-  text = _jax_text(e)
-  key = _consumer_key()
+  the next barrier, raises it (module docstring).  Only its text is
+  kept, not ``e``, whose frames would keep what they hold alive."""
+  key = _consumer_key()  # (one consumer per key: no other thread adds it)
   with _lock:
     kept = _unraised.get(key)
-    if kept is None:
-      _unraised[key] = _Unraised(next(_order), text)
-    else:
+    if kept is not None:
       kept.more += 1
+      return
+  text = _jax_text(e)
+  with _lock:
+    _unraised[key] = _Unraised(next(_order), text)
 
 
 class _HeldHere(threading.local):
