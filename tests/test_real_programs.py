@@ -241,8 +241,8 @@ def _check_rows():
 
 
 def test_jax_reports_a_failed_check_at_the_call_site():
-  """The reference: JAX's three callbacks fail the computation; the next
-  one works and no barrier raises."""
+  """The reference: JAX's three callbacks fail the computation (the call
+  raises); the next one works and no barrier raises."""
   report = _blocks(run("runtime_checks", "jax"))
   assert set(report) == {"io_callback", "pure_callback", "debug.callback"}
   for lines in report.values():

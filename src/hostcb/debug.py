@@ -544,10 +544,11 @@ def callback(
   device does not wait for it: hostcb's consumer thread calls it, in
   program order with the other callbacks of its device;
   ``jax.effects_barrier()`` waits until it has run.  An exception it
-  raises under ``jit`` is logged where JAX logs it and fails no later work
-  (no barrier raises it; the computation goes on).  Outside ``jit`` it
-  runs at once, in the calling thread, and its exception reaches the
-  caller.
+  raises under ``jit`` is logged where JAX logs it and raised as JAX's
+  failed computation raises it (``jax.errors.JaxRuntimeError``, JAX's
+  words) by the first host read of a result on its device after it, or
+  else the first barrier, once.  Outside ``jit`` it runs at once, in the
+  calling thread, and its exception reaches the caller.
 
   Two forms, as JAX's: ``callback(f, *args, ordered=..., **kwargs)``, and
   ``callback(ordered=...)`` returning a function that takes ``(f, *args,
