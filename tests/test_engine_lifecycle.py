@@ -103,12 +103,14 @@ f = jax.jit(lambda x: (API(bad, x), x * 2)[1])
 """
 
 
-def _under_each(body: str) -> dict:
+def _under_each(body: str, env: dict | None = None) -> dict:
   """``{callbacks: (returncode, stdout, stderr)}`` of ``body`` after
   :data:`_FAILING`, for each entry of :data:`_CALLBACKS`."""
   out = {}
   for name, api in _CALLBACKS.items():
-    proc = run_python(_FAILING.format(api=api) + body, timeout=120)
+    proc = run_python(
+      _FAILING.format(api=api) + body, env_extra=env, timeout=120
+    )
     out[name] = (proc.returncode, proc.stdout, proc.stderr)
   return out
 
@@ -118,12 +120,18 @@ def _as_jax(runs: dict, returncode: int, stdout: str) -> None:
     assert (rc, out) == (returncode, stdout), (name, err)
 
 
-def test_a_caught_failure_runs_the_exit_handlers_and_exits_0():
+@pytest.mark.parametrize(
+  "env",
+  [{}, {"HOSTCB_DISABLE_NATIVE": "1"}],
+  ids=["native", "python-callbacks"],
+)
+def test_a_caught_failure_runs_the_exit_handlers_and_exits_0(env):
   runs = _under_each(
     "try:\n"
     "  print(float(f(2.0)))\n"
     "except Exception as e:\n"
-    "  print('caught', type(e).__name__)\n"
+    "  print('caught', type(e).__name__)\n",
+    env,
   )
   _as_jax(runs, 0, "caught JaxRuntimeError\nprogram's exit handler ran\n")
 
