@@ -156,7 +156,10 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
   """Lets the dispatched computations and their taps finish (the taps
-  bounded by EXIT_TIMEOUT_SECONDS; never hangs on a stuck tap function)."""
+  bounded by EXIT_TIMEOUT_SECONDS; never hangs on a stuck tap function),
+  then logs the failures that nothing raised.  Returns: the exit handlers
+  registered before it run after it, and the exit status is the
+  program's."""
   if os.getpid() != _owner_pid or not _lowered[0]:
     return
   try:
