@@ -32,6 +32,8 @@ import hostcb  # noqa: E402
 
 try:
   from hostcb import progress
+
+  progress._require_supported_jax()
 except ImportError as e:  # UnsupportedJax: jax 0.8 drops its taps
   progress, _NO_PROGRESS = None, str(e)
 

@@ -260,6 +260,8 @@ def progress_bars():
 
   try:
     from hostcb import progress
+
+    progress._require_supported_jax()
   except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
     return {"unsupported": str(e)}
   made = []

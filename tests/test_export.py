@@ -125,6 +125,17 @@ def test_register_works_as_a_decorator_and_returns_the_function():
   assert hostcb.register("test_export.plain", fn) is fn
 
 
+def test_a_function_under_several_names_lowers_under_the_name_registered_last():
+  def logged(x, transforms):
+    pass
+
+  for name in ("test_export.a", "test_export.b", "test_export.a"):
+    hostcb.register(name, logged)
+  text = _text(lambda x: hostcb.id_tap(logged, x), jnp.ones(3))
+  assert 'name = "test_export.a"' in text
+  assert 'name = "test_export.b"' not in text
+
+
 def test_register_refuses_a_name_that_is_not_a_string():
   with pytest.raises(TypeError, match="non-empty str"):
     hostcb.register(3, print)
@@ -279,6 +290,70 @@ def test_export_refuses_a_tap_by_id():
       jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x)),
       disabled_checks=hostcb.export_checks(),
     )(jnp.ones(2))
+
+
+def _export_symbolic(fn):
+  """``fn`` exported for a float32 vector of symbolic length ``n``."""
+  spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("n"), jnp.float32)
+  return jax.export.export(jax.jit(fn), disabled_checks=hostcb.export_checks())(
+    spec
+  )
+
+
+def test_exporting_a_call_with_symbolic_result_shapes_fails_naming_the_limit():
+  def echo(x):
+    return x
+
+  hostcb.register("test_export.echo", echo)
+  with pytest.raises(NotImplementedError) as e:
+    _export_symbolic(
+      lambda x: hostcb.call(
+        echo, x, result_shape=jax.ShapeDtypeStruct(x.shape, x.dtype)
+      )
+    )
+  assert str(e.value) == (
+    "hostcb: the results of a host call must have constant shapes; the "
+    f"call of {echo!r} has results (float32[n]) with symbolic dimensions "
+    "(jax.export's shape polymorphism), which hostcb does not resolve when "
+    "the program runs. Give the results constant shapes (the operands may "
+    "keep symbolic ones), or export with constant input shapes."
+  )
+
+
+def test_exporting_a_pure_callback_with_symbolic_result_shapes_fails():
+  f = hostcb.register("test_export.echo_pure", lambda x: x)
+  with pytest.raises(NotImplementedError, match=r"results \(float32\[n\]\)"):
+    _export_symbolic(
+      lambda x: hostcb.pure_callback(
+        f, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+      )
+    )
+
+
+@needs_flatbuffers
+def test_a_call_with_symbolic_operands_and_constant_results_exports_and_runs():
+  f = hostcb.register("test_export.total", lambda x: np.float32(np.sum(x)))
+  exported = _export_symbolic(
+    lambda x: hostcb.pure_callback(f, jax.ShapeDtypeStruct((), jnp.float32), x)
+  )
+  call = jax.export.deserialize(exported.serialize()).call
+  assert [float(call(jnp.arange(k, dtype=jnp.float32))) for k in (3, 5)] == [
+    3.0,
+    10.0,
+  ]
+
+
+def test_an_unregistered_call_with_symbolic_operands_gets_jaxs_export_error():
+  with pytest.raises(
+    NotImplementedError, match="serialization of host_callbacks"
+  ):
+    _export_symbolic(
+      lambda x: hostcb.pure_callback(
+        lambda x: np.float32(np.sum(x)),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        x,
+      )
+    )
 
 
 def test_an_unbound_name_fails_the_computation_naming_it():

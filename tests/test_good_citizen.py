@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 
 import jax
 import pytest
@@ -23,7 +24,7 @@ from hostcb.jax_internals.versions import jax_at_least
 
 # The objects hostcb may change, read without hostcb (identity compared).
 _SNAPSHOT = r"""
-import atexit, sys
+import atexit, builtins, contextlib, logging, sys
 import jax
 from jax._src import array as _array, dispatch as _dispatch, pjit as _pjit
 from jax._src.interpreters import mlir as _mlir, pxla as _pxla
@@ -83,6 +84,11 @@ def snapshot():
       "sys.stdout": sys.stdout,
       "sys.stderr": sys.stderr,
       "type(sys)": type(sys),
+      "builtins.print": builtins.print,
+      "logging.Handler.handle": own(logging.Handler, "handle"),
+      "redirect_stdout.__enter__":
+          own(contextlib._RedirectStream, "__enter__"),
+      "redirect_stdout.__exit__": own(contextlib._RedirectStream, "__exit__"),
       "std::terminate handler": _get_terminate(),
       # hostcb's jax.config options and state, all defined at import, are
       # checked by test_import_defines_legacy_options_and_the_tap_threads_
@@ -107,8 +113,8 @@ for m in pkgutil.walk_packages(hostcb.__path__, "hostcb."):
     continue  # runs the command
   try:
     importlib.import_module(m.name)
-  except ImportError as e:  # hostcb.progress without tqdm, or on jax 0.8
-    assert "tqdm" in str(e) or "custom_vmap" in str(e), (m.name, e)
+  except ImportError as e:  # hostcb.progress without tqdm
+    assert "tqdm" in str(e), (m.name, e)
 """
 
 
@@ -142,6 +148,66 @@ def test_importing_every_module_changes_no_jax_object_and_no_hook():
     "print(ji.installed())\n"
   )
   assert out == "[]\n[]\n"
+
+
+# The threads of this process, native ones included (Linux: one entry per
+# thread in /proc/self/task; elsewhere Python's own).
+_THREADS = r"""
+import os, threading
+
+
+def threads():
+  if os.path.isdir("/proc/self/task"):
+    return len(os.listdir("/proc/self/task"))
+  return threading.active_count()
+"""
+
+
+def test_importing_every_module_initializes_no_jax_backend():
+  out = _run(
+    _IMPORT_ALL + "from jax._src import xla_bridge\n"
+    "print(xla_bridge.backends_are_initialized())\n"
+  )
+  assert out == "False\n"
+
+
+def test_importing_every_module_starts_no_thread():
+  out = _run(
+    _THREADS + "import jax, numpy\n"
+    "try:\n"
+    "  import tqdm.auto  # its own import, not hostcb's\n"
+    "except ImportError:\n"
+    "  pass\n"
+    "before = threads()\n" + _IMPORT_ALL + "print(threads() - before)\n"
+  )
+  assert out == "0\n"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_jax_distributed_initialize_runs_after_importing_every_module():
+  out = _run(
+    _IMPORT_ALL + "import jax\n"
+    "jax.distributed.initialize(\n"
+    f"  coordinator_address='127.0.0.1:{_free_port()}',\n"
+    "  num_processes=1, process_id=0)\n"
+    "print(jax.process_count(), int(jax.jit(lambda x: x * 2)(21)))\n"
+    "jax.distributed.shutdown()\n"
+  )
+  assert out == "1 42\n"
+
+
+def test_jax_num_cpu_devices_can_be_set_after_importing_every_module():
+  out = _run(
+    _IMPORT_ALL + "import jax\n"
+    "jax.config.update('jax_num_cpu_devices', 2)\n"
+    "print(len(jax.devices('cpu')))\n"
+  )
+  assert out == "2\n"
 
 
 _TAPS = r"""
@@ -223,7 +289,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "host reads (block_until_ready)",
         "host reads (item)",
         "host reads (several arrays)",
-        "output order",
+        "output order (print)",
+        "output order (logging)",
+        "output order (redirect_stdout.__enter__)",
+        "output order (redirect_stdout.__exit__)",
         "print outputs (fast path)",
         "print outputs (Python path)",
       ]
@@ -245,9 +314,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "ArrayImpl.item",
         "xla_client.batched_block_until_ready",
         "atexit handlers",
-        "sys.stdout",
-        "sys.stderr",
-        "type(sys)",
+        "builtins.print",
+        "logging.Handler.handle",
+        "redirect_stdout.__enter__",
+        "redirect_stdout.__exit__",
         *(["std::terminate handler"] if TERMINATE else []),
       ]
     )
@@ -260,7 +330,9 @@ def test_a_progress_loop_installs_its_excepthook_and_uninstall_removes_it():
     "tqdm", reason="tqdm is not installed (pip install hostcb[progress])"
   )
   try:
-    import hostcb.progress  # noqa: F401  (whether this JAX has it)
+    import hostcb.progress
+
+    hostcb.progress._require_supported_jax()  # whether this JAX has it
   except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
     if "custom_vmap" not in str(e):
       raise

@@ -14,6 +14,7 @@ this process rely on the legacy names that ``uninstall`` removes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import gc
 import importlib
@@ -45,7 +46,7 @@ def _jax_own(module: str, name: str):
   return getattr(f, "_hostcb_replaces", f)
 
 
-# JAX's own four functions, from the modules that define them.  Kept in a
+# JAX's own five functions, from the modules that define them.  Kept in a
 # dict: a module attribute holding one of them would itself be rebound by
 # the switch.
 _JAX = {
@@ -53,12 +54,14 @@ _JAX = {
   "debug_print": _jax_own("jax._src.debugging", "debug_print"),
   "io_callback": _jax_own("jax._src.callback", "io_callback"),
   "pure_callback": _jax_own("jax._src.callback", "pure_callback"),
+  "debug_breakpoint": _jax_own("jax._src.debugger.core", "breakpoint"),
 }
 _HOSTCB = {
   "debug_callback": hostcb.debug.callback,
   "debug_print": hostcb.debug.print,
   "io_callback": hostcb.io_callback,
   "pure_callback": hostcb.pure_callback,
+  "debug_breakpoint": hostcb.debug.breakpoint,
 }
 # Where the switch must put hostcb's functions: (module name, attribute).
 _PUBLIC_AND_DEFINITIONS = {
@@ -70,6 +73,9 @@ _PUBLIC_AND_DEFINITIONS = {
   ("jax._src.debugging", "debug_print"): "debug_print",
   ("jax._src.callback", "io_callback"): "io_callback",
   ("jax._src.callback", "pure_callback"): "pure_callback",
+  ("jax.debug", "breakpoint"): "debug_breakpoint",
+  ("jax._src.debugger", "breakpoint"): "debug_breakpoint",
+  ("jax._src.debugger.core", "breakpoint"): "debug_breakpoint",
 }
 
 F32 = jax.ShapeDtypeStruct((), jnp.float32)
@@ -152,6 +158,7 @@ def test_install_rebinds_every_public_name_and_definition(installed):
   assert jax.debug.callback is hostcb.debug.callback
   assert jax.experimental.io_callback is hostcb.io_callback
   assert jax.pure_callback is hostcb.pure_callback
+  assert jax.debug.breakpoint is hostcb.debug.breakpoint
   assert import_hook.jax_callbacks_installed()
 
 
@@ -1201,6 +1208,26 @@ def test_an_io_callback_traced_under_enable_x64_computes_in_float64():
     out = jax.jit(lambda x: hostcb.io_callback(cb, f64, x))(jnp.float64(1.5))
     assert (str(out.dtype), float(out)) == ("float64", 3.0)
   assert seen == ["float64"]
+
+
+def test_a_staged_debug_callback_sees_the_process_wide_context_not_the_callers():
+  # The decision of docs/guide.md, "What a callback sees of the program's
+  # thread": the consumer thread has its own context and JAX's
+  # process-wide settings (JAX's callback, run in the caller, sees both).
+  var = contextvars.ContextVar("var", default="default")
+  seen = []
+
+  def cb(x):
+    seen.append((var.get(), jax.config.jax_numpy_rank_promotion))
+
+  def program():
+    var.set("caller")
+    with jax.numpy_rank_promotion("raise"):
+      jax.jit(lambda x: hostcb.debug.callback(cb, x))(jnp.float32(1))
+      jax.effects_barrier()
+
+  contextvars.copy_context().run(program)
+  assert seen == [("default", "allow")]
 
 
 def test_a_callback_traced_without_x64_computes_as_before():

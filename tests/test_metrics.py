@@ -1015,6 +1015,8 @@ def test_log_and_progress_bars_share_a_loop(rec):
   tqdm = pytest.importorskip("tqdm", reason="tqdm is not installed")
   try:
     from hostcb import progress
+
+    progress._require_supported_jax()
   except ImportError as e:  # hostcb.progress.UnsupportedJax (jax 0.8)
     pytest.skip(str(e))
   import io

@@ -10,6 +10,7 @@ byte.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import logging
@@ -17,7 +18,6 @@ import os
 import subprocess
 import sys
 import threading
-import types
 
 import jax
 import jax.numpy as jnp
@@ -67,13 +67,15 @@ def loop(x):
 
 x = jnp.arange(3.)
 m = jnp.ones((600, 600)) / 600
+saved = sys.stdout  # taken before the first print
 print("result:", f(x))
 print("a", f(x), sep=" | ")
 sys.stdout.write("step 7: "); print(f(x))
 print("heavy:", heavy(x, m))
 y = heavy(x, m); print("dispatched, not read"); print(y)
-y = f(x); sys.stderr.write("to stderr\n"); print(y, file=sys.stderr)
+y = f(x); print("to stderr", file=sys.stderr); print(y, file=sys.stderr)
 print("loop:", loop(1))
+y = f(x); print("to a stream taken before", file=saved); print(y)
 for i in range(3):
   print("i", i, f(x + i), end=";\n")
 buf = io.StringIO()
@@ -157,7 +159,6 @@ def test_a_stream_assigned_after_the_first_print_is_ordered_too():
   f(jnp.float32(0)).block_until_ready()  # a print is staged
   buf = io.StringIO()
   with contextlib.redirect_stdout(buf):
-    assert isinstance(sys.stdout, output_order.OrderedStream)
     print("result:", f(jnp.float32(1)))
   assert buf.getvalue() == "x = 1.0\nresult: 2.0\n"
 
@@ -327,20 +328,25 @@ def test_a_write_from_a_tap_function_does_not_wait_for_itself():
 
 
 _INSTALL_SCRIPT = """
-import sys, types, io, contextlib
+import builtins, contextlib, io, logging, sys, types
 import jax, jax.numpy as jnp, hostcb
 from hostcb.engine import output_order
-assert type(sys) is types.ModuleType and not output_order.installed()
-assert not isinstance(sys.stdout, output_order.OrderedStream)
+originals = (
+  builtins.print, logging.Handler.handle,
+  contextlib.redirect_stdout.__enter__, contextlib.redirect_stdout.__exit__,
+)
+streams = (sys.stdout, sys.stderr)
+assert not output_order.installed()
 f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
 f(jnp.float32(1)).block_until_ready()  # staged: installed
-assert output_order.installed()
-assert isinstance(sys.stdout, output_order.OrderedStream)
-assert isinstance(sys.stderr, output_order.OrderedStream)
+assert output_order.installed() and builtins.print is not originals[0]
+assert (sys.stdout, sys.stderr) == streams and type(sys) is types.ModuleType
 hostcb.uninstall()
-assert type(sys) is types.ModuleType and not output_order.installed()
-assert not isinstance(sys.stdout, output_order.OrderedStream)
-assert not isinstance(sys.stderr, output_order.OrderedStream)
+assert not output_order.installed()
+assert originals == (
+  builtins.print, logging.Handler.handle,
+  contextlib.redirect_stdout.__enter__, contextlib.redirect_stdout.__exit__,
+)
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
   assert sys.stdout is buf
@@ -362,16 +368,6 @@ def test_importing_hostcb_leaves_sys_alone():
   )
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "True TextIOWrapper\n"
-
-
-def test_an_ordered_stream_is_the_stream_for_everything_but_writes():
-  buf = io.StringIO()
-  s = output_order.OrderedStream(buf)
-  s.write("a")
-  s.writelines(["b", "c"])
-  assert buf.getvalue() == "abc" and s.getvalue() == "abc"
-  assert repr(s) == repr(buf)
-  assert isinstance(output_order._SysModule("x"), types.ModuleType)
 
 
 def test_functions_that_print_and_return_arrays_keep_jits_fast_path():
@@ -462,12 +458,15 @@ import sys, jax, jax.numpy as jnp, hostcb
 f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
 f(jnp.float32(1)).block_until_ready()  # staged: installed
 seen = []
-orig_write = sys.stdout.write  # as W&B's console capture patches it
-def write_with_callbacks(s):
-  n = orig_write(s)
-  seen.append(s)
-  return n
-sys.stdout.write = write_with_callbacks
+class Capture:  # a library's stream in front of sys.stdout (W&B's console)
+  def __init__(self, stream):
+    self.stream = stream
+  def write(self, s):
+    seen.append(s)
+    return self.stream.write(s)
+  def flush(self):
+    self.stream.flush()
+sys.stdout = Capture(sys.stdout)
 print("result:", f(jnp.float32(2)))
 hostcb.uninstall()
 print("after uninstall")
@@ -475,7 +474,7 @@ sys.stderr.write(repr(seen) + "\\n")
 """
 
 
-def test_a_library_that_patches_stdout_write_composes_with_the_hook():
+def test_a_library_stream_assigned_to_stdout_composes_with_the_hook():
   r = run_python(_PATCHED_WRITE_SCRIPT)
   assert r.returncode == 0, r.stderr
   assert r.stdout == "x = 1.0\nx = 2.0\nresult: 4.0\nafter uninstall\n"
@@ -559,6 +558,74 @@ def test_the_native_note_takes_a_dict_and_two_arguments():
     note(None)
 
 
+# The print that waits first (output_order): the native engine's C
+# function, and its Python twin for a process without the engine.
+def _prints() -> list:
+  prints = [pytest.param(output_order._python_print, id="python")]
+  if engine.available():
+    module = engine.native.module()
+    prints.append(
+      pytest.param(
+        lambda p, o, t, w: module.ordered_print(p, o, t, w), id="native"
+      )
+    )
+  return prints
+
+
+def _make_print(make, outputs: dict, tokens: dict, wait):
+  if make is output_order._python_print:  # its dicts are the module's own
+    outputs, tokens = output_order._outputs, output_order._tokens
+    return outputs, tokens, make(builtins.print)
+  return outputs, tokens, make(builtins.print, outputs, tokens, wait)
+
+
+@pytest.mark.parametrize("make", _prints())
+def test_the_print_passes_its_arguments_as_given(make):
+  waits = []
+  _, _, p = _make_print(make, {}, {}, lambda: waits.append(1))
+  buf = io.StringIO()
+  assert p("a", 1, sep="-", end="!\n", file=buf) is None
+  p(file=buf)
+  assert buf.getvalue() == "a-1!\n\n" and waits == []
+
+
+def test_the_native_print_waits_first_where_the_thread_has_a_note():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  events = []
+
+  class Stream:
+    def write(self, s):
+      events.append(s)
+
+  module = engine.native.module()
+  for outputs, tokens in (
+    ({threading.get_ident(): 0}, {}),
+    ({}, {threading.get_ident(): 0}),
+  ):
+    events.clear()
+    p = module.ordered_print(
+      builtins.print, outputs, tokens, lambda: events.append("wait")
+    )
+    p("x", file=Stream())
+    assert events == ["wait", "x", "\n"]
+  events.clear()
+  other = {threading.get_ident() + 1: 0}  # another thread's note
+  p = module.ordered_print(builtins.print, other, {}, lambda: events.append(1))
+  p("x", file=Stream())
+  assert events == ["x", "\n"]
+
+
+def test_the_native_print_takes_print_two_dicts_and_a_callable():
+  if not engine.available():
+    pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
+  module = engine.native.module()
+  with pytest.raises(TypeError):
+    module.ordered_print(builtins.print, [], {}, print)
+  with pytest.raises(TypeError, match="takes print, two dicts"):
+    module.ordered_print(builtins.print, {}, {}, None)
+
+
 _PYTHON_NOTE_SCRIPT = """
 import jax, jax.numpy as jnp, hostcb
 from hostcb.jax_internals import dispatch
@@ -600,8 +667,226 @@ print(repr(buf.getvalue()), y)
 
 
 def test_a_print_goes_to_the_stdout_of_another_class_of_sys():
-  # A consumer's print reads sys.stdout from sys's dict only under
-  # output_order's own class of sys; under another tool's, it asks sys.
+  # A consumer's print writes to sys.stdout as sys gives it, under any
+  # class of sys.
   r = run_python(_OTHER_SYS_CLASS_SCRIPT)
   assert r.returncode == 0, r.stderr
   assert r.stdout == "'x = 1.0\\n' 2.0\n"
+
+
+# --------------------------------------- process-level, JAX as the oracle
+# Each script runs under JAX's own callbacks ("jax") and under hostcb's
+# ("install": hostcb.install(jax_callbacks=True)), in its own process.
+_MODE = """
+import sys
+import jax, jax.numpy as jnp
+if sys.argv[1] == "install":
+  import hostcb
+  hostcb.install(jax_callbacks=True)
+"""
+
+
+def _modes(script: str, **popen) -> dict:
+  """``{mode: CompletedProcess}`` of ``script`` under each mode."""
+  env = dict(os.environ)
+  env.pop("PYTHONPATH", None)
+  env.update({"PYTHONPATH": hostcb_root(), "JAX_PLATFORMS": "cpu"})
+  return {
+    mode: subprocess.run(
+      [sys.executable, "-c", _MODE + script, mode],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=DEADLINE * 4,
+    )
+    for mode in ("jax", "install")
+  }
+
+
+_SLOW_CALLBACK_SCRIPT = r"""
+import threading
+DEADLINE = 60.0
+started, release, printed = (threading.Event() for _ in range(3))
+
+def slow(x):
+  started.set()
+  release.wait(DEADLINE)  # until the other thread has printed
+
+@jax.jit
+def f(x):
+  jax.debug.callback(slow, x)
+  jax.debug.print("after the slow callback {}", x)
+  return x + 1
+
+def other():
+  print("from a thread that dispatched nothing")
+  printed.set()
+
+dispatching = threading.Thread(target=lambda: f(jnp.float32(1)))
+dispatching.start()
+assert started.wait(DEADLINE)
+threading.Thread(target=other).start()
+on_time = printed.wait(5.0)  # a print takes microseconds (hostcb waited 10 s)
+release.set()
+dispatching.join(DEADLINE)
+jax.effects_barrier()
+print("printed while the callback waited:", on_time)
+"""
+
+
+def test_a_slow_callback_does_not_hold_up_another_threads_print():
+  runs = _modes(_SLOW_CALLBACK_SCRIPT)
+  for r in runs.values():
+    assert r.returncode == 0, r.stderr
+  assert runs["jax"].stdout == (
+    "from a thread that dispatched nothing\n"
+    "after the slow callback 1.0\n"
+    "printed while the callback waited: True\n"
+  )
+  assert runs["install"].stdout == runs["jax"].stdout
+
+
+_LOGGING_SCRIPT = r"""
+import logging
+# Set up before the first print: the handler keeps this very stream.
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="LOG %(message)s")
+
+@jax.jit
+def step(x):
+  jax.debug.print("value {}", x)
+  return x + 1
+
+x = jnp.int32(0)
+for i in range(4):
+  x = step(x)
+  logging.info("step %d", i)
+jax.effects_barrier()
+"""
+
+
+def test_a_log_handler_set_up_before_the_first_print_writes_in_order():
+  runs = _modes(_LOGGING_SCRIPT)
+  for r in runs.values():
+    assert r.returncode == 0, r.stderr
+  assert runs["jax"].stdout == "".join(
+    f"value {i}\nLOG step {i}\n" for i in range(4)
+  )
+  assert runs["install"].stdout == runs["jax"].stdout
+
+
+_STREAM_TYPES_SCRIPT = r"""
+import io, types
+f = jax.jit(lambda x: (jax.debug.print("x = {}", x), x * 2)[1])
+print("result:", f(jnp.float32(1)))
+print(
+  type(sys) is types.ModuleType,
+  type(sys.stdout).__name__, type(sys.stderr).__name__,
+  isinstance(sys.stdout, io.TextIOBase), isinstance(sys.stderr, io.TextIOBase),
+)
+jax.effects_barrier()
+with sys.stdout as out:  # TypeError where sys.stdout is no stream
+  out.write("with sys.stdout: ok\n")
+"""
+
+
+def test_sys_and_its_streams_keep_their_types_after_a_print():
+  runs = _modes(_STREAM_TYPES_SCRIPT)
+  for r in runs.values():
+    assert r.returncode == 0, r.stderr
+  assert runs["jax"].stdout == (
+    "x = 1.0\nresult: 2.0\n"
+    "True TextIOWrapper TextIOWrapper True True\n"
+    "with sys.stdout: ok\n"
+  )
+  assert runs["install"].stdout == runs["jax"].stdout
+
+
+_CLOSED_PIPE_SCRIPT = r"""
+@jax.jit
+def f(x):
+  jax.debug.print("x = {x} " + "." * 200, x=x)  # more than a pipe holds
+  return x + 1
+
+x = jnp.float32(0)
+for i in range(2000):
+  x = f(x)
+jax.effects_barrier()
+print("end")
+"""
+
+
+def _closed_pipe(
+  mode: str, stderr_path: str, script: str = _CLOSED_PIPE_SCRIPT
+) -> tuple[int, str]:
+  """``prog.py | head -2``: the exit status and stderr of the script when
+  its stdout is closed after two lines."""
+  env = dict(os.environ)
+  env.pop("PYTHONPATH", None)
+  env.update({"PYTHONPATH": hostcb_root(), "JAX_PLATFORMS": "cpu"})
+  with open(stderr_path, "w+") as err:
+    proc = subprocess.Popen(
+      [sys.executable, "-c", _MODE + script, mode],
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=err,
+      text=True,
+    )
+    try:
+      lines = [proc.stdout.readline() for _ in range(2)]
+      proc.stdout.close()
+      status = proc.wait(DEADLINE * 4)
+    finally:
+      proc.kill()
+    err.seek(0)
+    assert [line[:8] for line in lines] in (
+      ["x = 0.0 ", "x = 1.0 "],
+      ["what: x.", "0.\n"],  # id_print
+    )
+    return status, err.read()
+
+
+def _tracebacks(err: str) -> int:
+  return err.splitlines().count("Traceback (most recent call last):")
+
+
+def test_a_closed_pipe_gives_as_many_tracebacks_as_under_jax(tmp_path):
+  # JAX: the failed print's log, then the program's own traceback (its
+  # dispatch raised); hostcb did the first for each print left (1,989).
+  runs = {
+    mode: _closed_pipe(mode, str(tmp_path / mode))
+    for mode in ("jax", "install")
+  }
+  status, err = runs["jax"]
+  assert (status, _tracebacks(err)) == (1, 2), err
+  assert err.count("jax.debug.callback failed") == 1, err
+  status, err = runs["install"]
+  assert (status, _tracebacks(err)) == (1, 2), err[:3000]
+  assert err.count("jax.debug.callback failed") == 1, err[:3000]
+
+
+_CLOSED_PIPE_ID_PRINT_SCRIPT = r"""
+import hostcb
+
+@jax.jit
+def f(x):
+  return hostcb.id_print(x, what="x" + "." * 200) + 1  # more than a pipe holds
+
+x = jnp.float32(0)
+for i in range(2000):
+  x = f(x)
+hostcb.barrier_wait()
+"""
+
+
+def test_id_print_to_a_closed_pipe_logs_one_failure_and_raises_at_the_barrier(
+  tmp_path,
+):
+  # Legacy logged the first failed print and raised it from the dispatch;
+  # hostcb keeps its barrier's CallbackException (one traceback, chained).
+  status, err = _closed_pipe(
+    "hostcb", str(tmp_path / "err"), _CLOSED_PIPE_ID_PRINT_SCRIPT
+  )
+  assert status == 1
+  assert err.count("hostcb: a tap function raised an exception") == 1, err
+  assert err.count("BrokenPipeError") == 3, err  # the log, the cause, the text
+  assert "hostcb.engine.errors.CallbackException" in err, err

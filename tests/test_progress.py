@@ -30,6 +30,8 @@ tqdm = pytest.importorskip(
 )
 try:
   from hostcb import progress
+
+  progress._require_supported_jax()
 except ImportError as _e:  # hostcb.progress.UnsupportedJax (jax 0.8)
   if "custom_vmap" not in str(_e):
     raise

@@ -10,8 +10,8 @@ Two things can be switched on in this interpreter:
   host_callback``, and puts ``xla_computation`` back on the ``jax`` module;
 * JAX's own callbacks (``install(jax_callbacks=True)``):
   ``jax.debug.print``, ``jax.debug.callback``,
-  ``jax.experimental.io_callback`` and ``jax.pure_callback`` become
-  hostcb's (see :func:`install_jax_callbacks` for exactly which
+  ``jax.experimental.io_callback``, ``jax.pure_callback`` and
+  ``jax.debug.breakpoint`` become hostcb's (see :func:`install_jax_callbacks` for exactly which
   names).
 
 :func:`uninstall` puts back every name that :func:`install` changed.
@@ -98,9 +98,10 @@ def install(jax_callbacks: bool = False) -> None:
   ``jax.xla_computation`` is hostcb's :func:`xla_computation`.
 
   With ``jax_callbacks=True``, also ``jax.debug.print``,
-  ``jax.debug.callback``, ``jax.experimental.io_callback`` and
-  ``jax.pure_callback`` are hostcb's (:mod:`hostcb.debug`,
-  :func:`hostcb.io_callback`, :func:`hostcb.pure_callback`), in every loaded
+  ``jax.debug.callback``, ``jax.debug.breakpoint``,
+  ``jax.experimental.io_callback`` and ``jax.pure_callback`` are hostcb's
+  (:mod:`hostcb.debug`, :func:`hostcb.io_callback`,
+  :func:`hostcb.pure_callback`), in every loaded
   module that holds JAX's functions, JAX's own included; install before
   tracing, since functions already traced keep what they were traced
   with.  See :func:`install_jax_callbacks`.
@@ -141,8 +142,9 @@ def uninstall() -> None:
   ``uninstall()`` have all run when it returns (as at exit: bounded by
   60 s, logged past it), so a program may end right after it.  The next
   program that binds one of hostcb's primitives installs them again.
-  Writes to ``sys.stdout``/``sys.stderr`` no longer wait for hostcb's
-  prints (:mod:`hostcb.engine.output_order`) until a print is staged again.
+  ``print``, log records and ``redirect_stdout`` no longer wait for
+  hostcb's prints (:mod:`hostcb.engine.output_order`) until a print is
+  staged again.
 
   Where JAX's callbacks were hostcb's, JAX's caches of traced functions
   are cleared (:func:`uninstall_jax_callbacks`): a jitted function traced
@@ -186,6 +188,7 @@ def _replacements() -> dict[int, tuple[Callable, Callable]]:
     "debug_print": debug.print,
     "io_callback": jax_callbacks.io_callback,
     "pure_callback": jax_callbacks.pure_callback,
+    "debug_breakpoint": debug.breakpoint,
   }
   return {
     id(_callback_helpers.jax_function(k)): (
@@ -197,14 +200,16 @@ def _replacements() -> dict[int, tuple[Callable, Callable]]:
 
 
 def install_jax_callbacks() -> int:
-  """Rebinds JAX's ``debug.callback``, ``debug.print``, ``io_callback`` and
-  ``pure_callback`` to hostcb's, wherever a loaded module holds them.
+  """Rebinds JAX's ``debug.callback``, ``debug.print``, ``debug.breakpoint``,
+  ``io_callback`` and ``pure_callback`` to hostcb's, wherever a loaded
+  module holds them.
 
   Every attribute of every module in ``sys.modules`` (hostcb's own
-  excepted) that is one of JAX's four functions becomes hostcb's
+  excepted) that is one of JAX's five functions becomes hostcb's
   counterpart: ``jax.debug.callback``, ``jax.debug.print``,
-  ``jax.experimental.io_callback``, ``jax.pure_callback``, their
-  definitions in ``jax._src.debugging`` and ``jax._src.callback`` (which
+  ``jax.debug.breakpoint``, ``jax.experimental.io_callback``,
+  ``jax.pure_callback``, their definitions in ``jax._src.debugging``,
+  ``jax._src.debugger`` and ``jax._src.callback`` (which
   JAX's own modules call through), and the names that other modules bound
   with ``from ... import``.  Modules imported later get hostcb's through
   those.  Functions already traced keep what they were traced with until

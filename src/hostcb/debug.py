@@ -30,6 +30,10 @@ the first barrier, raises it with JAX's words, as
 ``jax.errors.JaxRuntimeError`` (:mod:`hostcb.engine.errors`).  As JAX's,
 ``ordered=True`` is refused in a computation over several devices (JAX's
 error).
+
+:func:`breakpoint` and :func:`breakpoint_if` (defined in
+:mod:`hostcb._debugger`) are JAX's text debugger on a host call that the
+device waits for (``docs/debugging.md``).
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
 from hostcb._core.signatures import is_key
+from hostcb._debugger import breakpoint as breakpoint
+from hostcb._debugger import breakpoint_if as breakpoint_if
 
-__all__ = ["print", "callback"]
+__all__ = ["print", "callback", "breakpoint", "breakpoint_if"]
 
 _JAX_CALLBACK = _callback_helpers.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
@@ -113,9 +119,21 @@ def _elements(leaves: tuple, levels: list) -> list:
 def _failed() -> None:
   """A staged callback failed (:meth:`_DebugCall.__call__`, in its
   ``except``): logged with its traceback, and noted, for the next host
-  read of a result on its device or the next barrier to raise it."""
+  read of a result on its device or the next barrier to raise it.  A
+  closed pipe (``prog.py | head``) is logged once: under JAX its first
+  failed print ends the program's dispatches, where hostcb's computations
+  dispatched before it still queue theirs, each of which fails the same
+  way."""
+  if isinstance(sys.exc_info()[1], BrokenPipeError):
+    if _pipe_closed[0]:
+      note_jax_callback_failure(sys.exc_info()[1])
+      return
+    _pipe_closed[0] = True
   _callback_helpers.debug_logger.exception("jax.debug.callback failed")
   note_jax_callback_failure(sys.exc_info()[1])
+
+
+_pipe_closed = [False]  # a BrokenPipeError was logged (_failed)
 
 
 # The writes that take several lines at once as they take them one by one:

@@ -282,7 +282,7 @@ class _Printer:
     stream, threshold = self.output_stream, self.threshold
 
     def print_one(arg, transforms) -> None:
-      # On a consumer thread only: sys.stdout without output_order's frames.
+      # On a consumer thread only: sys.stdout as it is when it prints.
       write_lines(
         [*head, format_value(arg, threshold)], stream, _consumer_stdout
       )

@@ -72,6 +72,8 @@ def register(name: str, fn: Callable | None = None):
   persistent compilation cache, or serialized, and run in another process
   that registers a function under the same name.  Registering a name again
   rebinds it: the programs that name it call the new function from then on.
+  A function registered under several names is lowered under the name
+  registered last (registering a name again makes it the last).
 
   Works as a decorator too: ``@hostcb.register("log")``.
 
@@ -88,8 +90,8 @@ def register(name: str, fn: Callable | None = None):
       f"hostcb.register({name!r}, fn): fn must be callable; got {fn!r}"
     )
   with _lock:
-    rebound = name in _functions
-    _functions[name] = fn
+    rebound = _functions.pop(name, None) is not None
+    _functions[name] = fn  # the newest last: name_of's order
   if rebound:
     engine.rebind_name(name)
   return fn
@@ -113,7 +115,7 @@ def lookup(name: str) -> Callable:
 
 
 def name_of(fn: Any) -> str | None:
-  """The name ``fn`` is registered under (the latest one), or None."""
+  """The name ``fn`` was registered under last, or None."""
   for name, f in reversed(list(_functions.items())):
     if f is fn or (type(fn) is types.MethodType and f == fn):
       return name

@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import operator
@@ -72,15 +73,19 @@ from hostcb.host_callback import id_tap
 
 
 class UnsupportedJax(ImportError):
-  """The running JAX cannot carry hostcb.progress's taps (see below)."""
+  """The running JAX cannot carry hostcb.progress's taps: raised when the
+  first progress loop is traced (see :func:`_require_supported_jax`).  An
+  ``ImportError``, as it was when the import itself checked."""
 
 
+@functools.cache
 def _custom_vmap_keeps_taps() -> bool:
   """Whether ``jax.custom_batching.custom_vmap`` keeps the effect of a tap
   in the function it wraps, which the bars need (a ``vmap`` shows one bar
   for the batch through it).  jax 0.10 and 0.12 keep it; jax 0.8 drops it
   (the wrapped taps would be removed as dead code, and control flow around
-  them fails to lower)."""
+  them fails to lower).  Asked once, by the first progress loop: importing
+  this module traces nothing, so it starts none of JAX's backends."""
 
   @jax.custom_batching.custom_vmap
   def probe(x):
@@ -96,12 +101,15 @@ def _custom_vmap_keeps_taps() -> bool:
     return bool(jax.make_jaxpr(lambda x: (probe(x), x)[1])(1.0).effects)
 
 
-if not _custom_vmap_keeps_taps():
-  raise UnsupportedJax(
-    f"hostcb.progress needs a JAX whose jax.custom_batching.custom_vmap "
-    f"keeps the effects of the function it wraps; jax {jax.__version__} "
-    "drops them (jax 0.10.2 and 0.12.0.1 keep them): pip install -U jax"
-  )
+def _require_supported_jax() -> None:
+  """Raises :class:`UnsupportedJax` unless this JAX keeps the bars' taps."""
+  if not _custom_vmap_keeps_taps():
+    raise UnsupportedJax(
+      f"hostcb.progress needs a JAX whose jax.custom_batching.custom_vmap "
+      f"keeps the effects of the function it wraps; jax {jax.__version__} "
+      "drops them (jax 0.10.2 and 0.12.0.1 keep them): pip install -U jax"
+    )
+
 
 __all__ = [
   "scan",
@@ -554,6 +562,7 @@ def _prepare(opts: _Options, static_total) -> _Ticks:
   """The taps of a progress loop about to be traced.  Every process
   traces the same program (multi-process SPMD code must be the same
   everywhere): with ``processes="first"`` the others' taps show nothing."""
+  _require_supported_jax()
   _traced[0] = True
   _install_hooks()
   silent = opts.processes == "first" and jax.process_index() != 0

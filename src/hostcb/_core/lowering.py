@@ -133,6 +133,28 @@ def _nbytes(avals) -> int:
   return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in avals)
 
 
+def _constant(aval) -> bool:
+  """Whether ``aval``'s shape has no symbolic dimension (``jax.export``'s
+  shape polymorphism)."""
+  return all(isinstance(d, (int, np.integer)) for d in aval.shape)
+
+
+def _check_constant_results(ctx, target) -> None:
+  """A call's results must have constant shapes: the host function's
+  results are checked against them, and copied into buffers of their size,
+  with no symbolic dimension resolved when the program runs."""
+  if all(_constant(a) for a in ctx.avals_out):
+    return
+  given = ", ".join(a.str_short() for a in ctx.avals_out)
+  raise NotImplementedError(
+    "hostcb: the results of a host call must have constant shapes; the "
+    f"call of {target.func!r} has results ({given}) with symbolic "
+    "dimensions (jax.export's shape polymorphism), which hostcb does not "
+    "resolve when the program runs. Give the results constant shapes (the "
+    "operands may keep symbolic ones), or export with constant input shapes."
+  )
+
+
 def _device_of(placement: ji.Placement):
   """Returns ``pid -> device`` for per-device code, else the one device."""
   devices = placement.devices
@@ -404,6 +426,7 @@ def _uses_buffers(ctx) -> bool:
   return (
     ji.lowering_platform(ctx) == "cpu"
     and not ji.runs_on_one_of_several_devices(ctx)
+    and all(_constant(a) for a in ctx.avals_in)  # else: sizes known at run
     and _nbytes(ctx.avals_in) + _nbytes(ctx.avals_out) >= BUFFER_CALL_MIN_BYTES
   )
 
@@ -445,6 +468,7 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
 
 
 def _call_lowering(ctx, *args, target, device_index, effectful):
+  _check_constant_results(ctx, target)
   engine.note_lowered()
   spec = named.call_spec(target)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id

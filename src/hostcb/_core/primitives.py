@@ -75,7 +75,7 @@ class TapTarget:
 
   ``text``: the function is a print's own formatter (``id_print``,
   ``hostcb.debug.print``), not a callback that may print: its executable
-  keeps JAX's runtime token, so that the next write of the dispatching
+  keeps JAX's runtime token, so that the next print of the dispatching
   thread waits for it (:mod:`hostcb.engine.output_order`).
 
   ``partitioned``: in a ``jit`` over several devices, every device taps its

@@ -709,6 +709,70 @@ PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
   return PyBool_FromLong(UninstallExitGuard());
 }
 
+// builtins.print while hostcb's prints are staged (engine/output_order.py):
+// a thread that has noted a computation of its own that prints (a key of
+// either dict: its latest fast-path outputs, or its latest runtime token)
+// first calls `wait` (which waits for that computation and its prints);
+// then, as every other thread, it calls the original print with the
+// arguments as given.  The function's self is the tuple (print, outputs,
+// tokens, wait).  With both dicts empty (nothing noted by any thread) it
+// allocates nothing and looks nothing up.  Its Python twin, for a process
+// without this extension, is output_order.py's _python_print.
+PyObject* OrderedPrint(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                       PyObject* kwnames) {
+  PyObject* print = PyTuple_GET_ITEM(self, 0);
+  PyObject* outputs = PyTuple_GET_ITEM(self, 1);
+  PyObject* tokens = PyTuple_GET_ITEM(self, 2);
+  if (PyDict_GET_SIZE(outputs) != 0 || PyDict_GET_SIZE(tokens) != 0) {
+    // threading.get_ident() is this number, as a Python int.
+    PyObject* ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (ident == nullptr) return nullptr;
+    int noted = PyDict_Contains(outputs, ident);
+    if (noted == 0) noted = PyDict_Contains(tokens, ident);
+    Py_DECREF(ident);
+    if (noted < 0) return nullptr;
+    if (noted) {
+      PyObject* r = PyObject_CallNoArgs(PyTuple_GET_ITEM(self, 3));
+      if (r == nullptr) return nullptr;
+      Py_DECREF(r);
+    }
+  }
+  return PyObject_Vectorcall(print, args, nargs, kwnames);
+}
+
+PyMethodDef kOrderedPrint = {
+    "print",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(OrderedPrint)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "print(*args, sep=' ', end='\\n', file=None, flush=False): Python's "
+    "print, once the calling thread's own hostcb prints ran (see "
+    "hostcb.engine.output_order)."};
+
+PyObject* Py_ordered_print(PyObject*, PyObject* args) {
+  PyObject *print, *outputs, *tokens, *wait;
+  if (!PyArg_ParseTuple(args, "OO!O!O", &print, &PyDict_Type, &outputs,
+                        &PyDict_Type, &tokens, &wait)) {
+    return nullptr;
+  }
+  if (!PyCallable_Check(print) || !PyCallable_Check(wait)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "ordered_print takes print, two dicts and a callable");
+    return nullptr;
+  }
+  // The function's self is this tuple, which it keeps alive.
+  PyObject* self = PyTuple_Pack(4, print, outputs, tokens, wait);
+  if (self == nullptr) return nullptr;
+  PyObject* module = PyUnicode_FromString("builtins");
+  if (module == nullptr) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  PyObject* f = PyCFunction_NewEx(&kOrderedPrint, self, module);
+  Py_DECREF(module);
+  Py_DECREF(self);
+  return f;
+}
+
 PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
   ResetAfterFork();
   ExitGuardAfterForkInChild();
@@ -892,6 +956,10 @@ PyMethodDef kMethods[] = {
      "hostcb's _PrintOutputs pytree node: (tree, children) -> "
      "outputs[threading.get_ident()] = children, then children[0] where "
      "tree is None, else tree.unflatten(children)."},
+    {"ordered_print", Py_ordered_print, METH_VARARGS,
+     "ordered_print(print, outputs, tokens, wait) -> a function called as "
+     "print: where the calling thread's id is a key of either dict, calls "
+     "wait() first; then print(*args, **kwargs)."},
     {"after_fork_in_child", Py_after_fork_in_child, METH_NOARGS,
      "Forgets every queue and takes this thread as the main one (for "
      "os.register_at_fork)."},

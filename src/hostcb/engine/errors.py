@@ -216,10 +216,25 @@ def record_exception(
   """
   global _last, _last_reached_caller
   text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-  logger.error("hostcb: %s:\n%s", what, text)
+  if not _logged_closed_pipe(e):
+    logger.error("hostcb: %s:\n%s", what, text)
   with _lock:
     _last = (e, text)
     _last_reached_caller = reaches_caller
+
+
+_closed_pipe = [False]  # a BrokenPipeError was logged (_logged_closed_pipe)
+
+
+def _logged_closed_pipe(e: BaseException) -> bool:
+  """Whether ``e`` is a closed pipe (``prog.py | head``) after one was
+  logged already: every print queued after the first that failed fails
+  the same way, where the program (legacy's and JAX's) stopped at the
+  first; it is recorded, not logged again."""
+  if not isinstance(e, BrokenPipeError):
+    return False
+  logged, _closed_pipe[0] = _closed_pipe[0], True
+  return logged
 
 
 def take_last_exception() -> tuple[BaseException, str] | None:

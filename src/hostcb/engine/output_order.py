@@ -2,66 +2,97 @@
 
 Under JAX, ``print("result:", f(x))`` shows the lines that ``f``'s
 ``jax.debug.print`` made, then ``result: ...``: on CPU, JAX runs a
-computation with callbacks while the caller waits.  hostcb's prints run
-later, on consumer threads (the device never waits for them), and
-:mod:`.read_waits` makes host *reads* of results wait for them; but
-``print`` writes its label before it reads the array, so the label came
-first.  This module keeps JAX's order for everything the program writes
-to ``sys.stdout`` and ``sys.stderr``:
+computation with callbacks while its caller waits.  hostcb's prints
+(``id_print``, ``hostcb.debug.print``) run later, on consumer threads (the
+device never waits for them), so hostcb makes the thread that dispatched
+them wait for them where it writes next.  The whole map of how that order
+is kept:
 
-* once a print has been staged (:func:`install`, called by
-  :func:`hostcb.engine.awaited_tap_staged`), ``sys.stdout`` and ``sys.stderr``
-  are wrapped in :class:`OrderedStream`; so is every stream assigned to
-  them later (pytest's capture, ``contextlib.redirect_stdout``, a plain
-  ``sys.stdout = f``), since ``sys``'s module class gets two data
-  descriptors that wrap what is assigned;
-* before a write, and before ``sys.stdout``/``sys.stderr`` is assigned
-  another stream (so that ``with contextlib.redirect_stdout(buf): f(x)``
-  leaves ``f``'s lines in ``buf``), the thread (not a consumer, which
-  would wait for itself) first waits until the latest computation that
-  prints (``id_print``, ``hostcb.debug.print``; not ``debug.callback``,
-  whose functions need not print) and that it dispatched has finished (so its prints are queued:
-  each dispatch of such an executable notes one of its outputs, on jit's
-  fast path too, or keeps JAX's runtime token where it returns nothing;
-  see :mod:`hostcb.jax_internals.dispatch`), then until the consumers have
-  run every print queued so far (and so the taps queued before them), all
-  in at most :data:`WAIT_SECONDS`;
-* a thread that Python did not create (XLA's, running a callback) does not
-  wait; nor does a callback's host function that runs in the dispatching
-  thread, since its own computation's token is not yet the thread's.
+* **What a thread waits for** (:func:`wait_for_own_prints`).  Each
+  dispatch of a computation that prints notes, for the dispatching thread
+  alone, one of its outputs (jit's fast path: a C function per dispatch),
+  or keeps its runtime token where it returns nothing (JAX's Python path):
+  :mod:`hostcb.jax_internals.dispatch` and :mod:`hostcb.jax_internals.core`
+  (:func:`~hostcb.jax_internals.this_threads_notes`).  A thread with such
+  a note waits until that computation has finished (so its prints are
+  queued; the CPU client runs one thread's computations in dispatch order,
+  so the ones before it finished too), then until each device's consumer
+  has run the prints queued so far (those of this thread among them; a
+  consumer runs its queue in order, so the records queued before them run
+  first), all in at most :data:`WAIT_SECONDS`, and drops its note.  (The
+  prints of other threads queued on a device before that look are waited
+  for too: records carry no thread, and a consumer runs its queue in
+  order.)  A
+  thread that has no note (it dispatched no computation that prints, or
+  waited for its latest one already) does not wait at all, whatever other
+  threads have pending: a slow tap function of another thread never holds
+  up its writes.  Nor does a consumer (it would wait for itself), a thread
+  that Python did not create (XLA's, running a callback), or a thread
+  running the host function of an ``io_callback``/``pure_callback`` (its
+  computation waits for it).
+* **Where it waits.**  Once a print has been staged (:func:`install`,
+  called by :func:`hostcb.engine.awaited_tap_staged`):
 
-Costs: nothing before a print is staged; then, per write, a look at the
-thread's latest output or token and at each consumer's queue (well under
-a microsecond where nothing is pending; a consumer's own write, two
-thread-local lookups); a function that prints and returns an array
-stays on jit's fast path, with one call per dispatch (noting an output;
-a C function of the native engine where it is there); one that returns
-nothing dispatches through JAX's Python path (tens of microseconds,
-where JAX's own prints cost more).  The device never waits.  :func:`uninstall` (called by
-:func:`hostcb.uninstall`) puts ``sys``'s class and the streams back; the
-next print staged installs it again.
+  - ``builtins.print`` is a thin function that waits first when the
+    calling thread has a note, and then calls Python's ``print`` with its
+    arguments as given: ``print("label:", f(x))``, ``print(...,
+    file=stream)`` to any stream, one taken before included.  It is a C
+    function of the native engine where that is there: with no thread
+    noted it looks at two dict sizes and calls ``print``;
+  - ``logging.Handler.handle``: a log record waits the same way before
+    its handler writes it, whatever stream the handler took and when
+    (``logging.basicConfig(stream=sys.stdout)`` before the first print);
+  - ``contextlib.redirect_stdout``/``redirect_stderr`` (their common
+    base): entering and leaving waits first, so that ``with
+    redirect_stdout(buf): f(x)`` leaves ``f``'s lines in ``buf``, as the
+    prints go to ``sys.stdout`` as it is when they run;
+  - host reads of a ``jax.Array`` (``print(f(x))``, f-strings,
+    ``.item()``, ...): :mod:`.read_waits`, which waits for the prints
+    queued on the array's devices before the read.
+
+  ``sys.stdout`` and ``sys.stderr`` themselves are left alone: their
+  type, protocol and cost stay Python's.  So what reaches a stream by
+  other ways than these is not ordered after the prints dispatched
+  before it: a direct ``sys.stdout.write(...)`` (or ``.write`` on a
+  stream taken before), a plain ``sys.stdout = stream`` assignment, and
+  pytest's switching of its capture (docs/guide.md, "What hostcb
+  changes in a process").  Reading a result before such a write
+  (``float(y)``, ``y.block_until_ready()``) or a print
+  (``jax.effects_barrier()``) orders it.
+
+Costs: nothing before a print is staged; then, with no thread noted, a
+C-level call in front of ``print`` (within noise:
+``benchmarks/bench_output_order.py``) and a Python one in front of each
+log record's handler; a thread with a note pays its wait once.  A function
+that prints and returns an array stays on jit's fast path, with one call
+per dispatch (noting an output); one that returns nothing dispatches
+through JAX's Python path.  The device never waits.  ``hostcb.uninstall()``
+puts back ``print``, ``Handler.handle`` and ``redirect_stdout``'s methods
+(they are recorded in :mod:`hostcb.jax_internals.patches`); the next print
+staged installs them again.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import functools
 import logging
 import sys
 import threading
 import time
-import types
-from typing import Any
+from typing import Any, Callable
 
 from hostcb import jax_internals as ji
+from hostcb._native import extension
 from hostcb.engine import native, pyqueue
-from hostcb.engine.consumers import this_thread as _this_thread
+from hostcb.engine.consumers import in_host_function, is_consumer
 
 __all__ = [
   "install",
-  "uninstall",
   "installed",
-  "OrderedStream",
+  "wait_for_own_prints",
   "WAIT_SECONDS",
-  "ordered_sys_class",
   "consumer_stdout",
 ]
 
@@ -70,207 +101,60 @@ logger = logging.getLogger("hostcb")
 WAIT_SECONDS = 10.0
 """The longest a write waits for the computations and prints before it."""
 
-_NAMES = ("stdout", "stderr")
-_lock = threading.Lock()
-_installed = [False]
-_state = threading.local()  # .busy: this thread is in _before_write
+_PRINT = "output order (print)"
+_state = threading.local()  # .busy: this thread is in wait_for_own_prints
 _warned = [False]
-
-
-class OrderedStream:
-  """A text stream whose writes first wait for the prints of the
-  computations dispatched before them (module docstring); everything else
-  is the wrapped stream's."""
-
-  def __init__(self, stream: Any):
-    object.__setattr__(self, "_hostcb_stream", stream)
-
-  def write(self, text):
-    # A consumer's write never waits: the look at the queues in
-    # _before_write would give up the GIL while its own print is pending.
-    # (consumers.is_consumer, inlined: no call for a consumer's print.)
-    t = _this_thread
-    if t.ordinal is None and t.queue is None:
-      _before_write()
-    return self._hostcb_stream.write(text)
-
-  def writelines(self, lines):
-    t = _this_thread
-    if t.ordinal is None and t.queue is None:  # (as write)
-      _before_write()
-    return self._hostcb_stream.writelines(lines)
-
-  def __getattr__(self, name: str):
-    return getattr(self._hostcb_stream, name)
-
-  def __setattr__(self, name: str, value) -> None:
-    # Kept on the wrapper, which is what sys.stdout is now: a library that
-    # patches `sys.stdout.write` with a function calling the `write` it
-    # found (W&B's console capture does) gets this one, which writes to
-    # the wrapped stream.  Set on the wrapped stream, its function would
-    # call itself through this wrapper without end.
-    object.__setattr__(self, name, value)
-
-  def __iter__(self):
-    return iter(self._hostcb_stream)
-
-  def __repr__(self) -> str:
-    return repr(self._hostcb_stream)
-
-
-def _wrap(stream: Any) -> Any:
-  if stream is None or isinstance(stream, OrderedStream):
-    return stream
-  return OrderedStream(stream)
-
-
-def _unwrap(stream: Any) -> Any:
-  if isinstance(stream, OrderedStream):
-    if len(vars(stream)) > 1:
-      # Another library patched the wrapper itself (its `write`): left in
-      # place, where it only passes writes on once uninstalled.
-      return stream
-    return stream._hostcb_stream
-  return stream
-
-
-class _Wrapping:
-  """``sys.stdout``/``sys.stderr`` on ``sys``'s module class: what is
-  assigned is stored wrapped, in the module's dict, where ``print`` reads
-  it."""
-
-  def __init__(self, name: str):
-    self.name = name
-
-  def __get__(self, module, owner=None):
-    if module is None:
-      return self
-    try:
-      return module.__dict__[self.name]
-    except KeyError:
-      raise AttributeError(
-        f"module 'sys' has no attribute {self.name!r}"
-      ) from None
-
-  def __set__(self, module, value) -> None:
-    # The prints dispatched before go to the stream being replaced, where
-    # JAX's computation, which printed while its caller waited, wrote
-    # them: `with redirect_stdout(buf): f(x)` gets f's lines in buf.  (A
-    # consumer does not wait, as in OrderedStream.write.)
-    t = _this_thread
-    if t.ordinal is None and t.queue is None:
-      _before_write()
-    module.__dict__[self.name] = _wrap(value)
-
-  def __delete__(self, module) -> None:
-    del module.__dict__[self.name]
-
-
-class _SysModule(types.ModuleType):
-  """``sys``'s class while installed."""
-
-  stdout = _Wrapping("stdout")
-  stderr = _Wrapping("stderr")
-
-
-ordered_sys_class = _SysModule
-"""``sys``'s class while installed: ``sys.stdout`` and ``sys.stderr`` are
-then what ``sys.__dict__`` holds under their names (a consumer's print
-reads them there, without the descriptor's Python frame)."""
-
-
-_sys_dict = sys.__dict__
+_outputs, _tokens = ji.this_threads_notes()
+_get_ident = threading.get_ident
 
 
 def consumer_stdout() -> Any:
-  """``sys.stdout`` as a consumer's print finds it: read without the frames
-  of this module's class of ``sys`` (whose module dict holds what its
-  descriptor returns) and of :class:`OrderedStream` (a consumer's write
-  never waits), unless a library patched the wrapper itself."""
-  stream = _sys_dict.get("stdout") if type(sys) is _SysModule else None
-  if stream is None:  # another class of sys, or no stream
-    stream = sys.stdout
-  if type(stream) is OrderedStream:
-    attrs = stream.__dict__
-    if len(attrs) == 1:
-      stream = attrs["_hostcb_stream"]
-  return stream
+  """``sys.stdout`` as a consumer's print finds it now."""
+  return sys.stdout
 
 
 def installed() -> bool:
-  """Whether writes to ``sys.stdout``/``sys.stderr`` wait now."""
-  return _installed[0]
+  """Whether ``print``, log records and ``redirect_stdout`` wait now."""
+  return ji.is_installed(_PRINT)
 
 
-def install() -> None:
-  """Wraps ``sys.stdout`` and ``sys.stderr``, and what is assigned to them
-  from now on (module docstring).  Cheap once installed."""
-  if _installed[0]:
-    return
-  with _lock:
-    if _installed[0]:
-      return
-    if type(sys) is not types.ModuleType:
-      # Another tool changed sys's class: wrap the streams as they are now
-      # (a later assignment is then not wrapped), without touching it.
-      logger.warning(
-        "hostcb: sys's class is %r (another tool's): streams "
-        "assigned to sys.stdout/sys.stderr from now on do not "
-        "wait for hostcb's prints",
-        type(sys),
-      )
-    else:
-      sys.__class__ = _SysModule
-    for name in _NAMES:
-      sys.__dict__[name] = _wrap(sys.__dict__.get(name))
-    _installed[0] = True
-    # Listed by `hostcb info`; hostcb.uninstall() undoes it with the rest.
-    ji.record_patch("output order", "sys.stdout, sys.stderr", uninstall)
-
-
-def uninstall() -> None:
-  """Undoes :func:`install`: ``sys``'s class and unwrapped streams."""
-  with _lock:
-    if not _installed[0]:
-      return
-    if type(sys) is _SysModule:
-      sys.__class__ = types.ModuleType
-    for name in _NAMES:
-      sys.__dict__[name] = _unwrap(sys.__dict__.get(name))
-    _installed[0] = False
-
-
-def _before_write() -> None:
-  """Before a write of a thread that is no consumer (OrderedStream)."""
-  if not _installed[0] or sys.is_finalizing():  # (JAX may be gone then)
+def wait_for_own_prints() -> None:
+  """Waits, where the calling thread has a note (module docstring), for
+  its latest computation that prints and for the prints queued so far;
+  at once otherwise."""
+  ident = _get_ident()
+  if ident not in _outputs and ident not in _tokens:
+    return  # the common case
+  if is_consumer() or isinstance(
+    threading.current_thread(), threading._DummyThread
+  ):
+    # A tap function's computation, or XLA's thread: never waits; its
+    # outputs are no longer looked at.
+    ji.forget_this_threads_print_outputs()
     return
   if (
-    ji.wait_for_this_threads_computation(0.0)  # (never waits)
-    and not pyqueue.queues
-    and native.awaited_run_everywhere()
+    in_host_function()
+    or native.runs_host_function_call()
+    or getattr(_state, "busy", False)
+    or sys.is_finalizing()  # (JAX may be gone then)
   ):
-    return  # nothing pending (the common case): no clock, no state
-  state = _state
-  waits = getattr(state, "waits", None)
-  if waits is None:  # XLA's threads (running a callback) keep no order
-    waits = state.waits = not isinstance(
-      threading.current_thread(), threading._DummyThread
-    )
-  if not waits or getattr(state, "busy", False):
     return
-  state.busy = True  # what the waits log is written without waiting
+  _state.busy = True  # what the waits log is written without waiting
   try:
-    _wait_for_earlier_awaited()
+    _wait()
   finally:
-    state.busy = False
+    _state.busy = False
 
 
-def _wait_for_earlier_awaited() -> None:
+def _wait() -> None:
   deadline = time.monotonic() + WAIT_SECONDS
   ok = ji.wait_for_this_threads_computation(WAIT_SECONDS)
-  for q in list(pyqueue.queues.values()):
-    ok = q.wait_for_awaited(max(0.0, deadline - time.monotonic())) and ok
-  ok = native.wait_for_awaited_everywhere(deadline) and ok
+  if ok:  # its prints are queued: now wait for them to run
+    for q in list(pyqueue.queues.values()):
+      ok = q.wait_for_awaited(max(0.0, deadline - time.monotonic())) and ok
+    ok = native.wait_for_awaited_everywhere(deadline) and ok
+  else:  # goes on without it; the next write does not wait for it again
+    ji.forget_this_threads_print_outputs()
   if not ok and not _warned[0]:
     _warned[0] = True  # once per process: the same cause would repeat it
     logger.warning(
@@ -280,3 +164,69 @@ def _wait_for_earlier_awaited() -> None:
       "function that does not return?); it goes on without them",
       WAIT_SECONDS,
     )
+
+
+def _python_print(print_: Callable[..., Any]) -> Callable[..., Any]:
+  """The ordered ``print`` where the native engine is absent (the C
+  function ``ordered_print`` of the engine otherwise)."""
+
+  @functools.wraps(print_)
+  def print(*args, **kwargs):
+    if _outputs or _tokens:
+      wait_for_own_prints()
+    return print_(*args, **kwargs)
+
+  return print
+
+
+def _ordered_print(print_: Callable[..., Any]) -> Callable[..., Any]:
+  engine = extension()
+  make = getattr(engine, "ordered_print", None)
+  if make is None:  # no engine, or an older build (reinstalling adds it)
+    return _python_print(print_)
+  return make(print_, _outputs, _tokens, wait_for_own_prints)
+
+
+def _waiting_first(method: Callable[..., Any]) -> Callable[..., Any]:
+  """``method`` (of a class of the standard library), once the calling
+  thread's own prints ran."""
+
+  @functools.wraps(method)
+  def waiting_first(*args, **kwargs):
+    if _outputs or _tokens:
+      wait_for_own_prints()
+    return method(*args, **kwargs)
+
+  return waiting_first
+
+
+def install() -> None:
+  """Makes ``print``, log records and ``redirect_stdout`` wait for the
+  calling thread's own prints (module docstring); recorded in
+  :mod:`hostcb.jax_internals.patches`, which ``hostcb.uninstall()``
+  undoes.  Cheap once installed."""
+  if ji.is_installed(_PRINT):
+    return
+  with ji.patches_lock:
+    if ji.is_installed(_PRINT):
+      return
+    redirect = getattr(contextlib, "_RedirectStream", None)
+    for name in ("__enter__", "__exit__"):
+      if redirect is not None and name in vars(redirect):
+        ji.install_patch(
+          f"output order (redirect_stdout.{name})",
+          redirect,
+          name,
+          _waiting_first(vars(redirect)[name]),
+        )
+    ji.install_patch(
+      "output order (logging)",
+      logging.Handler,
+      "handle",
+      _waiting_first(logging.Handler.handle),
+    )
+    # Last: is_installed(_PRINT) says all three are in place.
+    ji.install_patch(_PRINT, builtins, "print", _ordered_print(builtins.print))
+  # This thread is staging the first print, maybe inside the arguments of
+  # a print that Python found before the hook: its dispatch waits itself.
+  ji.wait_after_next_dispatch(wait_for_own_prints)

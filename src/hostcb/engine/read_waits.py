@@ -41,9 +41,9 @@ __all__ = ["awaited_tap_staged"]
 
 def awaited_tap_staged() -> None:
   """A print was staged: from now on, host reads wait for the prints
-  queued before them (module docstring), and so do writes to
-  ``sys.stdout``/``sys.stderr`` (:mod:`.output_order`).  Cheap after the
-  first call."""
+  queued before them (module docstring), and a thread's prints, log
+  records and ``redirect_stdout`` wait for its own (:mod:`.output_order`).
+  Cheap after the first call."""
   ji.after_host_reads(_wait_for_earlier_awaited)
   output_order.install()
 

@@ -8,6 +8,8 @@ custom call of ``buffer_callback``.  They live in this package, one module
 per concern, so that a JAX upgrade is fixed here:
 
 * :mod:`.core`: effects, primitives, rule registries, ``jax.config`` knobs;
+* :mod:`.frames`: JAX's stack-frame filter, and which tracers a breakpoint
+  may capture;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
 * :mod:`.tap_threads`: the ``jax.config`` state of the threads where tap
   functions run (created on first need);
@@ -68,7 +70,10 @@ from hostcb.jax_internals.core import (
   wait_for_dispatched_computations,
   wait_for_this_threads_computation,
   forget_dispatched_computations,
+  forget_this_threads_print_outputs,
+  this_threads_notes,
 )
+from hostcb.jax_internals.frames import include_frame, is_staging, tracer_kinds
 from hostcb.jax_internals.dispatch import (
   declares_no_effect,
   drain_this_thread,
@@ -77,6 +82,7 @@ from hostcb.jax_internals.dispatch import (
   fast_dispatch_used,
   local_devices,
   set_fast_dispatch,
+  wait_after_next_dispatch,
 )
 from hostcb.jax_internals.tap_threads import running_tap_functions
 from hostcb.jax_internals.custom_calls import lowering_platforms

@@ -179,7 +179,7 @@ _latest_tokens: dict[int, Any] = {}
 # thread id -> the output arrays of the last computation that prints and
 # that it dispatched on jit's fast path (:mod:`.dispatch`,
 # ``_PrintOutputs``): ready once that computation finished.  Held until the
-# thread's next write or such dispatch (the result of a loop that drops its
+# thread's next print or such dispatch (the result of a loop that drops its
 # results stays allocated until then).
 # (Never rebound: jax_internals.dispatch writes to it directly.)
 _latest_print_outputs: dict[int, Any] = {}
@@ -190,6 +190,22 @@ def note_print_outputs(arrays: Any) -> None:
   outputs are the sequence ``arrays`` (not empty; see
   :func:`wait_for_this_threads_computation`)."""
   _latest_print_outputs[threading.get_ident()] = arrays
+
+
+def this_threads_notes() -> tuple[dict, dict]:
+  """The two dicts, keyed by thread id, whose keys are the threads with a
+  noted computation to wait for (:func:`wait_for_this_threads_computation`):
+  their latest print outputs, their latest runtime tokens.  Never rebound
+  (only cleared): :mod:`hostcb.engine.output_order` looks in them on each
+  ``print``, for the calling thread's id alone."""
+  return _latest_print_outputs, _latest_tokens
+
+
+def forget_this_threads_print_outputs() -> None:
+  """Drops the print outputs noted for the calling thread (a thread that
+  does not wait for them: a consumer, or XLA's).  Its token, if any, stays
+  (barriers wait for it)."""
+  _latest_print_outputs.pop(threading.get_ident(), None)
 
 
 patches.when_first_needed(_chain_tokens_between_computations)
@@ -254,7 +270,7 @@ def _output_ready(arrays: Any, deadline: float) -> bool:
   (``time.monotonic()``) passed first.  Looks at the first output that
   was not deleted; where all were (donated to a computation dispatched
   after, which itself starts only once they are ready), there is nothing
-  left to look at, and the write goes on."""
+  left to look at, and the print goes on."""
   pause = 1e-5
   while True:
     for array in arrays:

@@ -266,7 +266,7 @@ def _devices(module: Any) -> int:
   return n
 
 
-# Executables that print: what the thread writes next waits for the latest
+# Executables that print: the thread's next print waits for the latest
 # one it dispatched and for its prints (:mod:`hostcb.engine.output_order`),
 # as JAX's own prints are out before the dispatch of a CPU computation
 # returns.  A print's lowering calls :func:`note_awaited_lowered`; the modules
@@ -277,7 +277,7 @@ def _devices(module: Any) -> int:
 # * one that returns arrays stays on jit's fast path (no runtime token),
 #   and its executable carries :data:`_PRINTS` (in its keepalive): each
 #   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
-#   arrays that the write waits for.  On the C++ fast path that is one
+#   arrays that the print waits for.  On the C++ fast path that is one
 #   call per dispatch, made by jaxlib when it builds the result tree (the
 #   tree is wrapped in a ``_PrintOutputs`` node, whose unflatten, a C
 #   function of the native engine where it is there, notes the output and
@@ -454,7 +454,7 @@ _get_ident = threading.get_ident
 
 def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
   """The result tree as the function returns it, once one of its outputs
-  is noted for the next write (one call per dispatch).  The native
+  is noted for the next print (one call per dispatch).  The native
   engine's ``print_outputs_unflatten`` makes the same function in C
   (:func:`_note_and_unflatten`); this one is for a process without it."""
   _print_outputs[_get_ident()] = children  # _core.note_print_outputs
@@ -491,8 +491,6 @@ def _install_fastpath_note() -> None:
   from jax._src import tree_util as _tree_util  # noqa: PLC0415  (same)
 
   original = require(_pjit, "_get_fastpath_data", _NOTE_WHAT)
-  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
-  call = require(replicated, "__call__", _NOTE_WHAT)
   registry = require(_tree_util, "dispatch_registry", _NOTE_WHAT)
   with patches.lock:
     if patches.is_installed("print outputs (fast path)"):
@@ -522,24 +520,58 @@ def _install_fastpath_note() -> None:
       wrapped = registry.flatten(_PrintOutputs(tree), None)[1]
       return data._replace(out_pytree_def=wrapped)
 
-    def execute_replicated_call(self, *args):
-      out = call(self, *args)
-      if out and _marked(self.keepalive):
-        _core.note_print_outputs(out)
-      return out
-
     patches.install(
       "print outputs (fast path)",
       _pjit,
       "_get_fastpath_data",
       get_fastpath_data,
     )
+    _install_python_path_note()
+
+
+def _install_python_path_note() -> None:
+  """``ExecuteReplicated.__call__`` (JAX's Python path: a first call, an
+  AOT-compiled call, a function that returns nothing) notes the outputs
+  of an executable that prints, then runs the hook of
+  :func:`wait_after_next_dispatch`."""
+  if patches.is_installed("print outputs (Python path)"):
+    return
+  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
+  call = require(replicated, "__call__", _NOTE_WHAT)
+  notes = _core.this_threads_notes()
+
+  def execute_replicated_call(self, *args):
+    out = call(self, *args)
+    if out and _marked(self.keepalive):
+      _core.note_print_outputs(out)
+    hook = getattr(_next_dispatch, "hook", None)
+    if hook is not None and any(_get_ident() in n for n in notes):
+      _next_dispatch.hook = None
+      hook()
+    return out
+
+  with patches.lock:
     patches.install(
       "print outputs (Python path)",
       replicated,
       "__call__",
       execute_replicated_call,
     )
+
+
+_next_dispatch = threading.local()  # .hook: see wait_after_next_dispatch
+
+
+def wait_after_next_dispatch(hook: Callable[[], None]) -> None:
+  """The calling thread's next dispatch through JAX's Python path that
+  leaves it a computation to wait for (it prints) calls ``hook()`` once,
+  in this thread, before the dispatch returns.  For the call whose
+  tracing staged the process's first print: Python looked ``print`` up
+  before it evaluated that call, in ``print("label:", f(x))``, so the
+  hook makes the dispatch itself wait, as JAX's does (the Python path:
+  a first call)."""
+  _install_python_path_note()
+  _next_dispatch.hook = hook
 
 
 _registered = [False]

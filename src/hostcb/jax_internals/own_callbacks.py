@@ -4,8 +4,9 @@ Part of :mod:`hostcb.jax_internals`, the only place that imports ``jax._src``.
 Checked against jax 0.8.0, 0.10.2 and 0.12.0.1:
 
 * the functions that ``jax.debug.callback``, ``jax.debug.print``,
-  ``jax.experimental.io_callback`` and ``jax.pure_callback`` are, in the
-  modules that define them (``jax._src.debugging``, ``jax._src.callback``),
+  ``jax.experimental.io_callback``, ``jax.pure_callback`` and
+  ``jax.debug.breakpoint`` are, in the modules that define them
+  (``jax._src.debugging``, ``jax._src.callback``, ``jax._src.debugger.core``),
   so that hostcb can hand work back to them and find every name bound to
   them (:mod:`hostcb.jax_callbacks`);
 * ``core.shaped_abstractify``, which decides which arguments of
@@ -28,6 +29,7 @@ import jax
 from jax._src import callback as _callback
 from jax._src import core as _core
 from jax._src import debugging as _debugging
+from jax._src.debugger import core as _debugger
 from jax._src.interpreters import partial_eval as _pe
 
 from hostcb.jax_internals.versions import (
@@ -51,12 +53,13 @@ _DEFINED_IN = {
   "debug_print": (_debugging, "debug_print"),
   "io_callback": (_callback, "io_callback"),
   "pure_callback": (_callback, "pure_callback"),
+  "debug_breakpoint": (_debugger, "breakpoint"),
 }
 
 
 def jax_callback_functions() -> dict:
   """``{"debug_callback": f, "debug_print": f, "io_callback": f,
-  "pure_callback": f}``: JAX's own functions, from the modules that define
+  "pure_callback": f, "debug_breakpoint": f}``: JAX's own functions, from the modules that define
   them (unwrapped if hostcb already replaced them there)."""
   functions = {}
   for key, (module, name) in _DEFINED_IN.items():
