@@ -19,7 +19,9 @@ import pytest  # noqa: E402  (after the environment above)
 
 @pytest.fixture(autouse=True)
 def _clean_barrier():
-  """Each hostcb test starts with no pending taps and no recorded exception.
+  """Each hostcb test starts with no pending taps and no recorded exception
+  (nor a failed ``debug.callback`` that no read raised: the barrier raises
+  it as ``JaxRuntimeError``).
 
   Only where the test module imported hostcb: other tests (subprocess ones)
   do not start JAX here for nothing.
@@ -28,25 +30,27 @@ def _clean_barrier():
 
   hostcb = sys.modules.get("hostcb")
   if hostcb is not None:
+    import jax
+
     try:
       hostcb.barrier_wait()
-    except hostcb.CallbackException:
+    except (hostcb.CallbackException, jax.errors.JaxRuntimeError):
       pass
   yield
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_recorded_at_exit():
-  """The session leaves no tap failure for the exit handler: a failed
-  JAX-callback drop-in left unreported makes the process exit with status
-  1, as JAX's does (a test that checks only the log of one would fail
-  the whole run)."""
+  """The session leaves no tap failure for the exit handler, which would
+  log it."""
   yield
   import sys
 
   hostcb = sys.modules.get("hostcb")
   if hostcb is not None:
+    import jax
+
     try:
       hostcb.barrier_wait()
-    except hostcb.CallbackException:
+    except (hostcb.CallbackException, jax.errors.JaxRuntimeError):
       pass

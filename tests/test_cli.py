@@ -192,14 +192,17 @@ def test_run_jax_callbacks_logs_a_failed_callback(tmp_path):
     "print('script done')\n"
   )
   res = _hostcb("run", "--jax-callbacks", str(script))
-  # Logged where JAX logs it, with its traceback; no barrier raises it, the
-  # final one neither (docs/jax_callbacks.md, "When a callback fails"), and
-  # the script, whose last barrier came before the failure, exits with
-  # status 1 as under JAX (issue 40).
+  # Logged where JAX logs it, with its traceback; no read of the script
+  # raised it, so the final barrier does (docs/jax_callbacks.md, "When a
+  # callback fails"), and the script exits with status 1 as under JAX.
   assert res.returncode == 1, res.stderr
   assert res.stdout == "script done\n"
   assert "jax.debug.callback failed\nTraceback" in res.stderr
   assert "ValueError: bad value 2.0\n" in res.stderr
+  assert (
+    "hostcb run: JaxRuntimeError: INTERNAL: CpuCallback error calling "
+    "callback: " in res.stderr
+  )
 
 
 def test_run_jax_callbacks_keeps_the_legacy_names(tmp_path):

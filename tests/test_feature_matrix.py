@@ -558,9 +558,9 @@ def test_a_failed_debug_callback_fails_no_later_work(
   capsys, caplog, mode_switch, mode, option_name
 ):
   """Under the option, a ``hostcb.debug.callback`` that raises is logged
-  where JAX logs it, its program returns what the program without a
-  callback returns, the barrier after it returns, and the next program's
-  callbacks are JAX's calls."""
+  where JAX logs it, its program raises JAX's ``JaxRuntimeError`` (at a
+  read of its results, or at the barrier after it), a barrier after that
+  returns, and the next program's callbacks are JAX's calls."""
   option = OPTIONS[option_name]
   if option.several_devices and _n() < 2:
     pytest.skip("needs at least 2 CPU devices (HOSTCB_TEST_DEVICES>=2)")
@@ -579,18 +579,14 @@ def test_a_failed_debug_callback_fails_no_later_work(
     )
   mode_switch(MODES[mode])
   caplog.set_level(logging.ERROR, logger="jax._src.debugging")
-  failing = _observe(
-    capsys,
-    option,
-    lambda x, s: (hostcb.debug.callback(_raises, x), x * 2)[1],
-    hostcb.barrier_wait,
-  )  # returns: nothing to raise
+  with pytest.raises(jax.errors.JaxRuntimeError, match="this callback fails"):
+    _observe(
+      capsys,
+      option,
+      lambda x, s: (hostcb.debug.callback(_raises, x), x * 2)[1],
+      hostcb.barrier_wait,
+    )
   jax.effects_barrier()
-  _assert_same_results(
-    failing.results,
-    _plain[option_name].results,
-    "the failing program's vs none",
-  )
   logged = [r for r in caplog.records if r.name == "jax._src.debugging"]
   assert logged and all(
     r.getMessage() == "jax.debug.callback failed"

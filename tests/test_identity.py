@@ -7,8 +7,8 @@
   programs that can call it, and never less than a queued record needs;
 * an executable that calls process-local functions cannot be serialized;
 * tap arrays are read-only in both modes; a failed ``jax.debug.callback``
-  makes the script exit with status 1, as JAX does; errors that say what
-  came back.
+  that the script does not catch makes it exit with status 1, as JAX
+  does; errors that say what came back.
 """
 
 from __future__ import annotations
@@ -774,24 +774,27 @@ def _exit_script(body: str) -> str:
   "body",
   [
     "hostcb.install(jax_callbacks=True)\n"
-    "jax.jit(lambda x: jax.debug.callback(bad, x))(1.)\n",
-    "jax.jit(lambda x: hostcb.debug.callback(bad, x))(1.)\n",
+    "print(jax.jit(lambda x: (jax.debug.callback(bad, x), x)[1])(1.))\n",
+    "print(jax.jit(lambda x: (hostcb.debug.callback(bad, x), x)[1])(1.))\n",
   ],
   ids=["install", "hostcb.debug"],
 )
 def test_a_failed_debug_callback_makes_the_script_exit_with_status_1(body):
+  # Uncaught where its result is read, as JAX's from the call.
   proc = run_python(_exit_script(body + "print('end of script')\n"))
   assert proc.returncode == 1, proc.stderr
-  assert proc.stdout == "end of script\n"
+  assert proc.stdout == ""
   assert "ValueError: boom" in proc.stderr
+  assert "jax.errors.JaxRuntimeError: INTERNAL: CpuCallback error" in (
+    proc.stderr
+  )
 
 
 @pytest.mark.parametrize(
   "barrier", ["hostcb.barrier_wait()", "jax.effects_barrier()"]
 )
-def test_a_debug_callback_failure_before_a_barrier_exits_with_0(barrier):
-  # As a JAX program whose failed callback an effects_barrier waited for:
-  # the failure is logged, raised nowhere, and the program goes on.
+def test_a_debug_callback_failure_before_a_barrier_is_raised_by_it(barrier):
+  # Uncaught, as JAX's failed call: status 1, the program stops there.
   proc = run_python(
     _exit_script(
       "hostcb.install(jax_callbacks=True)\n"
@@ -800,9 +803,10 @@ def test_a_debug_callback_failure_before_a_barrier_exits_with_0(barrier):
       "print('went on')\n"
     )
   )
-  assert proc.returncode == 0, proc.stderr
-  assert proc.stdout == "went on\n"
+  assert proc.returncode == 1, proc.stderr
+  assert proc.stdout == ""
   assert "ValueError: boom" in proc.stderr
+  assert "hostcb: raised at the first barrier" in proc.stderr
 
 
 def test_a_string_result_is_reported_as_jax_reports_it():

@@ -1384,23 +1384,37 @@ def _fails(a):
 def test_a_failed_debug_callback_is_logged_where_jax_logs_it(caplog):
   caplog.set_level(logging.ERROR)
   out = jax.jit(lambda x: (hostcb.debug.callback(_fails, x), x + 1)[1])(1.0)
-  assert float(out) == 2.0  # the computation goes on
-  jax.effects_barrier()
+  with pytest.raises(jax.errors.JaxRuntimeError):
+    float(out)  # as JAX's failed computation
   failures = [r for r in caplog.records if r.name == "jax._src.debugging"]
   assert [r.getMessage() for r in failures] == ["jax.debug.callback failed"]
   assert failures[0].exc_info[0] is ValueError
   assert str(failures[0].exc_info[1]) == "tapped 1.0"
 
 
-def test_no_barrier_raises_a_failed_debug_callback():
+@pytest.mark.parametrize(
+  "barrier",
+  [lambda: jax.effects_barrier(), hostcb.barrier_wait],  # (patched at use)
+  ids=["jax.effects_barrier", "hostcb.barrier_wait"],
+)
+def test_the_next_barrier_raises_a_failed_debug_callback_once(barrier):
   jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.0)
-  jax.effects_barrier()  # returns, as JAX's after a logged failure
+  with pytest.raises(
+    jax.errors.JaxRuntimeError,
+    match=r"^INTERNAL: CpuCallback error calling callback: Traceback "
+    r"\(most recent call last\):\n(.|\n)*\nValueError: tapped 1\.0\n\n"
+    r"hostcb: raised at the first barrier after the callback failed",
+  ):
+    barrier()
+  jax.effects_barrier()  # once
   hostcb.barrier_wait()
 
 
 def test_a_failed_debug_callback_does_not_fail_later_work():
   seen = []
   jax.jit(lambda x: hostcb.debug.callback(_fails, x))(1.0)
+  with pytest.raises(jax.errors.JaxRuntimeError):
+    jax.effects_barrier()  # (JAX's call raises it)
   g = jax.jit(
     lambda x: (
       hostcb.debug.callback(lambda a: seen.append(float(a)), x),
@@ -1412,7 +1426,7 @@ def test_a_failed_debug_callback_does_not_fail_later_work():
   assert seen == [3.0]
 
 
-def test_a_failed_debug_print_does_not_fail_a_barrier(caplog):
+def test_a_failed_debug_print_is_raised_as_jaxs(caplog):
   class Unprintable:
     def __format__(self, spec):
       raise RuntimeError("cannot format")
@@ -1420,7 +1434,10 @@ def test_a_failed_debug_print_does_not_fail_a_barrier(caplog):
   caplog.set_level(logging.ERROR)
   # A host-side argument (not an array) that fails to format.
   jax.jit(lambda x: hostcb.debug.print("{} {}", x, Unprintable()))(1.0)
-  jax.effects_barrier()
+  with pytest.raises(
+    jax.errors.JaxRuntimeError, match="\nRuntimeError: cannot format\n"
+  ):
+    jax.effects_barrier()
   assert [
     str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
   ] == ["cannot format"]

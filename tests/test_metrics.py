@@ -15,6 +15,7 @@ import glob
 import json
 import logging
 import math
+import signal
 import struct
 import textwrap
 import threading
@@ -76,11 +77,78 @@ def test_eager_log_writes_one_record(rec):
   assert records(rec) == [(7, {"loss": 0.25, "count": 3})]
 
 
+def _typed(got: list) -> list:
+  """The records with each value's type: ``True == 1`` in Python."""
+  return [(s, {k: (type(v).__name__, v) for k, v in d.items()}) for s, d in got]
+
+
 def test_eager_values_keep_int_and_bool_kinds(rec):
   metrics.log(
     {"n": jnp.int8(-3), "ok": True, "u": jnp.uint32(2**32 - 1)}, step=0
   )
-  assert records(rec) == [(0, {"n": -3, "ok": 1, "u": 2**32 - 1})]
+  assert _typed(records(rec)) == [
+    (0, {"n": ("int", -3), "ok": ("bool", True), "u": ("int", 2**32 - 1)})
+  ]
+
+
+@pytest.mark.parametrize(
+  "values",
+  [
+    lambda x: {"ok": x > 1.0, "loss": x},  # packed with other scalars
+    lambda x: {"ok": x > 1.0},  # alone
+  ],
+  ids=["beside-a-scalar", "alone"],
+)
+def test_a_bool_metric_arrives_as_bool(rec, values):
+  f = jax.jit(lambda x, i: metrics.log(values(x), step=i))
+  f(2.0, 0)
+  f(0.5, 1)
+  assert [_typed(records(rec))[i][1]["ok"] for i in (0, 1)] == [
+    ("bool", True),
+    ("bool", False),
+  ]
+
+
+@pytest.mark.parametrize(
+  "reduce, want", [("first", True), ("max", True), ("min", False)]
+)
+def test_a_bool_metric_under_vmap_stays_bool(rec, reduce, want):
+  f = jax.vmap(lambda x: metrics.log({"ok": x > 1.0, "x": x}, 0, reduce=reduce))
+  jax.jit(f)(jnp.array([2.0, 0.5]))
+  assert _typed(records(rec))[0][1]["ok"] == ("bool", want)
+
+
+def test_the_sum_of_bool_metrics_under_vmap_counts_them(rec):
+  # As jnp.sum: how many are true, whether packed or beside an array.
+  def log(x):
+    metrics.log({"ok": x > 1.0, "x": x}, 0, reduce="sum")
+    metrics.log({"ok": x > 1.0, "w": jnp.stack([x, x])}, 1, reduce="sum")
+
+  jax.jit(jax.vmap(log))(jnp.array([2.0, 3.0, 0.5]))
+  assert [values["ok"] for _, values in _typed(records(rec))] == [
+    ("int", 2),
+    ("int", 2),
+  ]
+
+
+def test_a_bool_metric_is_written_as_a_bool_by_the_file_sinks(tmp_path):
+  jsonl, table = tmp_path / "m.jsonl", tmp_path / "m.csv"
+  sinks = [
+    metrics.add_sink(metrics.JsonLines(jsonl)),
+    metrics.add_sink(metrics.CSV(table)),
+  ]
+  f = jax.jit(lambda x, i: metrics.log({"ok": x > 1.0, "x": x}, step=i))
+  f(2.0, 0)
+  f(0.5, 1)
+  for s in sinks:
+    metrics.remove_sink(s, timeout=WAIT_S)
+  rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+  assert [(type(r["ok"]).__name__, r["ok"]) for r in rows] == [
+    ("bool", True),
+    ("bool", False),
+  ]
+  cells = [row["ok"] for row in csv.DictReader(table.open())]
+  assert cells == ["True", "False"]
 
 
 def test_eager_log_comes_after_the_taps_of_computations_before_it(rec):
@@ -617,7 +685,13 @@ out = jax.jit(lambda x: lax.scan(body, (0, x), None, length=500)[0])(0.0)
 
 
 @pytest.mark.parametrize(
-  "end, rc", [("", 0), ("raise RuntimeError('boom')", 1)]
+  "end, rc",
+  [
+    ("", 0),
+    ("raise RuntimeError('boom')", 1),
+    ("raise KeyboardInterrupt", -signal.SIGINT),
+  ],
+  ids=["end", "exception", "ctrl-c"],
 )
 def test_records_are_written_at_exit_also_after_an_exception(tmp_path, end, rc):
   path = str(tmp_path / "m.jsonl")
@@ -627,6 +701,86 @@ def test_records_are_written_at_exit_also_after_an_exception(tmp_path, end, rc):
   assert [(d["step"], d["x"]) for d in lines] == [
     (i, float(i)) for i in range(500)
   ]
+
+
+def test_records_logged_before_uninstall_are_written(tmp_path):
+  path = str(tmp_path / "m.jsonl")
+  r = run_python(
+    _EXIT_SCRIPT.format(
+      path=path,
+      end="import hostcb\n"
+      "hostcb.uninstall()\n"
+      "print(metrics.stats()['records'], metrics.stats()['pending'])\n",
+    ),
+    timeout=240,
+  )
+  assert (r.returncode, r.stdout) == (0, "500 0\n"), r.stderr
+  lines = [json.loads(line) for line in open(path)]
+  assert [(d["step"], d["x"]) for d in lines] == [
+    (i, float(i)) for i in range(500)
+  ]
+
+
+def test_records_logged_after_uninstall_by_a_compiled_step_are_written(
+  tmp_path,
+):
+  path = str(tmp_path / "m.jsonl")
+  r = run_python(
+    textwrap.dedent(f"""
+      import jax, hostcb
+      from hostcb import metrics
+      metrics.add_sink(metrics.JsonLines({path!r}))
+      step = jax.jit(lambda i: metrics.log({{"i": i}}, step=i))
+      step(0)
+      hostcb.uninstall()
+      for i in range(1, 5):
+        step(i)
+      """),
+    timeout=240,
+  )
+  assert r.returncode == 0, r.stderr
+  assert [json.loads(line)["i"] for line in open(path)] == [0, 1, 2, 3, 4]
+
+
+_FAILING_STEP = """
+import jax, json
+{api}
+from hostcb import metrics
+metrics.add_sink(metrics.JsonLines({path!r}))
+def check(i):
+  if i == 50:
+    raise ValueError("bad step")
+@jax.jit
+def step(i, x):
+  metrics.log({{"x": x}}, step=i)
+  API(check, i)
+  return x + 1.0
+x = 0.0
+for i in range(100):
+  x = step(i, x)
+  print(float(x))
+"""
+
+
+def test_a_failed_callback_keeps_the_records_logged_before_it(tmp_path):
+  # As under JAX's own jax.debug.callback (the oracle): the failure ends
+  # the loop at step 50, uncaught (the same output, the same status), and
+  # every record logged before it is written at exit.  JAX's failed step
+  # 50 stops before its metrics tap runs; hostcb's device does not stop
+  # for the callback, so step 50's record, logged before it, is kept.
+  runs = {}
+  for name, api in [
+    ("jax", "API = jax.debug.callback"),
+    ("hostcb", "import hostcb\nAPI = hostcb.debug.callback"),
+  ]:
+    path = str(tmp_path / f"{name}.jsonl")
+    r = run_python(_FAILING_STEP.format(api=api, path=path), timeout=240)
+    steps = [json.loads(line)["step"] for line in open(path)]
+    runs[name] = (r.returncode, r.stdout, steps)
+    assert "ValueError: bad step" in r.stderr, name
+  printed = "".join(f"{float(i)}\n" for i in range(1, 51))
+  assert runs["jax"] == (1, printed, list(range(50)))
+  assert runs["hostcb"] == (1, printed, list(range(51)))
 
 
 # ----------------------------------------------------- the file sinks

@@ -183,15 +183,16 @@ def _documented(mechanism: str, jax_report: dict, mode: str) -> list[str]:
   good = ["good: returned [2.0, 4.0]"]
   again = ["good again: returned [2.0, 4.0]"]
   if mechanism == "debug.callback":
-    # "an exception in the callback does not fail the computation" ... "is
-    # logged where JAX logs it ... and goes no further. It fails no later
-    # work: jax.effects_barrier() ... after it return[s]"
+    # "The first host read of a result on that device after it ... or else
+    # the first barrier ... raises it as jax.errors.JaxRuntimeError with
+    # JAX's words": np.asarray of an array on the CPU is no such read (it
+    # "does not raise it"), so the barrier does.
     return (
       good
       + [
         "good: jax.effects_barrier returned",
         "bad: returned [2.0, inf]",
-        "bad: jax.effects_barrier returned",
+        f"bad: jax.effects_barrier raised JaxRuntimeError carrying {_MESSAGE}",
       ]
       + again
       + ["good again: jax.effects_barrier returned"]
@@ -240,8 +241,8 @@ def _check_rows():
 
 
 def test_jax_reports_a_failed_check_at_the_call_site():
-  """The reference: JAX's three callbacks fail the computation; the next
-  one works and no barrier raises."""
+  """The reference: JAX's three callbacks fail the computation (the call
+  raises); the next one works and no barrier raises."""
   report = _blocks(run("runtime_checks", "jax"))
   assert set(report) == {"io_callback", "pure_callback", "debug.callback"}
   for lines in report.values():

@@ -15,8 +15,11 @@ again, and waits at the barrier after each, printing what it got::
 tests/test_real_programs.py compares the reports with JAX's and with what
 hostcb's documentation says (README "barrier_wait and errors",
 docs/jax_callbacks.md): ``io_callback``, ``pure_callback`` and ``call`` fail
-the computation; ``debug.callback`` and ``id_tap`` do not, and the next
-barrier raises ``hostcb.CallbackException``.
+the computation; ``debug.callback`` and ``id_tap`` do not: for
+``debug.callback`` the first host read of a result on its device, or else
+the next barrier, raises JAX's ``JaxRuntimeError`` (``np.asarray`` of an
+array on the CPU is no such read), and for ``id_tap`` the next barrier
+raises ``hostcb.CallbackException``.
 """
 
 from __future__ import annotations

@@ -23,9 +23,13 @@ The callback receives ``jax.Array`` s on the CPU, as JAX's does
 (``hostcb_callback_jax_arrays=False``, the opt-out, gives NumPy arrays).
 Differences from JAX's, each for a reason given in ``docs/jax_callbacks.md``
 (and checked by the scenarios of ``tests/jax_diff``): the device never
-waits for it; an exception it raises under ``jit`` does not fail the
-computation: it is logged, and, as JAX's, raised by no barrier.  As JAX's, ``ordered=True`` is
-refused in a computation over several devices (JAX's error).
+waits for it, so an exception it raises under ``jit`` cannot fail the
+call that ran the computation, as JAX's does: it is logged where JAX
+logs it, and the first host read of a result on its device after it, or
+the first barrier, raises it with JAX's words, as
+``jax.errors.JaxRuntimeError`` (:mod:`hostcb.engine.errors`).  As JAX's,
+``ordered=True`` is refused in a computation over several devices (JAX's
+error).
 
 :func:`breakpoint` and :func:`breakpoint_if` (defined in
 :mod:`hostcb._debugger`) are JAX's text debugger on a host call that the
@@ -114,17 +118,19 @@ def _elements(leaves: tuple, levels: list) -> list:
 
 def _failed() -> None:
   """A staged callback failed (:meth:`_DebugCall.__call__`, in its
-  ``except``): logged with its traceback, and noted.  A closed pipe
-  (``prog.py | head``) is logged once: under JAX its first failed print
-  ends the program's dispatches, where hostcb's computations dispatched
-  before it still queue theirs, each of which fails the same way."""
+  ``except``): logged with its traceback, and noted, for the next host
+  read of a result on its device or the next barrier to raise it.  A
+  closed pipe (``prog.py | head``) is logged once: under JAX its first
+  failed print ends the program's dispatches, where hostcb's computations
+  dispatched before it still queue theirs, each of which fails the same
+  way."""
   if isinstance(sys.exc_info()[1], BrokenPipeError):
     if _pipe_closed[0]:
-      note_jax_callback_failure()
+      note_jax_callback_failure(sys.exc_info()[1])
       return
     _pipe_closed[0] = True
   _callback_helpers.debug_logger.exception("jax.debug.callback failed")
-  note_jax_callback_failure()
+  note_jax_callback_failure(sys.exc_info()[1])
 
 
 _pipe_closed = [False]  # a BrokenPipeError was logged (_failed)
@@ -253,15 +259,13 @@ class _DebugCall:
     """Runs the staged callback (the engine's call): a PRNG key operand
     arrives as its key data, as JAX's staged callback receives it.
 
-    A failure is logged where JAX logs it, with its traceback, and goes no
-    further (the rule of docs/jax_callbacks.md, "When a callback fails"):
-    the computation that staged it went on long ago, and a barrier or a
-    computation after it is other work, which JAX's failure does not fail
-    either.  A ``BaseException`` that is no ``Exception`` (an interrupt)
-    goes on to the engine.  Either way the process exits with status 1, as
-    JAX's does after a failed callback
-    unless a barrier waited for it first
-    (:func:`hostcb.engine.errors.note_jax_callback_failure`)."""
+    A failure is logged where JAX logs it, with its traceback, and kept:
+    the computation that staged it went on long ago, so the first host
+    read of a result on its device, or the first barrier, raises it as
+    JAX's failed computation does (docs/jax_callbacks.md, "When a
+    callback fails"; :func:`hostcb.engine.errors.note_jax_callback_failure`).
+    A ``BaseException`` that is no ``Exception`` (an interrupt) goes on to
+    the engine too."""
     try:
       if self.x64 and not _jc.x64_enabled():
         _jc.call_with_x64(self.run_staged, arg, transforms)
@@ -558,10 +562,11 @@ def callback(
   device does not wait for it: hostcb's consumer thread calls it, in
   program order with the other callbacks of its device;
   ``jax.effects_barrier()`` waits until it has run.  An exception it
-  raises under ``jit`` is logged where JAX logs it and fails no later work
-  (no barrier raises it; the computation goes on).  Outside ``jit`` it
-  runs at once, in the calling thread, and its exception reaches the
-  caller.
+  raises under ``jit`` is logged where JAX logs it and raised as JAX's
+  failed computation raises it (``jax.errors.JaxRuntimeError``, JAX's
+  words) by the first host read of a result on its device after it, or
+  else the first barrier, once.  Outside ``jit`` it runs at once, in the
+  calling thread, and its exception reaches the caller.
 
   Two forms, as JAX's: ``callback(f, *args, ordered=..., **kwargs)``, and
   ``callback(ordered=...)`` returning a function that takes ``(f, *args,

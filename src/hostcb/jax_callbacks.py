@@ -39,6 +39,7 @@ from hostcb import named
 from hostcb.engine import barrier_wait as _barrier_wait
 from hostcb.engine.consumers import is_consumer as _is_consumer
 from hostcb.engine.consumers import host_functions as _host_functions
+from hostcb.engine import errors as _engine_errors
 from hostcb._core.identity import function_hash, same_function
 from hostcb._core.primitives import CallTarget, call_p
 from hostcb._core.signatures import (
@@ -709,6 +710,10 @@ def _wait_in_effects_barrier() -> None:
 
 # jax.effects_barrier() waits for hostcb's callbacks too, from the first
 # bind of a hostcb primitive on (not at import: hostcb.jax_internals.patches).
+# JAX's own wait reads its runtime tokens, which is no read of a result:
+# it raises no failed debug.callback, which hostcb's barrier raises after.
 ji.when_first_needed(
-  functools.partial(ji.patch_effects_barrier, _wait_in_effects_barrier)
+  functools.partial(
+    ji.patch_effects_barrier, _wait_in_effects_barrier, _engine_errors.held
+  )
 )

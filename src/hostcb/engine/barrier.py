@@ -63,8 +63,9 @@ def wait_for_dispatched() -> None:
   fast-dispatch mode: for programs lowered elsewhere (``jax.export``,
   serialized executables), which carry no mark of hostcb's that the
   barrier could wait for."""
-  ji.drain_this_thread()
-  _wait_for_live_arrays()
+  with errors.held():
+    ji.drain_this_thread()
+    _wait_for_live_arrays()
 
 
 NESTED_ROUNDS = 8
@@ -91,13 +92,14 @@ def wait_for_taps(timeout: float | None = None) -> bool:
       "computation."
     )
   deadline = None if timeout is None else time.monotonic() + timeout
-  for _ in range(1 + NESTED_ROUNDS):
-    dispatched = consumers.dispatches()
-    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-    if not _wait_once(left):
-      return False
-    if consumers.dispatches() == dispatched:
-      break
+  with errors.held():  # its reads raise no callback's failure: the caller
+    for _ in range(1 + NESTED_ROUNDS):  # (barrier_wait) raises it
+      dispatched = consumers.dispatches()
+      left = None if deadline is None else max(0.0, deadline - time.monotonic())
+      if not _wait_once(left):
+        return False
+      if consumers.dispatches() == dispatched:
+        break
   return True
 
 
@@ -128,7 +130,6 @@ def barrier_wait(
   logging_name: str | None = None,
   *,
   all_processes: bool = False,
-  settles_jax_callback_failures: bool = True,
 ) -> None:
   """Blocks until every tap of the computations started so far has run.
 
@@ -138,8 +139,12 @@ def barrier_wait(
   threads queue later are not waited for.  If a tap
   function raised since the previous barrier, raises
   :class:`CallbackException` with the last such exception (the
-  computations themselves went on).  Safe to call from several threads at
-  once; not from a tap function, which it would wait for.
+  computations themselves went on).  Else, if a ``jax.debug.callback``
+  drop-in (``hostcb.debug.callback``/``print`` under ``jit``) failed and
+  no host read raised it yet, raises it as JAX does, as
+  ``jax.errors.JaxRuntimeError`` (:mod:`hostcb.engine.errors`).  Safe to
+  call from several threads at once; not from a tap function, which it
+  would wait for.
 
   Which computations: every computation that the calling thread
   dispatched, every multi-device one (``pmap``, sharded ``jit``,
@@ -154,11 +159,6 @@ def barrier_wait(
     all_processes: in a multi-process JAX program
       (``jax.distributed.initialize``), also wait until every process has
       reached its own ``barrier_wait(all_processes=True)``.
-    settles_jax_callback_failures: the program goes on past the failures
-      of JAX-API callbacks that this barrier waited for (logged, raised
-      nowhere), which then no longer make it exit with status 1
-      (:func:`hostcb.engine.errors.note_jax_callback_failure`); False for
-      ``hostcb run``'s own barrier after the script.
   """
   name = logging_name or ""
   logger.debug("hostcb: barrier_wait(%s) starts", name)
@@ -168,14 +168,14 @@ def barrier_wait(
 
     distributed.wait_for_all_processes(name)
   logger.debug("hostcb: barrier_wait(%s) done", name)
-  if settles_jax_callback_failures:
-    errors.take_jax_callback_failure()
   last = errors.take_last_exception()
   if last is not None:
     exc, text = last
     raise errors.CallbackException(
       f"There were exceptions during callback processing. Last one was:\n{text}"
     ) from exc
+  if errors.jax_callback_failed():
+    errors.raise_jax_callback_failure(None, "at the first barrier")
 
 
 def stop_outfeed_receiver() -> None:

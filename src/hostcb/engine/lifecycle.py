@@ -13,7 +13,16 @@ bounded by :data:`EXIT_TIMEOUT_SECONDS` for the taps).  A process that
 lowers no tap but runs programs lowered elsewhere (``jax.export``,
 serialized executables) installs the handler when a device queues its
 first record.  ``hostcb.uninstall()``, which removes the handler, first
-waits as it would (:func:`wait_before_uninstall`).
+waits as it would (:func:`wait_before_uninstall`), and then runs the
+:data:`before_uninstall` hooks (``hostcb.metrics`` writes its records).
+
+The exit handler only waits and reports: it never ends the process nor
+changes its exit status, and the exit handlers that the program
+registered before it all run after it.  A failed tap function that no
+barrier raised is logged; so is a failed ``jax.debug.callback`` drop-in
+that no read and no barrier raised (:mod:`.errors`: a read of its results
+or a barrier raises it as JAX's ``JaxRuntimeError``, which, uncaught,
+gives the exit status JAX's gives).
 """
 
 from __future__ import annotations
@@ -21,7 +30,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 
 from hostcb import jax_internals as ji
 from hostcb.engine import barrier, errors, native, pyqueue, registry
@@ -30,6 +38,8 @@ from hostcb.engine.consumers import is_consumer
 __all__ = [
   "note_lowered",
   "lowered",
+  "before_uninstall",
+  "after_first_record_hooks",
   "wait_before_uninstall",
   "rearm_after_uninstall",
   "EXIT_TIMEOUT_SECONDS",
@@ -75,6 +85,11 @@ def _first_record() -> None:
     _ran_unlowered[0] = True
     _lowered[0] = True
     _install_hooks()
+    for hook in list(after_first_record_hooks):
+      try:
+        hook()
+      except Exception:  # the record goes on: logged
+        logger.exception("hostcb: %r failed", hook)
 
 
 def rearm_after_uninstall() -> None:
@@ -84,6 +99,18 @@ def rearm_after_uninstall() -> None:
 
 
 native.on_first_record.append(_first_record)
+
+
+# Called (no arguments, GIL held) when a device's first record installs
+# the exit handler (:func:`_first_record`: after ``hostcb.uninstall()``, a
+# program compiled before it): hostcb.metrics installs its own exit
+# handler again, after this one, so that it runs first at exit.
+after_first_record_hooks: list = []
+
+# Called (no arguments) by wait_before_uninstall, after the wait, in the
+# order added: what must be written before hostcb's exit handlers go
+# (hostcb.metrics adds its flush when its own exit handler is installed).
+before_uninstall: list = []
 
 
 def wait_before_uninstall() -> None:
@@ -96,16 +123,23 @@ def wait_before_uninstall() -> None:
   prints of the computations it dispatched before would never appear.  A
   tap function's exception stays recorded for the next barrier.  Nothing
   when no tap was lowered in this process, and nothing in a tap function,
-  where the wait would wait for that function itself."""
-  if os.getpid() != _owner_pid or not _lowered[0] or is_consumer():
+  where the wait would wait for that function itself.  Then runs the
+  :data:`before_uninstall` hooks (a failing one is logged)."""
+  if os.getpid() != _owner_pid or is_consumer():
     return
-  if _ran_unlowered[0]:
-    barrier.wait_for_dispatched()
-  if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
-    logger.error(
-      "hostcb: at uninstall(), taps still pending after %s s",
-      EXIT_TIMEOUT_SECONDS,
-    )
+  if _lowered[0]:
+    if _ran_unlowered[0]:
+      barrier.wait_for_dispatched()
+    if not barrier.wait_for_taps(timeout=EXIT_TIMEOUT_SECONDS):
+      logger.error(
+        "hostcb: at uninstall(), taps still pending after %s s",
+        EXIT_TIMEOUT_SECONDS,
+      )
+  for hook in list(before_uninstall):
+    try:
+      hook()
+    except Exception:  # the others run, and uninstall() goes on: logged
+      logger.exception("hostcb: at uninstall(), %r failed", hook)
 
 
 def _after_fork_in_child() -> None:
@@ -122,7 +156,10 @@ def _after_fork_in_child() -> None:
 
 def _at_exit() -> None:
   """Lets the dispatched computations and their taps finish (the taps
-  bounded by EXIT_TIMEOUT_SECONDS; never hangs on a stuck tap function)."""
+  bounded by EXIT_TIMEOUT_SECONDS; never hangs on a stuck tap function),
+  then logs the failures that nothing raised.  Returns: the exit handlers
+  registered before it run after it, and the exit status is the
+  program's."""
   if os.getpid() != _owner_pid or not _lowered[0]:
     return
   try:
@@ -136,39 +173,20 @@ def _at_exit() -> None:
     # Raising here would only print an "Exception ignored in atexit"
     # without hostcb's context; the log says what failed, with the trace.
     logger.exception("hostcb: at exit, waiting for the taps failed")
-  last, reached_caller, jax_callback = errors.take_for_exit()
-  if last is None:
-    if jax_callback:  # logged when it failed, raised nowhere
-      _exit_as_jax_does()
-    return
-  if not reached_caller:  # (a call's failure was raised to its caller)
+  last, reached_caller, unraised = errors.take_for_exit()
+  if last is not None and not reached_caller:
+    # (a call's failure was raised to its caller)
     logger.error("hostcb: at exit, a tap function had raised:\n%s", last[1])
-  if jax_callback:
-    _exit_as_jax_does()
-
-
-def _exit_as_jax_does() -> None:
-  """A callback of JAX's API failed (``jax.debug.callback`` under
-  ``install(jax_callbacks=True)``, ``hostcb.debug.callback``): JAX raises
-  that failure in the program, which exits with status 1, and so does
-  ``hostcb run``, whose barrier raises it at the end of the script.  An
-  exit handler cannot change the status Python exits with, so this one
-  ends the process with status 1, once JAX's cluster (if any) is shut
-  down and the output flushed: the exit handlers registered before
-  hostcb was imported (JAX's cleanup among them) do not run."""
-  try:
-    import jax  # noqa: PLC0415  (public API; loaded when taps were lowered)
-
-    jax.distributed.shutdown()
-  except Exception:  # exiting with status 1 anyway: logged
-    logger.exception("hostcb: at exit, shutting down jax.distributed failed")
-  logging.shutdown()
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except Exception:  # noqa: BLE001  (a closed stream: nothing to flush)
-      pass
-  os._exit(1)
+  if unraised is not None:
+    # Logged when it failed; no read of a result on its device and no
+    # barrier came after it, so nothing raised it (errors.py).  The exit
+    # status stays the program's: an exit handler cannot change it, and
+    # hostcb never ends the process ahead of the program's own handlers.
+    logger.error(
+      "hostcb: at exit, a jax.debug.callback had failed, and no read of a "
+      "result on its device nor any barrier came after it to raise it:\n%s",
+      unraised,
+    )
 
 
 _fork_hook = [False]  # registered (Python cannot unregister it)

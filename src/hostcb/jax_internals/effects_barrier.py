@@ -17,8 +17,9 @@ cannot interrupt them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Callable
+from typing import Callable, ContextManager
 
 import jax
 from jax._src import api as _api
@@ -41,11 +42,14 @@ def jax_effects_barrier() -> Callable[[], None]:
   return original
 
 
-def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
+def patch_effects_barrier(
+  also_wait: Callable[[], None],
+  around_jax: Callable[[], ContextManager] = contextlib.nullcontext,
+) -> None:
   """Makes ``jax.effects_barrier()`` call ``also_wait()`` after JAX's own
-  wait (recorded in :mod:`.patches`, which undoes it; a second call while
-  it is in place changes nothing).  Called on the first bind of a hostcb
-  primitive, not at import."""
+  wait, which runs inside ``around_jax()`` (recorded in :mod:`.patches`,
+  which undoes it; a second call while it is in place changes nothing).
+  Called on the first bind of a hostcb primitive, not at import."""
   original = jax_effects_barrier()
   if patches.is_installed("effects barrier"):
     return
@@ -59,7 +63,8 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
 
   @functools.wraps(original)
   def effects_barrier():
-    original()
+    with around_jax():
+      original()
     also_wait()
 
   effects_barrier._hostcb_waiter = also_wait
@@ -67,7 +72,9 @@ def patch_effects_barrier(also_wait: Callable[[], None]) -> None:
     "Waits until the computations dispatched so far have completed their "
     "side effects: JAX's own ordered callbacks, and (hostcb) every tap and "
     "call of hostcb's, such as hostcb.debug.print; raises "
-    "hostcb.CallbackException if one of hostcb's callbacks failed since "
-    "the previous barrier."
+    "hostcb.CallbackException if one of hostcb's id_tap or call functions "
+    "failed since the previous barrier, else JaxRuntimeError, as JAX's "
+    "failed computation, if a hostcb.debug.callback failed and no read "
+    "raised it yet."
   )
   patches.install("effects barrier", jax, "effects_barrier", effects_barrier)

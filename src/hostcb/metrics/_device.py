@@ -176,14 +176,15 @@ def _staged(step, xs, *, names, reduce):
 
 
 # Scalars of these dtypes travel as one uint32 vector: their bits as they
-# are ("f": float32, "i": int32, "u": uint32), after exact conversions.
+# are ("f": float32, "i": int32, "u": uint32; "b": a bool as int32, which
+# the host makes a bool again), after exact conversions.
 _KINDS = {
   np.dtype(np.float32): ("f", None),
   np.dtype(np.int32): ("i", None),
   np.dtype(np.uint32): ("u", None),
   np.dtype(jnp.bfloat16): ("f", jnp.float32),
   np.dtype(np.float16): ("f", jnp.float32),
-  np.dtype(np.bool_): ("i", jnp.int32),
+  np.dtype(np.bool_): ("b", jnp.int32),
   np.dtype(np.int8): ("i", jnp.int32),
   np.dtype(np.int16): ("i", jnp.int32),
   np.dtype(np.uint8): ("i", jnp.int32),

@@ -20,7 +20,14 @@ is held beside it, so at most twice that many taps are in memory):
 :func:`flush` waits for the taps of the computations dispatched so far,
 then for the writer to hand their records to the sinks and flush them.
 At interpreter exit the same happens (bounded), then the sinks are
-closed; an exception that ends the script goes through the same exit.
+closed; an exception or a ``KeyboardInterrupt`` that ends the script
+goes through the same exit, and so does a failed callback (hostcb's exit
+handlers never end the process).  ``hostcb.uninstall()``, which removes
+the exit handler, first writes and flushes what was logged before it
+(:data:`hostcb.engine.lifecycle.before_uninstall`); a program compiled
+before it that logs after it installs the exit handler again (with the
+engine's, :data:`hostcb.engine.lifecycle.after_first_record_hooks`, or
+at its first record).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from hostcb.engine import wait_for_taps
+from hostcb.engine import lifecycle, wait_for_taps
 from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.jax_internals import patches
 from hostcb.metrics._types import Batch, MetricsError, Record
@@ -74,6 +81,7 @@ _counts = {"taps": 0, "records": 0, "dropped": 0, "no_sink": 0}
 _reported = {"dropped": 0, "no_sink": 0}
 _writer: list = [None]  # the writer thread, once started
 _traced = [False]
+_hooked = [False]  # the exit handler is installed (uninstall() removes it)
 
 
 @dataclasses.dataclass(eq=False)
@@ -108,6 +116,8 @@ def put(site, arg, transforms) -> None:
     _wake.set()
   elif _writer[0] is None:
     _start_writer()
+  if not _hooked[0]:  # a program compiled before uninstall() logs after it
+    _install_hooks()
 
 
 def _make_room() -> bool:
@@ -389,6 +399,18 @@ def _at_exit() -> None:
       logger.exception("hostcb.metrics: at exit, closing sink %r", entry.sink)
 
 
+def _flush_before_uninstall() -> None:
+  """``hostcb.uninstall()`` is about to remove the exit handler: writes
+  and flushes what was logged so far (bounded as at exit; a failure is
+  logged, as at exit).  The sinks stay added."""
+  if not (_traced[0] or _sinks):
+    return
+  try:
+    flush(EXIT_TIMEOUT_SECONDS)
+  except Exception:  # uninstall() goes on: the log says what failed
+    logger.exception("hostcb.metrics: at uninstall(), flushing the records")
+
+
 def _after_fork_in_child() -> None:
   """A forked child starts with no writer and nothing pending: the
   parent's records are the parent's to write; its sinks stay added (their
@@ -399,6 +421,13 @@ def _after_fork_in_child() -> None:
   _state_lock = threading.Lock()
   _writer[0] = None
   _process[0] = None
+
+
+def _remove_exit_handler() -> None:
+  """The undo of the exit handler (``hostcb.uninstall()``, which first
+  flushed: :func:`_flush_before_uninstall`)."""
+  _hooked[0] = False
+  atexit.unregister(_at_exit)
 
 
 _fork_hook = [False]  # registered (Python cannot unregister it)
@@ -420,8 +449,12 @@ def _install_hooks() -> None:
     patches.record(
       "metrics: at exit",
       "atexit (hostcb.metrics._pipeline._at_exit)",
-      lambda: atexit.unregister(_at_exit),
+      _remove_exit_handler,
     )
+    _hooked[0] = True
+    if _flush_before_uninstall not in lifecycle.before_uninstall:
+      lifecycle.before_uninstall.append(_flush_before_uninstall)
+      lifecycle.after_first_record_hooks.append(_install_hooks)
     if hasattr(os, "register_at_fork") and not _fork_hook[0]:
       os.register_at_fork(after_in_child=_after_fork_in_child)
       _fork_hook[0] = True

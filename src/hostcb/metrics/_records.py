@@ -30,7 +30,14 @@ def _scalar(a):
   return a.item() if a.ndim == 0 else a
 
 
-_VIEWS = {"f": np.float32, "i": np.int32, "u": np.uint32}
+_VIEWS = {"f": np.float32, "i": np.int32, "u": np.uint32, "b": np.int32}
+
+
+def _words_as(words: np.ndarray, kind: str) -> np.ndarray:
+  """Packed ``uint32`` words as the values of ``kind`` they hold: a bool
+  as a bool (it keeps its type in every sink)."""
+  values = words.view(_VIEWS[kind])
+  return values != 0 if kind == "b" else values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +45,8 @@ class Site:
   """One ``log`` call as traced; called on a consumer thread as a tap
   function ``site(arg, transforms)``.  ``kinds``: the tapped operand is
   one ``uint32`` vector (the step, then the scalar metrics), whose words
-  are of these kinds (``f`` float32, ``i`` int32, ``u`` uint32); None:
-  it is ``(step, values)``."""
+  are of these kinds (``f`` float32, ``i`` int32, ``u`` uint32, ``b``
+  bool); None: it is ``(step, values)``."""
 
   names: tuple
   reduce: str
@@ -60,7 +67,7 @@ class Site:
     )
     steps = words[:, 0].view(_VIEWS[kinds[0]]).astype(np.int64)
     walls = np.fromiter((it[3] for it in items), np.float64, len(items))
-    cols = [words[:, j].view(_VIEWS[k]) for j, k in enumerate(kinds) if j]
+    cols = [_words_as(words[:, j], k) for j, k in enumerate(kinds) if j]
     return Columns(self.names, steps, walls, cols)
 
   def records(self, arg, transforms, wall_time: float) -> list[Record]:
@@ -75,7 +82,7 @@ class Site:
       )
     if self.kinds is not None:
       (words,) = _batch_first([np.asarray(arg)], levels)
-      leaves = [words[..., j].view(_VIEWS[k]) for j, k in enumerate(self.kinds)]
+      leaves = [_words_as(words[..., j], k) for j, k in enumerate(self.kinds)]
     else:
       step, xs = arg
       leaves = _batch_first([np.asarray(step), *map(np.asarray, xs)], levels)
@@ -120,8 +127,8 @@ def _reduce(x: np.ndarray, axes: tuple, how: str):
     if not np.issubdtype(x.dtype, np.floating):
       x = x.astype(np.float32)
     return np.mean(x, axis=axes, dtype=x.dtype)
-  if how == "sum":
-    return np.sum(x, axis=axes, dtype=x.dtype)
+  if how == "sum":  # of bools: how many are true (int32), as jnp.sum
+    return np.sum(x, axis=axes, dtype=np.int32 if x.dtype == bool else x.dtype)
   if how == "max":
     return np.max(x, axis=axes)
   return np.min(x, axis=axes)

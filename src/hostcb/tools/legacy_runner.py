@@ -46,21 +46,34 @@ def _main(args: argparse.Namespace) -> int:
     code = e.code
     status = code if isinstance(code, int) else (0 if code is None else 1)
   finally:
-    from hostcb import engine
-    from hostcb.engine import errors
+    status = _final_barrier(args, status)
+  return status
 
-    try:
-      engine.barrier_wait("hostcb run", settles_jax_callback_failures=False)
-    except engine.CallbackException as e:
-      print(f"hostcb run: {e}", file=sys.stderr)
-      # JAX's own callback would have failed the program: a script run
-      # with JAX's callbacks on hostcb does not succeed silently either.
-      if args.jax_callbacks and status == 0:
-        status = 1
-    # A JAX-API callback that failed after the script's last barrier
-    # (logged when it failed): the script exits with status 1, as under
-    # JAX.
-    if errors.take_jax_callback_failure() and status == 0:
+
+def _final_barrier(args: argparse.Namespace, status: int) -> int:
+  """The barrier after the script: every tap and callback has run.  A
+  failure that it raises ends the script as an uncaught one would: on
+  stderr, with status 1 (an ``id_tap``/``call`` failure only with
+  ``--jax-callbacks``: JAX's own callback would have failed the program)."""
+  from hostcb import engine
+  from hostcb.engine import errors
+
+  try:
+    engine.barrier_wait("hostcb run")
+  except engine.CallbackException as e:
+    print(f"hostcb run: {e}", file=sys.stderr)
+    if args.jax_callbacks and status == 0:
+      status = 1
+  except Exception as e:  # noqa: BLE001  (a jax.debug.callback's failure
+    # that no read or barrier of the script raised: errors.py)
+    print(f"hostcb run: {type(e).__name__}: {e}", file=sys.stderr)
+    if status == 0:
+      status = 1
+  # One that failed while a CallbackException was raised above.
+  late = errors.take_jax_callback_failure("at hostcb run's final barrier")
+  if late is not None:
+    print(f"hostcb run: {type(late).__name__}: {late}", file=sys.stderr)
+    if status == 0:
       status = 1
   return status
 
