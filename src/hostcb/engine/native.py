@@ -296,18 +296,12 @@ def _register_local_targets(jax: Any, native: Any) -> None:
   else without it (a barrier frees them)."""
   handlers = native.handlers()
   lifetimes = native.lifetimes()
-  register_type = getattr(jax.ffi, "register_ffi_type", None)
   staged = False
-  if register_type is not None:
-    try:
-      register_type(
-        "hostcb_live_executable",
-        {"type_id": lifetimes["type_id"], "type_info": lifetimes["type_info"]},
-        platform="cpu",
-      )
-      staged = True
-    except Exception as e:  # noqa: BLE001  (an XLA without the stage)
-      logger.debug("hostcb: executables are not counted (%s)", e)
+  try:
+    _register_state_type(jax, lifetimes)
+    staged = True
+  except Exception as e:  # noqa: BLE001  (an XLA without the stage)
+    logger.debug("hostcb: executables are not counted (%s)", e)
   for name in sorted(_LOCAL_TARGETS):
     if staged:
       try:
@@ -324,6 +318,23 @@ def _register_local_targets(jax: Any, native: Any) -> None:
   if staged:
     _counts_executables[0] = True
     registry.count_executables(native.retire_target, native.take_quiet)
+
+
+def _register_state_type(jax: Any, lifetimes: dict) -> None:
+  """Registers the type of the instantiate stage's state: with its deleter
+  (``jax.ffi.register_ffi_type``, jax >= 0.9), or its id alone (jax 0.8's
+  ``register_ffi_type_id``, whose XLA takes the deleter with each state)."""
+  register_type = getattr(jax.ffi, "register_ffi_type", None)
+  if register_type is not None:
+    register_type(
+      "hostcb_live_executable",
+      {"type_id": lifetimes["type_id"], "type_info": lifetimes["type_info"]},
+      platform="cpu",
+    )
+    return
+  jax.ffi.register_ffi_type_id(
+    "hostcb_live_executable", lifetimes["type_id"], platform="cpu"
+  )
 
 
 def counts_executables() -> bool:
