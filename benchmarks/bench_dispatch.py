@@ -10,9 +10,11 @@ callback of hostcb's, in the default configuration
 (fast dispatch, ``jax.Array`` arguments for the drop-ins): ``id_tap``,
 ``id_print``, ``call``, ``hostcb.debug.callback``, ``hostcb.debug.print``,
 ``hostcb.io_callback`` (unordered and ordered) and
-``hostcb.pure_callback``.  A round dispatches ``--calls`` times in a Python
-loop that never reads a result, then waits for the last result and for
-every callback (``hostcb.barrier_wait()`` and ``jax.effects_barrier()``):
+``hostcb.pure_callback``; one row has two, a ``debug.callback`` and then
+a ``pure_callback``, which runs after it (program order).  A round
+dispatches ``--calls`` times in a Python loop that never reads a result,
+then waits for the last result and for every callback
+(``hostcb.barrier_wait()`` and ``jax.effects_barrier()``):
 the time per dispatch end to end includes the host function's work,
 amortized; the loop alone is what the dispatching thread pays (on a
 machine with a free core, the consumer's work runs beside it).  The
@@ -82,6 +84,7 @@ class Sink(io.TextIOWrapper):
 
 NUMPY = "NumPy opt-out: "
 LIMIT = "empty custom call with XLA's side-effect flag (the limit)"
+TAP_THEN_CALL = "hostcb.debug.callback, then hostcb.pure_callback"
 
 
 @contextlib.contextmanager
@@ -128,6 +131,14 @@ def variants(count: list[int], with_jax: bool) -> list[tuple[str, object]]:
       lambda v: hostcb.io_callback(same, f32, v, ordered=True) + 1,
     ),
     ("hostcb.pure_callback", lambda v: hostcb.pure_callback(same, f32, v) + 1),
+    # Two callbacks, the call ordered after the tap (its token).
+    (
+      TAP_THEN_CALL,
+      lambda v: (
+        hostcb.debug.callback(plain, v),
+        hostcb.pure_callback(same, f32, v) + 1,
+      )[1],
+    ),
     # The same with NumPy arguments (hostcb_callback_jax_arrays=False when
     # traced): the difference is the cost of making the jax.Array.
     (
@@ -201,6 +212,8 @@ def measure(calls: int, rounds: int, with_jax: bool, sink: Sink):
   rows = []
   for i, (name, _) in enumerate(named):
     expected = 0 if name in (named[0][0], LIMIT) else calls * (rounds + 1)
+    if name == TAP_THEN_CALL:
+      expected *= 2
     ok = delivered[i] == expected
     rows.append(
       (

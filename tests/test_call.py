@@ -329,6 +329,104 @@ def test_call_sees_taps_before_it_already_processed():
   assert seen == [5]
 
 
+def _pure_call(host, x):
+  return hostcb.call(
+    host, x, result_shape=x, callback_flavor=hostcb.CallbackFlavor.PURE
+  )
+
+
+def _logging_host(events, name, result=lambda a: a + 1):
+  def host(a):
+    events.append(f"{name} {a.tolist()}")
+    return result(a)
+
+  return host
+
+
+def _logging_tap(events, name):
+  return lambda a, transforms: events.append(f"{name} {a.tolist()}")
+
+
+def test_pure_flavor_call_runs_after_the_tap_before_it_and_before_the_one_after():
+  events = []
+
+  def f(x):
+    hostcb.id_tap(_logging_tap(events, "before"), x)
+    y = _pure_call(_logging_host(events, "call"), x)
+    return hostcb.id_tap(_logging_tap(events, "after"), y)
+
+  assert float(jax.jit(f)(np.float32(1.0))) == 2.0
+  hostcb.barrier_wait()
+  assert events == ["before 1.0", "call 1.0", "after 2.0"]
+
+
+def test_pure_flavor_call_that_raises_after_a_tap_lets_the_tap_run_first():
+  events = []
+
+  def fail(a):
+    events.append(f"call {a.tolist()}")
+    raise ValueError("call boom")
+
+  def f(x):
+    hostcb.id_tap(_logging_tap(events, "before"), x)
+    y = _pure_call(fail, x)
+    return hostcb.id_tap(_logging_tap(events, "after"), y)
+
+  with pytest.raises(Exception, match="call boom"):
+    jax.jit(f)(np.float32(1.0))
+  # As before: the failure also reaches the next barrier_wait.
+  with pytest.raises(hostcb.CallbackException, match="call boom"):
+    hostcb.barrier_wait()
+  assert events == ["before 1.0", "call 1.0"]
+
+
+def test_pure_flavor_call_in_a_scan_body_keeps_program_order():
+  events = []
+
+  def body(c, x):
+    hostcb.id_tap(_logging_tap(events, "before"), x)
+    y = _pure_call(_logging_host(events, "call"), x)
+    return c + hostcb.id_tap(_logging_tap(events, "after"), y), None
+
+  out = jax.jit(lambda xs: lax.scan(body, 0.0, xs)[0])(jnp.arange(2.0))
+  assert float(out) == 3.0
+  hostcb.barrier_wait()
+  assert events == [
+    "before 0.0",
+    "call 0.0",
+    "after 1.0",
+    "before 1.0",
+    "call 1.0",
+    "after 2.0",
+  ]
+
+
+def test_pure_flavor_call_in_a_nested_jit_runs_after_the_tap_before_it():
+  events = []
+  inner = jax.jit(lambda v: _pure_call(_logging_host(events, "call"), v))
+
+  def f(x):
+    hostcb.id_tap(_logging_tap(events, "before"), x)
+    return hostcb.id_tap(_logging_tap(events, "after"), inner(x))
+
+  jax.jit(f)(np.float32(1.0))
+  hostcb.barrier_wait()
+  assert events == ["before 1.0", "call 1.0", "after 2.0"]
+
+
+def test_pure_flavor_call_whose_result_is_unused_is_not_run():
+  events = []
+
+  def f(x):
+    hostcb.id_tap(_logging_tap(events, "before"), x)
+    _pure_call(_logging_host(events, "call"), x)
+    return hostcb.id_tap(_logging_tap(events, "after"), x + 1)
+
+  jax.jit(f)(np.float32(1.0))
+  hostcb.barrier_wait()
+  assert events == ["before 1.0", "after 2.0"]
+
+
 def test_calls_run_synchronously_before_computation_returns():
   accumulator = []
 

@@ -285,6 +285,38 @@ def test_multi_device_functions_keep_their_token_in_fast_mode(fast):
   assert not ji.declares_no_effect(jax.jit(_tapped), x)
 
 
+def _pure_only(x):
+  return (
+    hostcb.pure_callback(
+      lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    )
+    + 1
+  )
+
+
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+def test_pure_calls_alone_declare_no_effect_on_one_device(mode, request):
+  # A pure call carries hostcb's effect for its token (program order with
+  # the taps around it); with no tap in the executable, the token stays
+  # inside it: jit's C++ fast path, as before pure calls carried it.
+  request.getfixturevalue(mode)
+  f = jax.jit(_pure_only)
+  assert ji.declares_no_effect(f, jnp.float32(1))
+  assert float(f(jnp.float32(3))) == 7.0
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("mode", ["fast", "strict"])
+def test_pure_calls_alone_declare_no_effect_on_several_devices(mode, request):
+  request.getfixturevalue(mode)
+  mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:2]), ("d",))
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  x = jax.device_put(jnp.arange(2.0), sharded)
+  f = jax.jit(_pure_only)
+  assert ji.declares_no_effect(f, x)
+  np.testing.assert_array_equal(f(x), [1.0, 3.0])
+
+
 def test_computations_of_tap_functions_keep_their_token_in_fast_mode():
   # A tap function that runs jitted code must mark its consumer as waiting
   # for a computation (on the Python dispatch path), or taps and calls of

@@ -466,7 +466,8 @@ class PureRules:
   """``pure_callback``'s rules (see :class:`~hostcb._core.primitives.CallTarget`)."""
 
   vmap_method: str | None
-  effects = ()  # a pure call has none (effectful=False)
+  # No JAX effect (effectful=False): only hostcb's, which orders it.
+  effects = ()
 
   def jvp(self):
     raise ValueError(

@@ -593,20 +593,7 @@ def pure_aot_compiled(ctx, api):
   return compiled(X3 + 2)
 
 
-@scenario(
-  ours=(
-    "XLA merges two identical calls of hostcb's pure call (the "
-    "same callback on the same operands: an equal custom call "
-    "without side effect), where JAX's lowering gives each call "
-    "its own callback index, so that XLA keeps both; "
-    "pure_callback's contract allows a pure function to be "
-    "called fewer times, and the result is the same"
-  ),
-  expect=(
-    "pure(float32[3]=[0.0, 1.0, 2.0])\n"
-    "result: Array(float32[3]=[0.0, 4.0, 8.0], weak=False)\n"
-  ),
-)
+@scenario
 def pure_identical_calls_jit(ctx, api):
   """Two identical pure_callbacks on the same value under jit: how many
   calls reach the host."""
@@ -678,3 +665,102 @@ def pure_namedtuple_result(ctx, api):
       x,
     )
   )(X3)
+
+
+# ---------------------------------------------------------- program order
+# A callback's place in the program is its order, "unordered" or not: a
+# pure_callback runs after the callbacks written before it and before those
+# written after it (hostcb's effect token orders it).
+
+
+def _pure_between_callbacks(ctx, api, callback):
+  """``debug.callback``, then ``pure_callback(callback)``, then
+  ``debug.print`` of its result: the three in program order."""
+
+  def f(x):
+    api.debug_callback(ctx.recorder("before"), x)
+    y = api.pure_callback(callback, F32, x)
+    api.debug_print("after {}", y)
+    return y
+
+  return jax.jit(f)(np.float32(1))
+
+
+@scenario
+def pure_between_callbacks_jit(ctx, api):
+  """The pure_callback runs after the debug.callback written before it,
+  and the debug.print of its result after it."""
+  return _pure_between_callbacks(ctx, api, ctx.recorder("pure", _double))
+
+
+@scenario
+def pure_raises_after_callback_jit(ctx, api):
+  """A pure_callback that raises: the debug.callback before it has run, and
+  the computation fails with the pure_callback's error."""
+
+  def cb(x):
+    ctx.log("pure raises")
+    raise ValueError("pure boom")
+
+  _pure_between_callbacks(ctx, api, cb)
+
+
+@scenario
+def pure_between_callbacks_nested_jit(ctx, api):
+  """The same order where the pure_callback is in a nested jit."""
+  inner = jax.jit(
+    lambda x: api.pure_callback(ctx.recorder("pure", _double), F32, x)
+  )
+
+  def f(x):
+    api.debug_callback(ctx.recorder("before"), x)
+    y = inner(x)
+    api.debug_print("after {}", y)
+    return y
+
+  return jax.jit(f)(np.float32(1))
+
+
+@scenario(
+  ours=(
+    "in a scan body JAX runs the pure_callback before the debug.callback "
+    "written before it (XLA schedules them as it likes: nothing orders "
+    "them); hostcb's effect token keeps the program's order in every "
+    "iteration"
+  ),
+  expect=(
+    "before(float32[]=0.0)\n"
+    "pure(float32[]=0.0)\n"
+    "after 0.0\n"
+    "before(float32[]=1.0)\n"
+    "pure(float32[]=1.0)\n"
+    "after 2.0\n"
+    "result: Array(float32[]=2.0, weak=False)\n"
+  ),
+)
+def pure_between_callbacks_in_scan(ctx, api):
+  """The same order in each iteration of a scan."""
+
+  def body(c, x):
+    api.debug_callback(ctx.recorder("before"), x)
+    y = api.pure_callback(ctx.recorder("pure", _double), F32, x)
+    api.debug_print("after {}", y)
+    return c + y, None
+
+  return jax.jit(lambda xs: jax.lax.scan(body, 0.0, xs)[0])(X3[:2])
+
+
+@scenario
+def pure_in_checkpoint_grad_unrelated(ctx, api):
+  """grad of a checkpointed function (not jitted) whose pure_callback uses
+  only a value that is not differentiated: the backward pass computes the
+  callback's result again, so it is called twice."""
+
+  @jax.checkpoint
+  def f(x):
+    y = api.pure_callback(
+      ctx.recorder("pure", _double), F32, jax.lax.stop_gradient(x)
+    )
+    return jnp.sin(x) * y
+
+  return jax.grad(f)(np.float32(1))

@@ -261,3 +261,63 @@ def call_eager_compiles_once(ctx):
     logger.removeHandler(handler)
   ctx.log("compile log records:", len(records) > 0)
   return sum(1 for r in records if r == "Compiling")
+
+
+@scenario
+def call_pure_flavor_between_taps(ctx):
+  """``id_tap``, then a ``callback_flavor=PURE`` call, then ``id_tap`` of
+  its result: the three run in program order."""
+
+  def f(x):
+    hcb.id_tap(ctx.tapper("before"), x)
+    y = hcb.call(
+      _host(ctx, lambda a: a + 1),
+      x,
+      result_shape=x,
+      callback_flavor=hcb.CallbackFlavor.PURE,
+    )
+    return hcb.id_tap(ctx.tapper("after"), y)
+
+  return jax.jit(f)(X3)
+
+
+@scenario(
+  ours=(
+    "a failing call raises in the caller and is recorded for the next "
+    "barrier_wait too (legacy 0.4.30 on CPU only raised in the caller; "
+    "err_call_raises_jit); the tap before it ran first, as in legacy"
+  ),
+  expect=(
+    "tap[before]: np.ndarray(float32, (3,), [0.0, 1.0, 2.0]) transforms=()\n"
+    "host got: np.ndarray(float32, (3,), [0.0, 1.0, 2.0])\n"
+    "raised JaxRuntimeError: INTERNAL: CpuCallback error: Traceback (most "
+    "recent call last):\n"
+    "  <frames>\n"
+    "ValueError: call boom\n"
+    "barrier raised CallbackException: There were exceptions during "
+    "callback processing. Last one was:\n"
+    "Traceback (most recent call last):\n"
+    "  <frames>\n"
+    "ValueError: call boom\n"
+    "\n"
+  ),
+)
+def call_pure_flavor_raises_after_tap(ctx):
+  """A ``callback_flavor=PURE`` call that raises between two ``id_tap`` s:
+  the tap before it has run, the one after it never runs, and the call's
+  failure is reported as before."""
+
+  def fail(a):
+    raise ValueError("call boom")
+
+  def f(x):
+    hcb.id_tap(ctx.tapper("before"), x)
+    y = hcb.call(
+      _host(ctx, fail),
+      x,
+      result_shape=x,
+      callback_flavor=hcb.CallbackFlavor.PURE,
+    )
+    return hcb.id_tap(ctx.tapper("after"), y)
+
+  return jax.jit(f)(X3)

@@ -41,9 +41,12 @@ Where a callback runs:
   device, with its shard, without a gather
   (:mod:`hostcb.jax_internals.partitioned`).
 
-Every tap and every effectful call takes and returns the token of hostcb's
-effect (:mod:`hostcb.jax_internals`), which keeps them in program order
-within a computation and orders the computations of a thread.
+Every tap and every call takes and returns the token of hostcb's effect
+(:mod:`hostcb.jax_internals`), which keeps them in program order within a
+computation and orders the computations of a thread.  A pure call
+(``effectful=False``) carries the effect for that token alone: its custom
+call has no side effect, and a computation whose only callbacks are pure
+calls keeps its token inside (:mod:`hostcb.jax_internals.dispatch`).
 """
 
 from __future__ import annotations
@@ -245,6 +248,7 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
 
 
 def _tap_lowering(ctx, *args, target, transforms, device_index):
+  ji.note_ordered_lowered()  # its executable orders its taps (.dispatch)
   if target.awaited:  # host reads wait for prints from now on
     engine.awaited_tap_staged()
   if target.text:  # this executable keeps its token (output order)
@@ -463,13 +467,15 @@ def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
     args,
     device_index=device_index,
     has_side_effect=effectful,
-    ordered_effect=ji.host_callback_effect if effectful else None,
+    ordered_effect=ji.host_callback_effect,
   )
 
 
 def _call_lowering(ctx, *args, target, device_index, effectful):
   _check_constant_results(ctx, target)
   engine.note_lowered()
+  if effectful:  # a pure call's token orders it within its computation only
+    ji.note_ordered_lowered()
   spec = named.call_spec(target)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec

@@ -544,13 +544,20 @@ call_p = ji.new_primitive("hostcb_call")
 
 @call_p.def_effectful_abstract_eval
 def _call_abstract_eval(*avals, target, device_index, effectful):
+  # A pure call carries hostcb's effect too: its token keeps it in program
+  # order with the taps around it (a tap written before it has run when it
+  # runs, one written after it runs after it), in nested jit and loops too.
+  # For it the effect only orders: it is dropped when unused and rebuilt
+  # under checkpoint as an equation without effects (_orders_only).
   del avals, device_index
-  if not effectful:
-    return target.result_avals, ji.no_effects
   effects = {ji.host_callback_effect}
-  if target.rules is not None:
+  if effectful and target.rules is not None:
     effects.update(target.rules.effects)
   return target.result_avals, effects
+
+
+def _orders_only(params) -> bool:
+  return not params["effectful"]
 
 
 @call_p.def_impl
@@ -619,3 +626,4 @@ def _call_batch(args, dims, *, target, device_index, effectful):
 ji.register_jvp(call_p, _call_jvp)
 ji.register_transpose(call_p, _call_transpose)
 ji.register_batching(call_p, _call_batch)
+ji.effect_orders_only(call_p, _orders_only)

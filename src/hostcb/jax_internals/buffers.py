@@ -205,9 +205,10 @@ def emit_buffer_callback(
   buffer, in per-device code) and one writable buffer per result of
   ``ctx.avals_out``; it returns nothing.  ``operand_output_aliases`` pairs
   indices into ``args`` with result indices that share their buffer.  With
-  ``has_side_effect`` and an ``ordered_effect`` (an ordered effect of the
-  primitive), the call threads that effect's token, as
-  :func:`emit_host_callback` does, so it keeps its place in program order.
+  an ``ordered_effect`` (an ordered effect of the primitive), the call
+  threads that effect's token, as :func:`emit_host_callback` does, so it
+  keeps its place in program order (a call without side effect too: the
+  token orders it, and XLA may still drop it where nothing uses it).
 
   Placement is as for :func:`emit_host_callback`.  In a ``jit`` over several
   devices (see :func:`runs_on_one_of_several_devices`) the call goes through
@@ -235,7 +236,7 @@ def emit_buffer_callback(
   if placement.per_device:
     aliases = {i + 1: o for i, o in aliases.items()}
   token = None
-  if has_side_effect and ordered_effect is not None:
+  if ordered_effect is not None:
     token = ctx.tokens_in.get(ordered_effect)
   if token is not None:
     operands.insert(0, token)

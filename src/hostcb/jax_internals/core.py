@@ -392,6 +392,61 @@ def rematerialize_on_backward_pass(prim: Primitive) -> None:
   _pe.partial_eval_jaxpr_custom_rules[prim] = rule
 
 
+_ORDERS_ONLY_WHAT = (
+  "to let unused pure calls go and rebuild them under checkpoint"
+)
+
+
+def _recomputes(policy: Any) -> bool:
+  """Whether a ``checkpoint`` policy's answer says to recompute (False, or
+  JAX's ``Recompute``), not to save or offload."""
+  recompute = getattr(_pe, "RecomputeType", None)
+  return policy is False or (
+    recompute is not None and isinstance(policy, recompute)
+  )
+
+
+def effect_orders_only(prim: Primitive, orders_only: Callable) -> None:
+  """Gives the equations of ``prim`` whose effect only orders them
+  (``orders_only(params)``: a pure call, which carries hostcb's effect so
+  that its token keeps it in program order with the taps) JAX's rules of
+  an equation without effects: dead-code elimination drops it when nothing
+  uses its results, and under ``checkpoint`` it runs again on the backward
+  pass unless the policy saves its results.  Every other equation of
+  ``prim`` keeps JAX's rules of an effectful one (never dropped, run once).
+  """
+  dce_rules = check_shape(
+    require(_pe, "dce_rules", _ORDERS_ONLY_WHAT),
+    "jax._src.interpreters.partial_eval.dce_rules",
+    _ORDERS_ONLY_WHAT,
+    types=dict,
+  )
+
+  def dce(used_outs, eqn):
+    if not any(used_outs) and orders_only(eqn.params):
+      return [False] * len(eqn.invars), None
+    return [True] * len(eqn.invars), eqn
+
+  def remat(saveable, unks_in, inst_in, eqn):
+    n_out = len(eqn.outvars)
+    # Known operands that the backward pass does not rebuild by itself.
+    residuals = [
+      v
+      for v, inst in zip(eqn.invars, inst_in)
+      if not inst and isinstance(v, _core.Var)
+    ]
+    if any(unks_in):
+      return None, eqn, [True] * n_out, [True] * n_out, residuals
+    if orders_only(eqn.params) and _recomputes(
+      saveable(prim, *[v.aval for v in eqn.invars], **eqn.params)
+    ):
+      return eqn, eqn, [False] * n_out, [True] * n_out, residuals
+    return eqn, None, [False] * n_out, [False] * n_out, []
+
+  dce_rules[prim] = dce
+  _pe.partial_eval_jaxpr_custom_rules[prim] = remat
+
+
 def is_undefined_primal(x: Any) -> bool:
   """Whether ``x`` is a linear input of a transpose rule (no value)."""
   return _ad.is_undefined_primal(x)

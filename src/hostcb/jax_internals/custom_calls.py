@@ -162,9 +162,7 @@ def emit_host_callback(
     return results
   _refuse_sub_byte_operands(ctx.avals_in, avals_out)
   operands, avals_in, avals_out = _operands(ctx, args, placement, avals_out)
-  token, sharding = _take_token(
-    ctx, has_side_effect, operands, avals_in, avals_out, sharding
-  )
+  token, sharding = _take_token(ctx, operands, avals_in, avals_out, sharding)
   if token is not None:
     host_fn = _with_token(host_fn)
   return _emit_ffi_call(
@@ -215,7 +213,6 @@ def _refuse_sub_byte_operands(avals_in, avals_out) -> None:
 
 def _take_token(
   ctx,
-  has_side_effect: bool,
   operands: list,
   avals_in: list,
   avals_out: list,
@@ -224,9 +221,11 @@ def _take_token(
   """Puts the token of hostcb's effect first among the operands and the
   results when the primitive has that effect; returns it (None without)
   and the sharding to use.  The token keeps the callbacks of a computation
-  in program order: XLA may reorder side-effecting custom calls that do
-  not depend on each other."""
-  token = ctx.tokens_in.get(host_callback_effect) if has_side_effect else None
+  in program order: XLA may reorder custom calls that do not depend on
+  each other.  A call without side effect (a pure call) takes it too, when
+  its primitive has the effect: the taps written before it then run before
+  it, those written after it after it."""
+  token = ctx.tokens_in.get(host_callback_effect)
   if token is None:
     return None, sharding
   has_results = bool(avals_out)
@@ -257,9 +256,7 @@ def emit_custom_call(
   _, sharding = _placement(ctx, device_index, avals_out)
   operands, avals_in = list(args), list(ctx.avals_in)
   avals_out = list(avals_out)
-  token, sharding = _take_token(
-    ctx, has_side_effect, operands, avals_in, avals_out, sharding
-  )
+  token, sharding = _take_token(ctx, operands, avals_in, avals_out, sharding)
   return _emit_ffi_call(
     ctx,
     target,

@@ -291,6 +291,16 @@ def _devices(module: Any) -> int:
 _lowering = threading.local()  # .awaited: awaited taps lowered by this thread
 _awaited_modules: weakref.WeakSet = weakref.WeakSet()
 
+# Modules whose hostcb effect orders a tap or an effectful call (its
+# lowering called note_ordered_lowered), decided at lowering as above.  In
+# every other module that has the effect, only pure calls carry it: inside
+# the computation their token keeps them in program order with nothing
+# (there is no tap), and between computations JAX never ordered them, so
+# the module drops the token from its signature in every mode and on any
+# number of devices (_order_inside_only): it costs what it cost before
+# pure calls carried the effect, and dispatches on jit's fast path.
+_ordered_modules: weakref.WeakSet = weakref.WeakSet()
+
 
 class _PrintsMarker:
   """In the keepalive of an executable that prints and dispatches on the
@@ -327,6 +337,12 @@ def note_awaited_lowered() -> None:
   _lowering.awaited = getattr(_lowering, "awaited", 0) + 1
 
 
+def note_ordered_lowered() -> None:
+  """The lowering running in this thread stages a tap or an effectful
+  call: its module keeps hostcb's token where the mode says so."""
+  _lowering.ordered = getattr(_lowering, "ordered", 0) + 1
+
+
 def _for_export(args: tuple, kwargs: dict) -> bool:
   """Whether a lowering is ``jax.export``'s (its ``LoweringParameters``
   say so; looked up by type, the argument's position differing between
@@ -349,13 +365,18 @@ def _install() -> None:
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
     awaited_before = getattr(_lowering, "awaited", 0)
+    ordered_before = ordered_lowerings()
     result = _checked_lowering(original(*args, **kwargs))
     if getattr(_lowering, "awaited", 0) != awaited_before:
       _awaited_modules.add(result[_MODULE])
+    if ordered_lowerings() != ordered_before:
+      _ordered_modules.add(result[_MODULE])
     ordered = list(result[_ORDERED])
     if not any(isinstance(e, HostCallbackEffect) for e in ordered):
       return result
     module, num_dim_vars = result[_MODULE], len(result[-1].dim_vars)
+    if module not in _ordered_modules:
+      return _order_inside_only(result, ordered, num_dim_vars, args, kwargs)
     if _devices(module) > 1 and _for_export(args, kwargs):
       return result  # an exported program keeps its tokens as tokens
     if _devices(module) > 1:
@@ -417,6 +438,48 @@ def _install() -> None:
     cached_lowering_to_hlo,
     before_undo=functools.partial(_forget_rewritten_lowerings, original),
   )
+
+
+def _order_inside_only(
+  result: tuple, ordered: list, num_dim_vars: int, args: tuple, kwargs: dict
+) -> tuple:
+  """The lowering ``result`` of a module where only pure calls carry
+  hostcb's effect (see :data:`_ordered_modules`): ``main`` makes the
+  effect's token itself (a lone call's token goes, on CPU) and the
+  executable declares no hostcb effect."""
+  module = result[_MODULE]
+  lone = on_cpu(args, kwargs) and _devices(module) == 1
+  result = list(result)
+  result[_ORDERED] = without_order_token(module, ordered, num_dim_vars, lone)
+  return tuple(result)
+
+
+def without_order_token(
+  module: Any, ordered: list, num_dim_vars: int, lone: bool = False
+) -> list:
+  """Makes ``main`` of ``module``, whose ordered effects are ``ordered``,
+  create hostcb's token itself instead of taking and returning it (with
+  ``lone``, a token with one user goes too, :mod:`.lone_tokens`);
+  returns the ordered effects left.  For a module where only pure calls
+  carry the effect (their token orders them within the computation
+  only).  A module rewritten already (a hit of a cached lowering) is
+  left as it is."""
+  mine = [i for i, e in enumerate(ordered) if isinstance(e, HostCallbackEffect)]
+  with module.context:
+    if mine and _leading_tokens(module, num_dim_vars) == len(ordered):
+      _rewritten[0] = True
+      tokens = [
+        _internalize_token(module, i, num_dim_vars) for i in reversed(mine)
+      ]
+      if lone:
+        drop_lone_tokens(module, tokens)
+  return [e for i, e in enumerate(ordered) if i not in mine]
+
+
+def ordered_lowerings() -> int:
+  """How many taps and effectful calls this thread's lowerings staged so
+  far: a lowering during which it did not change staged none."""
+  return getattr(_lowering, "ordered", 0)
 
 
 _NOTE_WHAT = (

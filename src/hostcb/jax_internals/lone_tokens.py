@@ -18,9 +18,10 @@ too): about 0.2 µs per dispatch of a tiny function on a 2-core CPU, a
 sixth of what a tapped dispatch adds (issue 38).
 :func:`drop_lone_tokens` rewrites such a custom call without the token
 operand and the token result.  Its handlers take the token as optional
-(``handlers.cc``, ``call.cc``).  The custom call keeps
-``has_side_effect``, so XLA neither removes nor merges it; its order
-against the computations dispatched before and after it is the CPU
+(``handlers.cc``, ``call.cc``).  The custom call keeps its
+``has_side_effect``: XLA neither removes nor merges a tap or an effectful
+call (a pure call has no such flag, as before it carried the token).  Its
+order against the computations dispatched before and after it is the CPU
 client's (:mod:`.dispatch`), as before.
 
 Only on CPU (the CUDA handlers were not checked without a token: no GPU

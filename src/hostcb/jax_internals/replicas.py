@@ -43,6 +43,10 @@ from jax._src.lib import xla_client as _xc
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
+from hostcb.jax_internals.dispatch import (
+  ordered_lowerings,
+  without_order_token,
+)
 from hostcb.jax_internals.versions import (
   changed,
   check_shape,
@@ -566,6 +570,7 @@ def lower_for_replicas(
   )
   accepted = inspect.signature(_mlir.lower_jaxpr_to_module).parameters
   kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+  ordered_before = ordered_lowerings()
   result = _mlir.lower_jaxpr_to_module(module_name, closed_jaxpr, **kwargs)
   module = check_shape(
     result, f"the result of {_TO_MODULE}", _REPLICAS_WHAT, fields=("module",)
@@ -573,6 +578,12 @@ def lower_for_replicas(
   check_shape(
     module, f"{_TO_MODULE}(...).module", _REPLICAS_WHAT, types=_ir.Module
   )
+  if ordered_lowerings() == ordered_before:
+    # Only pure calls carry hostcb's effect: no token in the signature, as
+    # before they carried it (legacy's pure calls had none).
+    without_order_token(
+      module, kwargs.get("ordered_effects", []), 0, lone=platform == "cpu"
+    )
   replicas = max(grid.size, 1)
   if isinstance(context, ReplicaAxisContext):
     replicas = context.replicas[0]  # pmaps inside may need more
