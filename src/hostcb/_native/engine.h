@@ -232,6 +232,9 @@ void SetGpuWordsRefused(int code);
 // stage of the handlers of process-local ids, the type of the state it
 // keeps with each executable (pointers for Python to register), and what
 // the consumer and Python ask.
+// The `target_id` attribute of a call frame that has it alone, as a scalar
+// int64, or nullptr (handlers.cc).
+const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs);
 void* LiveExecutableTypeId();
 void* LiveExecutableTypeInfo();
 // The consumer passed a retire marker of tid: true if tid is now retired

@@ -272,21 +272,6 @@ XLA_FFI_DEFINE_HANDLER(kTapBound, TapImpl,
                            .RemainingArgs()
                            .RemainingRets());
 
-// The `target_id` attribute of a call frame that has it alone, as a scalar
-// int64, or nullptr.
-const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs) {
-  if (attrs.size != 1 || attrs.types[0] != XLA_FFI_AttrType_SCALAR) {
-    return nullptr;
-  }
-  const XLA_FFI_ByteSpan* name = attrs.names[0];
-  auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[0]);
-  if (name->len != 9 || std::memcmp(name->ptr, "target_id", 9) != 0 ||
-      scalar->dtype != XLA_FFI_DataType_S64) {
-    return nullptr;
-  }
-  return static_cast<const int64_t*>(scalar->value);
-}
-
 // An ffi::Error as the C API's error (what the binding returns for it).
 XLA_FFI_Error* ToCError(const XLA_FFI_Api* api, const ffi::Error& e) {
   XLA_FFI_Error_Create_Args args;
@@ -327,6 +312,21 @@ const char* FastFrameRefusal(const XLA_FFI_CallFrame* frame,
 }
 
 }  // namespace
+
+// The `target_id` attribute of a call frame that has it alone, as a scalar
+// int64, or nullptr.
+const int64_t* TargetIdAttr(const XLA_FFI_Attrs& attrs) {
+  if (attrs.size != 1 || attrs.types[0] != XLA_FFI_AttrType_SCALAR) {
+    return nullptr;
+  }
+  const XLA_FFI_ByteSpan* name = attrs.names[0];
+  auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[0]);
+  if (name->len != 9 || std::memcmp(name->ptr, "target_id", 9) != 0 ||
+      scalar->dtype != XLA_FFI_DataType_S64) {
+    return nullptr;
+  }
+  return static_cast<const int64_t*>(scalar->value);
+}
 
 std::atomic<uint64_t> g_tap_fallbacks{0};
 std::atomic<const char*> g_tap_fallback_reason{nullptr};
