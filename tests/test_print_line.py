@@ -257,7 +257,10 @@ def test_a_stream_that_fails_is_logged_as_a_failed_print(monkeypatch, caplog):
   jax.effects_barrier()
   monkeypatch.setattr(sys, "stdout", Broken())
   f(2.0)
-  jax.effects_barrier()
+  with pytest.raises(
+    jax.errors.JaxRuntimeError, match="OSError: stream closed"
+  ):
+    jax.effects_barrier()  # as JAX raises it (at the call, there)
   assert [
     str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
   ] == ["stream closed"]
@@ -338,7 +341,8 @@ def test_each_line_a_closed_stream_refuses_is_logged(monkeypatch, caplog):
   closed.close()
   monkeypatch.setattr(sys, "stdout", closed)
   f(0)
-  jax.effects_barrier()
+  with pytest.raises(jax.errors.JaxRuntimeError, match="closed file"):
+    jax.effects_barrier()  # the first failure, as JAX raises it
   assert [
     str(r.exc_info[1]) for r in caplog.records if r.name == "jax._src.debugging"
   ] == ["I/O operation on closed file"] * 6
@@ -348,7 +352,8 @@ def test_formats_python_fails_on_still_fail_as_in_python(capsys, caplog):
   # skip_format_check lets through a format that needs two arguments.
   caplog.set_level(logging.ERROR)
   jax.jit(lambda x: hostcb.debug.print("{}{}", x, skip_format_check=True))(1.5)
-  jax.effects_barrier()
+  with pytest.raises(jax.errors.JaxRuntimeError, match="IndexError"):
+    jax.effects_barrier()  # as JAX raises it (at the call, there)
   assert capsys.readouterr().out == ""
   assert [
     type(r.exc_info[1])
@@ -585,7 +590,8 @@ def test_prints_a_consumer_takes_together_fail_only_where_not_encodable(
     assert time.monotonic() < deadline, "the prints were not queued"
     time.sleep(0.001)
   queued.set()
-  jax.effects_barrier()
+  with pytest.raises(jax.errors.JaxRuntimeError, match="UnicodeEncodeError"):
+    jax.effects_barrier()  # the line that failed, as JAX raises it
   assert calls == [3]  # the three lines, together
   assert _written(stream) == "encodable a=1\nencodable c=3\n"
   assert _failed_lines(caplog) == ["encodable é=2\n"]

@@ -376,12 +376,7 @@ def rematerialize_on_backward_pass(prim: Primitive) -> None:
 
   def rule(saveable, unks_in, inst_in, eqn):
     n_out = len(eqn.outvars)
-    # Known operands that the backward pass does not rebuild by itself.
-    residuals = [
-      v
-      for v, inst in zip(eqn.invars, inst_in)
-      if not inst and isinstance(v, _core.Var)
-    ]
+    residuals = _known_residuals(eqn, inst_in)
     if any(unks_in):
       return None, eqn, [True] * n_out, [True] * n_out, residuals
     if saveable(prim, *[v.aval for v in eqn.invars], **eqn.params):
@@ -390,6 +385,16 @@ def rematerialize_on_backward_pass(prim: Primitive) -> None:
     return eqn, again, [False] * n_out, [False] * n_out, residuals
 
   _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+
+
+def _known_residuals(eqn: Any, inst_in: Any) -> list:
+  """The known operands of ``eqn`` that the backward pass does not rebuild
+  by itself (a checkpoint rule's residuals)."""
+  return [
+    v
+    for v, inst in zip(eqn.invars, inst_in)
+    if not inst and isinstance(v, _core.Var)
+  ]
 
 
 _ORDERS_ONLY_WHAT = (
@@ -429,12 +434,7 @@ def effect_orders_only(prim: Primitive, orders_only: Callable) -> None:
 
   def remat(saveable, unks_in, inst_in, eqn):
     n_out = len(eqn.outvars)
-    # Known operands that the backward pass does not rebuild by itself.
-    residuals = [
-      v
-      for v, inst in zip(eqn.invars, inst_in)
-      if not inst and isinstance(v, _core.Var)
-    ]
+    residuals = _known_residuals(eqn, inst_in)
     if any(unks_in):
       return None, eqn, [True] * n_out, [True] * n_out, residuals
     if orders_only(eqn.params) and _recomputes(
