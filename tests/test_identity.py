@@ -510,6 +510,17 @@ class _Deaths:
     return True
 
 
+# jax 0.8's XLA has no jax.ffi.register_ffi_type, and may end a dropped
+# executable's state while a computation of it still runs: there hostcb
+# does not count executables, and a barrier frees retired functions.
+_counted = pytest.mark.skipif(
+  not hasattr(jax.ffi, "register_ffi_type"),
+  reason=f"jax {jax.__version__} has no jax.ffi.register_ffi_type: hostcb "
+  "does not count its executables (a barrier frees dropped functions)",
+)
+
+
+@_counted
 @pytest.mark.parametrize(
   "api", ["id_tap", "call", "io_callback", "debug_callback"]
 )
@@ -584,6 +595,7 @@ class _Silent:
     pass
 
 
+@_counted
 def test_ten_thousand_dropped_host_functions_are_freed_without_a_barrier():
   # 100 programs of 100 tap functions each, each program dropped after it
   # ran; every tenth program, what was dropped before it must be freed
@@ -612,6 +624,7 @@ def test_ten_thousand_dropped_host_functions_are_freed_without_a_barrier():
   assert deaths.dead == 10_000
 
 
+@_counted
 def test_a_program_dropped_while_it_runs_keeps_its_functions_until_its_taps_ran():
   # The computation is still running (its device waits for space in a
   # small queue, held full by a tap function that waits for an event) when

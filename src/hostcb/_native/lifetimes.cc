@@ -122,21 +122,13 @@ ffi::ErrorOr<std::unique_ptr<LiveExecutable>> Instantiate(int64_t tid) {
   return std::make_unique<LiveExecutable>(tid);
 }
 
-// XLA_FFI_State_Set_Args as the running XLA lays it out.  The wheels are
-// built with jaxlib 0.8.0's headers (FFI API 0.1), whose struct carries the
-// state's deleter; from API 0.3 on (jaxlib 0.10, 0.12: API 0.5) the same
-// 48 bytes carry the stage instead, and the deleter is registered with the
-// type (jax.ffi.register_ffi_type).  The binding's own encoding writes the
-// layout of the headers it was built with, which a newer XLA misreads.
-struct StateSetWithDeleter {  // FFI API 0.0-0.1
-  size_t struct_size;
-  XLA_FFI_Extension_Base* extension_start;
-  XLA_FFI_ExecutionContext* ctx;
-  XLA_FFI_TypeId* type_id;
-  void* state;
-  void (*deleter)(void*);
-};
-struct StateSetWithStage {  // FFI API 0.3 and later
+// XLA_FFI_State_Set_Args as XLA lays it out from FFI API 0.3 on (jaxlib
+// 0.10; 0.12 has API 0.5): the stage, then the type and the state, whose
+// deleter is registered with the type (jax.ffi.register_ffi_type).  The
+// wheels are built with jaxlib 0.8.0's headers (API 0.1), whose struct
+// has the same 48 bytes but the deleter in the last place and no stage:
+// the binding's own encoding would write that layout, which XLA misreads.
+struct StateSetArgs {
   size_t struct_size;
   XLA_FFI_Extension_Base* extension_start;
   XLA_FFI_ExecutionContext* ctx;
@@ -144,35 +136,26 @@ struct StateSetWithStage {  // FFI API 0.3 and later
   XLA_FFI_TypeId* type_id;
   void* state;
 };
-static_assert(sizeof(StateSetWithDeleter) == sizeof(StateSetWithStage));
 
 // Keeps a LiveExecutable of `tid` with the executable being built.  Under
-// an FFI API whose layout is not known here (0.2, or a major version > 0),
-// the state is kept for ever instead: its id is then never quiet, and a
-// barrier frees its functions, as before the instantiate stage.
+// an older FFI API (Python registers the stage only where JAX has
+// register_ffi_type), or a major version > 0, the state is kept for ever
+// instead: the id is then never quiet, and a barrier frees its functions,
+// as without the instantiate stage.
 XLA_FFI_Error* KeepLiveExecutable(const XLA_FFI_Api* api,
                                   XLA_FFI_ExecutionContext* ctx, int64_t tid) {
   auto state = std::make_unique<LiveExecutable>(tid);
-  const int major = api->api_version.major_version;
-  const int minor = api->api_version.minor_version;
-  using SetFn = XLA_FFI_Error* (*)(void*);
-  auto set = reinterpret_cast<SetFn>(api->XLA_FFI_State_Set);
-  XLA_FFI_Error* error = nullptr;
-  if (major == 0 && minor <= 1) {
-    StateSetWithDeleter args{sizeof(args), nullptr,
-                             ctx,          &LiveExecutable::id,
-                             state.get(),  DeleteLiveExecutable};
-    error = set(&args);
-  } else if (major == 0 && minor >= 3) {
-    StateSetWithStage args{sizeof(args),
-                           nullptr,
-                           ctx,
-                           XLA_FFI_ExecutionStage_INSTANTIATE,
-                           &LiveExecutable::id,
-                           state.get()};
-    error = set(&args);
+  const XLA_FFI_Api_Version& v = api->api_version;
+  if (v.major_version != 0 || v.minor_version < 3) {
+    state.release();  // never quiet: freed by a barrier
+    return nullptr;
   }
-  if (error == nullptr) state.release();  // XLA's now (or kept for ever)
+  StateSetArgs args{
+      sizeof(args),        nullptr,    ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
+      &LiveExecutable::id, state.get()};
+  using SetFn = XLA_FFI_Error* (*)(StateSetArgs*);
+  XLA_FFI_Error* error = reinterpret_cast<SetFn>(api->XLA_FFI_State_Set)(&args);
+  if (error == nullptr) state.release();  // XLA's now
   return error;
 }
 

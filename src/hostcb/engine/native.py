@@ -321,19 +321,21 @@ def _register_local_targets(jax: Any, native: Any) -> None:
 
 
 def _register_state_type(jax: Any, lifetimes: dict) -> None:
-  """Registers the type of the instantiate stage's state: with its deleter
-  (``jax.ffi.register_ffi_type``, jax >= 0.9), or its id alone (jax 0.8's
-  ``register_ffi_type_id``, whose XLA takes the deleter with each state)."""
+  """Registers the type of the instantiate stage's state, with its deleter
+  (``jax.ffi.register_ffi_type``, jax >= 0.10).  jax 0.8 has only
+  ``register_ffi_type_id``, and its XLA may end a dropped executable's
+  state while a computation of it still runs (a function was freed with
+  its taps still queued): there executables are not counted, and a barrier
+  frees retired functions."""
   register_type = getattr(jax.ffi, "register_ffi_type", None)
-  if register_type is not None:
-    register_type(
-      "hostcb_live_executable",
-      {"type_id": lifetimes["type_id"], "type_info": lifetimes["type_info"]},
-      platform="cpu",
+  if register_type is None:
+    raise NotImplementedError(
+      f"jax {jax.__version__} has no jax.ffi.register_ffi_type"
     )
-    return
-  jax.ffi.register_ffi_type_id(
-    "hostcb_live_executable", lifetimes["type_id"], platform="cpu"
+  register_type(
+    "hostcb_live_executable",
+    {"type_id": lifetimes["type_id"], "type_info": lifetimes["type_info"]},
+    platform="cpu",
   )
 
 

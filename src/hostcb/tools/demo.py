@@ -102,7 +102,9 @@ def _progress_section(n: int) -> None:
   )
   try:
     from hostcb import progress
-  except ImportError as e:
+
+    progress._require_supported_jax()  # (asked at the first loop)
+  except ImportError as e:  # tqdm missing, or progress.UnsupportedJax
     print(e)
     return
 
