@@ -427,7 +427,8 @@ def effect_orders_only(prim: Primitive, orders_only: Callable) -> None:
     types=dict,
   )
 
-  def dce(used_outs, eqn):
+  def dce(used_outs, *rest):
+    eqn = rest[-1]  # (jax 0.12 passes the operands' liveness before it)
     if not any(used_outs) and orders_only(eqn.params):
       return [False] * len(eqn.invars), None
     return [True] * len(eqn.invars), eqn
