@@ -174,44 +174,6 @@ def _line(text: str) -> int:
   return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-def _run(tmp_path, breakpoint: str, case: str, commands: str, devices=1):
-  """``(returncode, stdout, stderr)`` of the program's ``case`` with
-  ``breakpoint`` ("jax" or "hostcb") and ``commands`` on its stdin."""
-  program = tmp_path / "program.py"
-  program.write_text(_PROGRAM)
-  env = dict(os.environ)
-  env["PYTHONPATH"] = hostcb_root()
-  env["JAX_PLATFORMS"] = "cpu"
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-  env["BREAKPOINT"] = breakpoint
-  proc = subprocess.run(
-    [sys.executable, str(program), case],
-    input=commands,
-    env=env,
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=TIMEOUT,
-  )
-  return proc.returncode, proc.stdout, proc.stderr
-
-
-def _same_as_jax(tmp_path, case: str, commands: str) -> str:
-  """hostcb's stdout, after checking that it is JAX's, both runs exiting
-  with 0."""
-  jax_rc, jax_out, jax_err = _run(tmp_path, "jax", case, commands)
-  rc, out, err = _run(tmp_path, "hostcb", case, commands)
-  assert (jax_rc, rc) == (0, 0), (jax_err[-2000:], err[-2000:])
-  assert out == jax_out
-  return out
-
-
-def _hostcb(tmp_path, case: str, commands: str, devices=1) -> str:
-  rc, out, err = _run(tmp_path, "hostcb", case, commands, devices)
-  assert rc == 0, err[-3000:]
-  return out
-
-
 def _jax_fails(tmp_path, case: str, commands: str, error: str) -> None:
   rc, _, err = _run(tmp_path, "jax", case, commands)
   assert rc != 0 and error in err, err[-3000:]

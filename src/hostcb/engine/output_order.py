@@ -166,24 +166,11 @@ def _wait() -> None:
     )
 
 
-def _python_print(print_: Callable[..., Any]) -> Callable[..., Any]:
-  """The ordered ``print`` where the native engine is absent (the C
-  function ``ordered_print`` of the engine otherwise)."""
-
-  @functools.wraps(print_)
-  def print(*args, **kwargs):
-    if _outputs or _tokens:
-      wait_for_own_prints()
-    return print_(*args, **kwargs)
-
-  return print
-
-
 def _ordered_print(print_: Callable[..., Any]) -> Callable[..., Any]:
   engine = extension()
   make = getattr(engine, "ordered_print", None)
   if make is None:  # no engine, or an older build (reinstalling adds it)
-    return _python_print(print_)
+    return _waiting_first(print_)
   return make(print_, _outputs, _tokens, wait_for_own_prints)
 
 
@@ -198,6 +185,11 @@ def _waiting_first(method: Callable[..., Any]) -> Callable[..., Any]:
     return method(*args, **kwargs)
 
   return waiting_first
+
+
+# The ordered ``print`` where the native engine is absent (the engine's C
+# function ``ordered_print`` otherwise).
+_python_print = _waiting_first
 
 
 def install() -> None:
