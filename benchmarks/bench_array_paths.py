@@ -40,8 +40,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hostcb import jax_internals as ji
-from hostcb.jax_internals import host_arrays
+from hostcb import _jax_internals as ji
+from hostcb._jax_internals import host_arrays
 
 
 def _aligned_scalar() -> np.ndarray:

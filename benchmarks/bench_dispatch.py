@@ -49,7 +49,7 @@ import jax.experimental
 import jax.numpy as jnp
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 
 
 class _CountingFile(io.RawIOBase):

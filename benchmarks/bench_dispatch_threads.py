@@ -88,7 +88,7 @@ def run_one(name: str, calls: int) -> None:
   import jax.numpy as jnp
 
   import hostcb
-  from hostcb.engine import native
+  from hostcb._engine import native
 
   # The variants are bench_dispatch.py's (this script's directory is on
   # sys.path: the children run it as a script too).

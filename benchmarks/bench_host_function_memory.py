@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 import hostcb
-from hostcb.engine import registry
+from hostcb._engine import registry
 
 
 class Holder:

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import hostcb
 from bench_dispatch import Sink  # benchmarks/ is on sys.path
 from bench_tap import scan_of
-from hostcb import engine
+from hostcb import _engine as engine
 from hostcb import _import_hook as import_hook
 
 if import_hook.jax_callbacks_installed():

@@ -1,7 +1,7 @@
 """What a write costs the program once hostcb's prints are staged.
 
 hostcb keeps JAX's order between a computation's prints and what the
-program writes after it (``hostcb.engine.output_order``): once a print is
+program writes after it (``hostcb._engine.output_order``): once a print is
 staged, ``print`` and log records of a thread that dispatched a
 computation that prints wait for it first.  This times, per call, with
 nothing pending, ``sys.stdout.write("x\\n")``, ``print("x")`` and

@@ -48,7 +48,7 @@ import tqdm
 from jax import lax
 
 import hostcb
-from hostcb import engine, progress
+from hostcb import _engine as engine, progress
 
 _DEVNULL = open(os.devnull, "w")
 

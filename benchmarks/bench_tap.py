@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from jax.experimental import io_callback
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 
 # Legacy jax 0.4.30 host_callback, this machine class (issue 9).
 LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
@@ -76,7 +76,7 @@ def publish(mode) -> None:
   """Has the GPU engine publish taps as `mode` says (host functions, or
   ready words), where it runs."""
   if ON_GPU and gpu_engine_available():
-    from hostcb.engine import native
+    from hostcb._engine import native
 
     native.module()._gpu_words_refused(
       _NOT_SUPPORTED if mode == HOST_FUNCTIONS else 0

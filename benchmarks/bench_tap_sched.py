@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 
 
 def voluntary_switches() -> int:

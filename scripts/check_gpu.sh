@@ -46,11 +46,11 @@ $PY -m pip install -q --no-deps --no-build-isolation --no-cache-dir \
 echo "installed: $what" | tee "$OUT/versions.log"
 JAX_PLATFORMS=cuda,cpu $PY - <<'EOF' 2>&1 | tee -a "$OUT/versions.log"
 import jax, jaxlib, numpy
-from hostcb import engine
+from hostcb import _engine as engine
 print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "numpy",
       numpy.__version__, "devices", jax.devices(), "cpu", jax.devices("cpu"))
 print("native engine:", engine.available() or engine.unavailable_reason())
-from hostcb.engine import gpu
+from hostcb._engine import gpu
 print("GPU engine:", gpu.available(2**28) or gpu.unavailable_reason())
 EOF
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader \

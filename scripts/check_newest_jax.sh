@@ -162,18 +162,18 @@ print('== jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'numpy',
 # hostcb as a user installs it from a clone: pip's defaults, build isolation
 # (pyproject.toml's [build-system] brings the FFI headers).
 "$VENV/bin/pip" install -q .
-(cd "$VENV" && ./bin/python -c "from hostcb import engine
+(cd "$VENV" && ./bin/python -c "from hostcb import _engine as engine
 print('== native engine:', engine.available() or engine.unavailable_reason())")
 # A JAX newer than the newest that hostcb names (versions.NEWEST): the run
 # says so; once it passes, the range in versions.py, README.md and
 # pyproject.toml's comment moves up to it.
 (cd "$VENV" && ./bin/python -c "import jax
-from hostcb.jax_internals import versions
+from hostcb._jax_internals import versions
 key = lambda v: tuple(int(p) for p in v.split('.') if p.isdigit())
 if key(jax.__version__) > key(versions.NEWEST):
   print('== note: jax', jax.__version__, 'is newer than the newest hostcb '
         'names (' + versions.CHECKED_RANGE + '); if this run passes, raise '
-        'NEWEST in src/hostcb/jax_internals/versions.py, README.md and '
+        'NEWEST in src/hostcb/_jax_internals/versions.py, README.md and '
         'pyproject.toml')")
 echo "== ready in $((SECONDS - START)) s"
 

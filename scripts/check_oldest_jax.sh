@@ -18,5 +18,5 @@ fi
   flatbuffers
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
 "$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
-"$VENV/bin/python" -c "from hostcb import engine; print('native engine:', engine.available() or engine.unavailable_reason())"
+"$VENV/bin/python" -c "from hostcb import _engine as engine; print('native engine:', engine.available() or engine.unavailable_reason())"
 HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-import hostcb._core.distributed  # noqa: E402
+import hostcb._engine.distributed  # noqa: E402
 from hostcb import metrics  # noqa: E402
 
 hostcb.set_barrier_timeout(60)
@@ -55,5 +55,5 @@ jax.jit(lambda v: metrics.log({"mean": v.mean()}, step=4))(x)
 metrics.log({"process": PID}, step=5)
 
 metrics.flush(60)
-hostcb._core.distributed.wait_for_all_processes("metrics done", timeout_s=60)
+hostcb._engine.distributed.wait_for_all_processes("metrics done", timeout_s=60)
 print(f"worker {PID}: done", flush=True)

@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import hostcb  # noqa: E402
-import hostcb._core.distributed  # noqa: E402
+import hostcb._engine.distributed  # noqa: E402
 
 hostcb.set_barrier_timeout(60)
 GLOBAL = list(jax.devices())
@@ -300,7 +300,7 @@ def barrier_timeout():
   if PID != 0:
     return {"skipped": True}
   try:
-    hostcb._core.distributed.wait_for_all_processes("alone", timeout_s=1)
+    hostcb._engine.distributed.wait_for_all_processes("alone", timeout_s=1)
   except TimeoutError as e:
     return {"raised": "TimeoutError", "message": str(e)}
   return {"raised": None}

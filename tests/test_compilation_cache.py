@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb._jax_internals.versions import jax_at_least
 
 pytestmark = pytest.mark.multidevice
 
@@ -105,7 +105,7 @@ def test_the_second_process_finds_them_although_it_registered_others(reports):
 
 _IDS = """
 import sys
-from hostcb.engine import registry
+from hostcb._engine import registry
 leases = []  # (a lowering keeps its lease with the executable)
 for k in range(int(sys.argv[1])):
   leases.append(registry.tap_id(("another", k), lambda: None))

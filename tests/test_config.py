@@ -48,7 +48,7 @@ def test_the_queue_bound_reaches_the_engine():
       jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x))(1)
       hostcb.barrier_wait()
       assert hostcb.engine.counters(0)["capacity"] == int(32e6)
-    assert hostcb.engine.pyqueue._max_bytes == int(32e6)
+    assert hostcb._engine.pyqueue._max_bytes == int(32e6)
   finally:
     hostcb.config.update("jax_host_callback_max_queue_byte_size", old)
 

@@ -18,7 +18,7 @@ from jax import lax
 import hostcb
 import test_engine
 from _helpers import run_python
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 
 
 _MODE = "hostcb_strict_barrier"
@@ -82,7 +82,7 @@ def test_the_mode_from_the_environment(env, expected):
   )
   proc = run_python(
     "import os\n" + drop + "import hostcb, jax, jax.numpy as jnp\n"
-    "from hostcb import jax_internals as ji\n"
+    "from hostcb import _jax_internals as ji\n"
     "f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)\n"
     "print(hostcb.config.read('hostcb_strict_barrier'),"
     " ji.declares_no_effect(f, jnp.float32(1)))\n",

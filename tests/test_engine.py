@@ -20,8 +20,8 @@ import pytest
 from jax import lax
 
 import hostcb
-from hostcb import engine
-from hostcb.engine import native
+from hostcb import _engine as engine
+from hostcb._engine import native
 from _helpers import Recorder, run_python
 
 NATIVE = pytest.mark.skipif(
@@ -65,8 +65,8 @@ def test_cpu_taps_lower_to_the_native_handler():
 def test_without_the_native_engine_taps_use_python_callbacks():
   code = """
 import jax, hostcb
-from hostcb import engine
-from hostcb.engine import native
+from hostcb import _engine as engine
+from hostcb._engine import native
 seen = []
 f = jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x))
 print(engine.available(), engine.unavailable_reason())
@@ -149,8 +149,8 @@ def test_direct_call_records_failures_and_drains_python_callback_taps():
   # handler hands the call to its runner, which runs those taps first.
   code = """
 import jax, jax.numpy as jnp, numpy as np, hostcb
-from hostcb import engine
-from hostcb.engine import registry
+from hostcb import _engine as engine
+from hostcb._engine import registry
 seen, rec = [], []
 def host(a):
   if float(a) < 0:
@@ -757,7 +757,7 @@ def test_cpu_taps_take_the_hand_decoded_call_frame():
 
 _FALLBACK = """
 import logging, jax, numpy as np, hostcb
-from hostcb.engine import native
+from hostcb._engine import native
 logging.basicConfig(format="%(levelname)s %(message)s")
 native._native._note_tap_fallback("an injected reason")
 seen = []
@@ -850,7 +850,7 @@ def test_a_consumer_that_keeps_failing_backs_off_and_logs_each_failure(
 ):
   # Fault injection: every batch of the consumer fails.  It must not spin:
   # it waits longer after each close failure, up to the bound.
-  from hostcb.engine import errors
+  from hostcb._engine import errors
 
   delays = []
 
@@ -927,7 +927,7 @@ def test_an_extension_without_a_shared_constant_stops_the_import():
 def test_without_the_extension_the_shared_constants_have_their_values():
   proc = run_python(
     "import hostcb\n"
-    "from hostcb.engine import native\n"
+    "from hostcb._engine import native\n"
     "print(hostcb.config.read('jax_host_callback_max_queue_byte_size'),\n"
     "      native.GPU_KEY_BASE)\n",
     env_extra={"HOSTCB_DISABLE_NATIVE": "1"},

@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 from _helpers import Recorder, run_python
 
 

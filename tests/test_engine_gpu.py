@@ -35,7 +35,7 @@ import pytest
 
 import hostcb
 from hostcb import config, engine
-from hostcb.engine import gpu, native, registry
+from hostcb._engine import gpu, native, registry
 from _helpers import run_python
 
 

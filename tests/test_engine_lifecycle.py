@@ -1,4 +1,4 @@
-"""hostcb.engine.lifecycle: nothing is lost at interpreter exit.
+"""hostcb._engine.lifecycle: nothing is lost at interpreter exit.
 
 A program that dispatches tapping ``pmap`` and ``jit`` computations and
 ends at once (no ``barrier_wait``) must still see every tap: the exit
@@ -64,7 +64,7 @@ def test_a_failure_while_waiting_at_exit_is_logged_with_its_traceback():
   # exit, nor pass in silence.
   proc = run_python("""
 import jax, hostcb
-from hostcb.engine import barrier
+from hostcb._engine import barrier
 def broken(timeout=None):
     raise OSError("injected failure")
 barrier.wait_for_taps = broken

@@ -1,4 +1,4 @@
-"""Prints before the results they come with (``hostcb.engine.read_waits``):
+"""Prints before the results they come with (``hostcb._engine.read_waits``):
 a result read on the host never shows before the lines that the
 computation producing it printed through hostcb, as with JAX's own
 callbacks, which print while the computation runs."""
@@ -14,7 +14,7 @@ import pytest
 
 import hostcb
 from _helpers import run_python
-from hostcb import engine
+from hostcb import _engine as engine
 
 DEADLINE = 60.0  # seconds: every wait of these tests ends by then
 STEPS = 20

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import hostcb
-from hostcb import engine, named
+from hostcb import _engine as engine, named
 from _helpers import hostcb_root
 
 # Functions by name are the native engine's handlers (docs/export.md).

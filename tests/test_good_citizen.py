@@ -1,7 +1,7 @@
 """hostcb in a process that does not tap: importing it changes none of JAX's
 objects and none of Python's hooks; tap-free programs compile to the same
 HLO and dispatch through no hostcb code; the first tap installs what it
-needs (listed by ``hostcb.jax_internals.patches``), ``hostcb.uninstall()``
+needs (listed by ``hostcb._jax_internals.patches``), ``hostcb.uninstall()``
 puts every original back; a private structure of JAX that changed its
 shape stops hostcb with an error naming the JAX version and the symbol
 (fault injection).
@@ -20,7 +20,7 @@ import jax
 import pytest
 
 from _helpers import run_python
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb._jax_internals.versions import jax_at_least
 
 # The objects hostcb may change, read without hostcb (identity compared).
 _SNAPSHOT = r"""
@@ -144,7 +144,7 @@ def test_importing_every_module_changes_no_jax_object_and_no_hook():
     + "before = snapshot()\n"
     + _IMPORT_ALL
     + "print(changed(before, snapshot()))\n"
-    "from hostcb import jax_internals as ji\n"
+    "from hostcb import _jax_internals as ji\n"
     "print(ji.installed())\n"
   )
   assert out == "[]\n[]\n"
@@ -264,7 +264,7 @@ def test_the_first_tap_retraces_no_function_compiled_before_it():
 def test_first_tap_installs_the_patches_and_uninstall_restores_them():
   out = _run(
     _SNAPSHOT + "before = snapshot()\n"
-    "import hostcb\n" + _TAPS + "from hostcb import jax_internals as ji\n"
+    "import hostcb\n" + _TAPS + "from hostcb import _jax_internals as ji\n"
     "print(sorted(p.name for p in ji.installed()))\n"
     "print(changed(before, snapshot()))\n"
     "hostcb.uninstall()\n"
@@ -359,7 +359,7 @@ def test_a_progress_loop_installs_its_excepthook_and_uninstall_removes_it():
 def test_a_tap_after_uninstall_installs_again_and_runs():
   out = _run(
     "import jax, numpy as np, hostcb\n"
-    "from hostcb import jax_internals as ji\n"
+    "from hostcb import _jax_internals as ji\n"
     "f = lambda x: hostcb.id_tap(lambda a, t: print('tap', a), x)\n"
     "jax.jit(f)(np.int32(1)); hostcb.barrier_wait()\n"
     "hostcb.uninstall()\n"
@@ -644,7 +644,7 @@ def test_a_lowering_registry_that_is_no_dict_fails_naming_the_symbol():
 
 
 def test_a_token_without_its_buffer_fails_naming_the_symbol():
-  from hostcb.jax_internals import core
+  from hostcb._jax_internals import core
 
   with pytest.raises(
     ImportError,
@@ -711,7 +711,7 @@ def test_a_subcomputation_result_of_another_length_fails_naming_it(
   import jax.numpy as jnp
 
   import hostcb
-  from hostcb.jax_internals import JaxInternalChanged, replicas
+  from hostcb._jax_internals import JaxInternalChanged, replicas
 
   real = replicas._mlir.jaxpr_subcomp
 
@@ -739,7 +739,7 @@ def test_pmap_devices_passed_elsewhere_fail_naming_the_function(monkeypatch):
   import jax.numpy as jnp
 
   import hostcb
-  from hostcb.jax_internals import JaxInternalChanged, replicas
+  from hostcb._jax_internals import JaxInternalChanged, replicas
 
   replicas._install_pmap_staging()
   pmap = replicas._pmap_impl
@@ -764,7 +764,7 @@ def test_a_lowering_result_without_its_module_fails_naming_it(monkeypatch):
   import types
 
   import hostcb
-  from hostcb.jax_internals import JaxInternalChanged, replicas
+  from hostcb._jax_internals import JaxInternalChanged, replicas
 
   real = replicas._mlir.lower_jaxpr_to_module
 
@@ -790,7 +790,7 @@ def test_a_lowering_result_without_its_module_fails_naming_it(monkeypatch):
 def test_a_device_set_of_another_type_fails_naming_it(monkeypatch):
   from jax._src import dispatch
 
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   prim = ji.new_primitive("hostcb_test_devices")
   monkeypatch.setattr(
@@ -813,7 +813,7 @@ def test_a_device_set_of_another_type_fails_naming_it(monkeypatch):
 def test_a_missing_aval_check_fails_naming_it(monkeypatch):
   from jax._src import ffi
 
-  from hostcb.jax_internals import MissingJaxInternal, buffers
+  from hostcb._jax_internals import MissingJaxInternal, buffers
 
   monkeypatch.delattr(ffi, "_check_compatible_avals")
   aval = jax.core.ShapedArray((2,), jax.numpy.float32)
@@ -828,7 +828,7 @@ def test_a_missing_aval_check_fails_naming_it(monkeypatch):
 
 
 def test_a_python_callback_lowering_of_another_length_fails_naming_it():
-  from hostcb.jax_internals import JaxInternalChanged, custom_calls
+  from hostcb._jax_internals import JaxInternalChanged, custom_calls
 
   with pytest.raises(
     JaxInternalChanged,
@@ -845,7 +845,7 @@ def test_a_python_callback_lowering_of_another_length_fails_naming_it():
 def test_a_primitive_without_a_rematerialization_rule_fails_naming_it():
   from jax.extend.core import Primitive
 
-  from hostcb.jax_internals import JaxInternalChanged, own_callbacks
+  from hostcb._jax_internals import JaxInternalChanged, own_callbacks
 
   prim = Primitive("hostcb_test_no_rule")
   with pytest.raises(

@@ -29,8 +29,8 @@ from jax import lax
 
 import hostcb
 from hostcb import config
-from hostcb.engine import gpu as gpu_engine
-from hostcb.engine import native
+from hostcb._engine import gpu as gpu_engine
+from hostcb._engine import native
 from _helpers import Recorder
 
 

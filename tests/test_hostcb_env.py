@@ -41,7 +41,7 @@ def test_disable_native_false_keeps_the_engine_on():
   # Before the one parser, any value but "" and "0" turned the engine off.
   proc = run_python(
     """
-from hostcb.engine import native
+from hostcb._engine import native
 print(native.disabled_by_user())
 """,
     env_extra={"HOSTCB_DISABLE_NATIVE": "false"},
@@ -64,8 +64,8 @@ def test_disable_native_with_no_boolean_stops_the_import():
 def test_no_engine_warning_with_no_boolean_is_rejected():
   proc = run_python(
     """
-from hostcb import engine
-from hostcb.engine import native
+from hostcb import _engine as engine
+from hostcb._engine import native
 native._disabled_by_user = False
 engine.warn_if_unavailable()
 """,

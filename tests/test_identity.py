@@ -31,10 +31,10 @@ import pytest
 from _helpers import Recorder, Stream, hostcb_root, run_python
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 from hostcb import host_callback as hcb
 from hostcb import _import_hook as import_hook
-from hostcb.engine import native, registry
+from hostcb._engine import native, registry
 
 S = jax.ShapeDtypeStruct((), jnp.float32)
 
@@ -544,7 +544,7 @@ _FREES_WITHOUT_THE_ENGINE = """
 import gc, threading, time, weakref
 import jax, numpy as np
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 from hostcb import host_callback as hcb
 
 assert not engine.available()

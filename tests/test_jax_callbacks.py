@@ -34,7 +34,7 @@ from jax import lax
 
 import hostcb
 from hostcb import _import_hook as import_hook
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb._jax_internals.versions import jax_at_least
 
 DEADLINE = 120.0  # seconds: every wait of these tests ends by then
 
@@ -415,7 +415,7 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
   out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.0)
   # The device does not wait for the callback: the result is there while
   # the callback is still held (reading it on the host would wait for the
-  # callback, as with JAX's: hostcb.engine.read_waits).
+  # callback, as with JAX's: hostcb._engine.read_waits).
   deadline = time.monotonic() + DEADLINE
   while not out.is_ready() and time.monotonic() < deadline:
     time.sleep(0.001)  # polls the device, which does not wait for `held`
@@ -1173,7 +1173,7 @@ def test_small_arguments_are_the_engines_aligned_memory_too():
   )
   hostcb.barrier_wait()
   (a,) = seen
-  out = hostcb.jax_internals.cpu_array(a)
+  out = hostcb._jax_internals.cpu_array(a)
   assert out.unsafe_buffer_pointer() == a.ctypes.data
   assert a.ctypes.data % 64 == 0
   np.testing.assert_array_equal(out, np.arange(3, dtype=np.float32))

@@ -33,7 +33,7 @@ import sys
 
 import pytest
 
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb._jax_internals.versions import jax_at_least
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""hostcb.jax_internals: a JAX that lacks a symbol hostcb patches stops the
+"""hostcb._jax_internals: a JAX that lacks a symbol hostcb patches stops the
 first tap with a message naming the JAX version and the symbol (fault
 injection: the symbol is deleted before hostcb is imported; importing
 hostcb still works, since it patches nothing); the range of JAX versions
@@ -163,7 +163,7 @@ def test_an_option_that_jax_defines_itself_stops_the_import():
 def test_registering_the_options_again_keeps_hostcbs_own():
   proc = run_python(
     "import jax, hostcb\n"
-    "from hostcb import jax_internals as ji\n"
+    "from hostcb import _jax_internals as ji\n"
     "seen = []\n"
     "ji.register_config_options(lambda n, v: seen.append((n, v)), False,\n"
     "                           int(256e6))\n"
@@ -180,7 +180,7 @@ def _repo_file(name: str) -> str:
 
 
 def test_the_checked_range_is_the_one_ci_checks_and_the_docs_name():
-  from hostcb.jax_internals import versions
+  from hostcb._jax_internals import versions
 
   assert versions.CHECKED_RANGE == (
     f"jax {versions.OLDEST} to {versions.NEWEST}"
@@ -220,7 +220,7 @@ def test_a_barrier_on_a_jax_without_the_mesh_states_names_them():
     "jax.set_mesh = set_mesh\n"
     "if hasattr(config, 'abstract_mesh_context_manager'):  # not on 0.12\n"
     "    del config.abstract_mesh_context_manager\n"
-    "from hostcb.jax_internals.mesh_context import outside_context_mesh\n"
+    "from hostcb._jax_internals.mesh_context import outside_context_mesh\n"
     "try:\n"
     "    outside_context_mesh().__enter__()\n"
     "except ImportError as e:\n"
@@ -248,7 +248,7 @@ def _aligned(n: int):
 
 def test_cpu_arrays_take_aligned_engine_memory_without_a_copy():
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   a = _aligned(1024)
   a[:] = np.arange(1024)
@@ -262,7 +262,7 @@ def test_cpu_arrays_take_aligned_engine_memory_without_a_copy():
 def test_cpu_arrays_copy_memory_hostcb_does_not_own():
   # A buffer someone else owns may change later: its value is copied.
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   data = bytearray(np.arange(1024, dtype=np.float32).tobytes())
   a = np.frombuffer(data, np.float32)
@@ -276,7 +276,7 @@ def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
   # 4 MiB: jaxlib is asked for a copy made during the call
   # (IMMUTABLE_ONLY_DURING_CALL), so the memory may change afterwards.
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   data = bytearray(np.zeros(1 << 20, np.float32).tobytes())
   a = np.frombuffer(data, np.float32)
@@ -290,7 +290,7 @@ def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
 def test_a_cpu_array_keeps_its_memory_alive():
   import gc
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   a = _aligned(1024)
   a[:] = 5.0
@@ -307,7 +307,7 @@ def test_a_cpu_array_keeps_a_64_bit_dtype_on_a_thread_without_x64():
   # had it on (jax.enable_x64 is per thread): the float64 data stays
   # float64, buffer and aval alike, and JAX can compute with it.
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   got = []
 
@@ -350,7 +350,7 @@ def test_jax_array_arguments_fail_without_batched_device_puts_enable_x64():
 )
 def test_host_array_is_np_asarray_of_a_cpu_array(dtype):
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   ji.prepare_cpu_arrays()
   x = jax.numpy.arange(6).reshape(2, 3).astype(dtype)
@@ -363,7 +363,7 @@ def test_host_array_is_np_asarray_of_a_cpu_array(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bool", "bfloat16", "int4"])
 def test_host_array_of_a_dtype_is_np_asarray_of_its_arrays(dtype):
   import numpy as np
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   ji.prepare_cpu_arrays()
   x = jax.numpy.arange(4).astype(dtype)
@@ -373,7 +373,7 @@ def test_host_array_of_a_dtype_is_np_asarray_of_its_arrays(dtype):
 
 
 def test_host_array_of_a_tracer_fails_as_np_asarray():
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   with pytest.raises(jax.errors.TracerArrayConversionError):
     jax.jit(ji.host_array)(jax.numpy.ones(2, jax.numpy.bfloat16))
@@ -420,7 +420,7 @@ def test_jax_versions_are_compared_by_their_leading_numbers(
   version, release, at_least_0_10, monkeypatch
 ):
   # (This file imports hostcb in the processes it starts, not at its top.)
-  from hostcb.jax_internals import versions
+  from hostcb._jax_internals import versions
 
   monkeypatch.setattr(jax, "__version__", version)
   assert versions.jax_release() == release

@@ -1,5 +1,5 @@
 """The package's layout rules: no import cycles among hostcb's modules, and
-``jax._src`` used only inside ``hostcb.jax_internals``.
+``jax._src`` used only inside ``hostcb._jax_internals``.
 
 Imports are read from the source (module level and inside functions
 alike), so a cycle hidden in a function-level import counts too.
@@ -148,7 +148,7 @@ def test_the_private_use_finder_finds_each_kind_of_use(tmp_path):
 
 @pytest.mark.parametrize(
   "name",
-  sorted(n for n in _modules() if not n.startswith("hostcb.jax_internals")),
+  sorted(n for n in _modules() if not n.startswith("hostcb._jax_internals")),
 )
 def test_only_jax_internals_imports_jax_private_modules(name):
   assert _private_jax_uses(_modules()[name]) == [], name
@@ -177,61 +177,3 @@ def test_the_library_never_imports_progress():
     and "hostcb.progress" in _imports(n, p, set(mods))
   )
   assert users == []
-
-
-# ------------------------------------------ public API and internal core
-# moves.sh: names the old paths on purpose
-# (issue 35) hostcb._core sits below the front ends: it imports none of
-# them.  The old paths that users or docs name stay as deprecation shims;
-# nothing of hostcb imports them.
-_FRONT_ENDS = (
-  "hostcb.host_callback",
-  "hostcb.buffer_callback",
-  "hostcb.debug",
-  "hostcb.jax_callbacks",
-  "hostcb.xla_computation",
-  "hostcb.progress",
-  "hostcb.metrics",
-  "hostcb.tools",
-  "hostcb._import_hook",
-  "hostcb.__main__",
-)
-_DEPRECATED_PATHS = (
-  "hostcb.import_hook",
-  "hostcb.distributed",
-  "hostcb.lowering",
-)
-
-
-def _is_under(name: str, prefixes: tuple[str, ...]) -> bool:
-  return any(name == p or name.startswith(p + ".") for p in prefixes)
-
-
-def test_the_core_imports_no_front_end():
-  mods = _modules()
-  users = sorted(
-    (n, m)
-    for n, p in mods.items()
-    if _is_under(n, ("hostcb._core",))
-    for m in _imports(n, p, set(mods))
-    if _is_under(m, _FRONT_ENDS)
-  )
-  assert users == []
-
-
-def test_nothing_of_hostcb_imports_a_deprecated_path():
-  mods = _modules()
-  users = sorted(
-    (n, m)
-    for n, p in mods.items()
-    if n not in _DEPRECATED_PATHS
-    for m in _imports(n, p, set(mods))
-    if m in _DEPRECATED_PATHS
-  )
-  assert users == []
-
-
-@pytest.mark.parametrize("name", _DEPRECATED_PATHS)
-def test_a_deprecated_path_is_a_shim_of_the_moved_module(name):
-  text = _modules()[name].read_text()
-  assert "forwarding_getattr" in text and "def " not in text, name

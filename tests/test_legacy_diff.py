@@ -29,7 +29,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "legacy_diff")
 sys.path.insert(0, HERE)
 
 import hostcb  # noqa: E402
-from hostcb.jax_internals import versions  # noqa: E402
+from hostcb._jax_internals import versions  # noqa: E402
 
 hostcb.install()  # the scenario modules use the legacy import path
 

@@ -1,5 +1,5 @@
 """A one-device CPU executable's lone tap or call runs without its token
-(hostcb.jax_internals.lone_tokens), and everything else keeps it."""
+(hostcb._jax_internals.lone_tokens), and everything else keeps it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from jax import lax
 
 import hostcb
 import test_dispatch
-from hostcb import engine
-from hostcb.jax_internals import lone_tokens
+from hostcb import _engine as engine
+from hostcb._jax_internals import lone_tokens
 
 _F32 = jax.ShapeDtypeStruct((), jnp.float32)
 # The dispatch mode for a test (test_dispatch's fixtures).

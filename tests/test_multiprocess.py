@@ -22,8 +22,8 @@ import time
 import pytest
 
 import hostcb
-import hostcb._core.distributed
-from hostcb import jax_internals
+import hostcb._engine.distributed
+from hostcb import _jax_internals as jax_internals
 from _helpers import hostcb_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -363,7 +363,7 @@ def test_all_processes_barrier_without_jax_distributed_is_an_error(monkeypatch):
       r"not called"
     ),
   ):
-    hostcb._core.distributed.wait_for_all_processes("x")
+    hostcb._engine.distributed.wait_for_all_processes("x")
 
 
 def test_process_barrier_needs_jax_distributed():

@@ -1,5 +1,5 @@
 """What a program writes after dispatching a computation comes after that
-computation's prints, as under JAX (``hostcb.engine.output_order``):
+computation's prints, as under JAX (``hostcb._engine.output_order``):
 ``print("result:", f(x))`` shows ``f``'s ``jax.debug.print`` lines first.
 
 The differential tests run one script under JAX's own callbacks and under
@@ -25,9 +25,9 @@ import pytest
 
 import hostcb
 from _helpers import hostcb_root, run_python
-from hostcb import engine
-from hostcb.engine import output_order
-from hostcb.jax_internals import dispatch
+from hostcb import _engine as engine
+from hostcb._engine import output_order
+from hostcb._jax_internals import dispatch
 
 DEADLINE = 60.0  # seconds: every wait of these tests ends by then
 RUNS = 3  # runs of each side of the differential test
@@ -330,7 +330,7 @@ def test_a_write_from_a_tap_function_does_not_wait_for_itself():
 _INSTALL_SCRIPT = """
 import builtins, contextlib, io, logging, sys, types
 import jax, jax.numpy as jnp, hostcb
-from hostcb.engine import output_order
+from hostcb._engine import output_order
 originals = (
   builtins.print, logging.Handler.handle,
   contextlib.redirect_stdout.__enter__, contextlib.redirect_stdout.__exit__,
@@ -374,7 +374,7 @@ def test_functions_that_print_and_return_arrays_keep_jits_fast_path():
   # A function that prints and returns an array dispatches on jit's fast
   # path (one of its outputs is what the next write waits for); one that
   # prints and returns nothing keeps its runtime token.
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   x = jnp.float32(1)
   tapping = jax.jit(lambda x: hostcb.id_tap(lambda a, t: None, x) + 1)
@@ -628,12 +628,12 @@ def test_the_native_print_takes_print_two_dicts_and_a_callable():
 
 _PYTHON_NOTE_SCRIPT = """
 import jax, jax.numpy as jnp, hostcb
-from hostcb.jax_internals import dispatch
+from hostcb._jax_internals import dispatch
 f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
 g = jax.jit(lambda x: (hostcb.debug.print("y = {}", x), (x, {"b": x + 1}))[1])
 f(jnp.float32(0)).block_until_ready()
 assert dispatch._note_and_unflatten() is dispatch._unflatten_print_outputs
-assert hostcb.jax_internals.declares_no_effect(f, jnp.float32(1))
+assert hostcb._jax_internals.declares_no_effect(f, jnp.float32(1))
 for i in range(3):
   print("result:", f(jnp.float32(i)))
   print("tree:", g(jnp.float32(i))[1]["b"])
@@ -889,4 +889,4 @@ def test_id_print_to_a_closed_pipe_logs_one_failure_and_raises_at_the_barrier(
   assert status == 1
   assert err.count("hostcb: a tap function raised an exception") == 1, err
   assert err.count("BrokenPipeError") == 3, err  # the log, the cause, the text
-  assert "hostcb.engine.errors.CallbackException" in err, err
+  assert "hostcb._engine.errors.CallbackException" in err, err

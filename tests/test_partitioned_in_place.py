@@ -4,7 +4,7 @@ so that it could update it in place afterwards.  hostcb now orders the
 update after the tap (the tap returns its operand, in the same buffer, and
 the later uses read that), so XLA needs no copy.  A tap never changes a
 value: every test compares with the program without the tap.  See
-docs/partitioned.md and hostcb.jax_internals.partitioned.read_taps_in_place.
+docs/partitioned.md and hostcb._jax_internals.partitioned.read_taps_in_place.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 
 pytestmark = [
   pytest.mark.multidevice,

@@ -22,8 +22,8 @@ import pytest
 import _native_bench
 import hostcb
 from hostcb import debug as hdebug
-from hostcb import engine
-from hostcb.engine import registry
+from hostcb import _engine as engine
+from hostcb._engine import registry
 
 pytestmark = pytest.mark.skipif(
   not engine.available() or not engine.native.formats_print_lines(),

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
-from hostcb import engine
+from hostcb import _engine as engine
 
 pytestmark = pytest.mark.skipif(
   not engine.available(), reason="needs hostcb's native engine"

@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hostcb
 from _helpers import REPO, hostcb_root, run_python
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb._jax_internals.versions import jax_at_least
 
 WORKER = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "user_program_worker.py"
@@ -109,7 +109,7 @@ def test_a_failing_hook_on_a_devices_first_record_still_starts_its_consumer():
   device's taps run all the same."""
   proc = run_python(
     "import jax, hostcb\n"
-    "from hostcb.engine import native\n"
+    "from hostcb._engine import native\n"
     "def broken():\n"
     "  raise OSError('injected failure')\n"
     "native.on_first_record.insert(0, broken)\n"

@@ -14,8 +14,8 @@ import pytest
 from jax import lax
 
 import hostcb
-from hostcb import engine
-from hostcb.jax_internals.versions import jax_at_least
+from hostcb import _engine as engine
+from hostcb._jax_internals.versions import jax_at_least
 from hostcb.xla_computation import XlaComputation, xla_computation
 
 F32 = np.dtype(np.float32)

@@ -21,6 +21,7 @@ files (imported on first use).
 """
 
 from hostcb import config
+from hostcb import engine as engine
 from hostcb.host_callback import (
   CallbackException,
   CallbackFlavor,
@@ -47,8 +48,8 @@ from hostcb._import_hook import (
   jax_callbacks_installed,
   uninstall_jax_callbacks,
 )
-from hostcb._core.distributed import get_timeout as get_barrier_timeout
-from hostcb._core.distributed import set_timeout as set_barrier_timeout
+from hostcb._engine.distributed import get_timeout as get_barrier_timeout
+from hostcb._engine.distributed import set_timeout as set_barrier_timeout
 from hostcb._core.lowering import BUFFER_CALL_MIN_BYTES
 
 # The one place that states hostcb's version: pyproject.toml reads it
@@ -63,10 +64,7 @@ def __getattr__(name: str):
   # tqdm, hostcb.progress does not exist (``hasattr(hostcb, "progress")``
   # is False): the AttributeError names the missing package, and ``import
   # hostcb.progress`` raises the ImportError itself.
-  # The old paths of the modules import_hook, distributed and
-  # lowering, which moved, are deprecation shims, imported when
-  # first used too.
-  if name in ("progress", "metrics", "import_hook", "distributed", "lowering"):
+  if name in ("progress", "metrics"):
     import importlib  # noqa: PLC0415  (tqdm only when used)
 
     try:

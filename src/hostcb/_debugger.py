@@ -47,7 +47,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 from hostcb._core.primitives import CallTarget, call_p
 from hostcb._core.signatures import is_key
 

@@ -39,8 +39,8 @@ import jax.experimental
 
 from hostcb import debug, host_callback, jax_callbacks
 from hostcb._core import callback_helpers as _callback_helpers
-from hostcb import jax_internals as ji
-from hostcb.engine import lifecycle
+from hostcb import _jax_internals as ji
+from hostcb._engine import lifecycle
 from hostcb.xla_computation import xla_computation
 
 __all__ = [
@@ -128,7 +128,7 @@ def uninstall() -> None:
   as they were, unless something else changed them since.
 
   Also puts back what hostcb changed when its first program was traced
-  (:mod:`hostcb.jax_internals.patches`, which ``hostcb info`` lists):
+  (:mod:`hostcb._jax_internals.patches`, which ``hostcb info`` lists):
   ``jax.effects_barrier``, JAX's cached lowering and compiled-call
   functions, its runtime-token functions, the ``while_p`` lowering rule,
   the read hooks of ``jax.Array``, the types that JAX's caches hold weakly
@@ -143,7 +143,7 @@ def uninstall() -> None:
   60 s, logged past it), so a program may end right after it.  The next
   program that binds one of hostcb's primitives installs them again.
   ``print``, log records and ``redirect_stdout`` no longer wait for
-  hostcb's prints (:mod:`hostcb.engine.output_order`) until a print is
+  hostcb's prints (:mod:`hostcb._engine.output_order`) until a print is
   staged again.
 
   Where JAX's callbacks were hostcb's, JAX's caches of traced functions

@@ -27,7 +27,7 @@ waits for it, so an exception it raises under ``jit`` cannot fail the
 call that ran the computation, as JAX's does: it is logged where JAX
 logs it, and the first host read of a result on its device after it, or
 the first barrier, raises it with JAX's words, as
-``jax.errors.JaxRuntimeError`` (:mod:`hostcb.engine.errors`).  As JAX's,
+``jax.errors.JaxRuntimeError`` (:mod:`hostcb._engine.errors`).  As JAX's,
 ``ordered=True`` is refused in a computation over several devices (JAX's
 error).
 
@@ -47,13 +47,13 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import engine, named
+from hostcb import _engine as engine, named
 from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
-from hostcb import jax_internals as ji
-from hostcb.engine.errors import note_jax_callback_failure
-from hostcb.engine.output_order import consumer_stdout
-from hostcb.jax_internals import own_callbacks as _ji_callbacks
+from hostcb import _jax_internals as ji
+from hostcb._engine.errors import note_jax_callback_failure
+from hostcb._engine.output_order import consumer_stdout
+from hostcb._jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.primitives import TapTarget, tap_p
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
@@ -196,7 +196,7 @@ class _DebugCall:
   arguments (the host-side ones put back in place), once per batch element
   under ``vmap``, and calls it.  ``as_jax_arrays``: the array arguments as
   ``jax.Array`` s on the CPU (JAX's), made straight from the engine's host
-  arrays (:func:`hostcb.jax_internals.cpu_arrays`), else NumPy arrays.
+  arrays (:func:`hostcb._jax_internals.cpu_arrays`), else NumPy arrays.
   """
 
   def __init__(
@@ -263,7 +263,7 @@ class _DebugCall:
     the computation that staged it went on long ago, so the first host
     read of a result on its device, or the first barrier, raises it as
     JAX's failed computation does (docs/jax_callbacks.md, "When a
-    callback fails"; :func:`hostcb.engine.errors.note_jax_callback_failure`).
+    callback fails"; :func:`hostcb._engine.errors.note_jax_callback_failure`).
     A ``BaseException`` that is no ``Exception`` (an interrupt) goes on to
     the engine too."""
     try:
@@ -291,7 +291,7 @@ class _DebugCall:
     its formatting and writing in the same frame; else None.  For a
     ``debug.print`` whose fields are all plain ``{}``, where the engine
     formats in C, the engine entry ``(_write_lines, pieces, (print_entry,
-    ()))`` (:mod:`hostcb.engine.registry`): a 0-d number's line made in C,
+    ()))`` (:mod:`hostcb._engine.registry`): a 0-d number's line made in C,
     any other value's in Python."""
     if self.x64 or not self.positional or self.n != 1:
       return None

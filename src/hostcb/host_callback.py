@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
 from hostcb._core.primitives import CallTarget, TapTarget, call_p, tap_p
@@ -30,8 +30,12 @@ from hostcb._core.printing import (
   write_lines,
 )
 from hostcb._core.signatures import is_key, result_avals
-from hostcb.engine import CallbackException, barrier_wait, stop_outfeed_receiver
-from hostcb.engine.output_order import consumer_stdout as _consumer_stdout
+from hostcb._engine import (
+  CallbackException,
+  barrier_wait,
+  stop_outfeed_receiver,
+)
+from hostcb._engine.output_order import consumer_stdout as _consumer_stdout
 
 __all__ = [
   "id_tap",

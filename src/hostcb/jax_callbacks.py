@@ -30,16 +30,16 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
 
 # The engine's barrier and consumer test: imported here only (the one place
 # to change if the engine renames them).
-from hostcb.engine import barrier_wait as _barrier_wait
-from hostcb.engine.consumers import is_consumer as _is_consumer
-from hostcb.engine.consumers import host_functions as _host_functions
-from hostcb.engine import errors as _engine_errors
+from hostcb._engine import barrier_wait as _barrier_wait
+from hostcb._engine.consumers import is_consumer as _is_consumer
+from hostcb._engine.consumers import host_functions as _host_functions
+from hostcb._engine import errors as _engine_errors
 from hostcb._core.identity import function_hash, same_function
 from hostcb._core.primitives import CallTarget, call_p
 from hostcb._core.signatures import (
@@ -193,7 +193,7 @@ class HostCall:
 
   # Its runner on the engine's direct path (hostcb_direct_runner) says so:
   # a host read in the callback does not wait for prints
-  # (hostcb.engine.read_waits), since the computation waits for it.
+  # (hostcb._engine.read_waits), since the computation waits for it.
   hostcb_host_function = True
 
   def hostcb_direct_runner(
@@ -209,7 +209,7 @@ class HostCall:
     would: the flat, checked results, or JAX's error).  The lookups are
     done here, once per executable, and nothing is marked per call: the
     handler keeps the runners it runs, and ``run`` carries
-    ``hostcb_host_function`` (:func:`hostcb.engine.native.runs_host_function_call`)."""
+    ``hostcb_host_function`` (:func:`hostcb._engine.native.runs_host_function_call`)."""
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
@@ -276,7 +276,7 @@ class HostCall:
 
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
-    # (hostcb.engine.read_waits): the computation waits for this call.
+    # (hostcb._engine.read_waits): the computation waits for this call.
     # (The engine's direct path marks nothing: hostcb_direct_runner.)
     running, ident = _host_functions, threading.get_ident()
     depth = running.get(ident, 0)
@@ -710,7 +710,7 @@ def _wait_in_effects_barrier() -> None:
 
 
 # jax.effects_barrier() waits for hostcb's callbacks too, from the first
-# bind of a hostcb primitive on (not at import: hostcb.jax_internals.patches).
+# bind of a hostcb primitive on (not at import: hostcb._jax_internals.patches).
 # JAX's own wait reads its runtime tokens, which is no read of a result:
 # it raises no failed debug.callback, which hostcb's barrier raises after.
 ji.when_first_needed(

@@ -36,9 +36,9 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from hostcb import engine
-from hostcb import jax_internals as ji
-from hostcb.engine import registry
+from hostcb import _engine as engine
+from hostcb import _jax_internals as ji
+from hostcb._engine import registry
 from hostcb._core.primitives import CallTarget, TapTarget, unpack_transforms
 
 __all__ = [

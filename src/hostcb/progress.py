@@ -66,9 +66,9 @@ except ImportError as _e:  # pragma: no cover  (tested in a subprocess)
     "pip install hostcb[progress]  (or: pip install tqdm)"
   ) from _e
 
-from hostcb.engine import wait_for_taps
-from hostcb.jax_internals import patches
-from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
+from hostcb._engine import wait_for_taps
+from hostcb._jax_internals import patches
+from hostcb._engine.lifecycle import EXIT_TIMEOUT_SECONDS
 from hostcb.host_callback import id_tap
 
 
@@ -454,7 +454,7 @@ def _excepthook(kind, value, traceback) -> None:
 def _install_hooks() -> None:
   """The exit handler and ``sys.excepthook`` of the bars: installed when
   the first progress loop is traced (importing this module changes no
-  hook), recorded in :mod:`hostcb.jax_internals.patches`, undone by
+  hook), recorded in :mod:`hostcb._jax_internals.patches`, undone by
   ``hostcb.uninstall()``."""
   if patches.is_installed("progress: at exit"):
     return

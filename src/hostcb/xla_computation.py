@@ -24,7 +24,7 @@ import numpy as np
 
 import jax
 
-from hostcb import jax_internals as _internals
+from hostcb import _jax_internals as _internals
 
 __all__ = [
   "xla_computation",

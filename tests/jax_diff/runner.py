@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     and os.environ.get("HOSTCB_REQUIRE_NATIVE") == "1"
     and os.environ.get("HOSTCB_DISABLE_NATIVE") != "1"
   ):
-    from hostcb import engine
+    from hostcb import _engine as engine
 
     if not engine.available():  # the scenarios would test the back end
       raise SystemExit(

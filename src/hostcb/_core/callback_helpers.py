@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import jax
 
-from hostcb import jax_internals as ji
-from hostcb.engine import wait_for_taps as _wait_for_taps
-from hostcb.engine.consumers import is_consumer as _is_consumer
+from hostcb import _jax_internals as ji
+from hostcb._engine import wait_for_taps as _wait_for_taps
+from hostcb._engine.consumers import is_consumer as _is_consumer
 
 
 # JAX's own functions, as JAX defined them (the originals, also once

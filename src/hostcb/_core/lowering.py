@@ -1,15 +1,15 @@
 """Lowering of the primitives to XLA, and the host functions XLA calls.
 
 Taps on CPU lower to the native engine's custom call ``hostcb_tap``
-(:mod:`hostcb.engine`): its C++ handler copies the operands into the ring
+(:mod:`hostcb._engine`): its C++ handler copies the operands into the ring
 buffer of the device that runs it, without Python, and the device goes on;
 the device's consumer thread calls the tap function.  On NVIDIA GPUs, with
 the engine's GPU back end on (``hostcb_gpu_engine``), the same custom call
 is registered for CUDA and fills the GPU's ring from its stream
-(:mod:`hostcb.engine.gpu`).  Elsewhere (GPUs without it, other platforms,
+(:mod:`hostcb._engine.gpu`).  Elsewhere (GPUs without it, other platforms,
 no native engine, a dtype it cannot carry) a tap lowers to XLA's
 Python-callback custom call, whose host function queues the work for the
-device's consumer thread in :mod:`hostcb.engine.pyqueue`.
+device's consumer thread in :mod:`hostcb._engine.pyqueue`.
 
 A ``call`` on CPU (and on GPUs with the GPU back end) lowers to the
 engine's custom call ``hostcb_call``, whose C++ handler runs the host
@@ -39,14 +39,14 @@ Where a callback runs:
   shard;
 * a partitioned tap (``partitioned=True``) in sharded ``jit`` code: on every
   device, with its shard, without a gather
-  (:mod:`hostcb.jax_internals.partitioned`).
+  (:mod:`hostcb._jax_internals.partitioned`).
 
 Every tap and every call takes and returns the token of hostcb's effect
-(:mod:`hostcb.jax_internals`), which keeps them in program order within a
+(:mod:`hostcb._jax_internals`), which keeps them in program order within a
 computation and orders the computations of a thread.  A pure call
 (``effectful=False``) carries the effect for that token alone: its custom
 call has no side effect, and a computation whose only callbacks are pure
-calls keeps its token inside (:mod:`hostcb.jax_internals.dispatch`).
+calls keeps its token inside (:mod:`hostcb._jax_internals.dispatch`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ import math
 
 import numpy as np
 
-from hostcb import engine
-from hostcb import jax_internals as ji
+from hostcb import _engine as engine
+from hostcb import _jax_internals as ji
 from hostcb import named
 from hostcb._core.huge_pages import advise_huge_pages
 from hostcb._core.primitives import call_p, tap_p, unpack_transforms
@@ -204,7 +204,7 @@ def _host_function(placement: ji.Placement, run, *, context: bool = False):
 def _tap_target_id(ctx, target, key, make) -> int:
   """The engine's target id of a tap that this lowering emits: its lease
   (one per ``key``, the entry built by ``make()``, see
-  :func:`hostcb.engine.target_id`) is kept with the executable, and a
+  :func:`hostcb._engine.target_id`) is kept with the executable, and a
   printing tap's id is marked awaited (host reads wait for its prints)."""
   lease = engine.target_id(key, make, target.func, ji.lowering_platform(ctx))
   ji.keep_alive_with_executable(ctx, lease)
@@ -217,7 +217,7 @@ def _tap_target_id(ctx, target, key, make) -> int:
 def _per_shard_tap_lowering(ctx, args, target, transforms):
   """A partitioned tap in a ``jit`` over several devices: every device taps
   its own shard, through the engine (see
-  :mod:`hostcb.jax_internals.partitioned`)."""
+  :mod:`hostcb._jax_internals.partitioned`)."""
   engine.note_lowered()
   platform = ji.lowering_platform(ctx)
   dtypes = [a.dtype for a in ctx.avals_in]
@@ -343,7 +343,7 @@ def _call_runner(target):
 
 def _native_call_runner(target):
   """``(run, check)`` of a call lowered to the native engine (see
-  :func:`hostcb.engine.call_target_id`).
+  :func:`hostcb._engine.call_target_id`).
 
   ``run(arrays, device_ordinal)`` runs once per call, on the device thread,
   after the handler waited for the engine's taps queued before the call;

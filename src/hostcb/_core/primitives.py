@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 from hostcb._core.identity import function_hash, same_function
 
 __all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
@@ -71,12 +71,12 @@ class TapTarget:
 
   ``awaited``: the function prints (``id_print``, :mod:`hostcb.debug`):
   a host read of a result waits for such taps queued before it
-  (:mod:`hostcb.engine.read_waits`), not for the others.
+  (:mod:`hostcb._engine.read_waits`), not for the others.
 
   ``text``: the function is a print's own formatter (``id_print``,
   ``hostcb.debug.print``), not a callback that may print: its executable
   keeps JAX's runtime token, so that the next print of the dispatching
-  thread waits for it (:mod:`hostcb.engine.output_order`).
+  thread waits for it (:mod:`hostcb._engine.output_order`).
 
   ``partitioned``: in a ``jit`` over several devices, every device taps its
   own shard (``id_tap(..., partitioned=True)``, see
@@ -140,7 +140,7 @@ class TapTarget:
     own ``hostcb_tap_entry()`` where that gives one (the same work, its
     lookups done once per executable: :mod:`hostcb.debug`); where that
     gives a tuple, it is the entry itself (a ``debug.print`` line of
-    :mod:`hostcb.engine.registry`)."""
+    :mod:`hostcb._engine.registry`)."""
     if (
       not self.with_device
       and self.treedef.num_leaves == 1
@@ -160,7 +160,7 @@ class TapTarget:
 
   def shard_entry(self, transforms, shapes: tuple) -> Callable:
     """What the engine's consumers call for a per-shard tap in a sharded
-    ``jit`` (:mod:`hostcb.jax_internals.partitioned`): the arrays are the
+    ``jit`` (:mod:`hostcb._jax_internals.partitioned`): the arrays are the
     device's shards of operands of global ``shapes``, followed, when one
     of them has a dimension, by the shard's slice bounds."""
     return self._shard_invoker(transforms, shapes)
@@ -441,7 +441,7 @@ def _eager_args(args, device_index: int):
 
 # JAX's caches keyed by primitive parameters hold targets weakly, from the
 # first bind on: a dropped program frees its functions without
-# jax.clear_caches() (hostcb.jax_internals.keepalive).
+# jax.clear_caches() (hostcb._jax_internals.keepalive).
 ji.hold_weakly_in_jax_caches(TapTarget, CallTarget)
 
 # --------------------------------------------------------------------- tap

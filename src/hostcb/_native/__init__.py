@@ -1,6 +1,6 @@
 """hostcb's native tap engine (C++), built as ``hostcb._native._engine``.
 
-See :mod:`hostcb.engine` for the Python side and ``handlers.cc``,
+See :mod:`hostcb._engine` for the Python side and ``handlers.cc``,
 ``queue.h`` and ``module.cc`` here for the design.
 
 When the install could not build the extension, ``setup.py`` leaves a
@@ -30,13 +30,13 @@ _WITHOUT_EXTENSION = {
 
 def extension() -> Any:
   """The extension module ``hostcb._native._engine``, or None where it is
-  absent (not built, not loadable: :mod:`hostcb.engine` says why; or
+  absent (not built, not loadable: :mod:`hostcb._engine` says why; or
   turned off by ``HOSTCB_DISABLE_NATIVE``)."""
   if env_flag("HOSTCB_DISABLE_NATIVE"):
     return None
   try:
     from hostcb._native import _engine  # noqa: PLC0415
-  except ImportError:  # not built or not loadable: hostcb.engine says why
+  except ImportError:  # not built or not loadable: hostcb._engine says why
     return None
   return _engine
 

@@ -484,7 +484,7 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
     // This driver or device cannot: host functions publish from now on
     // (this record's too: its commit makes it ready although its word
     // stays 0),
-    // said once (hostcb.engine.gpu.publication() says it too).
+    // said once (hostcb.engine.gpu_publication() says it too).
     CUresult none = cuda::kSuccess;
     if (g_words_refused.compare_exchange_strong(none, failed)) {
       std::fprintf(stderr,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hostcb import jax_internals as ji
+from hostcb import _jax_internals as ji
 from hostcb.host_callback import id_tap
 from hostcb.metrics import _pipeline
 from hostcb.metrics._records import REDUCTIONS, RESERVED, Site

@@ -24,9 +24,9 @@ closed; an exception or a ``KeyboardInterrupt`` that ends the script
 goes through the same exit, and so does a failed callback (hostcb's exit
 handlers never end the process).  ``hostcb.uninstall()``, which removes
 the exit handler, first writes and flushes what was logged before it
-(:data:`hostcb.engine.lifecycle.before_uninstall`); a program compiled
+(:data:`hostcb._engine.lifecycle.before_uninstall`); a program compiled
 before it that logs after it installs the exit handler again (with the
-engine's, :data:`hostcb.engine.lifecycle.after_first_record_hooks`, or
+engine's, :data:`hostcb._engine.lifecycle.after_first_record_hooks`, or
 at its first record).
 """
 
@@ -41,9 +41,9 @@ import threading
 import time
 from typing import Any
 
-from hostcb.engine import lifecycle, wait_for_taps
-from hostcb.engine.lifecycle import EXIT_TIMEOUT_SECONDS
-from hostcb.jax_internals import patches
+from hostcb._engine import lifecycle, wait_for_taps
+from hostcb._engine.lifecycle import EXIT_TIMEOUT_SECONDS
+from hostcb._jax_internals import patches
 from hostcb.metrics._types import Batch, MetricsError, Record
 
 __all__ = [
@@ -437,7 +437,7 @@ def _install_hooks() -> None:
   """The exit handler and the fork handler, when the first ``log`` is
   traced or the first sink added (importing hostcb.metrics registers
   neither).  The exit handler is recorded in
-  :mod:`hostcb.jax_internals.patches` and ``hostcb.uninstall()`` removes
+  :mod:`hostcb._jax_internals.patches` and ``hostcb.uninstall()`` removes
   it; the fork handler, which only resets this module's state in a child,
   stays once registered."""
   if patches.is_installed("metrics: at exit"):

@@ -49,7 +49,7 @@ def _backend_lines() -> list[tuple[str, str]]:
 def _engine_lines() -> list[tuple[str, str]]:
   """Whether the native engine is in use; if not, why, and why the install
   did not build it when it recorded that."""
-  from hostcb import engine
+  from hostcb import _engine as engine
   from hostcb._native import build_failure
 
   if engine.available():
@@ -81,7 +81,7 @@ def _gpu_engine_lines() -> list[tuple[str, str]]:
         "off (HOSTCB_GPU_ENGINE=0; XLA's Python callbacks on GPUs)",
       )
     ]
-  from hostcb.engine import gpu
+  from hostcb._engine import gpu
 
   if not gpu.has_local_gpu():
     return [("GPU engine", "on (default); no NVIDIA GPU in this process")]
@@ -122,7 +122,7 @@ def _settings_lines() -> list[tuple[str, str]]:
 def _changes_lines() -> list[tuple[str, str]]:
   """What hostcb changed in JAX and Python in this process (each change is
   made when the first program that needs it is traced; none at import)."""
-  from hostcb import jax_internals as ji
+  from hostcb import _jax_internals as ji
 
   changes = ji.installed()
   if not changes:

@@ -55,8 +55,8 @@ def _final_barrier(args: argparse.Namespace, status: int) -> int:
   failure that it raises ends the script as an uncaught one would: on
   stderr, with status 1 (an ``id_tap``/``call`` failure only with
   ``--jax-callbacks``: JAX's own callback would have failed the program)."""
-  from hostcb import engine
-  from hostcb.engine import errors
+  from hostcb import _engine as engine
+  from hostcb._engine import errors
 
   try:
     engine.barrier_wait("hostcb run")
