@@ -21,7 +21,7 @@ CXX_SOURCES = $(wildcard src/hostcb/_native/*.cc src/hostcb/_native/*.h \
   tests/native/*.cc tests/native/*.h)
 
 .PHONY: demo test lint install bench check-oldest check-newest wheels \
-  check-wheels check-wheel clean .venv-legacy
+  check-wheels check-wheel clean .venv-legacy docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,20 @@ test: install $(LEGACY)/.deps
 	HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 $(BIN)/python -m pytest -q -p no:cacheprovider tests
 	HOSTCB_TEST_DEVICES=2 $(BIN)/python -m pytest -q -p no:cacheprovider -m multidevice tests
 
+# The docs site (mkdocs.yml): its tools are pyproject.toml's `docs` extra,
+# pinned; mkdocstrings reads the docstrings from src/ without importing
+# hostcb, so nothing needs building.  --strict: a broken link or anchor,
+# a page outside the nav or a docstring it cannot parse fails the build.
+# NO_MKDOCS_2_WARNING silences mkdocs-material's banner about its end of life.
+DOCS_SITE ?= site
+$(VENV)/.deps-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(VENV)/docs-requirements.txt
+	$(BIN)/pip install -q -r $(VENV)/docs-requirements.txt
+	touch $@
+
+docs: $(VENV)/.deps-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(DOCS_SITE)
+
 bench: install
 	$(BIN)/python benchmarks/bench_tap.py
 
@@ -120,6 +134,6 @@ check-wheels: wheels
 check-wheel: check-wheels
 
 clean:
-	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-newest .venv-wheel .venv-wheels dist \
+	rm -rf $(VENV) $(LEGACY) .venv-oldest .venv-newest .venv-wheel .venv-wheels dist site \
 	  build src/*.egg-info \
 	  src/hostcb/_native/*.so src/hostcb/_native/_build_failure.txt

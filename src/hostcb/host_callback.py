@@ -377,9 +377,9 @@ def id_print(
   ``transforms=`` makes the tap fail, as in legacy.
 
   Args:
-    arg, result, tap_with_device, device_index, callback_flavor,
-      partitioned: as for :func:`id_tap` (a partitioned print with
-      ``tap_with_device`` shows ``index:`` beside ``device:``).
+    arg, result, tap_with_device, device_index, callback_flavor, partitioned:
+      as for :func:`id_tap` (a partitioned print with ``tap_with_device``
+      shows ``index:`` beside ``device:``).
     output_stream: an object with a ``write(str)`` method to print to;
       default ``sys.stdout``.
     threshold: passed to ``numpy.array2string``; ``None``: NumPy's print
