@@ -147,13 +147,12 @@ std::string ErrorName(CUresult r) {
   return "CUDA error " + std::to_string(r);
 }
 
-// Defined by cuda_fake.cc.
-const Api* FakeApi();
-
+#ifdef HOSTCB_TEST_BUILD
 void UseFakeCuda() {
   std::lock_guard<std::mutex> lock(g_load_mu);
   g_api.store(FakeApi(), std::memory_order_release);
 }
+#endif
 
 }  // namespace cuda
 
@@ -840,9 +839,11 @@ std::string GpuPublication() {
   return "";
 }
 
+#ifdef HOSTCB_TEST_BUILD
 void SetGpuWordsRefused(int code) {
   g_words_refused.store(code, std::memory_order_relaxed);
 }
+#endif
 
 namespace {
 
