@@ -235,7 +235,10 @@ def _test_build():
       f"hostcb: HOSTCB_TEST_BUILD=1 needs {', '.join(missing)} in "
       f"{TEST_NATIVE}: build the test build from a clone, not an sdist"
     )
-  print("hostcb: the test build of the native engine (HOSTCB_TEST_BUILD=1)")
+  print(
+    "hostcb: the test build of the native engine (HOSTCB_TEST_BUILD=1)",
+    file=sys.stderr,
+  )
   return True
 
 
