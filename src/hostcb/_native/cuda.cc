@@ -428,9 +428,15 @@ ffi::Error ReserveGpuTap(const cuda::Api* api, CUstream stream, Queue* q,
                          std::unique_lock<std::mutex>& lock, GpuTap* t) {
   // Room for the ready word after the payload (queue.h).
   const uint64_t word_bytes = by_word ? kAlign : 0;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &t->layout, lock, &t->r,
+  // Into locals first: no pointer into *t leaves the inlined steps, so
+  // that its fields can stay in registers.
+  TapLayout layout;
+  Queue::Reservation r;
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
                             Queue::kNoOwnBlock, word_bytes);
   if (e.failure()) return e;
+  t->layout = layout;
+  t->r = r;
   std::tie(t->base, t->size) = q->RingLocked(lock);
   t->in_ring = t->base != nullptr && t->r.data >= t->base &&
                t->r.data < t->base + t->size;
@@ -720,22 +726,21 @@ bool WriteDoneWord(const cuda::Api* api, CUstream stream, Staging* staging) {
 // buffers' descriptions (operands first), each pointing into the staging
 // memory once StageOperands has run.
 struct HostBuffers {
-  size_t n_args = 0;
-  size_t n_rets = 0;
+  HostBuffers(size_t args, size_t rets)
+      : n_args(args), n_rets(rets), bufs(args + rets), ptrs(args + rets) {}
+
+  const size_t n_args;
+  const size_t n_rets;
   std::vector<XLA_FFI_Buffer> bufs;
   std::vector<void*> ptrs;  // to bufs
   uint64_t total = 0;       // the staging bytes they need
 };
 
 // Copies the descriptions of args[first_arg:] and rets[first_ret:], which
-// must all be buffers, into `h`.
+// must all be buffers, into `h` (made for that many).
 ffi::Error DescribeBuffers(const XLA_FFI_Args* args, size_t first_arg,
                            const XLA_FFI_Rets* rets, size_t first_ret,
                            HostBuffers* h) {
-  h->n_args = static_cast<size_t>(args->size) - first_arg;
-  h->n_rets = static_cast<size_t>(rets->size) - first_ret;
-  h->bufs.resize(h->n_args + h->n_rets);
-  h->ptrs.resize(h->n_args + h->n_rets);
   for (size_t i = 0; i < h->n_args + h->n_rets; ++i) {
     const bool is_arg = i < h->n_args;
     const bool is_buffer =
@@ -850,7 +855,8 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
                       "hostcb: the CUDA driver is not loaded");
   }
   if (ordinal < 0 || ordinal >= kMaxGpuOrdinal) return OutOfRange(ordinal);
-  HostBuffers h;
+  HostBuffers h(static_cast<size_t>(args->size) - first_arg,
+                static_cast<size_t>(rets->size) - first_ret);
   ffi::Error e = DescribeBuffers(args, first_arg, rets, first_ret, &h);
   if (e.failure()) return e;
   CUresult r;
