@@ -741,23 +741,29 @@ struct HostBuffers {
 ffi::Error DescribeBuffers(const XLA_FFI_Args* args, size_t first_arg,
                            const XLA_FFI_Rets* rets, size_t first_ret,
                            HostBuffers* h) {
-  for (size_t i = 0; i < h->n_args + h->n_rets; ++i) {
-    const bool is_arg = i < h->n_args;
+  // Locals, not *h's fields, in the loop: its stores into the buffers'
+  // descriptions would make the compiler read those again.
+  const size_t n_args = h->n_args;
+  const size_t n = n_args + h->n_rets;
+  XLA_FFI_Buffer* const bufs = h->bufs.data();
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool is_arg = i < n_args;
     const bool is_buffer =
-        is_arg
-            ? args->types[first_arg + i] == XLA_FFI_ArgType_BUFFER
-            : rets->types[first_ret + i - h->n_args] == XLA_FFI_RetType_BUFFER;
+        is_arg ? args->types[first_arg + i] == XLA_FFI_ArgType_BUFFER
+               : rets->types[first_ret + i - n_args] == XLA_FFI_RetType_BUFFER;
     if (!is_buffer) {
       return ffi::Error::InvalidArgument(
           "hostcb: a call's operands and results must be buffers");
     }
     const auto* b = static_cast<const XLA_FFI_Buffer*>(
         is_arg ? args->args[first_arg + i]
-               : rets->rets[first_ret + i - h->n_args]);
-    h->bufs[i] = *b;
-    h->ptrs[i] = &h->bufs[i];
-    if (b->dtype != XLA_FFI_DataType_TOKEN) h->total += AlignUp(BufferBytes(b));
+               : rets->rets[first_ret + i - n_args]);
+    bufs[i] = *b;
+    h->ptrs[i] = &bufs[i];
+    if (b->dtype != XLA_FFI_DataType_TOKEN) total += AlignUp(BufferBytes(b));
   }
+  h->total = total;
   return ffi::Error::Success();
 }
 
@@ -766,16 +772,19 @@ ffi::Error DescribeBuffers(const XLA_FFI_Args* args, size_t first_arg,
 // first copy that failed, or kSuccess.
 CUresult StageOperands(const cuda::Api* api, CUstream stream,
                        const Staging* staging, HostBuffers* h) {
+  const size_t n_args = h->n_args;  // locals, as in DescribeBuffers
+  const size_t n = n_args + h->n_rets;
+  XLA_FFI_Buffer* const bufs = h->bufs.data();
   uint64_t offset = 0;
   CUresult r = cuda::kSuccess;
-  for (size_t i = 0; i < h->n_args + h->n_rets; ++i) {
-    XLA_FFI_Buffer& b = h->bufs[i];
+  for (size_t i = 0; i < n; ++i) {
+    XLA_FFI_Buffer& b = bufs[i];
     if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
     void* device_data = b.data;
     b.data = staging->data + offset;
     const uint64_t nbytes = BufferBytes(&b);
     offset += AlignUp(nbytes);
-    if (i < h->n_args && nbytes && r == cuda::kSuccess) {
+    if (i < n_args && nbytes && r == cuda::kSuccess) {
       r = WithContext(api, stream, [&] {
         return api->MemcpyDtoHAsync(
             b.data, reinterpret_cast<cuda::CUdeviceptr>(device_data), nbytes,
