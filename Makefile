@@ -71,9 +71,14 @@ lint: $(VENV)/.ruff-$(RUFF_VERSION) $(VENV)/.clang-format-$(CLANG_FORMAT_VERSION
 	$(BIN)/clang-format --dry-run --Werror $(CXX_SOURCES)
 
 # Always reinstall hostcb itself (not editable: the import hook ships as a
-# .pth file that only a real install puts in site-packages).
+# .pth file that only a real install puts in site-packages).  The test build
+# of the native engine (setup.py's HOSTCB_TEST_BUILD=1: with the simulated
+# CUDA driver and the fault injections of tests/native that the tests
+# drive); the wheels (`make wheels`) and a plain `pip install .` make the
+# production build, which has none of them.
 install: $(VENV)/.deps-$(JAX_VERSION) $(VENV)/.deps-export
-	$(BIN)/pip install -q --no-deps --no-build-isolation --force-reinstall .
+	HOSTCB_TEST_BUILD=1 $(BIN)/pip install -q --no-deps --no-build-isolation \
+	  --force-reinstall .
 
 demo: install
 	$(BIN)/hostcb demo

@@ -22,6 +22,15 @@ earlier build: the extension's output is removed before compiling.  (An
 in-place or editable build gets the extension when it compiles, and
 records a failure in the build folder only.)  Everything else is in
 ``pyproject.toml``.
+
+``HOSTCB_TEST_BUILD=1`` in the environment makes the test build of the
+extension (``make install``, which ``make test`` uses): it adds the sources
+of ``tests/native`` that the tests drive, a simulated CUDA driver
+(``cuda_fake.cc``) and the functions that control it and inject faults
+(``engine_testing.cc``), compiled with the macro ``HOSTCB_TEST_BUILD``.
+Without it (wheels, ``pip install .``) the build is the production one,
+which carries none of them.  A test build needs a clone: the sdist has no
+``tests/``.
 """
 
 import importlib.machinery
@@ -35,6 +44,10 @@ from setuptools.command.build_py import build_py
 
 PTH = "hostcb-legacy-import.pth"
 NATIVE = os.path.join("src", "hostcb", "_native")
+# The test build's sources (HOSTCB_TEST_BUILD=1): in the clone, not the
+# package.
+TEST_NATIVE = os.path.join("tests", "native")
+TEST_SOURCES = ("cuda_fake.cc", "engine_testing.cc")
 # Written next to the extension when it is not built; see build_failure()
 # in src/hostcb/_native/__init__.py.
 FAILURE_FILE = "_build_failure.txt"
@@ -206,46 +219,82 @@ class build_ext_optional(build_ext):
     return outputs
 
 
-engine = Extension(
-  "hostcb._native._engine",
-  sources=[
+def _test_build():
+  """Whether the environment asks for the test build (HOSTCB_TEST_BUILD=1);
+  stops the build where it does but the test sources are missing."""
+  value = os.environ.get("HOSTCB_TEST_BUILD", "")
+  if value not in ("", "0", "1"):
+    sys.exit(f"hostcb: HOSTCB_TEST_BUILD must be 0 or 1, not {value!r}")
+  if value != "1":
+    return False
+  missing = [
+    f for f in TEST_SOURCES if not os.path.exists(os.path.join(TEST_NATIVE, f))
+  ]
+  if missing:
+    sys.exit(
+      f"hostcb: HOSTCB_TEST_BUILD=1 needs {', '.join(missing)} in "
+      f"{TEST_NATIVE}: build the test build from a clone, not an sdist"
+    )
+  print(
+    "hostcb: the test build of the native engine (HOSTCB_TEST_BUILD=1)",
+    file=sys.stderr,
+  )
+  return True
+
+
+def _engine(test_build):
+  """The extension ``hostcb._native._engine``; ``test_build``: with the
+  test sources and the HOSTCB_TEST_BUILD macro."""
+  sources = [
     os.path.join(NATIVE, f)
     for f in (
       "handlers.cc",
       "call.cc",
       "module.cc",
       "cuda.cc",
-      "cuda_fake.cc",
       "cuda_py.cc",
       "exit_guard.cc",
       "named.cc",
       "lifetimes.cc",
       "print_line.cc",
     )
-  ],
-  depends=[
+  ]
+  depends = [
     os.path.join(NATIVE, f)
-    for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h", "cuda_fake.h")
-  ],
-  language="c++",
+    for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h")
+  ]
   # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
   # that NumPy 2's headers build an extension that also runs on NumPy
   # 1.26 (the oldest that pyproject.toml admits), whatever newer NumPy
   # the build environment has.
-  define_macros=[("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")],
-  extra_compile_args=[
-    "-std=c++17",
-    "-O2",
-    "-fvisibility=hidden",
-    "-Wno-missing-field-initializers",
-  ],
-  # The GPU back end loads the CUDA driver at run time (cuda_api.h):
-  # nothing of CUDA is needed to build.
-  libraries=["dl"],
-  optional=True,
-)
+  macros = [("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION")]
+  includes = []
+  if test_build:
+    sources += [os.path.join(TEST_NATIVE, f) for f in TEST_SOURCES]
+    depends.append(os.path.join(TEST_NATIVE, "cuda_fake.h"))
+    macros.append(("HOSTCB_TEST_BUILD", "1"))
+    includes.append(TEST_NATIVE)
+  return Extension(
+    "hostcb._native._engine",
+    sources=sources,
+    depends=depends,
+    language="c++",
+    define_macros=macros,
+    include_dirs=includes,
+    extra_compile_args=[
+      "-std=c++17",
+      "-O2",
+      "-fvisibility=hidden",
+      "-Wno-missing-field-initializers",
+    ],
+    # The GPU back end loads the CUDA driver at run time (cuda_api.h):
+    # nothing of CUDA is needed to build.
+    libraries=["dl"],
+    optional=True,
+  )
+
 
 setup(
   cmdclass={"build_py": build_py_with_pth, "build_ext": build_ext_optional},
-  ext_modules=[engine],
+  ext_modules=[_engine(_test_build())],
 )

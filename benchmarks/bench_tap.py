@@ -58,10 +58,27 @@ ON_GPU = jax.devices()[0].platform == "gpu"
 # of ready words (as on a driver without cuStreamWriteValue64); elsewhere
 # the option changes nothing.
 HOST_FUNCTIONS = "host functions"
+
+
+def _can_publish_by_host_functions() -> bool:
+  """Whether the engine can be told to publish GPU taps by host functions:
+  the test build's ``_gpu_words_refused`` (``make bench`` installs that
+  build; a wheel's production build lacks it, and its rows are left out)."""
+  if not engine.available():
+    return False
+  from hostcb._engine import native
+
+  return hasattr(native.module(), "_gpu_words_refused")
+
+
 GPU_ENGINE_MODES = (
   (
     (" [GPU engine]", True),
-    (" [GPU engine, host functions]", HOST_FUNCTIONS),
+    *(
+      [(" [GPU engine, host functions]", HOST_FUNCTIONS)]
+      if _can_publish_by_host_functions()
+      else []
+    ),
     (" [Python callbacks]", False),
   )
   if ON_GPU
@@ -75,7 +92,7 @@ _NOT_SUPPORTED = 801
 def publish(mode) -> None:
   """Has the GPU engine publish taps as `mode` says (host functions, or
   ready words), where it runs."""
-  if ON_GPU and gpu_engine_available():
+  if ON_GPU and gpu_engine_available() and _can_publish_by_host_functions():
     from hostcb._engine import native
 
     native.module()._gpu_words_refused(

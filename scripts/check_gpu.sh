@@ -35,10 +35,15 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 summary=()
 
+# Built from this tree: the test build of the native engine (the "fake"
+# part drives its simulated driver; "bench" times taps published by host
+# functions too).  A wheel is the production build: "fake" then skips (its
+# tests say why), and the benchmark leaves those rows out.
 if [ -n "${HOSTCB_WHEEL:-}" ]; then
   what=$HOSTCB_WHEEL
 else
   what=.
+  export HOSTCB_TEST_BUILD=1
 fi
 $PY -m pip install -q --no-deps --no-build-isolation --no-cache-dir \
     --force-reinstall "$what" >"$OUT/install.log" 2>&1 \

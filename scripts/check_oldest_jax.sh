@@ -16,7 +16,10 @@ fi
 "$VENV/bin/pip" install -q "jax==$JAX_OLDEST" "jaxlib==$JAX_OLDEST" numpy \
   "pytest>=8" pytest-timeout hypothesis "setuptools>=77" wheel tqdm \
   flatbuffers
-"$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
+# The test build of the native engine, as `make install` makes it (the
+# simulated CUDA driver and the fault injections that the suite drives).
+HOSTCB_TEST_BUILD=1 "$VENV/bin/pip" install -q --no-deps --no-build-isolation \
+  --force-reinstall .
 "$VENV/bin/python" -c "import jax; print('jax', jax.__version__)"
 "$VENV/bin/python" -c "from hostcb import _engine as engine; print('native engine:', engine.available() or engine.unavailable_reason())"
 HOSTCB_REQUIRE_NATIVE=1 HOSTCB_TEST_DEVICES=4 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

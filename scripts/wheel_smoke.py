@@ -17,7 +17,11 @@ It checks, and exits non-zero with the reason when one fails:
   returns what the host function returned, and neither changes the
   program's result;
 * the tap took the handler's own decoding of XLA's call frame (the fast
-  path), not XLA FFI's generic one (``hostcb.engine.tap_fallbacks()``).
+  path), not XLA FFI's generic one (``hostcb.engine.tap_fallbacks()``);
+* the engine is the production build: it has none of the functions of the
+  test build (setup.py's ``HOSTCB_TEST_BUILD``: the simulated CUDA driver
+  and the fault injections), and the installed package carries no C++
+  sources.
 
 The last line it prints sums up what passed (the check's summary shows it).
 """
@@ -36,8 +40,43 @@ import numpy as np
 import hostcb
 
 
+# The functions that only the test build of the engine has
+# (tests/native/engine_testing.cc's table; tests/test_wheel_scripts.py
+# keeps the two lists the same).
+TEST_BUILD_FUNCTIONS = (
+  "_fail_next_allocations",
+  "_note_tap_fallback",
+  "_gpu_words_refused",
+  "_use_fake_cuda",
+  "_fake_stream",
+  "_fake_pause",
+  "_fake_pending",
+  "_fake_sync",
+  "_fake_counters",
+  "_fake_fail",
+  "_cuda_test_tap",
+  "_cuda_test_call",
+)
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp")
+
+
 def _fail(message: str) -> None:
   sys.exit(f"wheel_smoke: {message}")
+
+
+def test_build_functions(module) -> list[str]:
+  """The test build's functions that ``module`` has."""
+  return [name for name in TEST_BUILD_FUNCTIONS if hasattr(module, name)]
+
+
+def sources_in(folder: str) -> list[str]:
+  """The C/C++ sources and headers under ``folder``, relative to it."""
+  return sorted(
+    os.path.relpath(os.path.join(root, name), folder)
+    for root, _, names in os.walk(folder)
+    for name in names
+    if name.endswith(SOURCE_SUFFIXES)
+  )
 
 
 def check_location() -> None:
@@ -107,13 +146,31 @@ def check_tap_and_call() -> None:
     )
 
 
+def check_production_build() -> None:
+  """The engine has no function of the test build, and the package no C++
+  source."""
+  from hostcb._native import _engine  # noqa: PLC0415  (check_info: built)
+
+  found = test_build_functions(_engine)
+  if found:
+    _fail(
+      f"the native engine {_engine.__file__} is a test build "
+      f"(HOSTCB_TEST_BUILD): it has {', '.join(found)}"
+    )
+  found = sources_in(os.path.dirname(hostcb.__file__))
+  if found:
+    _fail(f"the installed hostcb carries C++ sources: {', '.join(found)}")
+
+
 def main() -> None:
   check_location()
   check_info()
   check_tap_and_call()
+  check_production_build()
   print(
     f"python {sys.version.split()[0]}, jax {jax.__version__}: hostcb "
-    f"{hostcb.__version__} taps and calls through the native engine"
+    f"{hostcb.__version__} taps and calls through the native engine "
+    "(a production build)"
   )
 
 

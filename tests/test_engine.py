@@ -22,6 +22,7 @@ from jax import lax
 import hostcb
 from hostcb import _engine as engine
 from hostcb._engine import native
+import _native_testing
 from _helpers import Recorder, run_python
 
 NATIVE = pytest.mark.skipif(
@@ -680,9 +681,7 @@ def test_a_tap_whose_arrays_cannot_be_allocated_is_reported_and_the_rest_run():
   f(10).block_until_ready()
   hostcb.barrier_wait()
   rec.calls.clear()
-  native._test_fail_next_allocations(
-    1
-  )  # the consumer's next tap: out of memory
+  _native_testing.fail_next_allocations(1)  # the consumer's next tap: OOM
   f(0)
   with pytest.raises(
     hostcb.CallbackException,
@@ -757,9 +756,9 @@ def test_cpu_taps_take_the_hand_decoded_call_frame():
 
 _FALLBACK = """
 import logging, jax, numpy as np, hostcb
-from hostcb._engine import native
+from hostcb._native import _engine
 logging.basicConfig(format="%(levelname)s %(message)s")
-native._native._note_tap_fallback("an injected reason")
+_engine._note_tap_fallback("an injected reason")
 seen = []
 for k in range(3):
   jax.jit(lambda x: hostcb.id_tap(lambda a, t: seen.append(int(a)), x) + k)(
@@ -771,6 +770,7 @@ print(seen, hostcb.engine.tap_fallbacks())
 
 @NATIVE
 def test_a_tap_that_took_the_generic_decoding_is_logged_once_with_why():
+  _native_testing.module()  # the injection is the test build's
   proc = run_python(_FALLBACK)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout == "[0, 1, 2] (1, 'an injected reason')\n"

@@ -1,17 +1,18 @@
 """The GPU back end's host side (``src/hostcb/_native/cuda.cc``), on a CPU.
 
 These tests replace the CUDA driver by the simulated one of
-``cuda_fake.cc`` (for this whole test process): a simulated stream is a host
-thread that runs its copies and host functions in order, and can be paused
-as a busy GPU would hold them back.  They call the CUDA handlers' bodies
-with NumPy arrays standing for GPU buffers, and check what the real handler
-relies on: one copy per operand and one host function on the stream and
-nothing else, records published only once the stream has copied them, the
-barrier behind unpublished records, the queue bound, pinning, calls, and
-every failure of the driver.  The tests of taps run both ways a stream can
-publish a record: by writing its ready word (the default where the driver
-has ``cuStreamWriteValue64``) and by a host function.  On a real GPU,
-``tests/test_gpu.py`` checks the same through JAX.
+``tests/native/cuda_fake.cc``, which only the test build of the extension
+has (``_native_testing``), for this whole test process: a simulated stream
+is a host thread that runs its copies and host functions in order, and can
+be paused as a busy GPU would hold them back.  They call the CUDA handlers'
+bodies with NumPy arrays standing for GPU buffers, and check what the real
+handler relies on: one copy per operand and one host function on the
+stream and nothing else, records published only once the stream has copied
+them, the barrier behind unpublished records, the queue bound, pinning,
+calls, and every failure of the driver.  The tests of taps run both ways
+a stream can publish a record: by writing its ready word (the default where
+the driver has ``cuStreamWriteValue64``) and by a host function.  On a real
+GPU, ``tests/test_gpu.py`` checks the same through JAX.
 
 The source arrays stay referenced until their stream has run: a paused
 stream copies them later, as a GPU would copy a buffer that XLA keeps.
@@ -34,8 +35,9 @@ import numpy as np
 import pytest
 
 import hostcb
-from hostcb import config, engine
+from hostcb import _engine as engine, config
 from hostcb._engine import gpu, native, registry
+import _native_testing
 from _helpers import run_python
 
 
@@ -64,8 +66,9 @@ _ids = iter(range(10**9))
 
 @pytest.fixture(scope="module")
 def fake():
-  """The extension module, its GPU back end on the simulated driver."""
-  module = native.module()
+  """The extension module (the test build), its GPU back end on the
+  simulated driver."""
+  module = _native_testing.module()
   module._use_fake_cuda()
   return module
 

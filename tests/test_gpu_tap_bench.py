@@ -3,9 +3,10 @@
 headers and delivers every tap, and every call's results, with their values.
 
 It links the engine's handlers.cc and cuda.cc alone (no Python, no GPU: a
-simulated driver of its own does each operation at once); a run here is
-short: the figures come from larger ``--calls`` by hand (see
-docs/guide.md, "Goals not met yet").
+simulated driver of its own does each operation at once, installed through
+the test build's hooks, ``HOSTCB_TEST_BUILD``); a run here is short: the
+figures come from larger ``--calls`` by hand (see docs/guide.md, "Goals not
+met yet").
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def bench(tmp_path_factory):
     "gpu_tap_bench",
     ["handlers.cc", "cuda.cc"],
     ["-lpthread", "-ldl"],
+    flags=("-O2", "-DHOSTCB_TEST_BUILD"),
   )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -177,3 +178,128 @@ def test_the_library_never_imports_progress():
     and "hostcb.progress" in _imports(n, p, set(mods))
   )
   assert users == []
+
+
+# ------------------------------------------- C++ functions under 100 lines
+# Every function of the engine's C++ (src/hostcb/_native) and of its test
+# build and benchmarks (tests/native) is at most this many lines long,
+# from the first line of its signature to its closing brace.
+_MAX_CXX_FUNCTION_LINES = 100
+_CXX_DIRS = (_SRC / "hostcb" / "_native", _SRC.parent / "tests" / "native")
+# (file, function) over the limit until the branch that splits it lands.
+_LONG_CXX_FUNCTIONS_ALLOWED = {
+  ("module.cc", "Py_run_batch"),  # split by the core branch
+}
+# What holds no code: comments, string and character literals, and
+# preprocessor lines (with their continuations).
+_CXX_NOT_CODE = re.compile(
+  r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"
+  r"|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*",
+  re.DOTALL | re.MULTILINE,
+)
+
+
+def _cxx_code(text: str) -> str:
+  """``text`` with what holds no code blanked (its newlines kept, so that
+  line numbers stay)."""
+  return _CXX_NOT_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def _cxx_block_kind(header: str) -> str:
+  """What the brace after ``header`` (the code since the previous ``;``,
+  ``{`` or ``}``) opens at namespace or class scope: "scope" (a namespace,
+  class, struct or union, whose members are looked into), "function", or
+  "other" (an initializer, an enum)."""
+  flat = " ".join(header.split())
+  while True:  # each parenthesized group emptied, innermost first
+    emptied = re.sub(r"\([^()]*\)", "()", flat)
+    if emptied == flat:
+      break
+    flat = emptied
+  before_call = flat.split("(")[0]
+  if re.match(r"(inline )?namespace\b|extern\b", flat):
+    return "scope"
+  if re.search(r"\benum\b", before_call):
+    return "other"
+  if re.search(r"\b(class|struct|union)\b", before_call):
+    return "scope"
+  if "()" in flat and "=" not in re.sub(r"operator\W+", "", flat):
+    return "function"
+  return "other"
+
+
+def cxx_functions(text: str) -> list[tuple[str, int, int]]:
+  """(name, first line, last line) of each function that ``text`` (C++)
+  defines at namespace or class scope; a lambda or a local class is part
+  of its function."""
+  code = _cxx_code(text)
+  found = []
+  open_blocks = []  # (kind, first line, name) per open brace
+  header_start = 0
+  for m in re.finditer(r"[;{}]", code):
+    if m.group() == "{":
+      header = code[header_start : m.start()]
+      nested = any(kind != "scope" for kind, _, _ in open_blocks)
+      kind = "other" if nested else _cxx_block_kind(header)
+      first = header_start + len(header) - len(header.lstrip())
+      name = re.search(r"([~\w:]+)\s*\(", header)
+      open_blocks.append(
+        (kind, code.count("\n", 0, first) + 1, name and name.group(1))
+      )
+    elif m.group() == "}" and open_blocks:
+      kind, first_line, name = open_blocks.pop()
+      if kind == "function":
+        found.append((name, first_line, code.count("\n", 0, m.start()) + 1))
+    header_start = m.end()
+  return found
+
+
+def _long_cxx_functions() -> list[str]:
+  long = []
+  for folder in _CXX_DIRS:
+    for path in sorted([*folder.glob("*.cc"), *folder.glob("*.h")]):
+      for name, first, last in cxx_functions(path.read_text()):
+        lines = last - first + 1
+        if (
+          lines > _MAX_CXX_FUNCTION_LINES
+          and (path.name, name) not in _LONG_CXX_FUNCTIONS_ALLOWED
+        ):
+          long.append(f"{path.name}:{first} {name}: {lines} lines")
+  return long
+
+
+def test_no_cxx_function_is_over_100_lines():
+  assert _long_cxx_functions() == []
+
+
+_CXX_SAMPLE = """\
+#include <x.h>  // {
+#define OPEN {
+namespace a {
+namespace {
+const char* kText = "} {";  // }
+int Table[] = {1, 2};
+enum class E { kA, kB };
+}  // namespace
+
+struct S : Base {
+  int Method(int x) const {
+    auto f = [&] { return '}'; };
+    return f();
+  }
+};
+
+/* { */ template <typename T>
+T Free(T t,
+       int n = 2) {
+  if (t) {
+    return t;
+  }
+  return n;
+}
+}  // namespace a
+"""
+
+
+def test_the_cxx_scanner_finds_each_function_and_its_lines():
+  assert cxx_functions(_CXX_SAMPLE) == [("Method", 11, 14), ("Free", 17, 24)]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+import _native_testing
 import hostcb
 from hostcb import _engine as engine
 
@@ -204,7 +205,7 @@ def test_a_large_tap_whose_arrays_cannot_be_made_is_reported_and_freed():
   f(x).block_until_ready()
   hostcb.barrier_wait()
   got.clear()
-  native._test_fail_next_allocations(1)  # the next tap: out of memory
+  _native_testing.fail_next_allocations(1)  # the next tap: out of memory
   f(x)
   with pytest.raises(
     hostcb.CallbackException,

@@ -9,9 +9,10 @@
 // write a store, a host function a call, pinning a no-op.  So the figures
 // are the engine's own cost (its locks, the ring, the pinner's table), not
 // a driver's.  A consumer thread drains the queue as run_batch does.
-// Built and run by tests/test_gpu_tap_bench.py (short runs, values
-// checked); the figures of docs/guide.md come from larger --calls, built
-// against this tree's and another tree's src/hostcb/_native.
+// Built (with -DHOSTCB_TEST_BUILD: cuda.cc's UseFakeCuda and
+// SetGpuWordsRefused) and run by tests/test_gpu_tap_bench.py (short runs,
+// values checked); the figures of docs/guide.md come from larger --calls,
+// built against this tree's and another tree's src/hostcb/_native.
 //
 //   gpu_tap_bench [--calls N] [--rounds R] [--publication=word|host]
 //                 [--op=tap|call]

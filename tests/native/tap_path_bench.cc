@@ -509,81 +509,67 @@ long RunLate(hostcb::Queue* q, Frame* f, long calls) {
   return by_word;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line's choices (and g_floats, g_late).
+struct Options {
   long calls = 200000, work_ns = 0;
   bool inline_consumer = false, errors_only = false, grow_only = false,
        quiet_only = false, sleeps_only = false;
+};
+
+// Reads the command line into *o; false (said on stderr) for an argument
+// it does not know or a value it refuses.
+bool ParseArgs(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--errors") {
-      errors_only = true;
-      continue;
-    }
-    if (a == "--lock-sleeps") {
-      sleeps_only = true;
-      continue;
-    }
-    if (a == "--grow-during-take") {
-      grow_only = true;
-      continue;
-    }
-    if (a == "--went-quiet") {
-      quiet_only = true;
-      continue;
-    }
-    if (a == "--calls" && i + 1 < argc)
-      calls = std::atol(argv[++i]);
+    if (a == "--errors")
+      o->errors_only = true;
+    else if (a == "--lock-sleeps")
+      o->sleeps_only = true;
+    else if (a == "--grow-during-take")
+      o->grow_only = true;
+    else if (a == "--went-quiet")
+      o->quiet_only = true;
+    else if (a == "--calls" && i + 1 < argc)
+      o->calls = std::atol(argv[++i]);
     else if (a == "--work-ns" && i + 1 < argc)
-      work_ns = std::atol(argv[++i]);
+      o->work_ns = std::atol(argv[++i]);
     else if (a == "--floats" && i + 1 < argc)
       g_floats = std::atol(argv[++i]);
     else if (a == "--consumer=inline")
-      inline_consumer = true;
+      o->inline_consumer = true;
     else if (a == "--consumer=thread")
-      inline_consumer = g_late = false;
+      o->inline_consumer = g_late = false;
     else if (a == "--consumer=late")
-      g_late = true, inline_consumer = false;
+      g_late = true, o->inline_consumer = false;
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
-      return 2;
+      return false;
     }
   }
   if (g_floats < 1) {
     std::fprintf(stderr, "--floats must be 1 or more\n");
-    return 2;
+    return false;
   }
-  hostcb::g_dtype_supported[XLA_FFI_DataType_F32].store(true);
-  Frame f;
-  std::vector<float> floats(g_floats);
-  for (long j = 0; j < g_floats; ++j) floats[j] = static_cast<float>(j + 1);
-  f.Floats(&floats);
-  hostcb::Queue* q = hostcb::GetQueue(0);
-  if (sleeps_only) return LockSleepsAreCounted(q);
-  if (errors_only) {
-    const bool ok = ErrorsAreChecked(q);
-    std::printf("errors_checked=%d\n", ok ? 1 : 0);
-    return ok ? 0 : 1;
-  }
-  if (quiet_only) {
-    const bool ok = WentQuietIsChecked(q);
-    std::printf("went_quiet_checked=%d\n", ok ? 1 : 0);
-    return ok ? 0 : 1;
-  }
-  if (grow_only) {
-    const bool ok = GrowDuringTakeIsChecked(q);
-    std::printf("grow_checked=%d\n", ok ? 1 : 0);
-    return ok ? 0 : 1;
-  }
+  return true;
+}
+
+// Prints "name=1" if a check passed, else "name=0"; the exit status.
+int Report(const char* name, bool ok) {
+  std::printf("%s=%d\n", name, ok ? 1 : 0);
+  return ok ? 0 : 1;
+}
+
+// Times the empty custom call and the tap, o.calls calls each, beside a
+// consumer as o says; prints the figures; the exit status.
+int RunBenchmark(hostcb::Queue* q, Frame* f, const Options& o) {
   q->test_hook_unlocked_take = CountUnlockedTake;
   std::atomic<bool> stop{false};
   bool ok = true;
   std::thread consumer;
-  if (!inline_consumer) {
+  if (!o.inline_consumer) {
     consumer = std::thread([&] {
-      while (!stop.load()) Drain(q, 0.01, work_ns, &ok);
-      while (Drain(q, 0, work_ns, &ok)) {
+      while (!stop.load()) Drain(q, 0.01, o.work_ns, &ok);
+      while (Drain(q, 0, o.work_ns, &ok)) {
       }
     });
   }
@@ -591,17 +577,17 @@ int main(int argc, char** argv) {
   // hostcb_noop refuses one since jaxlib 0.8.0's headers).
   Frame nf;
   nf.frame.attrs.size = 0;
-  const bench::Timing noop = NsPerCall(HostcbNoop, &nf, calls, nullptr, 0);
+  const bench::Timing noop = NsPerCall(HostcbNoop, &nf, o.calls, nullptr, 0);
   bench::Timing tap{0, 0};
   long by_word = 0;
   if (g_late) {
-    by_word = RunLate(q, &f, calls);
+    by_word = RunLate(q, f, o.calls);
   } else {
-    tap =
-        NsPerCall(HostcbTap, &f, calls, inline_consumer ? q : nullptr, work_ns);
+    tap = NsPerCall(HostcbTap, f, o.calls, o.inline_consumer ? q : nullptr,
+                    o.work_ns);
   }
-  if (inline_consumer) {
-    while (Drain(q, 0, work_ns, &ok)) {
+  if (o.inline_consumer) {
+    while (Drain(q, 0, o.work_ns, &ok)) {
     }
   } else {
     stop.store(true);
@@ -615,4 +601,22 @@ int main(int argc, char** argv) {
       ok ? 1 : 0, static_cast<unsigned long long>(q->GetCounters().lock_sleeps),
       g_takes.load() - g_unlocked_takes.load(), by_word);
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) return 2;
+  hostcb::g_dtype_supported[XLA_FFI_DataType_F32].store(true);
+  Frame f;
+  std::vector<float> floats(g_floats);
+  for (long j = 0; j < g_floats; ++j) floats[j] = static_cast<float>(j + 1);
+  f.Floats(&floats);
+  hostcb::Queue* q = hostcb::GetQueue(0);
+  if (o.sleeps_only) return LockSleepsAreCounted(q);
+  if (o.errors_only) return Report("errors_checked", ErrorsAreChecked(q));
+  if (o.quiet_only) return Report("went_quiet_checked", WentQuietIsChecked(q));
+  if (o.grow_only) return Report("grow_checked", GrowDuringTakeIsChecked(q));
+  return RunBenchmark(q, &f, o);
 }

@@ -25,7 +25,8 @@ GPU's local hardware id (the FFI device ordinal XLA gives the handlers).
 On by default (``hostcb_gpu_engine``; ``HOSTCB_GPU_ENGINE=0`` turns it
 off): ``scripts/check_gpu.sh`` passed on an NVIDIA H200 with jax 0.11.2.
 Its host side is tested on CPU machines with a simulated driver
-(``tests/test_engine_gpu.py``).
+(``tests/test_engine_gpu.py``; the driver is in the test build of the
+extension only, ``tests/native/cuda_fake.cc``).
 """
 
 from __future__ import annotations

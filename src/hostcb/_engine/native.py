@@ -738,12 +738,6 @@ def tap_fallbacks() -> tuple[int, str | None]:
   return _require().tap_fallbacks()
 
 
-def _test_fail_next_allocations(n: int) -> None:
-  """Fault injection, for tests only: the consumer fails to allocate the
-  arrays of the next ``n`` taps, as if out of memory."""
-  _require()._fail_next_allocations(int(n))
-
-
 def wait_for_device(ordinal: int, awaited_only: bool = False) -> None:
   """Returns once every record queued so far on device ``ordinal`` has
   been processed (``awaited_only``: every record up to the latest print

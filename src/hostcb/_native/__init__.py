@@ -1,7 +1,8 @@
 """hostcb's native tap engine (C++), built as ``hostcb._native._engine``.
 
 See :mod:`hostcb._engine` for the Python side and ``handlers.cc``,
-``queue.h`` and ``module.cc`` here for the design.
+``queue.h`` and ``module.cc`` in the source tree's ``src/hostcb/_native``
+for the design (an installed hostcb has the built extension only).
 
 When the install could not build the extension, ``setup.py`` leaves a
 one-line file here saying why; :func:`build_failure` reads it.  The facts

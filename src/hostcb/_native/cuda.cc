@@ -60,6 +60,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_api.h"
@@ -147,13 +148,12 @@ std::string ErrorName(CUresult r) {
   return "CUDA error " + std::to_string(r);
 }
 
-// Defined by cuda_fake.cc.
-const Api* FakeApi();
-
+#ifdef HOSTCB_TEST_BUILD
 void UseFakeCuda() {
   std::lock_guard<std::mutex> lock(g_load_mu);
   g_api.store(FakeApi(), std::memory_order_release);
 }
+#endif
 
 }  // namespace cuda
 
@@ -392,6 +392,129 @@ void PublishRecord(void* user_data) {
 
 static_assert(kMaxDevices == 1 << 12, "PackRecord keeps the slot in 12 bits");
 
+// ------------------------------------------------------------ a GPU tap
+// A tap's record, reserved in its GPU's queue: where its bytes go, and how
+// the stream publishes it.
+struct GpuTap {
+  Queue::Reservation r;
+  TapLayout layout;
+  uint8_t* base = nullptr;  // the queue's ring
+  uint64_t size = 0;
+  // Not in the ring: an oversize record's own (pageable) allocation.
+  bool in_ring = false;
+  // The ready word after the payload (nullptr: a host function publishes
+  // the record), and where the stream can write it (0: it cannot).
+  uint64_t* word = nullptr;
+  cuda::CUdeviceptr word_device = 0;
+};
+
+// Attaches the tap's ready word to its record, the queue's mutex held.
+// The ring's bytes there may hold an earlier record's: cleared before the
+// consumer can see the word, and before the stream can write it.
+void AwaitWordLocked(Queue* q, const GpuTap& t) {
+  __atomic_store_n(t.word, uint64_t{0}, __ATOMIC_RELAXED);
+  q->AwaitWordLocked(t.r, t.word);
+}
+
+// Reserves the tap's record in the queue (waiting for space there) and
+// sets up its ready word where the stream can write it: still under the
+// reservation's lock (one lock per tap) where the record's chunks are
+// pinned already (always but the first time the ring reaches a chunk),
+// else once they are pinned (CUDA calls, the lock released first).
+// Returns with `lock` released.
+ffi::Error ReserveGpuTap(const cuda::Api* api, CUstream stream, Queue* q,
+                         RingPinner* pinner, int64_t target_id,
+                         const XLA_FFI_Args* args, size_t first, bool by_word,
+                         std::unique_lock<std::mutex>& lock, GpuTap* t) {
+  // Room for the ready word after the payload (queue.h).
+  const uint64_t word_bytes = by_word ? kAlign : 0;
+  // Into locals first: no pointer into *t leaves the inlined steps, so
+  // that its fields can stay in registers.
+  TapLayout layout;
+  Queue::Reservation r;
+  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
+                            Queue::kNoOwnBlock, word_bytes);
+  if (e.failure()) return e;
+  t->layout = layout;
+  t->r = r;
+  std::tie(t->base, t->size) = q->RingLocked(lock);
+  t->in_ring = t->base != nullptr && t->r.data >= t->base &&
+               t->r.data < t->base + t->size;
+  if (by_word) {
+    t->word = reinterpret_cast<uint64_t*>(t->r.data + t->layout.payload);
+  }
+  const uint64_t bytes = t->layout.payload + word_bytes;
+  const auto* word = reinterpret_cast<const uint8_t*>(t->word);
+  const bool pinned =
+      !t->in_ring ||
+      pinner->PinnedLocked(t->base, t->r.data, bytes, word, &t->word_device);
+  if (t->word_device != 0) AwaitWordLocked(q, *t);
+  lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
+  if (pinned) return ffi::Error::Success();
+  // The ring reached a chunk not pinned yet: pinned now (CUDA calls),
+  // then the word set up under the queue's mutex again.
+  t->word_device =
+      pinner->Ensure(api, stream, t->base, t->size, t->r.data, bytes, word);
+  if (t->word_device != 0) {
+    lock = q->Relock();
+    AwaitWordLocked(q, *t);
+    lock.unlock();
+  }
+  return ffi::Error::Success();
+}
+
+// Puts the copies of the tap's operands into its record on the stream,
+// after whatever the device computes before the tap.  Returns the driver's
+// refusal of the first that failed, or kSuccess.
+CUresult CopyOperands(const cuda::Api* api, CUstream stream, const GpuTap& t,
+                      const XLA_FFI_Args* args, size_t first) {
+  CUresult failed = cuda::kSuccess;
+  WritePayload(
+      t.r.data, args, first, t.layout.header,
+      [&](uint8_t* dst, const void* src, uint64_t n) {
+        // In the ring, one copy per pinned chunk: a copy that
+        // spans two registrations would be a pageable one.
+        auto from = reinterpret_cast<cuda::CUdeviceptr>(src);
+        while (n > 0 && failed == cuda::kSuccess) {
+          const uint64_t piece =
+              t.in_ring ? std::min(n, RingPinner::ToChunkEnd(t.base, dst)) : n;
+          failed = WithContext(api, stream, [&] {
+            return api->MemcpyDtoHAsync(dst, from, piece, stream);
+          });
+          dst += piece;
+          from += piece;
+          n -= piece;
+        }
+        return failed == cuda::kSuccess;
+      });
+  return failed;
+}
+
+// Asks the stream to write the tap's ready word after its copies: the
+// default flags order the write after them, with a memory barrier (their
+// bytes are visible first).  False where this driver or device cannot:
+// host functions publish from now on (this record's too: its commit makes
+// it ready although its word stays 0), said once
+// (hostcb.engine.gpu_publication() says it too).
+bool WriteReadyWord(const cuda::Api* api, CUstream stream,
+                    cuda::CUdeviceptr word_device) {
+  const CUresult failed = WithContext(api, stream, [&] {
+    return api->StreamWriteValue64(stream, word_device, 1, 0);
+  });
+  if (failed == cuda::kSuccess) return true;
+  CUresult none = cuda::kSuccess;
+  if (g_words_refused.compare_exchange_strong(none, failed)) {
+    std::fprintf(stderr,
+                 "hostcb: the CUDA driver refused cuStreamWriteValue64 "
+                 "(%s): GPU taps are published by host functions from now "
+                 "on, which make the stream wait for the host at each tap. "
+                 "A driver with stream memory operations (CUDA 11.7 or "
+                 "newer) avoids that.\n",
+                 cuda::ErrorName(failed).c_str());
+  }
+  return false;
+}
+
 }  // namespace
 
 Queue* GpuQueue(int32_t ordinal) {
@@ -409,98 +532,26 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   Queue* q = GpuQueue(ordinal);
   if (q == nullptr) return OutOfRange(ordinal);
   RingPinner* pinner = PinnerOf(q);
-  TapLayout layout;
-  std::unique_lock<std::mutex> lock;
-  Queue::Reservation r;
-  // Room for the ready word after the payload, where the stream can write
-  // it (queue.h): then no host function publishes the record.
+  // By a ready word where the stream can write it: then no host function
+  // publishes the record.
   const bool by_word = api->StreamWriteValue64 != nullptr &&
                        g_words_refused.load(std::memory_order_relaxed) == 0;
-  const uint64_t word_bytes = by_word ? kAlign : 0;
-  ffi::Error e = ReserveTap(q, target_id, args, first, &layout, lock, &r,
-                            Queue::kNoOwnBlock, word_bytes);
+  std::unique_lock<std::mutex> lock;
+  GpuTap t;
+  ffi::Error e = ReserveGpuTap(api, stream, q, pinner, target_id, args, first,
+                               by_word, lock, &t);
   if (e.failure()) return e;
-  auto [base, size] = q->RingLocked(lock);
-  // Not in the ring: an oversize record's own (pageable) allocation.
-  const bool in_ring =
-      base != nullptr && r.data >= base && r.data < base + size;
-  uint64_t* word =
-      by_word ? reinterpret_cast<uint64_t*>(r.data + layout.payload) : nullptr;
-  // Still under the reservation's lock (one lock per tap): where the
-  // record's chunks are pinned already (always but the first time the ring
-  // reaches a chunk), the ready word is set up now.  The ring's bytes there
-  // may hold an earlier record's: cleared before the consumer can see the
-  // word, and before the stream can write it.
-  cuda::CUdeviceptr word_device = 0;
-  const bool pinned =
-      !in_ring || pinner->PinnedLocked(
-                      base, r.data, layout.payload + word_bytes,
-                      reinterpret_cast<const uint8_t*>(word), &word_device);
-  if (word_device != 0) {
-    __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
-    q->AwaitWordLocked(r, word);
-  }
-  lock.unlock();  // no CUDA call with the queue's mutex held (queue.h)
-  if (!pinned) {
-    // The ring reached a chunk not pinned yet: pinned now (CUDA calls),
-    // then the word set up under the queue's mutex again.
-    word_device = pinner->Ensure(api, static_cast<CUstream>(stream), base, size,
-                                 r.data, layout.payload + word_bytes,
-                                 reinterpret_cast<const uint8_t*>(word));
-    if (word_device != 0) {
-      __atomic_store_n(word, uint64_t{0}, __ATOMIC_RELAXED);
-      lock = q->Relock();
-      q->AwaitWordLocked(r, word);
-      lock.unlock();
-    }
-  }
-  CUresult failed = cuda::kSuccess;
   const char* what = "an asynchronous device-to-host copy (cuMemcpyDtoHAsync)";
-  WritePayload(r.data, args, first, layout.header,
-               [&](uint8_t* dst, const void* src, uint64_t n) {
-                 // In the ring, one copy per pinned chunk: a copy that
-                 // spans two registrations would be a pageable one.
-                 auto from = reinterpret_cast<cuda::CUdeviceptr>(src);
-                 while (n > 0 && failed == cuda::kSuccess) {
-                   const uint64_t piece =
-                       in_ring ? std::min(n, RingPinner::ToChunkEnd(base, dst))
-                               : n;
-                   failed = WithContext(api, stream, [&] {
-                     return api->MemcpyDtoHAsync(dst, from, piece, stream);
-                   });
-                   dst += piece;
-                   from += piece;
-                   n -= piece;
-                 }
-                 return failed == cuda::kSuccess;
-               });
-  if (failed == cuda::kSuccess && word_device != 0) {
-    // After the copies on the stream: the default flags order the write
-    // after them, with a memory barrier (their bytes are visible first).
-    failed = WithContext(api, stream, [&] {
-      return api->StreamWriteValue64(stream, word_device, 1, 0);
-    });
-    if (failed == cuda::kSuccess) return ffi::Error::Success();
-    // This driver or device cannot: host functions publish from now on
-    // (this record's too: its commit makes it ready although its word
-    // stays 0),
-    // said once (hostcb.engine.gpu_publication() says it too).
-    CUresult none = cuda::kSuccess;
-    if (g_words_refused.compare_exchange_strong(none, failed)) {
-      std::fprintf(stderr,
-                   "hostcb: the CUDA driver refused cuStreamWriteValue64 "
-                   "(%s): GPU taps are published by host functions from now "
-                   "on, which make the stream wait for the host at each tap. "
-                   "A driver with stream memory operations (CUDA 11.7 or "
-                   "newer) avoids that.\n",
-                   cuda::ErrorName(failed).c_str());
-    }
-    failed = cuda::kSuccess;
+  CUresult failed = CopyOperands(api, stream, t, args, first);
+  if (failed == cuda::kSuccess && t.word_device != 0 &&
+      WriteReadyWord(api, stream, t.word_device)) {
+    return ffi::Error::Success();
   }
   if (failed == cuda::kSuccess) {
     what = "launching the tap's host function (cuLaunchHostFunc)";
     failed = WithContext(api, stream, [&] {
-      return api->LaunchHostFunc(stream, &PublishRecord, PackRecord(q, r.seq));
+      return api->LaunchHostFunc(stream, &PublishRecord,
+                                 PackRecord(q, t.r.seq));
     });
     if (failed == cuda::kSuccess) return ffi::Error::Success();
   }
@@ -509,8 +560,8 @@ ffi::Error TapOnStream(void* stream, int32_t ordinal, int64_t target_id,
   // and the next barrier reports it), and the computation fails.
   api->StreamSynchronize(stream);
   lock.lock();
-  q->MarkLostLocked(r);
-  q->CommitLocked(r, true);
+  q->MarkLostLocked(t.r);
+  q->CommitLocked(t.r, true);
   return CudaFailure(what, failed);
 }
 
@@ -656,28 +707,47 @@ void GiveBackStaging(void* user_data) {
   g_staging.Give(static_cast<Staging*>(user_data));
 }
 
-}  // namespace
-
-ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
-                        int64_t target_id, const XLA_FFI_Args* args,
-                        size_t first_arg, const XLA_FFI_Rets* rets,
-                        size_t first_ret) {
-  const cuda::Api* api = cuda::Current();
-  if (api == nullptr) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "hostcb: the CUDA driver is not loaded");
+// Asks the stream to write the staging's done word after what it was given
+// so far (no host function: the stream never waits for the host); false
+// where it cannot.
+bool WriteDoneWord(const cuda::Api* api, CUstream stream, Staging* staging) {
+  if (staging->done_device == 0 ||
+      g_words_refused.load(std::memory_order_relaxed) != cuda::kSuccess) {
+    return false;
   }
-  if (ordinal < 0 || ordinal >= kMaxGpuOrdinal) return OutOfRange(ordinal);
-  const int32_t key = kGpuKeyBase + ordinal;
-  // Host copies of the buffers' descriptions, pointing into the staging.
-  const size_t n_args = static_cast<size_t>(args->size) - first_arg;
-  const size_t n_rets = static_cast<size_t>(rets->size) - first_ret;
-  std::vector<XLA_FFI_Buffer> bufs(n_args + n_rets);
-  std::vector<void*> ptrs(n_args + n_rets);
-  std::vector<XLA_FFI_ArgType> arg_types(n_args, XLA_FFI_ArgType_BUFFER);
-  std::vector<XLA_FFI_RetType> ret_types(n_rets, XLA_FFI_RetType_BUFFER);
+  __atomic_store_n(staging->done, uint64_t{0}, __ATOMIC_RELAXED);
+  return WithContext(api, stream, [&] {
+           return api->StreamWriteValue64(stream, staging->done_device, 1, 0);
+         }) == cuda::kSuccess;
+}
+
+// ------------------------------------------------------------ a GPU call
+// A call's operands and results as the host sees them: copies of their
+// buffers' descriptions (operands first), each pointing into the staging
+// memory once StageOperands has run.
+struct HostBuffers {
+  HostBuffers(size_t args, size_t rets)
+      : n_args(args), n_rets(rets), bufs(args + rets), ptrs(args + rets) {}
+
+  const size_t n_args;
+  const size_t n_rets;
+  std::vector<XLA_FFI_Buffer> bufs;
+  std::vector<void*> ptrs;  // to bufs
+  uint64_t total = 0;       // the staging bytes they need
+};
+
+// Copies the descriptions of args[first_arg:] and rets[first_ret:], which
+// must all be buffers, into `h` (made for that many).
+ffi::Error DescribeBuffers(const XLA_FFI_Args* args, size_t first_arg,
+                           const XLA_FFI_Rets* rets, size_t first_ret,
+                           HostBuffers* h) {
+  // Locals, not *h's fields, in the loop: its stores into the buffers'
+  // descriptions would make the compiler read those again.
+  const size_t n_args = h->n_args;
+  const size_t n = n_args + h->n_rets;
+  XLA_FFI_Buffer* const bufs = h->bufs.data();
   uint64_t total = 0;
-  for (size_t i = 0; i < n_args + n_rets; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const bool is_arg = i < n_args;
     const bool is_buffer =
         is_arg ? args->types[first_arg + i] == XLA_FFI_ArgType_BUFFER
@@ -690,17 +760,24 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
         is_arg ? args->args[first_arg + i]
                : rets->rets[first_ret + i - n_args]);
     bufs[i] = *b;
-    ptrs[i] = &bufs[i];
+    h->ptrs[i] = &bufs[i];
     if (b->dtype != XLA_FFI_DataType_TOKEN) total += AlignUp(BufferBytes(b));
   }
-  CUresult r;
-  Staging* staging = g_staging.Take(api, stream, total, &r);
-  if (staging == nullptr) {
-    return CudaFailure("allocating pinned memory (cuMemHostAlloc)", r);
-  }
+  h->total = total;
+  return ffi::Error::Success();
+}
+
+// Points every buffer of `h` into the staging memory and puts the copies of
+// the operands there on the stream.  Returns the driver's refusal of the
+// first copy that failed, or kSuccess.
+CUresult StageOperands(const cuda::Api* api, CUstream stream,
+                       const Staging* staging, HostBuffers* h) {
+  const size_t n_args = h->n_args;  // locals, as in DescribeBuffers
+  const size_t n = n_args + h->n_rets;
+  XLA_FFI_Buffer* const bufs = h->bufs.data();
   uint64_t offset = 0;
-  r = cuda::kSuccess;
-  for (size_t i = 0; i < n_args + n_rets; ++i) {
+  CUresult r = cuda::kSuccess;
+  for (size_t i = 0; i < n; ++i) {
     XLA_FFI_Buffer& b = bufs[i];
     if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
     void* device_data = b.data;
@@ -715,75 +792,109 @@ ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
       });
     }
   }
+  return r;
+}
+
+// Returns once the operands are in the staging memory (then every tap
+// before the call is published too).  The stream says so by writing the
+// staging's done word after the copies, which this thread watches for a
+// while (no driver wake-up); past kSpin, or where the driver cannot write
+// words, it synchronizes with the stream (which also reports a failed
+// stream: its error is returned).
+CUresult AwaitOperands(const cuda::Api* api, CUstream stream,
+                       Staging* staging) {
+  if (WriteDoneWord(api, stream, staging) && SpinUntilNonzero(staging->done)) {
+    return cuda::kSuccess;
+  }
+  return WithContext(api, stream,
+                     [&] { return api->StreamSynchronize(stream); });
+}
+
+// Runs the call's Python function on this thread exactly as on CPU, with
+// the staged operands and results (CallOnHost).
+ffi::Error RunOnHost(bool one_array, int32_t key, int64_t target_id,
+                     HostBuffers* h) {
+  std::vector<XLA_FFI_ArgType> arg_types(h->n_args, XLA_FFI_ArgType_BUFFER);
+  std::vector<XLA_FFI_RetType> ret_types(h->n_rets, XLA_FFI_RetType_BUFFER);
+  XLA_FFI_Args host_args{};
+  host_args.struct_size = sizeof(XLA_FFI_Args);
+  host_args.size = static_cast<int64_t>(h->n_args);
+  host_args.types = arg_types.data();
+  host_args.args = h->ptrs.data();
+  XLA_FFI_Rets host_rets{};
+  host_rets.struct_size = sizeof(XLA_FFI_Rets);
+  host_rets.size = static_cast<int64_t>(h->n_rets);
+  host_rets.types = ret_types.data();
+  host_rets.rets = h->ptrs.data() + h->n_args;
+  return CallOnHost(one_array, key, target_id, &host_args, 0, &host_rets, 0);
+}
+
+// Puts the copies of the staged results into the call's result buffers on
+// the stream.  Returns the driver's refusal of the first copy that failed,
+// or kSuccess.
+CUresult CopyResults(const cuda::Api* api, CUstream stream,
+                     const HostBuffers& h, const XLA_FFI_Rets* rets,
+                     size_t first_ret) {
+  for (size_t k = 0; k < h.n_rets; ++k) {
+    const XLA_FFI_Buffer& b = h.bufs[h.n_args + k];
+    if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
+    const auto* out =
+        static_cast<const XLA_FFI_Buffer*>(rets->rets[first_ret + k]);
+    if (const uint64_t nbytes = BufferBytes(&b)) {
+      const CUresult r = WithContext(api, stream, [&] {
+        return api->MemcpyHtoDAsync(
+            reinterpret_cast<cuda::CUdeviceptr>(out->data), b.data, nbytes,
+            stream);
+      });
+      if (r != cuda::kSuccess) return r;
+    }
+  }
+  return cuda::kSuccess;
+}
+
+}  // namespace
+
+ffi::Error CallOnStream(bool one_array, void* stream, int32_t ordinal,
+                        int64_t target_id, const XLA_FFI_Args* args,
+                        size_t first_arg, const XLA_FFI_Rets* rets,
+                        size_t first_ret) {
+  const cuda::Api* api = cuda::Current();
+  if (api == nullptr) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "hostcb: the CUDA driver is not loaded");
+  }
+  if (ordinal < 0 || ordinal >= kMaxGpuOrdinal) return OutOfRange(ordinal);
+  HostBuffers h(static_cast<size_t>(args->size) - first_arg,
+                static_cast<size_t>(rets->size) - first_ret);
+  ffi::Error e = DescribeBuffers(args, first_arg, rets, first_ret, &h);
+  if (e.failure()) return e;
+  CUresult r;
+  Staging* staging = g_staging.Take(api, stream, h.total, &r);
+  if (staging == nullptr) {
+    return CudaFailure("allocating pinned memory (cuMemHostAlloc)", r);
+  }
+  r = StageOperands(api, stream, staging, &h);
   if (r != cuda::kSuccess) {
     api->StreamSynchronize(stream);
     g_staging.Give(staging);
     return CudaFailure("copying a call's operands (cuMemcpyDtoHAsync)", r);
   }
-  // Once the operands are here, every tap before the call is published
-  // too.  The stream says so by writing the staging's done word after the
-  // copies, which this thread watches for a while (no driver wake-up);
-  // past kSpin, or where the driver cannot write words, it synchronizes
-  // with the stream (which also reports a failed stream).
-  bool arrived = false;
-  if (staging->done_device != 0 &&
-      g_words_refused.load(std::memory_order_relaxed) == cuda::kSuccess) {
-    __atomic_store_n(staging->done, uint64_t{0}, __ATOMIC_RELAXED);
-    if (WithContext(api, stream, [&] {
-          return api->StreamWriteValue64(stream, staging->done_device, 1, 0);
-        }) == cuda::kSuccess) {
-      arrived = SpinUntilNonzero(staging->done);
-    }
+  r = AwaitOperands(api, stream, staging);
+  if (r != cuda::kSuccess) {
+    g_staging.Give(staging);
+    return CudaFailure("waiting for the stream (cuStreamSynchronize)", r);
   }
-  if (!arrived) {
-    r = WithContext(api, stream,
-                    [&] { return api->StreamSynchronize(stream); });
-    if (r != cuda::kSuccess) {
-      g_staging.Give(staging);
-      return CudaFailure("waiting for the stream (cuStreamSynchronize)", r);
-    }
-  }
-  XLA_FFI_Args host_args{};
-  host_args.struct_size = sizeof(XLA_FFI_Args);
-  host_args.size = static_cast<int64_t>(n_args);
-  host_args.types = arg_types.data();
-  host_args.args = ptrs.data();
-  XLA_FFI_Rets host_rets{};
-  host_rets.struct_size = sizeof(XLA_FFI_Rets);
-  host_rets.size = static_cast<int64_t>(n_rets);
-  host_rets.types = ret_types.data();
-  host_rets.rets = ptrs.data() + n_args;
-  ffi::Error e =
-      CallOnHost(one_array, key, target_id, &host_args, 0, &host_rets, 0);
+  e = RunOnHost(one_array, kGpuKeyBase + ordinal, target_id, &h);
   if (e.failure()) {
     g_staging.Give(staging);  // nothing of it is on the stream
     return e;
   }
-  for (size_t k = 0; k < n_rets; ++k) {
-    const XLA_FFI_Buffer& b = bufs[n_args + k];
-    if (b.dtype == XLA_FFI_DataType_TOKEN) continue;
-    const auto* out =
-        static_cast<const XLA_FFI_Buffer*>(rets->rets[first_ret + k]);
-    if (const uint64_t nbytes = BufferBytes(&b)) {
-      r = WithContext(api, stream, [&] {
-        return api->MemcpyHtoDAsync(
-            reinterpret_cast<cuda::CUdeviceptr>(out->data), b.data, nbytes,
-            stream);
-      });
-      if (r != cuda::kSuccess) break;
-    }
-  }
-  if (r == cuda::kSuccess && staging->done_device != 0 &&
-      g_words_refused.load(std::memory_order_relaxed) == cuda::kSuccess) {
-    // After the result copies on the stream (no host function: the stream
-    // never waits for the host).
-    __atomic_store_n(staging->done, uint64_t{0}, __ATOMIC_RELAXED);
-    if (WithContext(api, stream, [&] {
-          return api->StreamWriteValue64(stream, staging->done_device, 1, 0);
-        }) == cuda::kSuccess) {
-      g_staging.GiveWhenDone(staging);
-      return ffi::Error::Success();
-    }
+  r = CopyResults(api, stream, h, rets, first_ret);
+  // The staging comes back once the stream has copied the results out of
+  // it: by its done word, else by a host function.
+  if (r == cuda::kSuccess && WriteDoneWord(api, stream, staging)) {
+    g_staging.GiveWhenDone(staging);
+    return ffi::Error::Success();
   }
   if (r == cuda::kSuccess) {
     r = WithContext(api, stream, [&] {
@@ -840,9 +951,11 @@ std::string GpuPublication() {
   return "";
 }
 
+#ifdef HOSTCB_TEST_BUILD
 void SetGpuWordsRefused(int code) {
   g_words_refused.store(code, std::memory_order_relaxed);
 }
+#endif
 
 namespace {
 

@@ -8,10 +8,11 @@
 // machine with an NVIDIA GPU has.  Where there is no driver, the GPU back
 // end is not available and says why (LoadCuda's message).
 //
-// Tests on machines without a GPU install a simulated driver instead
-// (cuda_fake.cc): a stream is then a host thread that runs its copies and
-// host functions in order, so the back end's host side (ring, pinning,
-// publication order, bound, barrier, calls) runs unchanged on a CPU.
+// The test build's tests, on machines without a GPU, install a simulated
+// driver instead (tests/native/cuda_fake.cc): a stream is then a host thread
+// that runs its copies and host functions in order, so the back end's host
+// side (ring, pinning, publication order, bound, barrier, calls) runs
+// unchanged on a CPU.
 #pragma once
 
 #include <cstddef>
@@ -74,8 +75,12 @@ const Api* Current();
 // Loads libcuda.so.1 (once); returns "" on success, else why it could not.
 std::string LoadCuda();
 
-// Replaces the driver by the simulation of cuda_fake.cc (tests only).
+#ifdef HOSTCB_TEST_BUILD
+// Replaces the driver by the simulation of FakeApi() (the test build's
+// tests/native/cuda_fake.cc, or a benchmark's own).
 void UseFakeCuda();
+const Api* FakeApi();
+#endif
 
 // "CUDA_ERROR_..." for a result code (or its number).
 std::string ErrorName(CUresult r);

@@ -224,9 +224,14 @@ std::string GpuPinRefusal(int32_t ordinal);
 // else why they are published by host functions (slower: the stream waits
 // for the host at each tap).
 std::string GpuPublication();
-// Tests: as if the driver had refused a ready word with CUDA error `code`
-// (0: words again).
+#ifdef HOSTCB_TEST_BUILD
+// The test build's hooks (tests/native/engine_testing.cc):
+// as if the driver had refused a ready word with CUDA error `code` (0:
+// words again; cuda.cc),
 void SetGpuWordsRefused(int code);
+// the consumer fails to allocate the arrays of the next n taps (module.cc).
+void FailNextAllocations(long n);
+#endif
 
 // The lives of target ids' executables (lifetimes.cc): XLA's instantiate
 // stage of the handlers of process-local ids, the type of the state it

@@ -49,6 +49,10 @@ PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
 extern const bool kFormatsPrintLines;
 // cuda_py.cc: adds the GPU back end's functions to the module.
 int AddCudaFunctions(PyObject* module);
+#ifdef HOSTCB_TEST_BUILD
+// tests/native/engine_testing.cc: adds the test build's functions.
+int AddTestFunctions(PyObject* module);
+#endif
 // exit_guard.cc: threads that Python ends at shutdown do not abort.
 int InstallExitGuard();
 bool UninstallExitGuard();
@@ -128,9 +132,11 @@ struct Built {
   PyObject* writer = nullptr;
 };
 
-// Fault injection (tests): the next this many array allocations of
-// run_batch fail as if out of memory (_fail_next_allocations).
+#ifdef HOSTCB_TEST_BUILD
+// Fault injection (the test build): the next this many array allocations
+// of run_batch fail as if out of memory (FailNextAllocations).
 long g_failing_allocations = 0;
+#endif
 
 constexpr const char* kBlockName = "hostcb.record_block";
 
@@ -154,10 +160,12 @@ PyObject* BuildArrays(const Record& r, std::vector<Copy>* copies,
   auto* descs = reinterpret_cast<const OperandDesc*>(r.data);
   auto* dims = reinterpret_cast<const int64_t*>(
       r.data + r.num_operands * sizeof(OperandDesc));
+#ifdef HOSTCB_TEST_BUILD
   if (g_failing_allocations > 0) {
     --g_failing_allocations;
     return PyErr_NoMemory();
   }
+#endif
   // The block's capsule, without a destructor until every array holds the
   // owner: on a failure before that, the queue still frees the block.
   PyObject* capsule = nullptr;  // borrowed from `owner` once it holds it
@@ -380,15 +388,6 @@ PyObject* Py_tap_fallbacks(PyObject*, PyObject*) {
   const char* why = g_tap_fallback_reason.load(std::memory_order_acquire);
   return Py_BuildValue(
       "(Ks)", static_cast<unsigned long long>(g_tap_fallbacks.load()), why);
-}
-
-// Fault injection (tests): counts a fallback of hostcb_tap as the handler
-// does, with `reason` (kept for the process's life).
-PyObject* Py_note_tap_fallback(PyObject*, PyObject* arg) {
-  const char* reason = PyUnicode_AsUTF8(arg);
-  if (reason == nullptr) return nullptr;
-  NoteTapFallback((new std::string(reason))->c_str());  // leaked on purpose
-  Py_RETURN_NONE;
 }
 
 PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
@@ -738,13 +737,6 @@ PyObject* Py_mark_awaited_target(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-PyObject* Py_fail_next_allocations(PyObject*, PyObject* arg) {
-  long n = PyLong_AsLong(arg);
-  if (n == -1 && PyErr_Occurred()) return nullptr;
-  g_failing_allocations = n;
-  Py_RETURN_NONE;
-}
-
 PyObject* Py_install_exit_guard(PyObject*, PyObject*) {
   if (InstallExitGuard() < 0) return nullptr;
   Py_RETURN_NONE;
@@ -899,9 +891,6 @@ PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
      "generic decoding, and the reason of the first."},
-    {"_note_tap_fallback", Py_note_tap_fallback, METH_O,
-     "Fault injection, for tests only: counts a tap that took XLA FFI's "
-     "generic decoding, for the given reason."},
     {"handlers", Py_handlers, METH_NOARGS,
      "{name: PyCapsule} of the XLA FFI handlers, for register_ffi_target."},
     {"set_dtypes", Py_set_dtypes, METH_O,
@@ -996,9 +985,6 @@ PyMethodDef kMethods[] = {
      "set_consumer_starter(starter): a device's first producer calls "
      "starter(device_ordinal) once, on its device thread with the GIL "
      "taken, before it queues its record."},
-    {"_fail_next_allocations", Py_fail_next_allocations, METH_O,
-     "_fail_next_allocations(n): fault injection for tests; run_batch fails "
-     "to allocate the arrays of the next n taps, as if out of memory."},
     {"install_exit_guard", Py_install_exit_guard, METH_NOARGS,
      "Installs the std::terminate handler of exit_guard.cc (threads that "
      "Python ends at shutdown do not abort the process)."},
@@ -1065,6 +1051,10 @@ int DrainQuietPending(void*) {
 
 }  // namespace
 
+#ifdef HOSTCB_TEST_BUILD
+void FailNextAllocations(long n) { g_failing_allocations = n; }
+#endif
+
 void QuietWithoutQueue(int64_t) {
   if (g_on_quiet == nullptr || PythonIsFinalizing()) return;
   if (PyGILState_Check()) {  // a garbage collection dropped the executable
@@ -1120,5 +1110,11 @@ PyMODINIT_FUNC PyInit__engine(void) {
     Py_DECREF(m);
     return nullptr;
   }
+#ifdef HOSTCB_TEST_BUILD
+  if (hostcb::AddTestFunctions(m) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+#endif
   return m;
 }

@@ -1,5 +1,5 @@
-// hostcb native engine: the test controls of the simulated CUDA driver
-// (cuda_fake.cc), used by module.cc's underscore functions only.
+// hostcb native engine, test build only: the test controls of the simulated
+// CUDA driver (cuda_fake.cc), used by engine_testing.cc's functions.
 #pragma once
 
 #include <cstddef>

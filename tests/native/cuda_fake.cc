@@ -1,5 +1,5 @@
-// hostcb native engine: a simulated CUDA driver, for testing the GPU back
-// end's host side (cuda.cc) on machines without a GPU.
+// hostcb native engine, test build only: a simulated CUDA driver, for
+// testing the GPU back end's host side (cuda.cc) on machines without a GPU.
 //
 // A simulated stream is a host thread that runs its operations in the
 // order they were enqueued: a "device-to-host copy" is a memcpy (device
@@ -10,7 +10,7 @@
 // Operations can be made to fail (fault injection).  Pinning counts bytes
 // and changes nothing.
 //
-// Never used unless a test calls _use_fake_cuda() (module.cc).
+// Never used unless a test calls _use_fake_cuda() (engine_testing.cc).
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
