@@ -33,8 +33,9 @@ This docstring is the map; each place it names says the rest.
   (:mod:`hostcb._jax_internals.printing_computations`, decided by
   :mod:`hostcb._jax_internals.dispatch`'s wrapper of
   ``_cached_lowering_to_hlo``: an executable that returns arrays is marked
-  and stays on jit's fast path; one that returns nothing keeps its
-  runtime token).
+  and stays on jit's fast path, its AOT-compiled calls taking JAX's Python
+  path (``dispatch``'s compiled-call guard); one that returns nothing
+  keeps its runtime token).
 
 **Noted** (at each dispatch of a computation that prints; the state the
 waits look at, kept by the JAX hooks that write it, read here through
