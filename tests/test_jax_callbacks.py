@@ -415,7 +415,7 @@ def test_effects_barrier_blocks_until_a_running_callback_returns():
   out = jax.jit(lambda x: (hostcb.debug.callback(held, x), x * 2)[1])(3.0)
   # The device does not wait for the callback: the result is there while
   # the callback is still held (reading it on the host would wait for the
-  # callback, as with JAX's: hostcb._engine.read_waits).
+  # callback, as with JAX's: hostcb._engine.output_order.reads).
   deadline = time.monotonic() + DEADLINE
   while not out.is_ready() and time.monotonic() < deadline:
     time.sleep(0.001)  # polls the device, which does not wait for `held`

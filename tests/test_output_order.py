@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ast
 import io
 import logging
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -26,8 +29,8 @@ import pytest
 import hostcb
 from _helpers import hostcb_root, run_python
 from hostcb import _engine as engine
-from hostcb._engine import output_order
-from hostcb._jax_internals import dispatch
+from hostcb._engine.output_order import writes
+from hostcb._jax_internals import printing_computations as printing
 
 DEADLINE = 60.0  # seconds: every wait of these tests ends by then
 RUNS = 3  # runs of each side of the differential test
@@ -184,7 +187,7 @@ def test_an_assignment_from_a_tap_function_does_not_wait_for_itself(
 ):
   # A consumer that assigns sys.stdout while a print is queued behind it
   # would wait for that print, which only it can run, until the deadline.
-  monkeypatch.setattr(output_order, "_warned", [False])
+  monkeypatch.setattr(writes, "_warned", [False])
   buf = io.StringIO()
 
   def tap(x, transforms):
@@ -228,8 +231,8 @@ def test_writes_wait_only_for_the_prints_of_a_deadline(monkeypatch, caplog):
       release.wait(DEADLINE)
 
   f = jax.jit(lambda x: hostcb.id_print(x, output_stream=Blocking()))
-  monkeypatch.setattr(output_order, "WAIT_SECONDS", 0.2)
-  monkeypatch.setattr(output_order, "_warned", [False])
+  monkeypatch.setattr(writes, "WAIT_SECONDS", 0.2)
+  monkeypatch.setattr(writes, "_warned", [False])
   buf = io.StringIO()
   try:
     with caplog.at_level(logging.WARNING, logger="hostcb"):
@@ -281,8 +284,8 @@ def test_a_write_waits_for_a_blocked_computation_only_until_the_deadline(
   # WAIT_SECONDS for it, then goes on, with the warning; the computation
   # is left alone.
   _f()(jnp.float32(0)).block_until_ready()  # a print is staged
-  monkeypatch.setattr(output_order, "WAIT_SECONDS", 0.2)
-  monkeypatch.setattr(output_order, "_warned", [False])
+  monkeypatch.setattr(writes, "WAIT_SECONDS", 0.2)
+  monkeypatch.setattr(writes, "_warned", [False])
   release = threading.Event()
 
   def host(x):
@@ -484,13 +487,13 @@ def test_a_library_stream_assigned_to_stdout_composes_with_the_hook():
 
 
 # The note of each fast-path dispatch of a function that prints
-# (jax_internals.dispatch, _PrintOutputs): the native engine's C function,
+# (_jax_internals.printing_computations, _PrintOutputs): the native engine's C function,
 # and its Python twin for a process without the engine.
 def _notes() -> list:
-  notes = [pytest.param(dispatch._unflatten_print_outputs, id="python")]
+  notes = [pytest.param(printing._unflatten_print_outputs, id="python")]
   if engine.available():
     native = engine.native.module().print_outputs_unflatten(
-      dispatch._print_outputs
+      printing._print_outputs
     )
     notes.append(pytest.param(native, id="native"))
   return notes
@@ -499,9 +502,9 @@ def _notes() -> list:
 def test_the_fast_path_note_is_the_native_function_with_the_engine():
   if not engine.available():
     pytest.skip(f"no native engine here: {engine.unavailable_reason()}")
-  note = dispatch._note_and_unflatten()
+  note = printing._note_and_unflatten()
   assert type(note).__name__ == "builtin_function_or_method"
-  assert note.__self__ is dispatch._print_outputs
+  assert note.__self__ is printing._print_outputs
 
 
 @pytest.mark.parametrize("note", _notes())
@@ -509,9 +512,9 @@ def test_the_note_of_one_array_returns_it_and_notes_the_outputs(note):
   children = (jnp.float32(1),)
   try:
     assert note(None, children) is children[0]
-    assert dispatch._print_outputs[threading.get_ident()] is children
+    assert printing._print_outputs[threading.get_ident()] is children
   finally:
-    dispatch._print_outputs.pop(threading.get_ident(), None)
+    printing._print_outputs.pop(threading.get_ident(), None)
 
 
 @pytest.mark.parametrize("note", _notes())
@@ -522,9 +525,9 @@ def test_the_note_of_a_tree_returns_the_tree_and_notes_the_outputs(note):
     out = note(tree, children)
     assert out == (children[0], {"a": children[1]})
     assert out[0] is children[0] and out[1]["a"] is children[1]
-    assert dispatch._print_outputs[threading.get_ident()] is children
+    assert printing._print_outputs[threading.get_ident()] is children
   finally:
-    dispatch._print_outputs.pop(threading.get_ident(), None)
+    printing._print_outputs.pop(threading.get_ident(), None)
 
 
 @pytest.mark.parametrize("note", _notes())
@@ -541,10 +544,10 @@ def test_the_note_is_kept_per_thread(note):
   t.join(DEADLINE)
   assert not t.is_alive()
   try:
-    assert threading.get_ident() not in dispatch._print_outputs
-    assert dispatch._print_outputs[idents[0]] is children
+    assert threading.get_ident() not in printing._print_outputs
+    assert printing._print_outputs[idents[0]] is children
   finally:
-    dispatch._print_outputs.pop(idents[0], None)
+    printing._print_outputs.pop(idents[0], None)
 
 
 def test_the_native_note_takes_a_dict_and_two_arguments():
@@ -561,7 +564,7 @@ def test_the_native_note_takes_a_dict_and_two_arguments():
 # The print that waits first (output_order): the native engine's C
 # function, and its Python twin for a process without the engine.
 def _prints() -> list:
-  prints = [pytest.param(output_order._python_print, id="python")]
+  prints = [pytest.param(writes._python_print, id="python")]
   if engine.available():
     module = engine.native.module()
     prints.append(
@@ -573,8 +576,8 @@ def _prints() -> list:
 
 
 def _make_print(make, outputs: dict, tokens: dict, wait):
-  if make is output_order._python_print:  # its dicts are the module's own
-    outputs, tokens = output_order._outputs, output_order._tokens
+  if make is writes._python_print:  # its dicts are the module's own
+    outputs, tokens = writes._outputs, writes._tokens
     return outputs, tokens, make(builtins.print)
   return outputs, tokens, make(builtins.print, outputs, tokens, wait)
 
@@ -628,11 +631,11 @@ def test_the_native_print_takes_print_two_dicts_and_a_callable():
 
 _PYTHON_NOTE_SCRIPT = """
 import jax, jax.numpy as jnp, hostcb
-from hostcb._jax_internals import dispatch
+from hostcb._jax_internals import printing_computations as printing
 f = jax.jit(lambda x: (hostcb.debug.print("x = {}", x), x * 2)[1])
 g = jax.jit(lambda x: (hostcb.debug.print("y = {}", x), (x, {"b": x + 1}))[1])
 f(jnp.float32(0)).block_until_ready()
-assert dispatch._note_and_unflatten() is dispatch._unflatten_print_outputs
+assert printing._note_and_unflatten() is printing._unflatten_print_outputs
 assert hostcb._jax_internals.declares_no_effect(f, jnp.float32(1))
 for i in range(3):
   print("result:", f(jnp.float32(i)))
@@ -890,3 +893,96 @@ def test_id_print_to_a_closed_pipe_logs_one_failure_and_raises_at_the_barrier(
   assert err.count("hostcb: a tap function raised an exception") == 1, err
   assert err.count("BrokenPipeError") == 3, err  # the log, the cause, the text
   assert "hostcb._engine.errors.CallbackException" in err, err
+
+
+# What takes part in output ordering, by the names through which it does:
+# each module of hostcb that uses one of them is named in the map, the
+# docstring of hostcb._engine.output_order.
+_ORDERING_NAMES = {
+  "awaited_tap_staged",
+  "mark_awaited",
+  "note_awaited_lowered",
+  "lowered_printing",
+  "prints_module",
+  "marked_keepalive",
+  "this_threads_notes",
+  "note_print_outputs",
+  "forget_print_outputs",
+  "forget_this_threads_print_outputs",
+  "wait_for_this_threads_computation",
+  "wait_after_next_dispatch",
+  "after_host_reads",
+  "block_without_hook",
+  "consumer_stdout",
+  "wait_for_own_prints",
+  "wait_for_earlier_prints",
+  "wait_for_awaited",
+  "wait_for_awaited_everywhere",
+  "awaited_run_everywhere",
+  "mark_awaited_target",
+  "ordered_print",
+  "print_outputs_unflatten",
+}
+_ORDERING_NATIVE_NAMES = re.compile(
+  r"\b(g_awaited_targets|IsPrintTarget|NotePrintLocked|EarlierPrintsRun|"
+  r"OrderedPrint|UnflattenPrintOutputs)\b"
+)
+
+
+def _modules_taking_part() -> list[str]:
+  """The paths, relative to the package, of hostcb's modules (and C++
+  files) that use a name of output ordering."""
+  package = pathlib.Path(hostcb.__file__).resolve().parent
+  source = pathlib.Path(__file__).resolve().parent.parent / "src" / "hostcb"
+  root = source if source.is_dir() else package
+  found = []
+  for path in sorted(root.rglob("*.py")):
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.FunctionDef):
+        used.add(node.name)
+      elif isinstance(node, ast.Attribute):
+        used.add(node.attr)
+      elif isinstance(node, ast.Name):
+        used.add(node.id)
+      elif isinstance(node, ast.ImportFrom):
+        used.update(a.name for a in node.names)
+    if used & _ORDERING_NAMES:
+      found.append(path.relative_to(root).with_suffix("").as_posix())
+  for path in sorted((root / "_native").glob("*.[ch]*")):
+    if _ORDERING_NATIVE_NAMES.search(path.read_text()):
+      found.append(path.relative_to(root).as_posix())
+  return found
+
+
+_HOME = "_engine/output_order"
+
+
+def _named_in(text: str, module: str) -> bool:
+  """Whether ``text`` names ``module`` (``_core/lowering``, a package by
+  its ``__init__``, a C++ file as ``_native/queue.h``) by its path or its
+  dotted name."""
+  module = module.removesuffix("/__init__")
+  forms = [module, f"hostcb/{module}"]
+  if module.startswith(_HOME + "/"):  # the map's own: ``.reads``
+    forms.append(module.replace(_HOME + "/", "."))
+  if "." not in module:  # a Python module: its dotted name too
+    forms += [module.replace("/", "."), "hostcb." + module.replace("/", ".")]
+  return any(
+    re.search(rf"(?<![\w/.]){re.escape(form)}(?!\w)", text)
+    or form.startswith(".")
+    and re.search(rf"`{re.escape(form)}(?!\w)", text)
+    for form in forms
+  )
+
+
+def test_the_map_of_output_ordering_names_every_module_that_takes_part():
+  from hostcb._engine import output_order
+
+  missing = [
+    m
+    for m in _modules_taking_part()
+    if m not in ("__init__", f"{_HOME}/__init__")
+    and not _named_in(output_order.__doc__, m)
+  ]
+  assert missing == []

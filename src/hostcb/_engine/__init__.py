@@ -13,6 +13,8 @@ and calls, in one package.
 * :mod:`.consumers`: which thread is a consumer (of either back end);
 * :mod:`.errors`: exceptions of tap and call functions, for the barrier;
 * :mod:`.barrier`: ``barrier_wait`` over both back ends;
+* :mod:`.output_order`: writes and host reads after the prints dispatched
+  before them (its docstring maps every place that takes part);
 * :mod:`.lifecycle`: fork and interpreter exit.
 
 This module is what the rest of hostcb uses: the lowering asks which back
@@ -58,7 +60,7 @@ from hostcb._engine.native import (
   set_name_resolver,
   tap_v1_target_name,
 )
-from hostcb._engine.read_waits import awaited_tap_staged
+from hostcb._engine.output_order import awaited_tap_staged
 from hostcb._engine.pyqueue import queue_for
 from hostcb._engine.pyqueue import queues as python_queues
 from hostcb._engine.registry import ProcessLocalFunctionError

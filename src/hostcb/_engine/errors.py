@@ -13,7 +13,7 @@ computation that ran it, whose call or first read of its results raises
 callback, so the computation has returned when it fails: the failure is
 kept here, per consumer (:func:`note_jax_callback_failure`), and raised
 with JAX's words by the first host read of a result on that device that
-waits for it (:mod:`.read_waits`) or by the first barrier
+waits for it (:mod:`.output_order.reads`) or by the first barrier
 (:func:`raise_jax_callback_failure`), once.
 """
 

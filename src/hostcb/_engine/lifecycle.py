@@ -32,7 +32,8 @@ import logging
 import os
 
 from hostcb import _jax_internals as ji
-from hostcb._engine import barrier, errors, native, pyqueue, registry
+from hostcb._engine import barrier, errors, native, output_order, pyqueue
+from hostcb._engine import registry
 from hostcb._engine.consumers import is_consumer
 
 __all__ = [
@@ -152,6 +153,7 @@ def _after_fork_in_child() -> None:
   native.after_fork_in_child()
   pyqueue.after_fork_in_child()
   ji.forget_dispatched_computations()
+  output_order.after_fork_in_child()
 
 
 def _at_exit() -> None:

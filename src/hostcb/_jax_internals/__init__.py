@@ -16,6 +16,10 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.token_arrays`: runtime tokens of multi-device executables as
   ``bool[0]`` arrays (the persistent compilation cache can write them);
 * :mod:`.array_reads`: a hook after each host read of a ``jax.Array``;
+* :mod:`.printing_computations`: computations that print, marked at
+  lowering and noted at each dispatch, for their thread's next print
+  (with :mod:`.array_reads`, the JAX-private half of
+  :mod:`hostcb._engine.output_order`);
 * :mod:`.host_arrays`: ``jax.Array`` s on the CPU made from host arrays;
 * :mod:`.mesh_context`: hostcb's own computations outside a context mesh;
 * :mod:`.custom_calls`: placement of callbacks and the custom calls they emit;
@@ -69,22 +73,25 @@ from hostcb._jax_internals.core import (
   set_dispatch_hook,
   wait_at_process_barrier,
   wait_for_dispatched_computations,
-  wait_for_this_threads_computation,
   forget_dispatched_computations,
-  forget_this_threads_print_outputs,
-  this_threads_notes,
 )
 from hostcb._jax_internals.frames import include_frame, is_staging, tracer_kinds
 from hostcb._jax_internals.dispatch import (
   declares_no_effect,
   drain_this_thread,
   fast_dispatch,
-  note_awaited_lowered,
   note_ordered_lowered,
   fast_dispatch_used,
   local_devices,
   set_fast_dispatch,
+)
+from hostcb._jax_internals.printing_computations import (
+  forget_print_outputs,
+  forget_this_threads_print_outputs,
+  note_awaited_lowered,
+  this_threads_notes,
   wait_after_next_dispatch,
+  wait_for_this_threads_computation,
 )
 from hostcb._jax_internals.tap_threads import running_tap_functions
 from hostcb._jax_internals.custom_calls import lowering_platforms

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from typing import Any, Callable
 
 from jax._src import config as _config
@@ -175,37 +174,9 @@ def set_dispatch_hook(started: Callable[[], None]) -> None:
 
 
 # thread id -> the token of the last tapping computation it dispatched.
+# (Never rebound: the waits of output ordering look in it,
+# :func:`.printing_computations.this_threads_notes`.)
 _latest_tokens: dict[int, Any] = {}
-# thread id -> the output arrays of the last computation that prints and
-# that it dispatched on jit's fast path (:mod:`.dispatch`,
-# ``_PrintOutputs``): ready once that computation finished.  Held until the
-# thread's next print or such dispatch (the result of a loop that drops its
-# results stays allocated until then).
-# (Never rebound: jax_internals.dispatch writes to it directly.)
-_latest_print_outputs: dict[int, Any] = {}
-
-
-def note_print_outputs(arrays: Any) -> None:
-  """The calling thread dispatched a computation that prints, whose
-  outputs are the sequence ``arrays`` (not empty; see
-  :func:`wait_for_this_threads_computation`)."""
-  _latest_print_outputs[threading.get_ident()] = arrays
-
-
-def this_threads_notes() -> tuple[dict, dict]:
-  """The two dicts, keyed by thread id, whose keys are the threads with a
-  noted computation to wait for (:func:`wait_for_this_threads_computation`):
-  their latest print outputs, their latest runtime tokens.  Never rebound
-  (only cleared): :mod:`hostcb._engine.output_order` looks in them on each
-  ``print``, for the calling thread's id alone."""
-  return _latest_print_outputs, _latest_tokens
-
-
-def forget_this_threads_print_outputs() -> None:
-  """Drops the print outputs noted for the calling thread (a thread that
-  does not wait for them: a consumer, or XLA's).  Its token, if any, stays
-  (barriers wait for it)."""
-  _latest_print_outputs.pop(threading.get_ident(), None)
 
 
 patches.when_first_needed(_chain_tokens_between_computations)
@@ -227,72 +198,10 @@ def wait_for_dispatched_computations() -> None:
       _latest_tokens.pop(ident, None)
 
 
-def wait_for_this_threads_computation(timeout: float) -> bool:
-  """Waits until the latest computation that prints and that this thread
-  dispatched on jit's fast path (its output, :func:`note_print_outputs`)
-  has finished, and the latest one that keeps a runtime token (see
-  :mod:`.dispatch`: one that prints and returns nothing, or any tapping
-  one in the strict-barrier mode), and so every such computation of this
-  thread before them (the CPU client runs one thread's computations in
-  dispatch order; tokens chain them); at once if there is none or they
-  finished.  False if ``timeout`` seconds passed first:
-  ``block_until_ready`` has no deadline."""
-  ident = threading.get_ident()
-  out = _latest_print_outputs.get(ident)
-  token = _latest_tokens.get(ident)
-  if out is None and token is None:
-    return True  # the common case: no clock
-  deadline = time.monotonic() + timeout
-  if out is not None:
-    if not _output_ready(out, deadline):
-      return False
-    if _latest_print_outputs.get(ident) is out:
-      _latest_print_outputs.pop(ident, None)
-  if token is None:
-    return True
-  buf = token._buf
-  if buf.is_ready():
-    if _latest_tokens.get(ident) is token:  # finished: nothing to wait for
-      _latest_tokens.pop(ident, None)  # (as the barrier forgets it)
-    return True
-  pause = 1e-5
-  while not buf.is_ready():
-    if time.monotonic() >= deadline:
-      return False
-    time.sleep(pause)
-    pause = min(pause * 2, 1e-3)
-  return True
-
-
-def _output_ready(arrays: Any, deadline: float) -> bool:
-  """Waits until the computation whose outputs are ``arrays`` finished
-  (its outputs are ready together): True, or False once ``deadline``
-  (``time.monotonic()``) passed first.  Looks at the first output that
-  was not deleted; where all were (donated to a computation dispatched
-  after, which itself starts only once they are ready), there is nothing
-  left to look at, and the print goes on."""
-  pause = 1e-5
-  while True:
-    for array in arrays:
-      try:
-        ready = array.is_ready()
-        break
-      except Exception:  # noqa: BLE001  (deleted: donated or deleted since;
-        continue  # the computation's own failure reaches its caller)
-    else:
-      return True
-    if ready:
-      return True
-    if time.monotonic() >= deadline:
-      return False
-    time.sleep(pause)
-    pause = min(pause * 2, 1e-3)
-
-
 def forget_dispatched_computations() -> None:
-  """In a forked child: the parent's computations are not ours to wait for."""
+  """In a forked child: the parent's computations are not ours to wait for
+  (their print outputs: :func:`.printing_computations.forget_print_outputs`)."""
   _latest_tokens.clear()
-  _latest_print_outputs.clear()
 
 
 for _effect_set in (

@@ -61,7 +61,7 @@ import functools
 import gc
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from jax._src import stages as _stages
@@ -71,7 +71,6 @@ from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import func as _func
 from jax._src.lib.mlir.dialects import hlo as _hlo
 
-from hostcb._native import extension
 from hostcb._jax_internals.array_reads import block_without_hook
 from hostcb._jax_internals import core as _core
 from hostcb._jax_internals.core import HostCallbackEffect
@@ -80,6 +79,7 @@ from hostcb._jax_internals.own_callbacks import is_jax_callback_effect
 from hostcb._jax_internals.partitioned import read_taps_in_place
 from hostcb._jax_internals.lone_tokens import drop_lone_tokens, on_cpu
 from hostcb._jax_internals import patches
+from hostcb._jax_internals import printing_computations as printing
 from hostcb._jax_internals.tap_threads import in_tap_function
 from hostcb._jax_internals.token_arrays import tokens_as_arrays
 from hostcb._jax_internals.versions import check_shape, require
@@ -266,31 +266,15 @@ def _devices(module: Any) -> int:
   return n
 
 
-# Executables that print: the thread's next print waits for the latest
-# one it dispatched and for its prints (:mod:`hostcb._engine.output_order`),
-# as JAX's own prints are out before the dispatch of a CPU computation
-# returns.  A print's lowering calls :func:`note_awaited_lowered`; the modules
-# lowered with one are kept (weakly: an id could be reused by a later
-# module), since the cached lowering returns the same module again without
-# lowering it.  Decided once per executable, at lowering:
-#
-# * one that returns arrays stays on jit's fast path (no runtime token),
-#   and its executable carries :data:`_PRINTS` (in its keepalive): each
-#   dispatch hands its outputs to :func:`.core.note_print_outputs`, the
-#   arrays that the print waits for.  On the C++ fast path that is one
-#   call per dispatch, made by jaxlib when it builds the result tree (the
-#   tree is wrapped in a ``_PrintOutputs`` node, whose unflatten, a C
-#   function of the native engine where it is there, notes the output and
-#   returns the tree as it was; see :func:`_install_fastpath_note`); on
-#   JAX's Python path
-#   (``ExecuteReplicated.__call__``: the first call, an AOT-compiled call)
-#   the outputs are noted there;
-# * one that returns nothing keeps its runtime token (JAX's Python path),
-#   whose dispatch hostcb sees (the token of the latest one of each
-#   thread, :mod:`.core`).
-_lowering = threading.local()  # .awaited: awaited taps lowered by this thread
-_awaited_modules: weakref.WeakSet = weakref.WeakSet()
+# Executables that print (a print's lowering called
+# :func:`.printing_computations.note_awaited_lowered`): the thread's next
+# print waits for the latest one it dispatched and for its prints
+# (:mod:`hostcb._engine.output_order`).  Decided once per executable, at
+# lowering: one that returns arrays stays on jit's fast path, marked
+# (:func:`.printing_computations.marked_keepalive`), and each dispatch
+# notes its outputs; one that returns nothing keeps its runtime token.
 
+_lowering = threading.local()  # .ordered: see note_ordered_lowered
 # Modules whose hostcb effect orders a tap or an effectful call (its
 # lowering called note_ordered_lowered), decided at lowering as above.  In
 # every other module that has the effect, only pure calls carry it: inside
@@ -300,41 +284,6 @@ _awaited_modules: weakref.WeakSet = weakref.WeakSet()
 # number of devices (_order_inside_only): it costs what it cost before
 # pure calls carried the effect, and dispatches on jit's fast path.
 _ordered_modules: weakref.WeakSet = weakref.WeakSet()
-
-
-class _PrintsMarker:
-  """In the keepalive of an executable that prints and dispatches on the
-  fast path (above)."""
-
-  def __repr__(self) -> str:
-    return "<hostcb: prints>"
-
-  def __reduce__(self):
-    # Pickled with an executable (jax.experimental.serialize_executable):
-    # the same marker once loaded again.
-    return (_prints_marker, ())
-
-
-_PRINTS = _PrintsMarker()
-
-
-def _prints_marker() -> _PrintsMarker:
-  return _PRINTS
-
-
-def _prints(executable: Any) -> bool:
-  """Whether a ``MeshExecutable`` carries :data:`_PRINTS`."""
-  call = getattr(executable, "unsafe_call", None)
-  return _marked(getattr(call, "keepalive", None))
-
-
-def _marked(keepalive: Any) -> bool:
-  return isinstance(keepalive, list) and any(k is _PRINTS for k in keepalive)
-
-
-def note_awaited_lowered() -> None:
-  """The lowering running in this thread stages a print."""
-  _lowering.awaited = getattr(_lowering, "awaited", 0) + 1
 
 
 def note_ordered_lowered() -> None:
@@ -364,11 +313,11 @@ def _install() -> None:
   def cached_lowering_to_hlo(*args, **kwargs):
     # ``original`` is cached: on a hit it returns the module it returned
     # before, already rewritten if that lowering was made in fast mode.
-    awaited_before = getattr(_lowering, "awaited", 0)
+    awaited_before = printing.awaited_lowerings()
     ordered_before = ordered_lowerings()
     result = _checked_lowering(original(*args, **kwargs))
-    if getattr(_lowering, "awaited", 0) != awaited_before:
-      _awaited_modules.add(result[_MODULE])
+    if printing.awaited_lowerings() != awaited_before:
+      printing.lowered_printing(result[_MODULE])
     if ordered_lowerings() != ordered_before:
       _ordered_modules.add(result[_MODULE])
     ordered = list(result[_ORDERED])
@@ -391,9 +340,9 @@ def _install() -> None:
     if not _fast[0] or in_tap_function():
       _kept_token[0] = True
       return result
-    prints = module in _awaited_modules and not _for_export(args, kwargs)
+    prints = printing.prints_module(module) and not _for_export(args, kwargs)
     if prints and not _returns_arrays(module):
-      # Keeps its token (see _awaited_modules).  Not a program for
+      # Keeps its token (.printing_computations).  Not a program for
       # jax.export: that one is run by Exported.call, which dispatches it
       # inside a program of its own, and it must carry no JAX effect that
       # export cannot serialize (JAX's IO effect of hostcb's io_callback).
@@ -421,10 +370,8 @@ def _install() -> None:
     for i in reversed(mine):
       del ordered[i]
     result = list(result)
-    if prints:
-      _install_fastpath_note()
-      keepalive = result[_KEEPALIVE]
-      result[_KEEPALIVE] = [*(keepalive or ()), _PRINTS]
+    if prints:  # noted at each dispatch (.printing_computations)
+      result[_KEEPALIVE] = printing.marked_keepalive(result[_KEEPALIVE])
     result[_ORDERED] = ordered
     result[_UNORDERED] = [
       e for e in result[_UNORDERED] if not is_jax_callback_effect(e)
@@ -482,164 +429,6 @@ def ordered_lowerings() -> int:
   return getattr(_lowering, "ordered", 0)
 
 
-_NOTE_WHAT = (
-  "to let writes wait for the computations that print, on jit's fast path"
-)
-
-
-class _PrintOutputs:
-  """The root of the result tree of an executable that prints, on jit's
-  fast path: jaxlib unflattens it once per dispatch, in C++, which calls
-  the node's unflatten (:func:`_note_and_unflatten`; a pytree node of
-  hostcb's, registered at the first such executable).  Its aux data is the
-  result tree itself, or None where the result is one array; its children
-  that tree's leaves."""
-
-  __slots__ = ("tree",)
-
-  def __init__(self, tree: Any):
-    self.tree = tree
-
-
-_LEAF = object()  # a placeholder leaf, to build the wrapped tree once
-
-
-def _flatten_print_outputs(node: _PrintOutputs) -> tuple:
-  tree = node.tree
-  # One array (a leaf, the only node): decided here, once per executable.
-  return [_LEAF] * tree.num_leaves, None if tree.num_nodes == 1 else tree
-
-
-# _core.note_print_outputs, inlined below: it runs once per dispatch.
-_print_outputs = _core._latest_print_outputs  # (never rebound, cleared)
-_get_ident = threading.get_ident
-
-
-def _unflatten_print_outputs(tree: Any, children: Any) -> Any:
-  """The result tree as the function returns it, once one of its outputs
-  is noted for the next print (one call per dispatch).  The native
-  engine's ``print_outputs_unflatten`` makes the same function in C
-  (:func:`_note_and_unflatten`); this one is for a process without it."""
-  _print_outputs[_get_ident()] = children  # _core.note_print_outputs
-  if tree is None:  # the result is one array
-    return children[0]
-  return tree.unflatten(children)
-
-
-def _note_and_unflatten() -> Callable[[Any, Any], Any]:
-  """The node's unflatten: the native engine's, which runs no Python frame
-  per dispatch, or :func:`_unflatten_print_outputs` where the extension is
-  absent (or is an older build without it: reinstalling adds it)."""
-  engine = extension()
-  make = getattr(engine, "print_outputs_unflatten", None)
-  if make is None:
-    return _unflatten_print_outputs
-  return make(_print_outputs)
-
-
-def _install_fastpath_note() -> None:
-  """Installed at the first executable that prints and stays on the fast
-  path: ``pjit._get_fastpath_data`` wraps such an executable's result tree
-  in a ``_PrintOutputs`` node; ``ExecuteReplicated.__call__`` (JAX's
-  Python path) notes its outputs; ``MeshExecutable.create_cpp_call`` (AOT
-  calls) gives it the Python path (:func:`_install_aot_guard`).  Checked
-  on jax 0.8.0, 0.10.2 and 0.12.0.1 (``_get_fastpath_data`` returns a
-  ``MeshExecutableFastpathData`` with an ``out_pytree_def`` field or
-  None; jaxlib unflattens the outputs with it through
-  ``tree_util.dispatch_registry``)."""
-  if patches.is_installed("print outputs (fast path)"):
-    return
-  import jax  # noqa: PLC0415  (public API)
-  from jax._src import pjit as _pjit  # noqa: PLC0415  (only where needed)
-  from jax._src import tree_util as _tree_util  # noqa: PLC0415  (same)
-
-  original = require(_pjit, "_get_fastpath_data", _NOTE_WHAT)
-  registry = require(_tree_util, "dispatch_registry", _NOTE_WHAT)
-  with patches.lock:
-    if patches.is_installed("print outputs (fast path)"):
-      return
-    if not _registered[0]:
-      # A node type of hostcb's own, in every registry (public API): it
-      # stays registered after hostcb.uninstall(), and no value of that
-      # type exists outside these trees.
-      jax.tree_util.register_pytree_node(
-        _PrintOutputs, _flatten_print_outputs, _note_and_unflatten()
-      )
-      _registered[0] = True
-
-    def get_fastpath_data(executable, *args, **kwargs):
-      data = original(executable, *args, **kwargs)
-      if data is None or not _prints(executable):
-        return data
-      check_shape(
-        data,
-        "jax._src.interpreters.pxla.MeshExecutableFastpathData",
-        _NOTE_WHAT,
-        fields=("out_pytree_def",),
-      )
-      tree = data.out_pytree_def
-      if tree.num_leaves == 0:
-        return None  # nothing to wait for: JAX's Python path notes none
-      wrapped = registry.flatten(_PrintOutputs(tree), None)[1]
-      return data._replace(out_pytree_def=wrapped)
-
-    patches.install(
-      "print outputs (fast path)",
-      _pjit,
-      "_get_fastpath_data",
-      get_fastpath_data,
-    )
-    _install_python_path_note()
-
-
-def _install_python_path_note() -> None:
-  """``ExecuteReplicated.__call__`` (JAX's Python path: a first call, an
-  AOT-compiled call, a function that returns nothing) notes the outputs
-  of an executable that prints, then runs the hook of
-  :func:`wait_after_next_dispatch`."""
-  if patches.is_installed("print outputs (Python path)"):
-    return
-  replicated = require(_pxla, "ExecuteReplicated", _NOTE_WHAT)
-  call = require(replicated, "__call__", _NOTE_WHAT)
-  notes = _core.this_threads_notes()
-
-  def execute_replicated_call(self, *args):
-    out = call(self, *args)
-    if out and _marked(self.keepalive):
-      _core.note_print_outputs(out)
-    hook = getattr(_next_dispatch, "hook", None)
-    if hook is not None and any(_get_ident() in n for n in notes):
-      _next_dispatch.hook = None
-      hook()
-    return out
-
-  with patches.lock:
-    patches.install(
-      "print outputs (Python path)",
-      replicated,
-      "__call__",
-      execute_replicated_call,
-    )
-
-
-_next_dispatch = threading.local()  # .hook: see wait_after_next_dispatch
-
-
-def wait_after_next_dispatch(hook: Callable[[], None]) -> None:
-  """The calling thread's next dispatch through JAX's Python path that
-  leaves it a computation to wait for (it prints) calls ``hook()`` once,
-  in this thread, before the dispatch returns.  For the call whose
-  tracing staged the process's first print: Python looked ``print`` up
-  before it evaluated that call, in ``print("label:", f(x))``, so the
-  hook makes the dispatch itself wait, as JAX's does (the Python path:
-  a first call)."""
-  _install_python_path_note()
-  _next_dispatch.hook = hook
-
-
-_registered = [False]
-
-
 def _forget_rewritten_lowerings(original: Any) -> None:
   """Before JAX's own cached lowering (``original``) comes back: the
   modules that the wrapper rewrote (no token argument, or tokens made
@@ -683,7 +472,7 @@ def _install_aot_guard() -> None:
   def create_cpp_call(self, params):
     if _keeps_token(self):
       return None  # JAX's Python path, which passes the token
-    if _prints(self):
+    if printing.prints(self):
       return None  # JAX's Python path, which notes its outputs
     return original(self, params)
 

@@ -63,7 +63,8 @@ extern std::atomic<bool> g_dtype_supported[kMaxDtype];
 // The tap targets that print (id_print, hostcb.debug.print/callback), a
 // bit per target id below kMaxPrintTargets (set from Python when the
 // target is registered; a target beyond it is not waited for by host
-// reads).  Read by the tap handlers, without a lock.
+// reads).  Read by the tap handlers, without a lock.  Part of output
+// ordering, whose map is hostcb/_engine/output_order/__init__.py.
 constexpr int64_t kMaxPrintTargets = int64_t{1} << 20;
 extern std::atomic<uint64_t> g_awaited_targets[kMaxPrintTargets / 64];
 inline bool IsPrintTarget(int64_t id) {

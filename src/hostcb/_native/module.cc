@@ -746,7 +746,7 @@ PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
   return PyBool_FromLong(UninstallExitGuard());
 }
 
-// builtins.print while hostcb's prints are staged (engine/output_order.py):
+// builtins.print while hostcb's prints are staged (_engine/output_order/):
 // a thread that has noted a computation of its own that prints (a key of
 // either dict: its latest fast-path outputs, or its latest runtime token)
 // first calls `wait` (which waits for that computation and its prints);
@@ -754,7 +754,7 @@ PyObject* Py_uninstall_exit_guard(PyObject*, PyObject*) {
 // arguments as given.  The function's self is the tuple (print, outputs,
 // tokens, wait).  With both dicts empty (nothing noted by any thread) it
 // allocates nothing and looks nothing up.  Its Python twin, for a process
-// without this extension, is output_order.py's _python_print.
+// without this extension, is output_order/writes.py's _python_print.
 PyObject* OrderedPrint(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                        PyObject* kwnames) {
   PyObject* print = PyTuple_GET_ITEM(self, 0);
@@ -783,7 +783,7 @@ PyMethodDef kOrderedPrint = {
     METH_FASTCALL | METH_KEYWORDS,
     "print(*args, sep=' ', end='\\n', file=None, flush=False): Python's "
     "print, once the calling thread's own hostcb prints ran (see "
-    "hostcb.engine.output_order)."};
+    "hostcb._engine.output_order)."};
 
 PyObject* Py_ordered_print(PyObject*, PyObject* args) {
   PyObject *print, *outputs, *tokens, *wait;
@@ -817,14 +817,14 @@ PyObject* Py_after_fork_in_child(PyObject*, PyObject*) {
 }
 
 // The unflatten function of hostcb's _PrintOutputs pytree node
-// (jax_internals/dispatch.py), which jaxlib calls once per dispatch of a
-// function that prints, on jit's C++ fast path: notes the outputs for the
-// calling thread (outputs[threading.get_ident()] = children, `outputs`
-// being the dict given to print_outputs_unflatten, the function's self)
-// and returns the result tree as the function returns it: children[0]
-// where the aux data `tree` is None (one array), else
+// (_jax_internals/printing_computations.py), which jaxlib calls once per
+// dispatch of a function that prints, on jit's C++ fast path: notes the
+// outputs for the calling thread (outputs[threading.get_ident()] =
+// children, `outputs` being the dict given to print_outputs_unflatten, the
+// function's self) and returns the result tree as the function returns
+// it: children[0] where the aux data `tree` is None (one array), else
 // tree.unflatten(children).  Its Python twin, for a process without this
-// extension, is dispatch.py's _unflatten_print_outputs.
+// extension, is printing_computations.py's _unflatten_print_outputs.
 PyObject* g_unflatten_name = nullptr;  // "unflatten", interned
 
 PyObject* UnflattenPrintOutputs(PyObject* outputs, PyObject* const* args,

@@ -1,7 +1,8 @@
-"""Prints before the results they come with (``hostcb._engine.read_waits``):
-a result read on the host never shows before the lines that the
-computation producing it printed through hostcb, as with JAX's own
-callbacks, which print while the computation runs."""
+"""Prints before the results they come with
+(``hostcb._engine.output_order.reads``): a result read on the host never
+shows before the lines that the computation producing it printed through
+hostcb, as with JAX's own callbacks, which print while the computation
+runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Prints before the results they come with.
+"""Host reads of results after the prints before them (part of
+:mod:`hostcb._engine.output_order`, whose docstring maps the whole).
 
 hostcb's prints (``id_print``, ``hostcb.debug.print`` and
 ``hostcb.debug.callback``) run on the consumer threads, after the device
@@ -7,20 +8,22 @@ the computation runs, so a program that prints a result read on the host
 shows the computation's lines first.  hostcb keeps that order where a
 person sees it: once a print has been staged, each host read of a
 ``jax.Array`` (``print(result)``, ``.item()``, ``.tolist()``,
-``jax.device_get``, ``block_until_ready()``; see
-:mod:`hostcb._jax_internals.array_reads`, which names the read that escapes:
-``np.asarray`` of an array on the CPU, which reads its memory directly)
-waits, after the array is ready, until the consumers of the array's
-devices have run every print tap queued before the read (and so the taps
-queued before that print, which run first).  A tap function queued after
-the latest print, however slow or blocked, is not waited for; nor does the
-device ever wait.  A loop that never reads its results on the host pays
-nothing; one that does waits only where a print is still pending.
+``jax.device_get``, ``block_until_ready()``; the hook is
+:mod:`hostcb._jax_internals.array_reads`, which names the read that
+escapes: ``np.asarray`` of an array on the CPU, which reads its memory
+directly) calls :func:`wait_for_earlier_prints`, which waits, after the
+array is ready, until the consumers of the array's devices have run every
+print tap queued before the read (and so the taps queued before that
+print, which run first).  A tap function queued after the latest print,
+however slow or blocked, is not waited for; nor does the device ever
+wait.  A loop that never reads its results on the host pays nothing; one
+that does waits only where a print is still pending.
 
 Once it has waited, the read raises the failure of a ``jax.debug.callback``
 drop-in that ran on those consumers and that nothing raised yet
-(:mod:`.errors`), as JAX's read of a failed computation's results raises
-it: the read that waits for the callback is where hostcb learns of it.
+(:mod:`hostcb._engine.errors`), as JAX's read of a failed computation's
+results raises it: the read that waits for the callback is where hostcb
+learns of it.
 
 Not in a tap function (a consumer thread), which would wait for itself,
 nor in the host function of an ``io_callback``/``pure_callback`` (which
@@ -33,22 +36,22 @@ from __future__ import annotations
 from typing import Any
 
 from hostcb import _jax_internals as ji
-from hostcb._engine import errors, native, output_order, pyqueue
+from hostcb._engine import errors, native, pyqueue
 from hostcb._engine.consumers import in_host_function, is_consumer
 
-__all__ = ["awaited_tap_staged"]
+__all__ = ["install", "wait_for_earlier_prints"]
 
 
-def awaited_tap_staged() -> None:
-  """A print was staged: from now on, host reads wait for the prints
-  queued before them (module docstring), and a thread's prints, log
-  records and ``redirect_stdout`` wait for its own (:mod:`.output_order`).
-  Cheap after the first call."""
-  ji.after_host_reads(_wait_for_earlier_awaited)
-  output_order.install()
+def install() -> None:
+  """From now on, host reads wait for the prints queued before them
+  (module docstring).  Cheap after the first call."""
+  ji.after_host_reads(wait_for_earlier_prints)
 
 
-def _wait_for_earlier_awaited(array: Any) -> None:
+def wait_for_earlier_prints(array: Any) -> None:
+  """After a host read of ``array`` (ready): waits until the consumers of
+  its devices ran the prints queued so far, then raises a failed
+  ``jax.debug.callback`` drop-in of theirs that nothing raised yet."""
   if is_consumer() or in_host_function() or native.runs_host_function_call():
     return  # (before the look at the queues, which from a consumer would
     # give up the GIL while its own print is pending)

@@ -1,75 +1,59 @@
-"""What the program writes comes after the prints it dispatched before.
+"""A thread's writes after its own prints: ``print``, log records and
+``redirect_stdout`` (part of :mod:`hostcb._engine.output_order`, whose
+docstring maps the whole).
 
 Under JAX, ``print("result:", f(x))`` shows the lines that ``f``'s
 ``jax.debug.print`` made, then ``result: ...``: on CPU, JAX runs a
-computation with callbacks while its caller waits.  hostcb's prints
-(``id_print``, ``hostcb.debug.print``) run later, on consumer threads (the
-device never waits for them), so hostcb makes the thread that dispatched
-them wait for them where it writes next.  The whole map of how that order
-is kept:
+computation with callbacks while its caller waits.  hostcb's prints run
+later, on consumer threads (the device never waits for them), so the
+thread that dispatched them waits for them where it writes next.
 
-* **What a thread waits for** (:func:`wait_for_own_prints`).  Each
-  dispatch of a computation that prints notes, for the dispatching thread
-  alone, one of its outputs (jit's fast path: a C function per dispatch),
-  or keeps its runtime token where it returns nothing (JAX's Python path):
-  :mod:`hostcb._jax_internals.dispatch` and :mod:`hostcb._jax_internals.core`
-  (:func:`~hostcb._jax_internals.this_threads_notes`).  A thread with such
-  a note waits until that computation has finished (so its prints are
-  queued; the CPU client runs one thread's computations in dispatch order,
-  so the ones before it finished too), then until each device's consumer
-  has run the prints queued so far (those of this thread among them; a
-  consumer runs its queue in order, so the records queued before them run
-  first), all in at most :data:`WAIT_SECONDS`, and drops its note.  (The
-  prints of other threads queued on a device before that look are waited
-  for too: records carry no thread, and a consumer runs its queue in
-  order.)  A
-  thread that has no note (it dispatched no computation that prints, or
-  waited for its latest one already) does not wait at all, whatever other
-  threads have pending: a slow tap function of another thread never holds
-  up its writes.  Nor does a consumer (it would wait for itself), a thread
-  that Python did not create (XLA's, running a callback), or a thread
-  running the host function of an ``io_callback``/``pure_callback`` (its
-  computation waits for it).
-* **Where it waits.**  Once a print has been staged (:func:`install`,
-  called by :func:`hostcb._engine.awaited_tap_staged`):
+**What a thread waits for** (:func:`wait_for_own_prints`).  A thread with
+a note (the outputs of its latest computation that prints, or its latest
+runtime token: :func:`hostcb._jax_internals.this_threads_notes`) waits
+until that computation has finished (so its prints are queued; the CPU
+client runs one thread's computations in dispatch order, so the ones
+before it finished too), then until each device's consumer has run the
+prints queued so far (those of this thread among them; a consumer runs its
+queue in order, so the records queued before them run first), all in at
+most :data:`WAIT_SECONDS`, and drops its note.  (The prints of other
+threads queued on a device before that look are waited for too: records
+carry no thread, and a consumer runs its queue in order.)  A thread that
+has no note (it dispatched no computation that prints, or waited for its
+latest one already) does not wait at all, whatever other threads have
+pending: a slow tap function of another thread never holds up its writes.
+Nor does a consumer (it would wait for itself), a thread that Python did
+not create (XLA's, running a callback), or a thread running the host
+function of an ``io_callback``/``pure_callback`` (its computation waits
+for it).
 
-  - ``builtins.print`` is a thin function that waits first when the
-    calling thread has a note, and then calls Python's ``print`` with its
-    arguments as given: ``print("label:", f(x))``, ``print(...,
-    file=stream)`` to any stream, one taken before included.  It is a C
-    function of the native engine where that is there: with no thread
-    noted it looks at two dict sizes and calls ``print``;
-  - ``logging.Handler.handle``: a log record waits the same way before
-    its handler writes it, whatever stream the handler took and when
-    (``logging.basicConfig(stream=sys.stdout)`` before the first print);
-  - ``contextlib.redirect_stdout``/``redirect_stderr`` (their common
-    base): entering and leaving waits first, so that ``with
-    redirect_stdout(buf): f(x)`` leaves ``f``'s lines in ``buf``, as the
-    prints go to ``sys.stdout`` as it is when they run;
-  - host reads of a ``jax.Array`` (``print(f(x))``, f-strings,
-    ``.item()``, ...): :mod:`.read_waits`, which waits for the prints
-    queued on the array's devices before the read.
+**Where it waits**, once a print has been staged (:func:`install`):
+``builtins.print`` (a C function of the native engine where that is
+there: with no thread noted it looks at two dict sizes and calls Python's
+``print`` with its arguments as given, to any stream, one taken before
+included), ``logging.Handler.handle`` (whatever stream the handler took,
+and when) and ``contextlib.redirect_stdout``/``redirect_stderr`` (their
+common base: entering and leaving waits first, so that ``with
+redirect_stdout(buf): f(x)`` leaves ``f``'s lines in ``buf``, as the
+prints go to ``sys.stdout`` as it is when they run).
 
-  ``sys.stdout`` and ``sys.stderr`` themselves are left alone: their
-  type, protocol and cost stay Python's.  So what reaches a stream by
-  other ways than these is not ordered after the prints dispatched
-  before it: a direct ``sys.stdout.write(...)`` (or ``.write`` on a
-  stream taken before), a plain ``sys.stdout = stream`` assignment, and
-  pytest's switching of its capture (docs/guide.md, "What hostcb
-  changes in a process").  Reading a result before such a write
-  (``float(y)``, ``y.block_until_ready()``) or a print
-  (``jax.effects_barrier()``) orders it.
+``sys.stdout`` and ``sys.stderr`` themselves are left alone: their type,
+protocol and cost stay Python's.  So what reaches a stream by other ways
+than these is not ordered after the prints dispatched before it: a direct
+``sys.stdout.write(...)`` (or ``.write`` on a stream taken before), a
+plain ``sys.stdout = stream`` assignment, and pytest's switching of its
+capture (docs/guide.md, "What hostcb changes in a process").  Reading a
+result before such a write (``float(y)``, ``y.block_until_ready()``) or a
+print (``jax.effects_barrier()``) orders it.
 
 Costs: nothing before a print is staged; then, with no thread noted, a
 C-level call in front of ``print`` (within noise:
 ``benchmarks/bench_output_order.py``) and a Python one in front of each
-log record's handler; a thread with a note pays its wait once.  A function
-that prints and returns an array stays on jit's fast path, with one call
-per dispatch (noting an output); one that returns nothing dispatches
-through JAX's Python path.  The device never waits.  ``hostcb.uninstall()``
-puts back ``print``, ``Handler.handle`` and ``redirect_stdout``'s methods
-(they are recorded in :mod:`hostcb._jax_internals.patches`); the next print
-staged installs them again.
+log record's handler; a thread with a note pays its wait once.
+``hostcb.uninstall()`` puts back ``print``, ``Handler.handle`` and
+``redirect_stdout``'s methods (they are recorded in
+:mod:`hostcb._jax_internals.patches`); the next print staged installs them
+again.
 """
 
 from __future__ import annotations
