@@ -36,7 +36,7 @@ import pytest
 
 import hostcb
 from hostcb import _engine as engine, config
-from hostcb._engine import gpu, native, registry
+from hostcb._engine import entries, gpu, native, registry
 import _native_testing
 from _helpers import run_python
 
@@ -141,7 +141,9 @@ def _recording_tap():
   seen = []
   lease = registry.tap_id(
     ("test_engine_gpu", next(_ids)),
-    lambda: lambda arrays, device: seen.append((arrays, device)),
+    lambda: entries.ArraysTap(
+      lambda arrays, device: seen.append((arrays, device))
+    ),
   )
   _leases.append(lease)
   return lease.tid, seen
@@ -150,7 +152,8 @@ def _recording_tap():
 def _call(run):
   """The target id of a call whose runner is ``run(arrays, ordinal)``."""
   lease = registry.call_id(
-    ("test_engine_gpu", next(_ids)), lambda: (run, lambda r: r)
+    ("test_engine_gpu", next(_ids)),
+    lambda: entries.CallEntry(entries.CallRunner(run), lambda r: r),
   )
   _leases.append(lease)
   return lease.tid

@@ -362,11 +362,11 @@ def _printer(**kwargs):
 
 
 def test_engine_entry_of_fixed_keywords_makes_the_header_once():
-  entry = _printer(what="loss", step=3).hostcb_tap_entry()
+  func, second = _printer(what="loss", step=3).tap_entry()
   s = io.StringIO()
   with contextlib.redirect_stdout(s):
-    entry(np.array(1.5, np.float32), ())
-    entry(np.array(2, np.int32), ())
+    func(np.array(1.5, np.float32), second)
+    func(np.array(2, np.int32), second)
   assert s.getvalue() == "step: 3 what: loss\n1.5\nstep: 3 what: loss\n2\n"
 
 
@@ -376,7 +376,7 @@ def test_engine_entry_of_fixed_keywords_makes_the_header_once():
   ids=["list", "device", "transforms", "numpy-scalar"],
 )
 def test_no_engine_entry_where_the_header_may_change_or_fail(kwargs):
-  assert _printer(**kwargs).hostcb_tap_entry() is None
+  assert _printer(**kwargs).tap_entry() is None
 
 
 def test_tap_with_device_prints_the_legacy_device_name():

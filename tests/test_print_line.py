@@ -23,7 +23,7 @@ import _native_bench
 import hostcb
 from hostcb import debug as hdebug
 from hostcb import _engine as engine
-from hostcb._engine import registry
+from hostcb._engine import entries, registry
 
 pytestmark = pytest.mark.skipif(
   not engine.available() or not engine.native.formats_print_lines(),
@@ -174,7 +174,7 @@ def _c_entries(first_piece: bytes) -> list:
   return [
     e
     for e in registry.tap_functions
-    if type(e) is tuple and len(e) == 3 and e[1][0] == first_piece
+    if type(e) is entries.PrintLineTap and e.pieces[0] == first_piece
   ]
 
 
@@ -374,15 +374,10 @@ def test_a_write_patched_on_the_stream_gets_one_call_per_line(monkeypatch):
 
 def _replace_entry(first_piece: bytes, **parts):
   """Replaces the C entry of the print whose line starts with
-  ``first_piece`` by one with ``parts`` (write_lines, python) changed."""
+  ``first_piece`` by one with ``parts`` (write_lines, fallback) changed."""
   (entry,) = _c_entries(first_piece)
   tid = registry.tap_functions.index(entry)
-  write_lines, pieces, python = entry
-  registry.tap_functions[tid] = (
-    parts.get("write_lines", write_lines),
-    pieces,
-    parts.get("python", python),
-  )
+  registry.tap_functions[tid] = entry._replace(**parts)
 
 
 def test_a_scalars_line_is_made_without_the_python_entry(capsys):
@@ -392,7 +387,9 @@ def test_a_scalars_line_is_made_without_the_python_entry(capsys):
   formatted_in_python = []
   _replace_entry(
     b"made in c=",
-    python=(lambda arg, transforms: formatted_in_python.append(arg), ()),
+    fallback=entries.ArrayTap(
+      lambda arg, transforms: formatted_in_python.append(arg), ()
+    ),
   )
   for v in (2.0, 3.0):
     f(v)

@@ -54,7 +54,9 @@ from hostcb import _jax_internals as ji
 from hostcb._engine.errors import note_jax_callback_failure
 from hostcb._engine.output_order import consumer_stdout
 from hostcb._jax_internals import own_callbacks as _ji_callbacks
+from hostcb._core.host_function import HostFunction
 from hostcb._core.primitives import TapTarget, tap_p
+from hostcb._engine.entries import ArrayTap, PrintLineTap
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
 from hostcb._core.signatures import is_key
@@ -189,7 +191,7 @@ def _write_lines(lines: list[str]) -> None:
     raise interrupt
 
 
-class _DebugCall:
+class _DebugCall(HostFunction):
   """The tap function of one ``debug.callback``/``debug.print`` site.
 
   Called by the engine as ``f(arg, transforms)``; rebuilds the callback's
@@ -229,7 +231,7 @@ class _DebugCall:
   def __repr__(self) -> str:
     return f"jax.debug.callback({self.func!r})"
 
-  def _hostcb_export(self) -> tuple[str, dict] | None:
+  def export(self) -> tuple[str, dict] | None:
     """By name when its function is registered, or is a ``debug.print``'s
     (:mod:`hostcb.named`); its host-side arguments must be JSON scalars."""
     if isinstance(self.func, _Format):
@@ -282,17 +284,14 @@ class _DebugCall:
       if not isinstance(e, Exception):
         raise  # an interrupt goes on to the engine
 
-  def hostcb_tap_entry(self) -> Callable[[Any, tuple], None] | None:
-    """What the engine's consumers call instead of this object for a tap
-    without transforms (:meth:`TapTarget.engine_entry
-    <hostcb._core.primitives.TapTarget.engine_entry>`), for one positional
-    array argument: :meth:`__call__`'s work with its lookups done once per
-    executable, and for a ``debug.print`` with NumPy's default options,
-    its formatting and writing in the same frame; else None.  For a
-    ``debug.print`` whose fields are all plain ``{}``, where the engine
-    formats in C, the engine entry ``(_write_lines, pieces, (print_entry,
-    ()))`` (:mod:`hostcb._engine.registry`): a 0-d number's line made in C,
-    any other value's in Python."""
+  def tap_entry(self) -> ArrayTap | PrintLineTap | None:
+    """For one positional array argument: :meth:`__call__`'s work with its
+    lookups done once per executable, and for a ``debug.print`` with
+    NumPy's default options, its formatting and writing in the same frame;
+    else None.  For a ``debug.print`` whose fields are all plain ``{}``,
+    where the engine formats in C, a :class:`PrintLineTap` whose
+    ``write_lines`` is :func:`_write_lines`: a 0-d number's line made in
+    C, any other value's in Python."""
     if self.x64 or not self.positional or self.n != 1:
       return None
     func = self.func
@@ -325,8 +324,8 @@ class _DebugCall:
       if pieces is not None and engine.native.formats_print_lines():
         # The engine makes the line of a 0-d number in C and writes it with
         # _write_lines; print_entry formats any other value (registry).
-        return (_write_lines, pieces, (print_entry, ()))
-      return print_entry
+        return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
+      return ArrayTap(print_entry, ())
     to_jax = None if self.to_jax is None else _cpu_array
 
     def entry(arg, transforms) -> None:
@@ -337,7 +336,7 @@ class _DebugCall:
         if not isinstance(e, Exception):
           raise
 
-    return entry
+    return ArrayTap(entry, ())
 
   def run_staged(self, arg, transforms) -> None:
     """What :meth:`__call__` runs, without its handling of a failure."""
@@ -418,7 +417,7 @@ class _Eagerly:
 
 
 def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
-  """The :class:`_DebugCall` that :meth:`_DebugCall._hostcb_export`
+  """The :class:`_DebugCall` that :meth:`_DebugCall.export`
   described, calling ``func`` (PRNG keys arrive as key data when staged)."""
   return _DebugCall(
     func,

@@ -20,7 +20,9 @@ from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb import named
+from hostcb._core.host_function import HostFunction
 from hostcb._core.primitives import CallTarget, TapTarget, call_p, tap_p
+from hostcb._engine.entries import ArrayTap
 from hostcb._core.printing import (
   caller_print_options,
   format_header,
@@ -239,14 +241,13 @@ def id_tap(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Printer:
+class _Printer(HostFunction):
   """The tap function of one ``id_print`` site (hashable, for caching).
 
   Equal to another only for the same stream (the same object) and keyword
   values that are equal and print the same (:mod:`hostcb._core.identity`).
   """
 
-  hostcb_same_by_value = True
   output_stream: Any
   threshold: int | None
   kwargs: tuple
@@ -265,13 +266,11 @@ class _Printer:
         **{**dict(self.kwargs), **device},
       )
 
-  def hostcb_tap_entry(self) -> Callable[[Any, tuple], None] | None:
-    """What the engine's consumers call instead of this object for a tap
-    of one array without transforms or device (:meth:`TapTarget.engine_entry
-    <hostcb._core.primitives.TapTarget.engine_entry>`): :meth:`__call__`'s
-    work with the header line made once, where every keyword value is a
-    plain ``str``, number, bool or None (whose text cannot change) and the
-    caller's NumPy print options are the consumer's; else None."""
+  def tap_entry(self) -> ArrayTap | None:
+    """:meth:`__call__`'s work with the header line made once, where every
+    keyword value is a plain ``str``, number, bool or None (whose text
+    cannot change) and the caller's NumPy print options are the
+    consumer's; else None."""
     kwargs = dict(self.kwargs)
     if (
       self.print_options is not None
@@ -291,7 +290,7 @@ class _Printer:
         [*head, format_value(arg, threshold)], stream, _consumer_stdout
       )
 
-    return print_one
+    return ArrayTap(print_one, ())
 
   def __hash__(self):
     try:
@@ -306,7 +305,7 @@ class _Printer:
     except TypeError:  # an unhashable keyword value: no cache sharing
       return id(self)
 
-  def _hostcb_export(self) -> tuple[str, dict] | None:
+  def export(self) -> tuple[str, dict] | None:
     """By name (no registration: the name is ""), when it prints to
     ``sys.stdout`` with keywords and NumPy options that JSON can hold
     (:mod:`hostcb.named`)."""

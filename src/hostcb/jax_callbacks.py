@@ -40,7 +40,9 @@ from hostcb._engine import barrier_wait as _barrier_wait
 from hostcb._engine.consumers import is_consumer as _is_consumer
 from hostcb._engine.consumers import host_functions as _host_functions
 from hostcb._engine import errors as _engine_errors
+from hostcb._core.host_function import HostFunction
 from hostcb._core.identity import function_hash, same_function
+from hostcb._engine.entries import CallEntry, CallRunner
 from hostcb._core.primitives import CallTarget, call_p
 from hostcb._core.signatures import (
   VMAP_METHODS,
@@ -87,7 +89,7 @@ def call_with_x64(fn: Callable, *args) -> Any:
 
 
 # ------------------------------------------------- the host function
-class HostCall:
+class HostCall(HostFunction):
   """The host side of :func:`io_callback` / :func:`pure_callback`: calls the
   callback with the arguments rebuilt from the flat operands, and checks
   its result as JAX does (same errors, same words).
@@ -98,7 +100,6 @@ class HostCall:
   callbacks that compare equal are two functions.
   """
 
-  hostcb_same_by_value = True  # compares the callback by identity
   __slots__ = (
     "callback",
     "in_tree",
@@ -178,7 +179,7 @@ class HostCall:
   def __repr__(self) -> str:
     return f"{self.name}({self.callback!r})"
 
-  def _hostcb_export(self) -> tuple[str, dict] | None:
+  def export(self) -> tuple[str, dict] | None:
     """By name when its callback is registered (:mod:`hostcb.named`)."""
     name = named.name_of(self.callback)
     if name is None:
@@ -191,25 +192,19 @@ class HostCall:
       "jax_arrays": bool(self.jax_arrays),
     }
 
-  # Its runner on the engine's direct path (hostcb_direct_runner) says so:
-  # a host read in the callback does not wait for prints
-  # (hostcb._engine.read_waits), since the computation waits for it.
-  hostcb_host_function = True
-
-  def hostcb_direct_runner(
-    self, pending: Any, wait_for_pending: Callable[[int], None]
-  ) -> tuple[Callable, Callable] | None:
-    """``(run, check)`` for the engine's ``hostcb_call_one`` handler, for
-    one positional argument and one array result (the common case); else
-    None.  ``run(arrays, device_ordinal)`` calls ``wait_for_pending``
-    first when ``pending`` (taps queued through XLA's Python callbacks)
-    is not empty, and returns the callback's result: a NumPy array as it
+  def call_entry(
+    self, pending: dict, wait_for_pending: Callable[[int], None]
+  ) -> CallEntry | None:
+    """For one positional argument and one array result (the common
+    case): the runner returns the callback's result, a NumPy array as it
     is (the handler copies it when it is an exact array of the result,
     and else calls ``check(result)``, which gives what :meth:`__call__`
-    would: the flat, checked results, or JAX's error).  The lookups are
-    done here, once per executable, and nothing is marked per call: the
-    handler keeps the runners it runs, and ``run`` carries
-    ``hostcb_host_function`` (:func:`hostcb._engine.native.runs_host_function_call`)."""
+    would: the flat, checked results, or JAX's error); else None.  The
+    lookups are done here, once per executable, and nothing is marked per
+    call: the handler keeps the entries it runs, and this one's
+    ``host_function`` says that a host read in the callback does not wait
+    for prints (:func:`hostcb._engine.native.runs_host_function_call`),
+    since the computation waits for it."""
     one = self._one
     if not (self._positional and self.n_in == 1 and one is not None):
       return None
@@ -268,8 +263,7 @@ class HostCall:
 
     if to_jax is not None:
       run = run_jax_arrays
-    run.hostcb_host_function = True
-    return run, check
+    return CallEntry(CallRunner(run, host_function=True), check)
 
   def _finish(self, results: list):
     return self.check(results)
@@ -277,7 +271,7 @@ class HostCall:
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
     # (hostcb._engine.read_waits): the computation waits for this call.
-    # (The engine's direct path marks nothing: hostcb_direct_runner.)
+    # (The engine's direct path marks nothing: call_entry.)
     running, ident = _host_functions, threading.get_ident()
     depth = running.get(ident, 0)
     running[ident] = depth + 1

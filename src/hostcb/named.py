@@ -39,6 +39,7 @@ import numpy as np
 from hostcb import _engine as engine
 from hostcb import _jax_internals as ji
 from hostcb._engine import registry
+from hostcb._core.host_function import HostFunction
 from hostcb._core.primitives import CallTarget, TapTarget, unpack_transforms
 
 __all__ = [
@@ -263,10 +264,11 @@ def _dumps(spec: dict) -> str:
 def _function(func: Any) -> tuple[str, dict] | None:
   """``(name, description)`` of what the engine calls: a registered
   function as it is, or a front end's wrapper that describes itself
-  (``_hostcb_export``), or None (not by name)."""
-  describe = getattr(type(func), "_hostcb_export", None)
-  if describe is not None:
-    return describe(func)
+  (:meth:`HostFunction.export
+  <hostcb._core.host_function.HostFunction.export>`), or None (not by
+  name)."""
+  if isinstance(func, HostFunction):
+    return func.export()
   name = name_of(func)
   return None if name is None else (name, {"kind": "function"})
 
@@ -422,8 +424,8 @@ def _parse(name: str, text: str) -> dict:
 def target_id(name: str, text: str, call_runner: Callable | None = None) -> int:
   """This process's target id of ``(name, spec)``, its entry built from the
   function bound to ``name`` (again at each rebinding); the handlers by
-  name learn it.  For a call, ``call_runner(target)`` makes its ``(run,
-  check)``."""
+  name learn it.  For a call, ``call_runner(target)`` makes its
+  :class:`~hostcb._engine.entries.CallEntry`."""
   spec = _parse(name, text)
   value = lambda tid: tid * 2 + int(_one_array(spec))
   if spec["op"] == "tap":
@@ -437,7 +439,7 @@ def target_id(name: str, text: str, call_runner: Callable | None = None) -> int:
     raise ValueError("hostcb: a call spec needs its runner")
 
   def install_call(tid):
-    registry.put_call(tid, *call_runner(call_target(name, spec)))
+    registry.put_call(tid, call_runner(call_target(name, spec)))
 
   return engine.named_target_id(name, text, install_call, value)
 

@@ -10,17 +10,18 @@ it is the same object, or:
 
 * a bound method of the same object and the same function (``obj.f``
   builds a new method object at each access);
-* one of hostcb's own wrappers, marked ``hostcb_same_by_value = True``,
-  which compare the user's functions inside them by identity (through
-  :func:`same_function`), and so may compare by value themselves.
-
-Standard library only.
+* one of hostcb's own wrappers, a front end's host function
+  (:class:`hostcb._core.host_function.HostFunction`), which compares the
+  user's functions inside it by identity (through :func:`same_function`),
+  and so may compare by value itself.
 """
 
 from __future__ import annotations
 
 import types
 from typing import Any
+
+from hostcb._core.host_function import HostFunction
 
 __all__ = ["same_function", "function_hash"]
 
@@ -33,7 +34,7 @@ def same_function(a: Any, b: Any) -> bool:
     return False
   if type(a) is types.MethodType:
     return a.__self__ is b.__self__ and a.__func__ is b.__func__
-  if getattr(type(a), "hostcb_same_by_value", False):
+  if isinstance(a, HostFunction):
     return a == b
   return False
 
@@ -43,6 +44,6 @@ def function_hash(f: Any) -> int:
   hashable or not."""
   if type(f) is types.MethodType:
     return hash((id(f.__self__), id(f.__func__)))
-  if getattr(type(f), "hostcb_same_by_value", False):
+  if isinstance(f, HostFunction):
     return hash(f)
   return id(f)

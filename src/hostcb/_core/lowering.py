@@ -59,7 +59,9 @@ import numpy as np
 from hostcb import _engine as engine
 from hostcb import _jax_internals as ji
 from hostcb import named
+from hostcb._core.host_function import HostFunction
 from hostcb._core.huge_pages import advise_huge_pages
+from hostcb._engine.entries import CallEntry, CallRunner, DirectCall
 from hostcb._core.primitives import call_p, tap_p, unpack_transforms
 
 # Bookkeeping bytes counted for each queued Python-callback tap, so that
@@ -341,39 +343,44 @@ def _call_runner(target):
   return run
 
 
-def _native_call_runner(target):
-  """``(run, check)`` of a call lowered to the native engine (see
-  :func:`hostcb._engine.call_target_id`).
+def native_call_entry(target) -> CallEntry:
+  """The engine's entry of a call lowered to the native engine (see
+  :func:`hostcb._engine.call_target_id`), of a kind of
+  :mod:`hostcb._engine.entries`: the one way a call's entry is made.
 
-  ``run(arrays, device_ordinal)`` runs once per call, on the device thread,
-  after the handler waited for the engine's taps queued before the call;
-  only taps queued through XLA's Python callbacks (dtypes the engine cannot
-  carry) may be left, and only then is the device looked up for them.  When
-  the result is one array, ``run`` returns the host function's result as
-  it is: the ``hostcb_call_one`` handler checks it, and calls ``check``
-  only for what is not an exact array of the result.
+  Its runner runs once per call, on the device thread, after the handler
+  waited for the engine's taps queued before the call; only taps queued
+  through XLA's Python callbacks (dtypes the engine cannot carry) may be
+  left, and only then is the device looked up for them.  When the result
+  is one array, the runner returns the host function's result as it is:
+  the ``hostcb_call_one`` handler checks it, and calls the entry's
+  ``check`` only for what is not an exact array of the result.
 
-  For one array argument, one array result and no device argument, ``run``
-  is a direct entry ``(func, on_failure, pending, run)`` instead: the
-  handler calls the host function itself while ``pending`` (the dict of
-  Python-callback tap queues) is empty, calling ``on_failure(exc)`` (None:
-  nothing) when it raised, and the runner ``run`` otherwise.
+  Where the handler may call the host function itself
+  (:attr:`CallTarget.direct`), the entry is the front end's own
+  (:meth:`HostFunction.call_entry
+  <hostcb._core.host_function.HostFunction.call_entry>`, for JAX's rules)
+  where it has one, else a :class:`DirectCall`; otherwise a
+  :class:`CallRunner`.
   """
   device_of = engine.device_of_ordinal
-  invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
-  check_results = target.check_results
   python_queues = engine.python_queues  # the same dict for the process
   drain = engine.drain_device
+  if (
+    target.direct
+    and target.rules is not None
+    and isinstance(target.func, HostFunction)
+  ):
+    # A front end's own entry: the same work with no frame between.
+    own = target.func.call_entry(
+      python_queues, lambda ordinal: drain(device_of(ordinal), False)
+    )
+    if own is not None:
+      return own
+  invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
+  check_results = target.check_results
   record = _record_call_failure if target.rules is None else _keep_out
   what = f"the call to {target.func!r} failed"
-
-  # A front end's own runner: the same work with no frame between.
-  own = target.direct_runner(
-    python_queues, lambda ordinal: drain(device_of(ordinal), False)
-  )
-  if own is not None:
-    return own
-  direct = target.direct_one()
 
   def run(arrays, ordinal):
     if python_queues:  # Python-callback taps may be queued before it
@@ -385,18 +392,6 @@ def _native_call_runner(target):
       record(e, what)
       raise
 
-  def run_direct(arrays, ordinal):
-    # One argument, one array result (the same work as run's): the direct
-    # entry's runner, which the handler calls only while a Python-callback
-    # queue exists.
-    if python_queues:
-      drain(device_of(ordinal), False)
-    try:
-      return direct(arrays[0])
-    except BaseException as e:
-      record(e, what)
-      raise
-
   def check(res):
     try:
       return check_results(res)
@@ -404,16 +399,16 @@ def _native_call_runner(target):
       record(e, what)
       raise
 
-  if direct is None:
-    return run, check
+  if not target.direct:
+    return CallEntry(CallRunner(run), check)
 
   def on_failure(e):
     record(e, what)
 
-  # (What run_direct does, done by the handler while no tap waits in a
+  # (What run does, done by the handler while no tap waits in a
   # Python-callback queue; a front end's failures are not recorded.)
   keep = on_failure if target.rules is None else None
-  return (direct, keep, python_queues, run_direct), check
+  return CallEntry(DirectCall(target.func, keep, python_queues, run), check)
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the
@@ -479,7 +474,7 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   spec = named.call_spec(target)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec
-    named.target_id(name, text, _native_call_runner)
+    named.target_id(name, text, native_call_entry)
     return ji.emit_custom_call(
       ctx,
       engine.call_v1_target_name,
@@ -494,7 +489,7 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   if _native(ctx):
     lease = engine.call_target_id(
       ("call", target),
-      lambda: _native_call_runner(target),
+      lambda: native_call_entry(target),
       target.func,
       ji.lowering_platform(ctx),
     )
@@ -525,6 +520,6 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   )
 
 
-named.set_call_runner(_native_call_runner)
+named.set_call_runner(native_call_entry)
 ji.register_lowering(tap_p, _tap_lowering)
 ji.register_lowering(call_p, _call_lowering)

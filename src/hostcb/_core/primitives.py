@@ -35,7 +35,9 @@ import numpy as np
 
 from hostcb import config
 from hostcb import _jax_internals as ji
+from hostcb._core.host_function import HostFunction
 from hostcb._core.identity import function_hash, same_function
+from hostcb._engine.entries import ArraysTap, ArrayTap, TapEntry
 
 __all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
 
@@ -132,38 +134,32 @@ class TapTarget:
     """Calls the tap function with the argument rebuilt from ``arrays``."""
     self.invoker(transforms)(arrays, device)
 
-  def engine_entry(self, transforms) -> Any:
-    """What the native engine's consumers call per tap: ``(func,
-    transforms)``, called as ``func(arrays[0], transforms)``, when the
-    argument is one array and the function takes no device, else
-    :meth:`invoker`.  Without ``transforms``, ``func`` is the function's
-    own ``hostcb_tap_entry()`` where that gives one (the same work, its
-    lookups done once per executable: :mod:`hostcb.debug`); where that
-    gives a tuple, it is the entry itself (a ``debug.print`` line of
-    :mod:`hostcb._engine.registry`)."""
+  def engine_entry(self, transforms) -> TapEntry:
+    """The entry that the native engine's consumers run per tap
+    (:mod:`hostcb._engine.entries`): where the argument is one array and
+    the function takes no device, an :class:`ArrayTap` of the function
+    (no Python frame of hostcb's per tap), or, without ``transforms``,
+    the entry of a front end's own (:meth:`HostFunction.tap_entry
+    <hostcb._core.host_function.HostFunction.tap_entry>`); else an
+    :class:`ArraysTap` of :meth:`invoker`."""
     if (
       not self.with_device
       and self.treedef.num_leaves == 1
       and self.treedef.num_nodes == 1
     ):
-      if not transforms:
-        # A front end's own function for this case, where it has one
-        # (looked up on the type: a mock answers every name).
-        make = getattr(type(self.func), "hostcb_tap_entry", None)
-        entry = None if make is None else make(self.func)
-        if type(entry) is tuple:
-          return entry
+      if not transforms and isinstance(self.func, HostFunction):
+        entry = self.func.tap_entry()
         if entry is not None:
-          return (entry, transforms)
-      return (self.func, transforms)
-    return self.invoker(transforms)
+          return entry
+      return ArrayTap(self.func, transforms)
+    return ArraysTap(self.invoker(transforms))
 
-  def shard_entry(self, transforms, shapes: tuple) -> Callable:
-    """What the engine's consumers call for a per-shard tap in a sharded
-    ``jit`` (:mod:`hostcb._jax_internals.partitioned`): the arrays are the
+  def shard_entry(self, transforms, shapes: tuple) -> ArraysTap:
+    """The entry of a per-shard tap in a sharded ``jit``
+    (:mod:`hostcb._jax_internals.partitioned`): the arrays are the
     device's shards of operands of global ``shapes``, followed, when one
     of them has a dimension, by the shard's slice bounds."""
-    return self._shard_invoker(transforms, shapes)
+    return ArraysTap(self._shard_invoker(transforms, shapes))
 
   def invoker(self, transforms) -> Callable[[tuple, Any], None]:
     """:meth:`invoke` for these ``transforms``, with its lookups done once:
@@ -325,32 +321,12 @@ class CallTarget:
 
     return invoke
 
-  def direct_one(self) -> Callable[[Any], Any] | None:
-    """For one array argument, one array result and no device argument:
-    ``direct(arg)``, the host function's result as it gave it (for a
-    caller that checks it: the ``hostcb_call_one`` handler), the host
-    function itself; else None.  Looked up once per executable."""
-    if not self.one_leaf or self.with_device or self.one_array is None:
-      return None
-    return self.func
-
-  def direct_runner(
-    self, pending: Any, wait_for_pending: Callable[[int], None]
-  ) -> tuple[Callable, Callable] | None:
-    """``(run, check)`` of a front end's own runner for the engine's
-    ``hostcb_call_one`` handler (``func.hostcb_direct_runner(pending,
-    wait_for_pending)``, e.g. :mod:`hostcb.jax_callbacks`'), where it has
-    one, for one array argument, one array result, no device argument
-    and ``rules`` (whose failures reach the computation only: nothing is
-    recorded around it); else None.  Looked up once per executable."""
-    if self.rules is None or self.direct_one() is None:
-      return None
-    # Looked up on the type: a callable whose __getattr__ answers every
-    # name (a mock) is called as it is.
-    make = getattr(type(self.func), "hostcb_direct_runner", None)
-    if make is None:
-      return None
-    return make(self.func, pending, wait_for_pending)
+  @functools.cached_property
+  def direct(self) -> bool:
+    """Whether the engine's handler may call the host function itself,
+    ``func(array)``, and check its result: one array argument, one array
+    result, no device argument."""
+    return self.one_leaf and not self.with_device and self.one_array is not None
 
   @functools.cached_property
   def one_leaf(self) -> bool:

@@ -12,9 +12,10 @@ A ``call`` is ``hostcb_call`` (:data:`call_target_name`,
 (:data:`call_one_target_name`) when its result is one array: its handler
 runs on the device thread, waits for the taps queued before the call on its
 device, takes the GIL, copies the operands into fresh read-only NumPy
-arrays and calls ``registry.call_runners[target_id](arrays, ordinal)``
-(or, for a direct entry of one array to one array, the host function on
-the array itself: see ``call.cc``); it copies the returned arrays into
+arrays and runs the call's entry ``registry.call_runners[target_id]``
+(:mod:`hostcb._engine.entries`: a ``CallRunner``'s ``run(arrays,
+ordinal)``, or, for a ``DirectCall`` of one array to one array, the host
+function on the array itself: see ``call.cc``); it copies the returned arrays into
 the call's results (``hostcb_call_one`` checks an exact NumPy array of
 the result in C++ and passes anything else to the call's ``check``).
 An exception fails the computation with :func:`_call_failure_text`.
@@ -84,7 +85,8 @@ from _hostcb_env import env_flag
 from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._native import shared_constant
-from hostcb._engine import errors, registry
+from hostcb._engine import entries, errors, registry
+from hostcb._engine.entries import CallRunner
 from hostcb._engine.consumers import this_thread
 from hostcb._engine.sync import Arrivals
 
@@ -272,6 +274,7 @@ def register_targets(capacity: int, check: bool = True) -> None:
     if not _registered_at_import:
       native.set_name_resolver(_resolve_name)  # the handlers by name ask it
       native.set_dtypes(_dtype_table())
+      entries.hand_to_engine(native)  # the kinds of entries it runs
       native.set_call_server(
         registry.call_runners, _check_call, _call_failure_text
       )
@@ -753,22 +756,22 @@ def wait_for_device(ordinal: int, awaited_only: bool = False) -> None:
 
 def runs_host_function_call() -> bool:
   """Whether this thread runs, in the engine's call handler, the runner of
-  an ``io_callback``/``pure_callback`` host function (one with a true
-  ``hostcb_host_function`` attribute): its computation waits for it.
-  The handler keeps the stack of the runners it runs, so that such a
-  runner marks nothing per call."""
+  an ``io_callback``/``pure_callback`` host function (a
+  :class:`~hostcb._engine.entries.CallRunner` with ``host_function``):
+  its computation waits for it.  The handler keeps the stack of the
+  entries it runs, so that such a runner marks nothing per call."""
   if _native is None:
     return False
-  for runner in _native.running_call_runners():
-    if getattr(runner, "hostcb_host_function", False):
+  for entry in _native.running_call_runners():
+    if type(entry) is CallRunner and entry.host_function:
       return True
   return False
 
 
 def formats_print_lines() -> bool:
   """Whether the loaded extension makes the text of a ``debug.print`` line
-  in C (its ``print_line_text``: the tap entry ``(write, pieces, (func,
-  second))`` of :mod:`hostcb._engine.registry`): not an older build
+  in C (its ``print_line_text``: the tap entry
+  :class:`~hostcb._engine.entries.PrintLineTap`): not an older build
   (reinstalling adds it), nor one whose C++ library lacks the shortest
   floating-point ``std::to_chars`` (GCC before 11)."""
   return _native is not None and bool(

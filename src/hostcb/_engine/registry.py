@@ -17,17 +17,11 @@ ids, and the programs then miss the cache, which is safe: a cache entry is
 found only by a program lowered with the same ids, that is, bound to this
 process's functions.
 
-* taps: id -> entry.  An entry ``(func, second)`` is called as
-  ``func(arrays[0], second)`` (a tap function of one array that takes no
-  device: no Python frame of ours per tap); an entry ``(write_lines,
-  pieces, (func, second))``, a ``debug.print`` line, as
-  ``write_lines([line])`` with the line made in C where the engine formats
-  the one array's value (its ``print_line_text``; the lines of
-  consecutive such taps of a batch with the same ``write_lines`` in one
-  call), else as ``func(arrays[0], second)``; any other
-  entry as ``entry(arrays, device)``;
-* calls: id -> ``run(arrays, device_ordinal)`` and id -> ``check(result)``
-  (see :func:`call_id`).
+* taps: id -> a tap entry;
+* calls: id -> its runner and id -> its check (the two fields of the
+  call's :class:`~hostcb._engine.entries.CallEntry`, see :func:`call_id`);
+
+each of a kind of :mod:`hostcb._engine.entries`, which the engine runs.
 
 Keys.  The key table maps an opaque key to a target id.  The lowering
 keys a process-local function by what it *is* (the primitive's target,
@@ -83,6 +77,13 @@ import re
 import threading
 from typing import Any, Callable
 
+from hostcb._engine.entries import (
+  CallEntry,
+  CallRunner,
+  DirectCall,
+  TapEntry,
+)
+
 __all__ = [
   "tap_functions",
   "call_runners",
@@ -97,10 +98,8 @@ __all__ = [
   "free_quiet",
 ]
 
-tap_functions: list[Any] = [None]
-# A runner, or a direct entry (func, on_failure, pending, run): see
-# hostcb._core.lowering._native_call_runner.
-call_runners: list[Callable[[tuple, int], Any] | tuple | None] = [None]
+tap_functions: list[TapEntry | None] = [None]
+call_runners: list[CallRunner | DirectCall | None] = [None]
 call_checks: list[Callable[[Any], tuple] | None] = [None]
 _ids: dict[Any, int] = {}  # key -> target id
 _keys: dict[int, Any] = {}  # target id -> key
@@ -251,26 +250,17 @@ def tap_id(
 
 def call_id(
   key: Any,
-  make: Callable[[], tuple[Callable, Callable]],
+  make: Callable[[], CallEntry],
   func: Any = None,
   counted: bool = False,
 ) -> Lease:
-  """A lease of the target id of a call, one per ``key``.
-
-  ``make()`` returns ``(run, check)``: ``run(arrays, device_ordinal)``
-  calls the host function and returns its flat, checked results (or, for a
-  call lowered to ``hostcb_call_one``, the host function's result as it
-  is), or is a direct entry ``(func, on_failure, pending, run)`` that the
-  handler runs itself; ``check(result)`` turns such a result into the
-  flat, checked results or raises.
-  """
-
-  def install(tid: int) -> None:
-    run, check = make()
-    _put(call_checks, tid, check)
-    _put(call_runners, tid, run)
-
-  return _assign_id(key, install, _name(func), counted)
+  """A lease of the target id of the call entry that ``make()`` builds,
+  one per ``key``: its runner runs the host function, and its
+  ``check(result)`` turns a result that the ``hostcb_call_one`` handler
+  does not take as it is into the flat, checked results, or raises."""
+  return _assign_id(
+    key, lambda tid: put_call(tid, make()), _name(func), counted
+  )
 
 
 def live_ids() -> int:
@@ -435,12 +425,12 @@ def rebind(name: str) -> None:
     install(tid)
 
 
-def put_tap(tid: int, entry: Any) -> None:
+def put_tap(tid: int, entry: TapEntry) -> None:
   """Sets the tap entry of ``tid``."""
   _put(tap_functions, tid, entry)
 
 
-def put_call(tid: int, run: Callable, check: Callable) -> None:
+def put_call(tid: int, entry: CallEntry) -> None:
   """Sets the runner and the check of call ``tid``."""
-  _put(call_checks, tid, check)
-  _put(call_runners, tid, run)
+  _put(call_checks, tid, entry.check)
+  _put(call_runners, tid, entry.runner)

@@ -19,9 +19,11 @@
 // checker(target_id, result), which converts it as a tuple or raises the
 // error that legacy raised.  So the usual call costs no Python check.
 //
-// A direct entry: for a call of one array to one array whose host function
-// takes no device, Python registers, instead of a runner, the tuple
-// (func, on_failure, pending, run).  The handler then calls func(array)
+// The entries are of the kinds of entries.h (hostcb/_engine/entries.py):
+// a CallRunner(run, host_function), or a DirectCall: for a call of one
+// array to one array whose host function takes no device, Python
+// registers DirectCall(func, on_failure, pending, run).  The handler then
+// calls func(array)
 // itself, with no Python frame, tuple or device number between; when func
 // raises, on_failure(exc) (None: nothing) records the failure first (as
 // legacy, it also reaches the next barrier_wait).  `pending` is the dict of
@@ -44,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "entries.h"
 #include "pyarrays.h"
 
 namespace ffi = xla::ffi;
@@ -51,20 +54,20 @@ namespace ffi = xla::ffi;
 namespace hostcb {
 
 // What Python set with set_call_server (strong references), guarded by the
-// GIL: the runners or direct entries (a list indexed by target id),
+// GIL: the call entries (a list indexed by target id),
 // checker(target_id, result), formatter(exc).
 PyObject* g_call_runners = nullptr;
 PyObject* g_call_checker = nullptr;
 PyObject* g_call_formatter = nullptr;
 
-// The runners (or direct entries) that this thread is running, innermost
+// The call entries that this thread is running, innermost
 // first (a call's host function may run jitted code that makes another
 // call on the same thread): what RunningCallRunners reports, so that
 // Python can tell whether the thread runs the host function of an
 // io_callback/pure_callback without marking each call itself.
 namespace {
 struct RunningCall {
-  PyObject* runner;
+  PyObject* entry;
   const RunningCall* outer;
 };
 thread_local const RunningCall* tl_running_call = nullptr;
@@ -77,8 +80,8 @@ PyObject* RunningCallRunners() {
   if (t == nullptr) return nullptr;
   Py_ssize_t k = 0;
   for (const RunningCall* c = tl_running_call; c != nullptr; c = c->outer) {
-    Py_INCREF(c->runner);
-    PyTuple_SET_ITEM(t, k++, c->runner);
+    Py_INCREF(c->entry);
+    PyTuple_SET_ITEM(t, k++, c->entry);
   }
   return t;
 }
@@ -265,10 +268,6 @@ bool CopyExactArray(PyObject* result, const XLA_FFI_Rets* rets, size_t first) {
   return true;
 }
 
-// The fields of a direct entry (see the top).
-constexpr Py_ssize_t kDirectFunc = 0, kDirectOnFailure = 1, kDirectPending = 2,
-                     kDirectRun = 3, kDirectSize = 4;
-
 // Puts back `exc` (a new reference, stolen) as the current exception.
 void RestoreException(PyObject* exc) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -292,9 +291,10 @@ PyObject* RunDirect(PyObject* entry, const XLA_FFI_Buffer* operand) {
   Py_INCREF(entry);  // the registry may change while it runs
   const RunningCall running{entry, tl_running_call};
   tl_running_call = &running;
-  PyObject* out = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, kDirectFunc), a);
+  PyObject* out =
+      PyObject_CallOneArg(PyTuple_GET_ITEM(entry, direct_call::kFunc), a);
   Py_DECREF(a);
-  PyObject* on_failure = PyTuple_GET_ITEM(entry, kDirectOnFailure);
+  PyObject* on_failure = PyTuple_GET_ITEM(entry, direct_call::kOnFailure);
   if (out == nullptr && on_failure != Py_None) {
     // (Python turns a NULL result without an exception into a SystemError:
     // an exception is set here.)
@@ -321,42 +321,44 @@ ffi::Error RunCall(int32_t device, int64_t target_id, const XLA_FFI_Args* args,
   if (g_call_runners == nullptr) {
     return Failure("hostcb: no call server is set (engine not started)");
   }
-  PyObject* runner = TableEntry(g_call_runners, target_id);  // borrowed
-  if (runner == nullptr) {
+  PyObject* entry = TableEntry(g_call_runners, target_id);  // borrowed
+  if (entry == nullptr) {
     return Failure("hostcb: no call is registered with target id " +
                    std::to_string(target_id));
   }
   PyObject* out = nullptr;
-  bool ran = false;
-  if (PyTuple_CheckExact(runner)) {  // a direct entry (see the top)
-    if (PyTuple_GET_SIZE(runner) != kDirectSize) {
-      return Failure("hostcb: malformed direct entry of call target id " +
-                     std::to_string(target_id));
-    }
-    PyObject* pending = PyTuple_GET_ITEM(runner, kDirectPending);
+  PyObject* run = nullptr;  // run(arrays, device_ordinal), borrowed
+  if (IsKind(entry, kDirectCall)) {
+    PyObject* pending = PyTuple_GET_ITEM(entry, direct_call::kPending);
     const XLA_FFI_Buffer* operand = nullptr;
     if (kOneArray && PyDict_CheckExact(pending) &&
         PyDict_GET_SIZE(pending) == 0) {
       operand = OneOperand(args, first_arg);
     }
     if (operand != nullptr) {
-      out = RunDirect(runner, operand);
-      ran = true;
+      out = RunDirect(entry, operand);
     } else {  // taps queued through Python callbacks: the runner drains
-      runner = PyTuple_GET_ITEM(runner, kDirectRun);
+      run = PyTuple_GET_ITEM(entry, direct_call::kRun);
     }
+  } else if (IsKind(entry, kCallRunner)) {
+    run = PyTuple_GET_ITEM(entry, call_runner::kRun);
+  } else {
+    return Failure("hostcb: the entry of call target id " +
+                   std::to_string(target_id) +
+                   " is of no kind that the engine runs "
+                   "(hostcb._engine.entries)");
   }
-  if (!ran) {
+  if (run != nullptr) {
     PyObject* arrays = OperandArrays(args, first_arg);
     if (arrays == nullptr) return Failure(TakePythonError());
     if (PyObject* dev = PyLong_FromLong(device)) {
       PyObject* argv[2] = {arrays, dev};
-      Py_INCREF(runner);  // the registry may change while it runs
-      const RunningCall running{runner, tl_running_call};
+      Py_INCREF(entry);  // the registry may change while it runs
+      const RunningCall running{entry, tl_running_call};
       tl_running_call = &running;
-      out = PyObject_Vectorcall(runner, argv, 2, nullptr);
+      out = PyObject_Vectorcall(run, argv, 2, nullptr);
       tl_running_call = running.outer;
-      Py_DECREF(runner);
+      Py_DECREF(entry);
       Py_DECREF(dev);
     }
     Py_DECREF(arrays);

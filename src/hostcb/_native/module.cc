@@ -23,9 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "entries.h"
+
 namespace hostcb {
 
 PyArray_Descr* g_descr[kMaxDtype];
+PyTypeObject* g_entry_types[kEntryKinds] = {};
 // call.cc
 extern PyObject* g_call_runners;
 extern PyObject* g_call_checker;
@@ -262,7 +265,8 @@ void ReportFailure(int64_t target_id, PyObject* functions) {
   Py_XDECREF(exc);
 }
 
-// Runs the tap function of one built record (see run_batch).
+// Runs the tap function of one built record (see run_batch), by its
+// entry's kind (entries.h).
 void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* entry = b.arrays == nullptr  // a lost tap
                         ? nullptr
@@ -270,24 +274,27 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   PyObject* result = nullptr;
   if (entry != nullptr) {
     Py_INCREF(entry);  // the registry may change while it runs
-    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3) {
-      // A debug.print line entry (write_lines, pieces, (func, second))
-      // whose line run_batch did not make (BuildLine: a value that C does
-      // not format): its (func, second), which formats it in Python.
-      PyObject* python = PyTuple_GET_ITEM(entry, 2);
-      Py_INCREF(python);
-      Py_SETREF(entry, python);
+    if (IsKind(entry, kPrintLineTap)) {
+      // A line that run_batch did not make (BuildLine: a value that C does
+      // not format): its fallback ArrayTap formats it in Python.
+      PyObject* fallback = PyTuple_GET_ITEM(entry, print_line_tap::kFallback);
+      Py_INCREF(fallback);
+      Py_SETREF(entry, fallback);
     }
-    if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
-        PyTuple_GET_SIZE(b.arrays) >= 1) {
-      // (func, second): func(arrays[0], second)
+    if (IsKind(entry, kArrayTap) && PyTuple_GET_SIZE(b.arrays) >= 1) {
       PyObject* argv[2] = {PyTuple_GET_ITEM(b.arrays, 0),
-                           PyTuple_GET_ITEM(entry, 1)};
-      result =
-          PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), argv, 2, nullptr);
-    } else {
+                           PyTuple_GET_ITEM(entry, array_tap::kSecond)};
+      result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, array_tap::kFunc),
+                                   argv, 2, nullptr);
+    } else if (IsKind(entry, kArraysTap)) {
       PyObject* argv[2] = {b.arrays, device_obj};
-      result = PyObject_Vectorcall(entry, argv, 2, nullptr);
+      result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, arrays_tap::kRun),
+                                   argv, 2, nullptr);
+    } else {
+      PyErr_Format(PyExc_TypeError,
+                   "hostcb: the tap entry of target id %lld is of no kind "
+                   "that the engine runs (hostcb._engine.entries): %R",
+                   static_cast<long long>(b.target_id), entry);
     }
     Py_DECREF(entry);
   }
@@ -299,28 +306,26 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   ReportFailure(b.target_id, functions);
 }
 
-// The line of tap record `r` where its entry is a debug.print line entry
-// (write_lines, pieces, (func, second)) that formats the record's one
-// operand in C: `b` gets the line and the writer.  False for any other
-// record, and where C does not format the value or could not make the
-// line (out of memory): RunTap then runs the entry's (func, second), which
-// formats it in Python (and reports a failure as any tap function's).
+// The line of tap record `r` where its entry is a PrintLineTap that
+// formats the record's one operand in C: `b` gets the line and the writer.
+// False for any other record, and where C does not format the value or
+// could not make the line (out of memory): RunTap then runs the entry's
+// fallback, which formats it in Python (and reports a failure as any tap
+// function's).
 bool BuildLine(const Record& r, PyObject* functions, Built* b) {
   if (r.num_operands != 1) return false;
   PyObject* entry = TableEntry(functions, r.target_id);
-  if (entry == nullptr || !PyTuple_CheckExact(entry) ||
-      PyTuple_GET_SIZE(entry) != 3) {
-    return false;
-  }
+  if (entry == nullptr || !IsKind(entry, kPrintLineTap)) return false;
   const auto& d = *reinterpret_cast<const OperandDesc*>(r.data);
-  PyObject* line = PrintLineOfOperand(PyTuple_GET_ITEM(entry, 1), d.dtype,
-                                      d.rank, r.data + d.offset);
+  PyObject* line =
+      PrintLineOfOperand(PyTuple_GET_ITEM(entry, print_line_tap::kPieces),
+                         d.dtype, d.rank, r.data + d.offset);
   if (line == nullptr) {
     PyErr_Clear();  // Python formats it (RunTap), or reports its failure
     return false;
   }
   b->line = line;
-  b->writer = PyTuple_GET_ITEM(entry, 0);
+  b->writer = PyTuple_GET_ITEM(entry, print_line_tap::kWriteLines);
   Py_INCREF(b->writer);
   return true;
 }
@@ -390,39 +395,14 @@ PyObject* Py_tap_fallbacks(PyObject*, PyObject*) {
       "(Ks)", static_cast<unsigned long long>(g_tap_fallbacks.load()), why);
 }
 
-PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
-  static const char* kw[] = {"device",      "functions", "device_obj",
-                             "max_records", "timeout",   "max_bytes",
-                             "poll",        nullptr};
-  long device;
-  PyObject* functions;
-  PyObject* device_obj;
-  Py_ssize_t max_records = 256;
-  PyObject* timeout_obj = Py_None;
-  unsigned long long max_bytes = 0;
-  double poll = 0.05;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "lO!O|nOKd", const_cast<char**>(kw), &device,
-          &PyList_Type, &functions, &device_obj, &max_records, &timeout_obj,
-          &max_bytes, &poll)) {
-    return nullptr;
-  }
-  double timeout = -1;
-  if (timeout_obj != Py_None) {
-    timeout = PyFloat_AsDouble(timeout_obj);
-    if (timeout == -1 && PyErr_Occurred()) return nullptr;
-    if (timeout < 0) timeout = 0;
-  }
-  Queue* q = QueueArg(device);
-  if (!q) return nullptr;
-  tl_consumer_queue = q;
-  // max_bytes 0: the queue's capacity (TakeReady reads it under the lock
-  // that it takes anyway).
-  if (max_records < 1) max_records = 1;
-  std::vector<Record> records;
+// run_batch's first step: takes the device's next batch of records, the
+// GIL released while it waits.
+Queue::Take TakeBatch(Queue* q, std::vector<Record>* records,
+                      size_t max_records, uint64_t max_bytes, double timeout,
+                      double poll) {
   Queue::Take got;
-  Py_BEGIN_ALLOW_THREADS got = q->TakeReady(
-      &records, static_cast<size_t>(max_records), max_bytes, timeout, poll);
+  Py_BEGIN_ALLOW_THREADS got =
+      q->TakeReady(records, max_records, max_bytes, timeout, poll);
   if (got == Queue::Take::kRecords && q->WentQuiet()) {
     // The device stopped tapping while this thread ran tap functions, with
     // the GIL: the thread that ran its computation may now wait for the
@@ -430,23 +410,17 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     // but this thread would take the GIL back before it runs, and it would
     // get it only at CPython's switch interval (5 ms) or once the backlog
     // of tap functions has run: about 1 ms per call of a 20,000-step
-    // tapped scan here (issue 38, bench_tap_sched.py's "per call").  A
-    // short sleep, once per pause of the device, lets it have the GIL.
+    // tapped scan here (bench_tap_sched.py's "per call").  A short sleep,
+    // once per pause of the device, lets it have the GIL.
     std::this_thread::sleep_for(kLetTheDeviceThreadIn);
   }
-  Py_END_ALLOW_THREADS switch (got) {
-    case Queue::Take::kTimeout:
-      return PyLong_FromLong(0);
-    case Queue::Take::kBusy:
-      PyErr_SetString(
-          PyExc_RuntimeError,
-          "hostcb: another thread is consuming this device's queue");
-      return nullptr;
-    case Queue::Take::kRecords:
-      break;
-  }
-  ReportTapFallbackOnce();
-  // Build every array of the batch, copy the bytes, free the ring; then run.
+  Py_END_ALLOW_THREADS return got;
+}
+
+// run_batch's second step: builds every array and line of the batch,
+// copies the bytes, and frees the ring.
+std::vector<Built> BuildBatch(Queue* q, const std::vector<Record>& records,
+                              PyObject* functions) {
   std::vector<Copy> copies;
   std::vector<Built> built;
   std::vector<uint8_t> adopted(records.size(), 0);
@@ -484,6 +458,27 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.n);
   }
   q->Release(records.size(), adopted.data());
+  return built;
+}
+
+// A record that is no tap: a barrier's marker, on_marker(id); a retire
+// marker, on_quiet(id) once the last one of a retired id is passed
+// (lifetimes.cc).
+void PassMarker(const Built& b, PyObject* functions) {
+  const bool marker = b.kind == kMarker;
+  if (!marker && !MarkerPassed(b.target_id)) return;
+  if (PyObject* id = PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
+    PyObject* argv[2] = {id, Py_True};  // on_quiet may wait for a lock
+    CallHook(marker ? g_on_marker : g_on_quiet, argv, marker ? 1 : 2);
+    Py_DECREF(id);
+  } else {
+    PyErr_WriteUnraisable(functions);
+  }
+}
+
+// run_batch's last step: runs the built records in order.
+void RunBuilt(Queue* q, std::vector<Built>& built, PyObject* functions,
+              PyObject* device_obj) {
   for (size_t i = 0; i < built.size(); ++i) {
     Built& b = built[i];
     if (b.line != nullptr) {
@@ -499,19 +494,7 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
       continue;
     }
     if (b.kind != kTap) {
-      // A barrier's marker: on_marker(id); a retire marker: on_quiet(id)
-      // once the last one of a retired id is passed (lifetimes.cc).
-      const bool marker = b.kind == kMarker;
-      if (marker || MarkerPassed(b.target_id)) {
-        if (PyObject* id =
-                PyLong_FromLongLong(static_cast<long long>(b.target_id))) {
-          PyObject* argv[2] = {id, Py_True};  // on_quiet may wait for a lock
-          CallHook(marker ? g_on_marker : g_on_quiet, argv, marker ? 1 : 2);
-          Py_DECREF(id);
-        } else {
-          PyErr_WriteUnraisable(functions);
-        }
-      }
+      PassMarker(b, functions);
       q->NoteRan(1);
       continue;
     }
@@ -521,6 +504,53 @@ PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
     // A tap function that dispatched computations has returned.
     if (q->ConsumerDispatching()) CallHook(g_on_dispatch_finished, nullptr, 0);
   }
+}
+
+PyObject* Py_run_batch(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* kw[] = {"device",      "functions", "device_obj",
+                             "max_records", "timeout",   "max_bytes",
+                             "poll",        nullptr};
+  long device;
+  PyObject* functions;
+  PyObject* device_obj;
+  Py_ssize_t max_records = 256;
+  PyObject* timeout_obj = Py_None;
+  unsigned long long max_bytes = 0;
+  double poll = 0.05;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "lO!O|nOKd", const_cast<char**>(kw), &device,
+          &PyList_Type, &functions, &device_obj, &max_records, &timeout_obj,
+          &max_bytes, &poll)) {
+    return nullptr;
+  }
+  double timeout = -1;
+  if (timeout_obj != Py_None) {
+    timeout = PyFloat_AsDouble(timeout_obj);
+    if (timeout == -1 && PyErr_Occurred()) return nullptr;
+    if (timeout < 0) timeout = 0;
+  }
+  Queue* q = QueueArg(device);
+  if (!q) return nullptr;
+  tl_consumer_queue = q;
+  // max_bytes 0: the queue's capacity (TakeReady reads it under the lock
+  // that it takes anyway).
+  if (max_records < 1) max_records = 1;
+  std::vector<Record> records;
+  switch (TakeBatch(q, &records, static_cast<size_t>(max_records), max_bytes,
+                    timeout, poll)) {
+    case Queue::Take::kTimeout:
+      return PyLong_FromLong(0);
+    case Queue::Take::kBusy:
+      PyErr_SetString(
+          PyExc_RuntimeError,
+          "hostcb: another thread is consuming this device's queue");
+      return nullptr;
+    case Queue::Take::kRecords:
+      break;
+  }
+  ReportTapFallbackOnce();
+  std::vector<Built> built = BuildBatch(q, records, functions);
+  RunBuilt(q, built, functions, device_obj);
   return PyLong_FromSize_t(built.size());
 }
 
@@ -673,6 +703,70 @@ PyObject* Py_set_call_server(PyObject*, PyObject* args) {
   Py_XSETREF(g_call_checker, checker);
   Py_INCREF(formatter);
   Py_XSETREF(g_call_formatter, formatter);
+  Py_RETURN_NONE;
+}
+
+// The kinds of entries (entries.h), by name, with their fields: what
+// hostcb/_engine/entries.py must name the same.
+struct KindFields {
+  const char* name;
+  const char* fields[5];
+};
+constexpr KindFields kEntryKindFields[kEntryKinds] = {
+    {"ArrayTap", {"func", "second"}},
+    {"PrintLineTap", {"write_lines", "pieces", "fallback"}},
+    {"ArraysTap", {"run"}},
+    {"CallRunner", {"run", "host_function"}},
+    {"DirectCall", {"func", "on_failure", "pending", "run"}},
+};
+
+// Whether `type` (a tuple type) has exactly the fields of `kind`; else a
+// TypeError set.
+bool HasFields(PyObject* type, const KindFields& kind) {
+  PyObject* fields = PyObject_GetAttrString(type, "_fields");
+  bool same = fields != nullptr && PyTuple_Check(fields);
+  Py_ssize_t n = 0;
+  for (; same && kind.fields[n] != nullptr; ++n) {
+    same = n < PyTuple_GET_SIZE(fields) &&
+           PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(fields, n),
+                                            kind.fields[n]) == 0;
+  }
+  same = same && n == PyTuple_GET_SIZE(fields);
+  Py_XDECREF(fields);
+  if (!same) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "hostcb: the entry kind %s has other fields than the "
+                 "engine's (entries.h)",
+                 kind.name);
+  }
+  return same;
+}
+
+PyObject* Py_set_entry_kinds(PyObject*, PyObject* kinds) {
+  if (!PyDict_Check(kinds)) {
+    PyErr_SetString(PyExc_TypeError, "set_entry_kinds takes a dict");
+    return nullptr;
+  }
+  PyTypeObject* types[kEntryKinds];
+  for (int k = 0; k < kEntryKinds; ++k) {
+    PyObject* t = PyDict_GetItemString(kinds, kEntryKindFields[k].name);
+    if (t == nullptr || !PyType_Check(t) ||
+        !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(t), &PyTuple_Type)) {
+      PyErr_Format(PyExc_TypeError,
+                   "hostcb: set_entry_kinds lacks the tuple type %s",
+                   kEntryKindFields[k].name);
+      return nullptr;
+    }
+    if (!HasFields(t, kEntryKindFields[k])) return nullptr;
+    types[k] = reinterpret_cast<PyTypeObject*>(t);
+  }
+  for (int k = 0; k < kEntryKinds; ++k) {
+    PyTypeObject* old = g_entry_types[k];
+    Py_INCREF(reinterpret_cast<PyObject*>(types[k]));
+    g_entry_types[k] = types[k];
+    Py_XDECREF(reinterpret_cast<PyObject*>(old));
+  }
   Py_RETURN_NONE;
 }
 
@@ -969,6 +1063,9 @@ PyMethodDef kMethods[] = {
      "result's exact dtype and shape, and passes anything else to "
      "checker(target_id, result) for that sequence.  An exception fails the "
      "computation with the text formatter(exception) returns."},
+    {"set_entry_kinds", Py_set_entry_kinds, METH_O,
+     "set_entry_kinds({name: type}): the kinds of entries that the handlers "
+     "run (hostcb._engine.entries), checked against the engine's own"},
     {"running_call_runners", Py_running_call_runners, METH_NOARGS,
      "running_call_runners() -> the runners (see set_call_server) that "
      "the calling thread is running, innermost first."},
