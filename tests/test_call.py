@@ -11,7 +11,7 @@ from jax import lax
 
 import hostcb
 from _helpers import Recorder
-from hostcb._core import lowering
+from hostcb._core import engine_entries
 
 _compiles = []
 _compiles_lock = threading.Lock()
@@ -601,7 +601,7 @@ def test_failed_call_whose_failure_cannot_be_recorded_fails_with_both(
   def broken_record(e, what):
     raise RuntimeError("recorder broke")
 
-  monkeypatch.setattr(lowering, "_record_call_failure", broken_record)
+  monkeypatch.setattr(engine_entries, "_record_call_failure", broken_record)
 
   def host(a):
     raise ValueError("nope")

@@ -19,6 +19,7 @@ import pytest
 
 import hostcb
 from hostcb import _engine as engine, named
+from hostcb._core import by_name
 from _helpers import hostcb_root
 
 # Functions by name are the native engine's handlers (docs/export.md).
@@ -270,7 +271,7 @@ def test_tree_json_round_trips_containers():
   tree = jax.tree_util.tree_structure(
     ((1, [2, None]), {"b": 3, "a": (4,)}, [], ())
   )
-  assert named.tree_from_json(named.tree_to_json(tree)) == tree
+  assert by_name.tree_from_json(by_name.tree_to_json(tree)) == tree
 
 
 def test_export_checks_name_the_versioned_targets():
@@ -359,7 +360,7 @@ def test_an_unregistered_call_with_symbolic_operands_gets_jaxs_export_error():
 def test_an_unbound_name_fails_the_computation_naming_it():
   # A program by name whose name is not bound here (as in a process that
   # loads a program and forgot one registration).
-  text = named._dumps(
+  text = by_name.dumps(
     {
       "v": 1,
       "op": "tap",
@@ -372,7 +373,7 @@ def test_an_unbound_name_fails_the_computation_naming_it():
     }
   )
   with pytest.raises(named.UnboundNameError, match="'test_export.nobody'"):
-    named._resolve("test_export.nobody", text)
+    by_name.resolve("test_export.nobody", text)
 
 
 def test_multi_platform_export_lowers_both_cpu_and_cuda():
@@ -538,7 +539,7 @@ def _tap_v1(name: str, spec: str):
   )
 
 
-_SPEC = named._dumps(
+_SPEC = by_name.dumps(
   {
     "v": 1,
     "op": "tap",
@@ -599,7 +600,7 @@ def test_a_spec_that_is_not_json_fails_the_run():
 
 def test_a_spec_with_missing_fields_fails_the_run_naming_it():
   hostcb.register("test_export.partial", lambda x, t: None)
-  spec = named._dumps({"v": 1, "op": "tap", "fn": {"kind": "function"}})
+  spec = by_name.dumps({"v": 1, "op": "tap", "fn": {"kind": "function"}})
   with pytest.raises(
     jax.errors.JaxRuntimeError,
     match="'test_export.partial' with a spec that this "

@@ -425,7 +425,7 @@ def test_lowering_for_cuda_without_a_gpu_warns_nothing_and_takes_xlas_callback(
   # The messages said once per process, unsaid: any would be said here.
   monkeypatch.setattr(engine, "_warned", [False])
   monkeypatch.setattr(engine.gpu, "_warned", [False])
-  monkeypatch.setattr(hostcb.named, "_warned", set())
+  monkeypatch.setattr(hostcb._core.by_name, "_warned", set())
   capfd.readouterr()
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

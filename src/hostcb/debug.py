@@ -47,7 +47,8 @@ import jax
 import numpy as np
 
 from hostcb import config
-from hostcb import _engine as engine, named
+from hostcb import _engine as engine
+from hostcb._core import by_name
 from hostcb import jax_callbacks as _jc
 from hostcb._core import callback_helpers as _callback_helpers
 from hostcb import _jax_internals as ji
@@ -55,7 +56,7 @@ from hostcb._engine.errors import note_jax_callback_failure
 from hostcb._engine.output_order import consumer_stdout
 from hostcb._jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.host_function import HostFunction
-from hostcb._core.primitives import TapTarget, tap_p
+from hostcb._core.primitives import Prints, TapTarget, tap_p
 from hostcb._engine.entries import ArrayTap, PrintLineTap
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
@@ -239,17 +240,17 @@ class _DebugCall(HostFunction):
       if described is None:
         return None
     else:
-      name, described = named.name_of(self.func), {}
+      name, described = by_name.name_of(self.func), {}
       if name is None:
         return None
-    if not all(named.json_scalar(v) for _, v in self.static):
+    if not all(by_name.json_scalar(v) for _, v in self.static):
       if not name:
         return None
-      raise named.NotExportable(
+      raise by_name.NotExportable(
         "host-side arguments that are not str, numbers, bool or None", name
       )
     fn = {
-      "in_tree": named.tree_json_of(self.in_tree, name),
+      "in_tree": by_name.tree_json_of(self.in_tree, name),
       "static": [list(iv) for iv in self.static],
       "n": self.n,
       "as_jax_arrays": bool(self.as_jax_arrays),
@@ -421,7 +422,7 @@ def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
   described, calling ``func`` (PRNG keys arrive as key data when staged)."""
   return _DebugCall(
     func,
-    named.tree_from_json(fn["in_tree"]),
+    by_name.tree_from_json(fn["in_tree"]),
     tuple((i, v) for i, v in fn["static"]),
     fn["n"],
     (None,) * fn["n"],
@@ -429,9 +430,9 @@ def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
   )
 
 
-named.define_kind(
+by_name.define_kind(
   "debug_callback",
-  lambda name, fn, spec: _rebuilt_debug_call(named.lookup(name), fn),
+  lambda name, fn, spec: _rebuilt_debug_call(by_name.lookup(name), fn),
 )
 
 
@@ -484,10 +485,9 @@ def _tap(
     False,
     eager=_Eagerly(call),
     effects=effects,
-    awaited=True,
+    prints=Prints.LINES if isinstance(func, _Format) else Prints.MAYBE,
     partitioned=partitioned,
     per_element=partitioned,
-    text=isinstance(func, _Format),
   )
   # An operand that is not a JAX value: JAX's error, naming its primitive.
   _callback_helpers.bind_as(
@@ -749,8 +749,8 @@ class _Format:
     NumPy options that JSON cannot hold as they are: a ``str`` subclass
     keeps its own ``format``)."""
     options = self.options or ()
-    if not named.json_scalar(self.fmt) or not all(
-      named.json_scalar(v) for _, v in options
+    if not by_name.json_scalar(self.fmt) or not all(
+      by_name.json_scalar(v) for _, v in options
     ):
       return None
     return {
@@ -771,7 +771,7 @@ class _Format:
     sys.stdout.write(text + "\n")
 
 
-named.define_kind(
+by_name.define_kind(
   "debug_print",
   lambda name, fn, spec: _rebuilt_debug_call(
     _Format(

@@ -19,9 +19,15 @@ import numpy as np
 from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
-from hostcb import named
+from hostcb._core import by_name
 from hostcb._core.host_function import HostFunction
-from hostcb._core.primitives import CallTarget, TapTarget, call_p, tap_p
+from hostcb._core.primitives import (
+  CallTarget,
+  Prints,
+  TapTarget,
+  call_p,
+  tap_p,
+)
 from hostcb._engine.entries import ArrayTap
 from hostcb._core.printing import (
   caller_print_options,
@@ -224,9 +230,8 @@ def id_tap(
     tap_func,
     treedef,
     bool(tap_with_device),
-    awaited=prints,
+    prints=Prints.LINES if prints else Prints.NOTHING,
     partitioned=partitioned,
-    text=prints,
   )
   outs = tap_p.bind(
     *flat, target=target, transforms=(), device_index=device_index
@@ -278,7 +283,7 @@ class _Printer(HostFunction):
       or "device" in kwargs  # print_tap's parameter: None is not printed
       # A value whose text can change between taps (a list, a subclass's
       # __str__): the exact scalars that an exported spec holds cannot.
-      or not all(named.json_scalar(v) for v in kwargs.values())
+      or not all(by_name.json_scalar(v) for v in kwargs.values())
     ):
       return None
     head = [format_header(kwargs)] if kwargs else []
@@ -314,7 +319,7 @@ class _Printer(HostFunction):
     values = [v for _, v in self.kwargs] + [
       v for _, v in (self.print_options or ())
     ]
-    if not all(named.json_scalar(v) for v in values):
+    if not all(by_name.json_scalar(v) for v in values):
       return None
     return "", {
       "kind": "id_print",
@@ -339,7 +344,7 @@ class _Printer(HostFunction):
     )
 
 
-named.define_kind(
+by_name.define_kind(
   "id_print",
   lambda name, fn, spec: _Printer(
     None,

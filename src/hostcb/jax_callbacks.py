@@ -32,7 +32,7 @@ import numpy as np
 from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
-from hostcb import named
+from hostcb._core import by_name
 
 # The engine's barrier and consumer test: imported here only (the one place
 # to change if the engine renames them).
@@ -181,13 +181,13 @@ class HostCall(HostFunction):
 
   def export(self) -> tuple[str, dict] | None:
     """By name when its callback is registered (:mod:`hostcb.named`)."""
-    name = named.name_of(self.callback)
+    name = by_name.name_of(self.callback)
     if name is None:
       return None
     return name, {
       "kind": "jax_callback",
       "function": self.name,
-      "in_tree": named.tree_json_of(self.in_tree, name),
+      "in_tree": by_name.tree_json_of(self.in_tree, name),
       "n_in": self.n_in,
       "jax_arrays": bool(self.jax_arrays),
     }
@@ -391,13 +391,13 @@ def call_target(
   )
 
 
-named.define_kind(
+by_name.define_kind(
   "jax_callback",
   lambda name, fn, spec: HostCall(
-    named.lookup(name),
-    named.tree_from_json(fn["in_tree"]),
+    by_name.lookup(name),
+    by_name.tree_from_json(fn["in_tree"]),
     fn["n_in"],
-    named.result_avals_of(spec),
+    by_name.result_avals_of(spec),
     fn["function"],
     fn["jax_arrays"],
   ),

@@ -68,7 +68,7 @@ class HostFunction:
     when it is lowered by name (:mod:`hostcb.named`): the registered name
     of the user's function (``""`` for the printing functions, which need
     no registration) and a JSON description of the wrapper, from which the
-    kind that it names (:func:`hostcb.named.define_kind`) rebuilds it in
+    kind that it names (:func:`hostcb._core.by_name.define_kind`) rebuilds it in
     another process; None: lowered by a process-local id.  Raises
     ``NotExportable`` where the function is registered but what the
     wrapper holds cannot be written down."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from hostcb._core.host_function import HostFunction
 
-__all__ = ["same_function", "function_hash"]
+__all__ = ["same_function", "function_hash", "Same"]
 
 
 def same_function(a: Any, b: Any) -> bool:
@@ -47,3 +47,23 @@ def function_hash(f: Any) -> int:
   if isinstance(f, HostFunction):
     return hash(f)
   return id(f)
+
+
+class Same:
+  """A host function, equal to another only where :func:`same_function`
+  says so: a field of a frozen dataclass that holds a function, whose
+  generated equality and hash then compare it by what it is."""
+
+  __slots__ = ("func",)
+
+  def __init__(self, func: Any):
+    self.func = func
+
+  def __eq__(self, other: Any) -> bool:
+    return type(other) is Same and same_function(self.func, other.func)
+
+  def __hash__(self) -> int:
+    return function_hash(self.func)
+
+  def __repr__(self) -> str:
+    return f"Same({self.func!r})"

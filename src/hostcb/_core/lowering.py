@@ -24,7 +24,7 @@ tap function of its device (the consumer thread), it runs at once, as part
 of that function.
 
 A tap or call of a function registered by name (``hostcb.register``,
-:mod:`hostcb.named`) lowers, where the engine serves it, to the versioned
+:mod:`hostcb._core.by_name`) lowers, where the engine serves it, to the versioned
 custom calls ``hostcb_tap_v1`` / ``hostcb_call_v1`` instead, whose
 attributes name the function and say how it is called (no process-local
 id): such a program can be exported, cached and serialized, and run in
@@ -58,11 +58,14 @@ import numpy as np
 
 from hostcb import _engine as engine
 from hostcb import _jax_internals as ji
-from hostcb import named
-from hostcb._core.host_function import HostFunction
+from hostcb._core import by_name
+from hostcb._core.engine_entries import (
+  call_runner,
+  native_call_entry,
+  prints_lowered,
+)
 from hostcb._core.huge_pages import advise_huge_pages
-from hostcb._engine.entries import CallEntry, CallRunner, DirectCall
-from hostcb._core.primitives import call_p, tap_p, unpack_transforms
+from hostcb._core.primitives import Prints, call_p, tap_p, unpack_transforms
 
 # Bookkeeping bytes counted for each queued Python-callback tap, so that
 # even empty taps are bounded by the queue size.
@@ -102,7 +105,7 @@ def _by_name(ctx, spec) -> bool:
   if len(platforms) == 1:
     if _native(ctx):
       return True
-    named.warn_not_by_name(
+    by_name.warn_not_by_name(
       spec[0],
       (
         "a callback in a jit over several devices, which runs on one of them"
@@ -211,8 +214,8 @@ def _tap_target_id(ctx, target, key, make) -> int:
   lease = engine.target_id(key, make, target.func, ji.lowering_platform(ctx))
   ji.keep_alive_with_executable(ctx, lease)
   tid = lease.tid
-  if target.awaited:
-    engine.mark_awaited(tid)
+  if target.prints is not Prints.NOTHING:
+    prints_lowered(tid)
   return tid
 
 
@@ -241,7 +244,7 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
     ctx,
     target,
     ("shard tap", target, transforms, shapes),
-    lambda: target.shard_entry(unpack_transforms(transforms), shapes),
+    lambda: target.entry(unpack_transforms(transforms), shapes),
   )
   ji.emit_per_shard_custom_call(
     ctx, args, target=engine.ffi_target_name, target_id=tid
@@ -251,17 +254,17 @@ def _per_shard_tap_lowering(ctx, args, target, transforms):
 
 def _tap_lowering(ctx, *args, target, transforms, device_index):
   ji.note_ordered_lowered()  # its executable orders its taps (.dispatch)
-  if target.awaited:  # host reads wait for prints from now on
-    engine.awaited_tap_staged()
-  if target.text:  # this executable keeps its token (output order)
+  if target.prints is not Prints.NOTHING:  # host reads wait for prints
+    prints_lowered()
+  if target.prints is Prints.LINES:  # its executable keeps its token
     ji.note_awaited_lowered()
   if target.partitioned and ji.runs_on_one_of_several_devices(ctx):
-    named.note_by_id(target, "a tap per shard in a jit over several devices")
+    by_name.note_by_id(target, "a tap per shard in a jit over several devices")
     return _per_shard_tap_lowering(ctx, args, target, transforms)
-  spec = named.tap_spec(target, transforms)
+  spec = by_name.spec_of(target, transforms)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec
-    named.target_id(name, text)
+    by_name.target_id(name, text)
     ji.emit_custom_call(
       ctx,
       engine.tap_v1_target_name,
@@ -275,7 +278,7 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
       ctx,
       target,
       ("tap", target, transforms),
-      lambda: target.engine_entry(unpack_transforms(transforms)),
+      lambda: target.entry(unpack_transforms(transforms)),
     )
     ji.emit_custom_call(
       ctx,
@@ -287,8 +290,8 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     return list(args)  # the tap is an identity: its results are its operands
   transforms = unpack_transforms(transforms)
   nbytes = _nbytes(ctx.avals_in) + _TAP_OVERHEAD_BYTES
-  invoke = target.invoker(transforms)
-  prints = target.awaited
+  invoke = target.caller(transforms)
+  prints = target.prints is not Prints.NOTHING
 
   def queue_tap(arrays, device):
     engine.queue_for(device).put(
@@ -305,110 +308,6 @@ def _tap_lowering(ctx, *args, target, transforms, device_index):
     avals_out=(),
   )
   return list(args)  # the tap is an identity: its results are its operands
-
-
-def _record_call_failure(e: BaseException, what: str) -> None:
-  """A legacy ``call`` failed: it fails its computation (its caller gets
-  it), and, as in legacy, the next ``barrier_wait`` raises it too."""
-  engine.record_exception(e, what, reaches_caller=True)
-
-
-def _keep_out(e: BaseException, what: str = "") -> None:
-  """A front end's call (``target.rules``, e.g. ``hostcb.pure_callback``)
-  fails its computation only, as JAX's callbacks do: its failure is not
-  kept for ``barrier_wait``."""
-
-
-def _call_runner(target):
-  """``run(arrays, device) -> results``: runs a call's host function once
-  the taps queued before it on its device have run, and returns its flat,
-  checked results.
-
-  It runs once per call (once per loop step in a loop), so the per-call
-  work is looked up here, once.
-  """
-  invoke = target.invoker()
-  drain = engine.drain_device
-  record = _record_call_failure if target.rules is None else _keep_out
-
-  def run(arrays, device):
-    drain(device)  # the taps that came before run first
-    try:
-      return invoke(arrays, device)
-    except BaseException as e:
-      # As legacy: the failure also reaches the next barrier_wait.
-      record(e, f"the call to {target.func!r} failed")
-      raise
-
-  return run
-
-
-def native_call_entry(target) -> CallEntry:
-  """The engine's entry of a call lowered to the native engine (see
-  :func:`hostcb._engine.call_target_id`), of a kind of
-  :mod:`hostcb._engine.entries`: the one way a call's entry is made.
-
-  Its runner runs once per call, on the device thread, after the handler
-  waited for the engine's taps queued before the call; only taps queued
-  through XLA's Python callbacks (dtypes the engine cannot carry) may be
-  left, and only then is the device looked up for them.  When the result
-  is one array, the runner returns the host function's result as it is:
-  the ``hostcb_call_one`` handler checks it, and calls the entry's
-  ``check`` only for what is not an exact array of the result.
-
-  Where the handler may call the host function itself
-  (:attr:`CallTarget.direct`), the entry is the front end's own
-  (:meth:`HostFunction.call_entry
-  <hostcb._core.host_function.HostFunction.call_entry>`, for JAX's rules)
-  where it has one, else a :class:`DirectCall`; otherwise a
-  :class:`CallRunner`.
-  """
-  device_of = engine.device_of_ordinal
-  python_queues = engine.python_queues  # the same dict for the process
-  drain = engine.drain_device
-  if (
-    target.direct
-    and target.rules is not None
-    and isinstance(target.func, HostFunction)
-  ):
-    # A front end's own entry: the same work with no frame between.
-    own = target.func.call_entry(
-      python_queues, lambda ordinal: drain(device_of(ordinal), False)
-    )
-    if own is not None:
-      return own
-  invoke = target.invoker(device_of=device_of, unchecked_one_array=True)
-  check_results = target.check_results
-  record = _record_call_failure if target.rules is None else _keep_out
-  what = f"the call to {target.func!r} failed"
-
-  def run(arrays, ordinal):
-    if python_queues:  # Python-callback taps may be queued before it
-      drain(device_of(ordinal), False)
-    try:
-      return invoke(arrays, ordinal)
-    except BaseException as e:
-      # As legacy: the failure also reaches the next barrier_wait.
-      record(e, what)
-      raise
-
-  def check(res):
-    try:
-      return check_results(res)
-    except BaseException as e:
-      record(e, what)
-      raise
-
-  if not target.direct:
-    return CallEntry(CallRunner(run), check)
-
-  def on_failure(e):
-    record(e, what)
-
-  # (What run does, done by the handler while no tap waits in a
-  # Python-callback queue; a front end's failures are not recorded.)
-  keep = on_failure if target.rules is None else None
-  return CallEntry(DirectCall(target.func, keep, python_queues, run), check)
 
 
 # From this many bytes of operands and results, ``call`` on CPU works on the
@@ -441,7 +340,7 @@ def _read_only_copy(buffer) -> np.ndarray:
 
 def _call_lowering_on_buffers(ctx, args, target, device_index, effectful):
   n_in = len(args)
-  run_call = _call_runner(target)
+  run_call = call_runner(target)
 
   def run(buffers, device):
     arrays = tuple(_read_only_copy(b) for b in buffers[:n_in])
@@ -471,10 +370,10 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   engine.note_lowered()
   if effectful:  # a pure call's token orders it within its computation only
     ji.note_ordered_lowered()
-  spec = named.call_spec(target)
+  spec = by_name.spec_of(target)
   if _by_name(ctx, spec):  # by name (hostcb.register): no process-local id
     name, text = spec
-    named.target_id(name, text, native_call_entry)
+    by_name.target_id(name, text)
     return ji.emit_custom_call(
       ctx,
       engine.call_v1_target_name,
@@ -510,7 +409,7 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
       has_side_effect=effectful,
     )
 
-  run_call = _call_runner(target)
+  run_call = call_runner(target)
   return ji.emit_host_callback(
     ctx,
     lambda placement: _host_function(placement, run_call),
@@ -520,6 +419,5 @@ def _call_lowering(ctx, *args, target, device_index, effectful):
   )
 
 
-named.set_call_runner(native_call_entry)
 ji.register_lowering(tap_p, _tap_lowering)
 ji.register_lowering(call_p, _call_lowering)

@@ -27,6 +27,7 @@ two functions, and an unhashable callable is accepted.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from typing import Any, Callable
 
@@ -36,10 +37,10 @@ import numpy as np
 from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._core.host_function import HostFunction
-from hostcb._core.identity import function_hash, same_function
+from hostcb._core.identity import Same
 from hostcb._engine.entries import ArraysTap, ArrayTap, TapEntry
 
-__all__ = ["tap_p", "call_p", "TapTarget", "CallTarget"]
+__all__ = ["tap_p", "call_p", "TapTarget", "CallTarget", "Prints"]
 
 Transforms = tuple  # of ("batch", batch_dims) entries, innermost first
 
@@ -56,7 +57,24 @@ def _name(func: Callable) -> str:
   return getattr(func, "__qualname__", None) or repr(func)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+class Prints(enum.Enum):
+  """What a tap function writes to the program's output
+  (:attr:`TapTarget.prints`)."""
+
+  NOTHING = 0
+  """Host reads do not wait for it."""
+  MAYBE = 1
+  """A callback that may print (``hostcb.debug.callback``): a host read of
+  a result waits for such taps queued before it
+  (:mod:`hostcb._engine.read_waits`), not for the others."""
+  LINES = 2
+  """A print's own formatter (``id_print``, ``hostcb.debug.print``): host
+  reads wait for it, and its executable keeps JAX's runtime token, so
+  that the next print of the dispatching thread waits for it
+  (:mod:`hostcb._engine.output_order`)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class TapTarget:
   """A tap function with the pytree structure of its argument.
 
@@ -71,14 +89,8 @@ class TapTarget:
   front end replaces (:mod:`hostcb.debug`'s ordered callbacks carry JAX's
   ordered debug effect, which JAX refuses on several devices).
 
-  ``awaited``: the function prints (``id_print``, :mod:`hostcb.debug`):
-  a host read of a result waits for such taps queued before it
-  (:mod:`hostcb._engine.read_waits`), not for the others.
-
-  ``text``: the function is a print's own formatter (``id_print``,
-  ``hostcb.debug.print``), not a callback that may print: its executable
-  keeps JAX's runtime token, so that the next print of the dispatching
-  thread waits for it (:mod:`hostcb._engine.output_order`).
+  ``prints``: what the function writes to the program's output
+  (:class:`Prints`).
 
   ``partitioned``: in a ``jit`` over several devices, every device taps its
   own shard (``id_tap(..., partitioned=True)``, see
@@ -92,82 +104,61 @@ class TapTarget:
   debug callback: each device then gets its shards of each element, as
   from JAX's, and the host never has to pair elements up from shards
   that the devices hold along different batch axes.
+
+  Equality and hash are the dataclass's, with ``func`` and ``eager``
+  compared by what they are (:class:`~hostcb._core.identity.Same`).
   """
 
-  func: Callable
+  func: Callable = dataclasses.field(compare=False)
   treedef: Any
   with_device: bool
-  eager: Callable | None = None
+  eager: Callable | None = dataclasses.field(default=None, compare=False)
   effects: tuple = ()
-  awaited: bool = False
+  prints: Prints = Prints.NOTHING
   partitioned: bool = False
   per_element: bool = False
-  text: bool = False
+  identity: tuple = dataclasses.field(init=False, repr=False)
 
-  def __eq__(self, other) -> bool:
-    return (
-      type(other) is TapTarget
-      and same_function(self.func, other.func)
-      and same_function(self.eager, other.eager)
-      and self.treedef == other.treedef
-      and self.with_device == other.with_device
-      and self.effects == other.effects
-      and self.awaited == other.awaited
-      and self.partitioned == other.partitioned
-      and self.per_element == other.per_element
-    )
+  def __post_init__(self):
+    object.__setattr__(self, "identity", (Same(self.func), Same(self.eager)))
 
-  def __hash__(self) -> int:
-    return hash(
-      (
-        function_hash(self.func),
-        self.treedef,
-        self.with_device,
-        self.effects,
-        self.awaited,
-        self.partitioned,
-        self.per_element,
-      )
-    )
+  @functools.cached_property
+  def one_leaf(self) -> bool:
+    """Whether the argument is one array (no container around it)."""
+    return self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1
 
-  def invoke(self, arrays, device, transforms) -> None:
-    """Calls the tap function with the argument rebuilt from ``arrays``."""
-    self.invoker(transforms)(arrays, device)
-
-  def engine_entry(self, transforms) -> TapEntry:
+  def entry(self, transforms, shapes: tuple | None = None) -> TapEntry:
     """The entry that the native engine's consumers run per tap
     (:mod:`hostcb._engine.entries`): where the argument is one array and
     the function takes no device, an :class:`ArrayTap` of the function
     (no Python frame of hostcb's per tap), or, without ``transforms``,
     the entry of a front end's own (:meth:`HostFunction.tap_entry
     <hostcb._core.host_function.HostFunction.tap_entry>`); else an
-    :class:`ArraysTap` of :meth:`invoker`."""
-    if (
-      not self.with_device
-      and self.treedef.num_leaves == 1
-      and self.treedef.num_nodes == 1
-    ):
+    :class:`ArraysTap` of :meth:`caller` (always for a per-shard tap,
+    ``shapes`` given)."""
+    if shapes is None and not self.with_device and self.one_leaf:
       if not transforms and isinstance(self.func, HostFunction):
         entry = self.func.tap_entry()
         if entry is not None:
           return entry
       return ArrayTap(self.func, transforms)
-    return ArraysTap(self.invoker(transforms))
+    return ArraysTap(self.caller(transforms, shapes))
 
-  def shard_entry(self, transforms, shapes: tuple) -> ArraysTap:
-    """The entry of a per-shard tap in a sharded ``jit``
-    (:mod:`hostcb._jax_internals.partitioned`): the arrays are the
-    device's shards of operands of global ``shapes``, followed, when one
-    of them has a dimension, by the shard's slice bounds."""
-    return ArraysTap(self._shard_invoker(transforms, shapes))
+  def caller(
+    self, transforms, shapes: tuple | None = None
+  ) -> Callable[[tuple, Any], None]:
+    """``call(arrays, device)``: calls the tap function with the argument
+    rebuilt from ``arrays``, with its lookups done once (the engine's
+    consumers call it once per tap).
 
-  def invoker(self, transforms) -> Callable[[tuple, Any], None]:
-    """:meth:`invoke` for these ``transforms``, with its lookups done once:
-    the engine's consumers call it once per tap."""
-    if self.partitioned and self.with_device:
-      return self._shard_invoker(transforms, None)
+    ``shapes``: for a per-shard tap in a sharded ``jit``
+    (:mod:`hostcb._jax_internals.partitioned`), the operands' global
+    shapes: the arrays are the device's shards, followed, when one of
+    them has a dimension, by the shard's slice bounds."""
+    if shapes is not None or (self.partitioned and self.with_device):
+      return _shard_caller(self, transforms, shapes)
     func = self.func
-    if self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1:
+    if self.one_leaf:
       if self.with_device:  # the argument is one array
         return lambda arrays, device: func(arrays[0], transforms, device=device)
       return lambda arrays, device: func(arrays[0], transforms)
@@ -178,44 +169,47 @@ class TapTarget:
       )
     return lambda arrays, device: func(unflatten(arrays), transforms)
 
-  def _shard_invoker(self, transforms, shapes) -> Callable[[tuple, Any], None]:
-    """The invoker of a per-shard tap: trims the padding of uneven shards
-    and, with ``with_device``, passes the shard's ``index=`` (per leaf, a
-    tuple of slices of the global array; all ``slice(None)`` where the
-    operand is not split: one device, ``shard_map``, ``pmap``).
 
-    ``shapes``: the operands' global shapes in a sharded ``jit``, where
-    the last array holds the shard's slice bounds (when some operand has
-    a dimension); None elsewhere, where the arrays are whole."""
-    func, with_device = self.func, self.with_device
-    one = self.treedef.num_leaves == 1 and self.treedef.num_nodes == 1
-    unflatten = self.treedef.unflatten
-    bounded = shapes is not None and any(len(s) for s in shapes)
-    slices: dict = {}  # bounds (bytes) -> (index shown, trims)
+def _shard_caller(
+  target: TapTarget, transforms, shapes
+) -> Callable[[tuple, Any], None]:
+  """The caller of a per-shard tap: trims the padding of uneven shards
+  and, with ``with_device``, passes the shard's ``index=`` (per leaf, a
+  tuple of slices of the global array; all ``slice(None)`` where the
+  operand is not split: one device, ``shard_map``, ``pmap``).
 
-    def slices_of(bounds) -> tuple:
-      key = bounds.tobytes()
-      found = slices.get(key)
-      if found is None:
-        index = ji.slice_bounds(bounds, shapes)
-        shown = index[0] if one else unflatten(list(index))
-        found = slices[key] = (shown, tuple(map(_trim, index)))
-      return found
+  ``shapes``: the operands' global shapes in a sharded ``jit``, where
+  the last array holds the shard's slice bounds (when some operand has
+  a dimension); None elsewhere, where the arrays are whole."""
+  func, with_device = target.func, target.with_device
+  one = target.one_leaf
+  unflatten = target.treedef.unflatten
+  bounded = shapes is not None and any(len(s) for s in shapes)
+  slices: dict = {}  # bounds (bytes) -> (index shown, trims)
 
-    def invoke(arrays, device):
-      if bounded:
-        *arrays, bounds = arrays
-        shown, trims = slices_of(bounds)
-        arrays = [_trimmed(a, t) for a, t in zip(arrays, trims)]
-      elif with_device:
-        whole = [(slice(None),) * np.ndim(a) for a in arrays]
-        shown = whole[0] if one else unflatten(whole)
-      arg = arrays[0] if one else unflatten(arrays)
-      if not with_device:
-        return func(arg, transforms)
-      return func(arg, transforms, device=device, index=shown)
+  def slices_of(bounds) -> tuple:
+    key = bounds.tobytes()
+    found = slices.get(key)
+    if found is None:
+      index = ji.slice_bounds(bounds, shapes)
+      shown = index[0] if one else unflatten(list(index))
+      found = slices[key] = (shown, tuple(map(_trim, index)))
+    return found
 
-    return invoke
+  def call(arrays, device):
+    if bounded:
+      *arrays, bounds = arrays
+      shown, trims = slices_of(bounds)
+      arrays = [_trimmed(a, t) for a, t in zip(arrays, trims)]
+    elif with_device:
+      whole = [(slice(None),) * np.ndim(a) for a in arrays]
+      shown = whole[0] if one else unflatten(whole)
+    arg = arrays[0] if one else unflatten(arrays)
+    if not with_device:
+      return func(arg, transforms)
+    return func(arg, transforms, device=device, index=shown)
+
+  return call
 
 
 def _trim(index: tuple) -> tuple:
@@ -234,7 +228,7 @@ def _trimmed(array: np.ndarray, extents: tuple) -> np.ndarray:
   ]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class CallTarget:
   """A host function of ``call``, with its argument and result structure.
 
@@ -246,49 +240,30 @@ class CallTarget:
   own, so that JAX's transformations refuse it where they refuse JAX's),
   and a failure of its function fails the computation only (it is not
   kept for ``barrier_wait``).
+
+  Equality and hash are the dataclass's, with ``func`` compared by what it
+  is (:class:`~hostcb._core.identity.Same`).
   """
 
-  func: Callable
+  func: Callable = dataclasses.field(compare=False)
   in_treedef: Any
   out_treedef: Any
   result_avals: tuple
   with_device: bool
   rules: Any = None
+  identity: Same = dataclasses.field(init=False, repr=False)
 
-  def __eq__(self, other) -> bool:
-    return (
-      type(other) is CallTarget
-      and same_function(self.func, other.func)
-      and self.in_treedef == other.in_treedef
-      and self.out_treedef == other.out_treedef
-      and self.result_avals == other.result_avals
-      and self.with_device == other.with_device
-      and self.rules == other.rules
-    )
+  def __post_init__(self):
+    object.__setattr__(self, "identity", Same(self.func))
 
-  def __hash__(self) -> int:
-    return hash(
-      (
-        function_hash(self.func),
-        self.in_treedef,
-        self.out_treedef,
-        self.result_avals,
-        self.with_device,
-        self.rules,
-      )
-    )
-
-  def invoke(self, arrays, device) -> tuple:
-    """Calls the host function; returns its flat, checked results."""
-    return self.invoker()(arrays, device)
-
-  def invoker(
+  def caller(
     self,
     device_of: Callable[[Any], Any] | None = None,
     unchecked_one_array: bool = False,
   ) -> Callable[[tuple, Any], Any]:
-    """:meth:`invoke` with its lookups done once, for the paths that call
-    the host function once per call (once per loop step in a loop).
+    """``call(arrays, device)``: calls the host function and returns its
+    flat, checked results, with its lookups done once, for the paths that
+    call it once per call (once per loop step in a loop).
 
     ``device_of`` maps the second argument to the device, looked up only
     for ``call_with_device`` (the native engine passes a device ordinal).
@@ -302,7 +277,7 @@ class CallTarget:
     dtype, shape = self.one_array or (None, None)
     unchecked = unchecked_one_array and self.one_array is not None
 
-    def invoke(arrays, where):
+    def call(arrays, where):
       arg = arrays[0] if unflatten is None else unflatten(arrays)
       if with_device:
         res = func(arg, device=where if device_of is None else device_of(where))
@@ -319,7 +294,7 @@ class CallTarget:
         return (res,)
       return check(res)
 
-    return invoke
+    return call
 
   @functools.cached_property
   def direct(self) -> bool:
@@ -440,10 +415,8 @@ def _tap_impl(*args, target, transforms, device_index):
     # As outside inline mode, the tap sees the operands of JAX's canonical
     # dtypes (a Python float is float32 unless x64 is on): what it returns.
     arrays = [jax.numpy.asarray(a) for a in args]
-    target.invoke(
-      tuple(np.asarray(a) for a in arrays),
-      device,
-      unpack_transforms(transforms),
+    target.caller(unpack_transforms(transforms))(
+      tuple(np.asarray(a) for a in arrays), device
     )
     return arrays
   # The computation's results are the operands as JAX arrays of the
@@ -545,7 +518,7 @@ def _call_impl(*args, target, device_index, effectful):
     operands = tuple(np.asarray(jax.numpy.asarray(a)) for a in args)
     # Copies: a host function may return (and later overwrite) arrays of
     # its own, which must not change the call's results.
-    return [np.array(r) for r in target.invoke(operands, device)]
+    return [np.array(r) for r in target.caller()(operands, device)]
   return ji.apply_compiled(
     call_p,
     *_eager_args(args, device_index),

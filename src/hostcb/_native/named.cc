@@ -10,8 +10,8 @@
 // `name` is the name under which the host function was registered
 // (hostcb.register; "" for id_print, which needs none); `spec` is a JSON
 // text that says how the function is called (argument structure, result
-// shapes, transforms; see hostcb/named.py).  Both are copied verbatim into
-// the program, so the program holds no process-local id.
+// shapes, transforms; see hostcb/_core/by_name.py).  Both are copied verbatim
+// into the program, so the program holds no process-local id.
 //
 // Each handler turns (name, spec) into this process's target id of the
 // ids handlers (hostcb_tap, hostcb_call), then does what they do.  The
