@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 import hostcb
-from hostcb._engine import registry
+from hostcb._engine import host_functions
 
 
 class Holder:
@@ -114,7 +114,7 @@ def main(mode: str) -> None:
   gc.collect()
   barrier()
   # (hostcb before issue 40 had no live_ids(): its key table, never freed)
-  live = getattr(registry, "live_ids", lambda: len(registry._ids))()
+  live = getattr(host_functions, "live_ids", lambda: len(host_functions._ids))()
   print(f"{mode}: {live} registry entries after 200 retraces")
 
 

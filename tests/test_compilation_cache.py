@@ -105,17 +105,17 @@ def test_the_second_process_finds_them_although_it_registered_others(reports):
 
 _IDS = """
 import sys
-from hostcb._engine import registry
+from hostcb._engine import host_functions
 leases = []  # (a lowering keeps its lease with the executable)
 for k in range(int(sys.argv[1])):
-  leases.append(registry.tap_id(("another", k), lambda: None))
-first = registry.tap_id(("the key", 1), lambda: None)
-again = registry.tap_id(("the key", 1), lambda: None)
+  leases.append(host_functions.tap_id(("another", k), lambda: None))
+first = host_functions.tap_id(("the key", 1), lambda: None)
+again = host_functions.tap_id(("the key", 1), lambda: None)
 class Same:
   def __repr__(self):
     return "same text"
 a, b = Same(), Same()
-la, lb = registry.tap_id(a, lambda: None), registry.tap_id(b, lambda: None)
+la, lb = host_functions.tap_id(a, lambda: None), host_functions.tap_id(b, lambda: None)
 print(first.tid, again.tid, la.tid, lb.tid)
 """
 

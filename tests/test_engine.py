@@ -151,7 +151,7 @@ def test_direct_call_records_failures_and_drains_python_callback_taps():
   code = """
 import jax, jax.numpy as jnp, numpy as np, hostcb
 from hostcb import _engine as engine
-from hostcb._engine import registry
+from hostcb._engine import host_functions
 seen, rec = [], []
 def host(a):
   if float(a) < 0:
@@ -160,7 +160,7 @@ def host(a):
   return a
 f = jax.jit(lambda x: hostcb.call(host, x, result_shape=x))
 print(float(f(np.float32(1.0))), len(engine.python_queues))
-print(sum(isinstance(e, tuple) and e[0] is host for e in registry.call_runners))
+print(sum(isinstance(e, tuple) and e[0] is host for e in host_functions.call_runners))
 try:
   f(np.float32(-1.0))
 except Exception as e:

@@ -36,7 +36,7 @@ import pytest
 
 import hostcb
 from hostcb import _engine as engine, config
-from hostcb._engine import entries, gpu, native, registry
+from hostcb._engine import entries, gpu, host_functions, native
 import _native_testing
 from _helpers import run_python
 
@@ -139,7 +139,7 @@ _leases = []
 def _recording_tap():
   """(target id, list of (arrays, device)) of a fresh tap entry."""
   seen = []
-  lease = registry.tap_id(
+  lease = host_functions.tap_id(
     ("test_engine_gpu", next(_ids)),
     lambda: entries.ArraysTap(
       lambda arrays, device: seen.append((arrays, device))
@@ -151,7 +151,7 @@ def _recording_tap():
 
 def _call(run):
   """The target id of a call whose runner is ``run(arrays, ordinal)``."""
-  lease = registry.call_id(
+  lease = host_functions.call_id(
     ("test_engine_gpu", next(_ids)),
     lambda: entries.CallEntry(entries.CallRunner(run), lambda r: r),
   )

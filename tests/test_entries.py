@@ -13,7 +13,7 @@ import pytest
 
 import hostcb
 from hostcb import _engine as engine
-from hostcb._engine import entries, registry
+from hostcb._engine import entries, host_functions
 from hostcb._engine.native import _native
 
 pytestmark = pytest.mark.skipif(
@@ -65,7 +65,7 @@ def test_a_one_array_tap_gets_an_array_tap_entry():
   assert seen == [np.float32(2.5)]
   assert [
     e.second
-    for e in registry.tap_functions
+    for e in host_functions.tap_functions
     if type(e) is entries.ArrayTap and e.func is tap
   ] == [()]
 
@@ -80,7 +80,7 @@ def test_a_tap_of_several_arrays_gets_an_arrays_tap_entry():
   f(1.0, 2.0)
   hostcb.barrier_wait()
   assert seen == [(1.0, 2.0)]
-  assert any(type(e) is entries.ArraysTap for e in registry.tap_functions)
+  assert any(type(e) is entries.ArraysTap for e in host_functions.tap_functions)
 
 
 def test_a_call_of_one_array_gets_a_direct_call_entry():
@@ -91,7 +91,7 @@ def test_a_call_of_one_array_gets_a_direct_call_entry():
   assert f(jnp.float32(3.0)) == 6.0
   direct = [
     e
-    for e in registry.call_runners
+    for e in host_functions.call_runners
     if type(e) is entries.DirectCall and e.func is twice
   ]
   assert len(direct) == 1

@@ -34,7 +34,7 @@ import hostcb
 from hostcb import _engine as engine
 from hostcb import host_callback as hcb
 from hostcb import _import_hook as import_hook
-from hostcb._engine import native, registry
+from hostcb._engine import native, host_functions
 
 S = jax.ShapeDtypeStruct((), jnp.float32)
 
@@ -311,7 +311,7 @@ def _settled_live_ids() -> int:
   frees the ids retired before it)."""
   gc.collect()
   hcb.barrier_wait()
-  return registry.live_ids()
+  return host_functions.live_ids()
 
 
 def _free_after_clear_caches(api):
@@ -325,7 +325,7 @@ def _free_after_clear_caches(api):
     fns[-1](1.0)
   del f
   hcb.barrier_wait()
-  assert registry.live_ids() == before + 20
+  assert host_functions.live_ids() == before + 20
   assert sum(r() is not None for r in refs) == 20
   del fns
   jax.clear_caches()
@@ -333,7 +333,7 @@ def _free_after_clear_caches(api):
   hcb.barrier_wait()  # frees the entries retired before it
   gc.collect()
   assert sum(r() is not None for r in refs) == 0
-  assert registry.live_ids() == before
+  assert host_functions.live_ids() == before
 
 
 @pytest.mark.parametrize(
@@ -388,7 +388,7 @@ def test_retracing_keeps_the_registry_bounded():
   jax.clear_caches()
   before = _settled_live_ids()
   # (entries of names registered by earlier tests are in the table too)
-  entries = sum(e is not None for e in registry.tap_functions)
+  entries = sum(e is not None for e in host_functions.tap_functions)
   rec = Recorder()
   f = jax.jit(lambda x: hcb.id_tap(rec, x))
   for i in range(200):
@@ -398,7 +398,7 @@ def test_retracing_keeps_the_registry_bounded():
   # was freed once its tap had run, and left one empty slot per table.
   # (<=: programs of earlier tests may be collected meanwhile)
   assert _settled_live_ids() <= before + 1
-  assert sum(e is not None for e in registry.tap_functions) <= entries + 1
+  assert sum(e is not None for e in host_functions.tap_functions) <= entries + 1
   assert rec.args == [float(i) for i in range(200)]
 
 
@@ -406,7 +406,7 @@ def _soak_entries() -> int:
   """Entries of the soak's keys, live or retired but not yet freed."""
   return sum(
     1
-    for key in list(registry._keys.values())
+    for key in list(host_functions._keys.values())
     if isinstance(key, tuple) and key[:1] == ("soak",)
   )
 
@@ -428,7 +428,7 @@ def test_ten_thousand_retired_ids_hold_bounded_memory():
       assert _soak_entries() == 1
       del lease, big
       # What a barrier does for the registry (no computation runs here).
-      registry.barrier_done(registry.barrier_started())
+      host_functions.barrier_done(host_functions.barrier_started())
       assert _soak_entries() == 0
     gc.collect()
     used, _ = tracemalloc.get_traced_memory()
@@ -473,7 +473,7 @@ def test_a_tap_whose_entry_was_freed_is_reported_not_given_to_another():
   del lease
   gc.collect()
   hcb.barrier_wait()
-  assert registry.tap_functions[tid] is None
+  assert host_functions.tap_functions[tid] is None
   rec2 = Recorder()
   lease2 = engine.target_id(("other", rec2), lambda: rec2.__call__, rec2)
   assert lease2.tid != tid
@@ -602,7 +602,7 @@ def test_ten_thousand_dropped_host_functions_are_freed_without_a_barrier():
   # (no barrier): at no point do more than ten programs' functions live.
   hcb.barrier_wait()
   gc.collect()
-  live, tracked = registry.live_ids(), native.tracked_targets()
+  live, tracked = host_functions.live_ids(), native.tracked_targets()
   deaths = _Deaths()
 
   def program(fns):
@@ -619,7 +619,7 @@ def test_ten_thousand_dropped_host_functions_are_freed_without_a_barrier():
     del g
     if i % 10 == 9:
       assert deaths.wait_for(100 * (i + 1)), f"{deaths.dead} freed"
-      assert registry.live_ids() <= live + 10  # (other tests' programs)
+      assert host_functions.live_ids() <= live + 10  # (other tests' programs)
       assert native.tracked_targets() <= tracked + 10
   assert deaths.dead == 10_000
 
@@ -662,11 +662,11 @@ def test_a_program_dropped_while_it_runs_keeps_its_functions_until_its_taps_ran(
 
   deaths = _Deaths()
   try:
-    ids_before = set(registry._keys)
+    ids_before = set(host_functions._keys)
     f = make(deaths.watch(Record()))
     f(0.0).block_until_ready()  # compiled, and run once
     hcb.barrier_wait()
-    ids = set(registry._keys) - ids_before
+    ids = set(host_functions._keys) - ids_before
     got.clear()
     gate_blocks[0] = True
     r = f(0.0)
@@ -674,7 +674,7 @@ def test_a_program_dropped_while_it_runs_keeps_its_functions_until_its_taps_ran(
     del f, r
     jax.clear_caches()
     gc.collect()
-    assert ids and not ids & set(registry._leases)  # the leases died
+    assert ids and not ids & set(host_functions._leases)  # the leases died
     assert deaths.dead == 0  # its executable runs: nothing is freed
     release.set()
     assert deaths.wait_for(1), "the tap function was never freed"
@@ -695,7 +695,7 @@ def test_serializing_an_executable_with_a_process_local_function_is_refused(
   from jax.experimental import serialize_executable
 
   compiled = _build(api, Big()).lower(1.0).compile()
-  with pytest.raises(registry.ProcessLocalFunctionError) as info:
+  with pytest.raises(host_functions.ProcessLocalFunctionError) as info:
     serialize_executable.serialize(compiled)
   message = str(info.value)
   assert "exists only in the process that compiled it" in message

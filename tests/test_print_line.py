@@ -23,7 +23,7 @@ import _native_bench
 import hostcb
 from hostcb import debug as hdebug
 from hostcb import _engine as engine
-from hostcb._engine import entries, registry
+from hostcb._engine import entries, host_functions
 
 pytestmark = pytest.mark.skipif(
   not engine.available() or not engine.native.formats_print_lines(),
@@ -173,7 +173,7 @@ def _c_entries(first_piece: bytes) -> list:
   with ``first_piece``."""
   return [
     e
-    for e in registry.tap_functions
+    for e in host_functions.tap_functions
     if type(e) is entries.PrintLineTap and e.pieces[0] == first_piece
   ]
 
@@ -376,8 +376,8 @@ def _replace_entry(first_piece: bytes, **parts):
   """Replaces the C entry of the print whose line starts with
   ``first_piece`` by one with ``parts`` (write_lines, fallback) changed."""
   (entry,) = _c_entries(first_piece)
-  tid = registry.tap_functions.index(entry)
-  registry.tap_functions[tid] = entry._replace(**parts)
+  tid = host_functions.tap_functions.index(entry)
+  host_functions.tap_functions[tid] = entry._replace(**parts)
 
 
 def test_a_scalars_line_is_made_without_the_python_entry(capsys):

@@ -39,7 +39,7 @@ from hostcb._core.primitives import (
   TapTarget,
   unpack_transforms,
 )
-from hostcb._engine import registry
+from hostcb._engine import host_functions
 
 # The version of the spec's format; the targets' names carry it too.
 SPEC_VERSION = 1
@@ -394,14 +394,14 @@ def target_id(name: str, text: str) -> int:
   spec = _parse(name, text)
   value = lambda tid: _handlers_value(tid, spec)
   if spec["op"] == "tap":
-    install = lambda tid: registry.put_tap(tid, _tap_entry(name, spec))
+    install = lambda tid: host_functions.put_tap(tid, _tap_entry(name, spec))
     tid = engine.named_target_id(name, text, install, value)
     if spec["prints"]:  # host reads wait for such prints
       prints_lowered(tid)
     return tid
 
   def install_call(tid):
-    registry.put_call(tid, native_call_entry(call_target(name, spec)))
+    host_functions.put_call(tid, native_call_entry(call_target(name, spec)))
 
   return engine.named_target_id(name, text, install_call, value)
 

@@ -9,7 +9,7 @@ and calls, in one package.
 * :mod:`.pyqueue`: the back end of what the rings cannot serve (GPUs
   without the GPU back end, other platforms, an unbuilt extension, dtypes
   the rings cannot carry), through XLA's Python callbacks;
-* :mod:`.registry`: the tap and call functions, by target id;
+* :mod:`.host_functions`: the tap and call functions, by target id;
 * :mod:`.consumers`: which thread is a consumer (of either back end);
 * :mod:`.errors`: exceptions of tap and call functions, for the barrier;
 * :mod:`.barrier`: ``barrier_wait`` over both back ends;
@@ -33,7 +33,7 @@ from _hostcb_env import env_flag
 
 from hostcb import config
 from hostcb import _jax_internals as ji
-from hostcb._engine import consumers, gpu, native, pyqueue, registry
+from hostcb._engine import consumers, gpu, native, pyqueue, host_functions
 from hostcb._engine import lifecycle  # noqa: F401  (fork and exit handlers)
 from hostcb._engine.barrier import (
   barrier_wait,
@@ -63,7 +63,7 @@ from hostcb._engine.native import (
 from hostcb._engine.output_order import awaited_tap_staged
 from hostcb._engine.pyqueue import queue_for
 from hostcb._engine.pyqueue import queues as python_queues
-from hostcb._engine.registry import ProcessLocalFunctionError
+from hostcb._engine.host_functions import ProcessLocalFunctionError
 
 __all__ = [
   "tap_v1_target_name",
@@ -136,16 +136,16 @@ def serves(platform: str) -> bool:
 
 def target_id(
   key: Any, make: Callable[[], Any], func: Any = None, platform: str = "cpu"
-) -> registry.Lease:
-  """A lease (:class:`.registry.Lease`) of the native target id
+) -> host_functions.Lease:
+  """A lease (:class:`.host_functions.Lease`) of the native target id
   (``.tid``) of the tap entry that ``make()`` builds, one per ``key`` (see
-  :mod:`.registry`), for a program lowered for ``platform``; registers the
+  :mod:`.host_functions`), for a program lowered for ``platform``; registers the
   handlers on first use.  The id lives while a lease of it does: keep the
   lease with the executable
   (:func:`hostcb._jax_internals.keep_alive_with_executable`); once retired,
   it is freed when no record can name it any more."""
   native.register_targets(_capacity())
-  return registry.tap_id(key, make, func, _counted(platform))
+  return host_functions.tap_id(key, make, func, _counted(platform))
 
 
 def call_target_id(
@@ -153,11 +153,11 @@ def call_target_id(
   make: Callable[[], tuple[Callable, Callable]],
   func: Any = None,
   platform: str = "cpu",
-) -> registry.Lease:
+) -> host_functions.Lease:
   """A lease of the native target id of a call, one per ``key`` (see
-  :func:`.registry.call_id` and :func:`target_id`)."""
+  :func:`.host_functions.call_id` and :func:`target_id`)."""
   native.register_targets(_capacity())
-  return registry.call_id(key, make, func, _counted(platform))
+  return host_functions.call_id(key, make, func, _counted(platform))
 
 
 def _counted(platform: str) -> bool:
@@ -187,17 +187,17 @@ def named_target_id(
   value: Callable[[int], int],
 ) -> int:
   """The native target id of the host function by name ``(name, spec)``
-  (see :func:`.registry.named_id`); the handlers by name learn
+  (see :func:`.host_functions.named_id`); the handlers by name learn
   ``value(tid)`` (the id * 2 + one-array call) now rather than asking."""
   native.register_targets(_capacity())
-  tid = registry.named_id(name, spec, install)
+  tid = host_functions.named_id(name, spec, install)
   native.set_named(name, spec, value(tid))
   return tid
 
 
 def rebind_name(name: str) -> None:
   """``name`` is bound to another function: rebuilds its entries."""
-  registry.rebind(name)
+  host_functions.rebind(name)
 
 
 # -------------------------------------------------- the fallback warning

@@ -27,7 +27,7 @@ import logging
 import time
 
 from hostcb import _jax_internals as ji
-from hostcb._engine import errors, native, pyqueue, registry
+from hostcb._engine import errors, native, pyqueue, host_functions
 from hostcb._engine import consumers
 from hostcb._engine.consumers import is_consumer
 from hostcb._engine.sync import Arrivals
@@ -106,7 +106,7 @@ def wait_for_taps(timeout: float | None = None) -> bool:
 def _wait_once(timeout: float | None) -> bool:
   """One round of :func:`wait_for_taps`: the computations dispatched so
   far, then a marker behind the taps in every queue."""
-  retired = registry.barrier_started()
+  retired = host_functions.barrier_started()
   ji.wait_for_dispatched_computations()
   if ji.fast_dispatch_used():
     ji.drain_this_thread()
@@ -122,7 +122,7 @@ def _wait_once(timeout: float | None) -> bool:
     for a in waits:
       native.forget_markers(a)
   if done:  # the ids retired before it need wait for nothing more
-    registry.barrier_done(retired)
+    host_functions.barrier_done(retired)
   return done
 
 

@@ -8,7 +8,7 @@ agree) and read their fields by position, with no Python frame, attribute
 lookup or tuple length between.  Each kind is a ``NamedTuple``: built once
 per executable, read once per tap or call.
 
-Tap entries (``registry.tap_functions``; ``module.cc``: ``RunTap``):
+Tap entries (``host_functions.tap_functions``; ``module.cc``: ``RunTap``):
 
 * :class:`ArrayTap` ``(func, second)``: ``func(arrays[0], second)``, for a
   tap function of one array that takes no device (no Python frame of
@@ -21,7 +21,7 @@ Tap entries (``registry.tap_functions``; ``module.cc``: ``RunTap``):
   to ``fallback``, an :class:`ArrayTap` that formats it in Python;
 * :class:`ArraysTap` ``(run,)``: ``run(arrays, device)``, any other tap.
 
-Call entries (``registry.call_runners``; ``call.cc``: ``RunCall``):
+Call entries (``host_functions.call_runners``; ``call.cc``: ``RunCall``):
 
 * :class:`CallRunner` ``(run, host_function)``: ``run(arrays,
   device_ordinal)`` returns the flat, checked results (or, for a call

@@ -33,7 +33,7 @@ import os
 
 from hostcb import _jax_internals as ji
 from hostcb._engine import barrier, errors, native, output_order, pyqueue
-from hostcb._engine import registry
+from hostcb._engine import host_functions
 from hostcb._engine.consumers import is_consumer
 
 __all__ = [
@@ -149,7 +149,7 @@ def _after_fork_in_child() -> None:
   _lowered[0] = False  # the parent's computations are not the child's
   _ran_unlowered[0] = False
   errors.after_fork_in_child()
-  registry.after_fork_in_child()
+  host_functions.after_fork_in_child()
   native.after_fork_in_child()
   pyqueue.after_fork_in_child()
   ji.forget_dispatched_computations()

@@ -2,7 +2,7 @@
 
 A tap lowered here is one XLA custom call, ``hostcb_tap``
 (:data:`tap_target_name`), whose ``target_id`` attribute indexes
-:data:`hostcb._engine.registry.tap_functions`.  Its C++ handler
+:data:`hostcb._engine.host_functions.tap_functions`.  Its C++ handler
 (``src/hostcb/_native/handlers.cc``) copies the operands' bytes, with a
 small header, into the ring of the device it runs on, without the GIL, and
 returns.  The compiled executable holds no Python callback.
@@ -12,7 +12,7 @@ A ``call`` is ``hostcb_call`` (:data:`call_target_name`,
 (:data:`call_one_target_name`) when its result is one array: its handler
 runs on the device thread, waits for the taps queued before the call on its
 device, takes the GIL, copies the operands into fresh read-only NumPy
-arrays and runs the call's entry ``registry.call_runners[target_id]``
+arrays and runs the call's entry ``host_functions.call_runners[target_id]``
 (:mod:`hostcb._engine.entries`: a ``CallRunner``'s ``run(arrays,
 ordinal)``, or, for a ``DirectCall`` of one array to one array, the host
 function on the array itself: see ``call.cc``); it copies the returned arrays into
@@ -34,7 +34,7 @@ it when it builds an executable, and destroys the state it keeps once the
 executable is gone and its last computation has ended.  The engine counts
 them per target id; when the last goes it puts a retire marker behind every
 record of each queue, and once a retired id's markers are all passed, the
-consumer has the registry free its functions (:func:`.registry.free_quiet`):
+consumer has the registry free its functions (:func:`.host_functions.free_quiet`):
 no barrier is needed, and no record can still name the id.
 
 Consumers start when their device queues its first record, not when a
@@ -85,7 +85,7 @@ from _hostcb_env import env_flag
 from hostcb import config
 from hostcb import _jax_internals as ji
 from hostcb._native import shared_constant
-from hostcb._engine import entries, errors, registry
+from hostcb._engine import entries, errors, host_functions
 from hostcb._engine.entries import CallRunner
 from hostcb._engine.consumers import this_thread
 from hostcb._engine.sync import Arrivals
@@ -220,7 +220,7 @@ _register_lock = threading.Lock()
 # The handlers of process-local target ids: registered with their
 # instantiate stage (lifetimes.cc), which counts the executables that name
 # each id, so that a retired id is freed once no record can name it
-# (:mod:`.registry`).  XLA accepts the stage's state type only before the
+# (:mod:`.host_functions`).  XLA accepts the stage's state type only before the
 # handlers that use it, and a registration made before JAX's CPU client
 # starts is replayed handlers first: so these wait for the checked
 # registration (a lowering that uses them makes it first; no program made
@@ -276,10 +276,13 @@ def register_targets(capacity: int, check: bool = True) -> None:
       native.set_dtypes(_dtype_table())
       entries.hand_to_engine(native)  # the kinds of entries it runs
       native.set_call_server(
-        registry.call_runners, _check_call, _call_failure_text
+        host_functions.call_runners, _check_call, _call_failure_text
       )
       native.set_consumer_hooks(
-        _marker_arrived, _tap_failed, dispatch_finished, registry.free_quiet
+        _marker_arrived,
+        _tap_failed,
+        dispatch_finished,
+        host_functions.free_quiet,
       )
       native.set_consumer_starter(_start_consumer)
       for name, capsule in native.handlers().items():
@@ -295,7 +298,7 @@ def register_targets(capacity: int, check: bool = True) -> None:
 def _register_local_targets(jax: Any, native: Any) -> None:
   """Registers the handlers of process-local ids, with their instantiate
   stage where this JAX registers the type of its state (then the registry
-  frees retired ids without a barrier: :func:`.registry.count_executables`),
+  frees retired ids without a barrier: :func:`.host_functions.count_executables`),
   else without it (a barrier frees them)."""
   handlers = native.handlers()
   lifetimes = native.lifetimes()
@@ -320,7 +323,7 @@ def _register_local_targets(jax: Any, native: Any) -> None:
     jax.ffi.register_ffi_target(name, handlers[name], platform="cpu")
   if staged:
     _counts_executables[0] = True
-    registry.count_executables(native.retire_target, native.take_quiet)
+    host_functions.count_executables(native.retire_target, native.take_quiet)
 
 
 def _register_state_type(jax: Any, lifetimes: dict) -> None:
@@ -428,7 +431,7 @@ def _check_call(tid: int, result: Any) -> tuple:
   """The flat, checked results of call ``tid`` from what its host function
   returned, for ``hostcb_call_one`` when that was not already an exact
   array of the result (on the device thread, GIL held)."""
-  return registry.call_checks[tid](result)
+  return host_functions.call_checks[tid](result)
 
 
 def _call_failure_text(e: BaseException) -> str:
@@ -579,7 +582,7 @@ class _Consumer:
 
   def _consume(self) -> None:
     run_batch = _native.run_batch
-    functions = registry.tap_functions
+    functions = host_functions.tap_functions
     device, ordinal = self.device, self.ordinal
     while True:
       # Each batch in order, the GIL held throughout (less the

@@ -12,7 +12,7 @@ lowered module's keep-alive list, which the compiled executable holds
 (``pxla.UnloadedMeshExecutable.keepalive``) and which goes with it
 (``jax.clear_caches()``, the jitted function dropped).  JAX's own
 callbacks keep their Python functions alive that way; hostcb keeps the
-leases of its engine's target ids (:mod:`hostcb._engine.registry`).
+leases of its engine's target ids (:mod:`hostcb._engine.host_functions`).
 
 ``jax.experimental.serialize_executable.serialize`` pickles that list
 with the executable: an object in it that refuses pickling refuses the

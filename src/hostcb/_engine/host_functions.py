@@ -1,4 +1,5 @@
-"""What the native engine's handlers and consumers call, by target id.
+"""The host functions that the native engine runs, by target id: the
+tables of their entries, and the leases that keep them.
 
 A native tap or call carries an integer ``target_id`` attribute; the
 engine reads three tables indexed by it directly (no Python int is built
