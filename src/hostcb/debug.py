@@ -293,51 +293,7 @@ class _DebugCall(HostFunction):
     where the engine formats in C, a :class:`PrintLineTap` whose
     ``write_lines`` is :func:`_write_lines`: a 0-d number's line made in
     C, any other value's in Python."""
-    if self.x64 or not self.positional or self.n != 1:
-      return None
-    func = self.func
-    if (
-      type(func) is _Format
-      and func.placeholders
-      and func.options is None
-      and self.to_jax is None
-    ):
-      fmt = func.fmt.format
-      # A 0-d value as the Python number NumPy formats (_SCALAR_TYPES).
-      scalar_types = _SCALAR_TYPES if _formats_value_only(func.fmt) else {}
-      ndarray = np.ndarray
-
-      def print_entry(arg, transforms) -> None:
-        try:
-          if type(arg) is ndarray and not arg.ndim:
-            number = scalar_types.get(arg.dtype)
-            if number is not None:
-              arg = number(arg)
-          text = fmt(arg) + "\n"
-        except BaseException as e:  # as __call__
-          _failed()
-          if not isinstance(e, Exception):
-            raise
-          return
-        _write_lines([text])
-
-      pieces = _line_pieces(func.fmt) if scalar_types else None
-      if pieces is not None and engine.native.formats_print_lines():
-        # The engine makes the line of a 0-d number in C and writes it with
-        # _write_lines; print_entry formats any other value (registry).
-        return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
-      return ArrayTap(print_entry, ())
-    to_jax = None if self.to_jax is None else _cpu_array
-
-    def entry(arg, transforms) -> None:
-      try:
-        func(arg if to_jax is None else to_jax(arg))
-      except BaseException as e:  # as __call__
-        _failed()
-        if not isinstance(e, Exception):
-          raise
-
-    return ArrayTap(entry, ())
+    return _tap_entry(self)
 
   def run_staged(self, arg, transforms) -> None:
     """What :meth:`__call__` runs, without its handling of a failure."""
@@ -380,6 +336,55 @@ class _DebugCall(HostFunction):
       flat.insert(i, value)
     args, kwargs = self.in_tree.unflatten(flat)
     self.func(*args, **kwargs)
+
+
+def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
+  """:meth:`_DebugCall.tap_entry`."""
+  if call.x64 or not call.positional or call.n != 1:
+    return None
+  func = call.func
+  if (
+    type(func) is _Format
+    and func.placeholders
+    and func.options is None
+    and call.to_jax is None
+  ):
+    fmt = func.fmt.format
+    # A 0-d value as the Python number NumPy formats (_SCALAR_TYPES).
+    scalar_types = _SCALAR_TYPES if _formats_value_only(func.fmt) else {}
+    ndarray = np.ndarray
+
+    def print_entry(arg, transforms) -> None:
+      try:
+        if type(arg) is ndarray and not arg.ndim:
+          number = scalar_types.get(arg.dtype)
+          if number is not None:
+            arg = number(arg)
+        text = fmt(arg) + "\n"
+      except BaseException as e:  # as __call__
+        _failed()
+        if not isinstance(e, Exception):
+          raise
+        return
+      _write_lines([text])
+
+    pieces = _line_pieces(func.fmt) if scalar_types else None
+    if pieces is not None and engine.native.formats_print_lines():
+      # The engine makes the line of a 0-d number in C and writes it with
+      # _write_lines; print_entry formats any other value (registry).
+      return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
+    return ArrayTap(print_entry, ())
+  to_jax = None if call.to_jax is None else _cpu_array
+
+  def entry(arg, transforms) -> None:
+    try:
+      func(arg if to_jax is None else to_jax(arg))
+    except BaseException as e:  # as __call__
+      _failed()
+      if not isinstance(e, Exception):
+        raise
+
+  return ArrayTap(entry, ())
 
 
 # Under checkpoint, rematerialized as JAX rematerializes its debug callbacks.

@@ -41,7 +41,7 @@ from hostcb._engine.consumers import is_consumer as _is_consumer
 from hostcb._engine.consumers import host_functions as _host_functions
 from hostcb._engine import errors as _engine_errors
 from hostcb._core.host_function import HostFunction
-from hostcb._core.identity import function_hash, same_function
+from hostcb._core.identity import Same
 from hostcb._engine.entries import CallEntry, CallRunner
 from hostcb._core.primitives import CallTarget, call_p
 from hostcb._core.signatures import (
@@ -113,6 +113,7 @@ class HostCall(HostFunction):
     "_expected",
     "_one",
     "_hash",
+    "_key",
     "_x64",
   )
 
@@ -145,35 +146,23 @@ class HostCall(HostFunction):
     self._one = self._expected[0] if len(self._expected) == 1 else None
     # Traced with 64-bit types on: called with them on (call_with_x64).
     self._x64 = x64_enabled()
-    self._hash = hash(
-      (
-        function_hash(callback),
-        in_tree,
-        result_avals,
-        name,
-        jax_arrays,
-        self._x64,
-      )
+    # What it is equal by, the callback by what it is (identity.Same).
+    self._key = (
+      Same(callback),
+      in_tree,
+      result_avals,
+      name,
+      jax_arrays,
+      self._x64,
     )
+    self._hash = hash(self._key)
 
   def __hash__(self) -> int:
     return self._hash
 
   def __eq__(self, other) -> bool:
-    return (
-      type(other) is HostCall
-      and self._hash == other._hash
-      and (
-        self is other
-        or (
-          same_function(self.callback, other.callback)
-          and self.in_tree == other.in_tree
-          and self.result_avals == other.result_avals
-          and self.name == other.name
-          and self.jax_arrays == other.jax_arrays
-          and self._x64 == other._x64
-        )
-      )
+    return type(other) is HostCall and (
+      self is other or (self._hash == other._hash and self._key == other._key)
     )
 
   def __repr__(self) -> str:
@@ -205,65 +194,7 @@ class HostCall(HostFunction):
     ``host_function`` says that a host read in the callback does not wait
     for prints (:func:`hostcb._engine.native.runs_host_function_call`),
     since the computation waits for it."""
-    one = self._one
-    if not (self._positional and self.n_in == 1 and one is not None):
-      return None
-    if self._x64:
-      return None  # traced with 64-bit types on: __call__ turns them on
-    callback, to_jax = self.callback, self._to_jax_one
-    shape, dtype = one
-    to_host = ji.host_array_of(dtype)  # a jax.Array result's NumPy value
-    name, finish, array_type = self.name, self._finish, jax.Array
-    ndarray = np.ndarray
-
-    def run(arrays, ordinal):
-      if pending:
-        wait_for_pending(ordinal)
-      try:
-        result = callback(arrays[0])
-      except BaseException:
-        _callback_logger.exception("%s failed", name)
-        raise
-      if type(result) is ndarray:
-        return result  # checked by the handler, or by check
-      return finished(result)
-
-    def run_jax_arrays(arrays, ordinal):  # run, the argument a jax.Array
-      if pending:
-        wait_for_pending(ordinal)
-      arg = arrays[0]
-      try:
-        made = to_jax(arg)
-        result = callback(made)
-      except BaseException:
-        _callback_logger.exception("%s failed", name)
-        raise
-      if result is made:  # its value is the host array it was made of
-        return arg  # checked by the handler, or by check, as any ndarray
-      if type(result) is ndarray:
-        return result
-      return finished(result)
-
-    def finished(result):
-      try:
-        if (
-          isinstance(result, (np.ndarray, array_type))
-          and result.dtype == dtype
-          and result.shape == shape
-        ):
-          return to_host(result)
-        results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
-      except BaseException:
-        _callback_logger.exception("%s failed", name)
-        raise
-      return finish(results)
-
-    def check(result) -> tuple:
-      return (finished(result),)
-
-    if to_jax is not None:
-      run = run_jax_arrays
-    return CallEntry(CallRunner(run, host_function=True), check)
+    return _direct_entry(self, pending, wait_for_pending)
 
   def _finish(self, results: list):
     return self.check(results)
@@ -325,34 +256,104 @@ class HostCall(HostFunction):
   def check(self, results: list):
     """The results as arrays of the expected shapes and dtypes (converted
     to JAX's canonical dtype, as JAX does), or JAX's ``RuntimeError``."""
-    expected = self._expected
-    if len(results) != len(expected):
-      raise RuntimeError(
-        "Mismatched number of outputs from callback. "
-        f"Expected: {len(expected)}, Actual: {len(results)}"
+    return _checked(self._expected, results)
+
+
+def _direct_entry(
+  call: HostCall, pending: dict, wait_for_pending: Callable[[int], None]
+) -> CallEntry | None:
+  """:meth:`HostCall.call_entry`, for one positional argument and one
+  array result (the common case); else None."""
+  one = call._one
+  if not (call._positional and call.n_in == 1 and one is not None):
+    return None
+  if call._x64:
+    return None  # traced with 64-bit types on: __call__ turns them on
+  callback, to_jax = call.callback, call._to_jax_one
+  shape, dtype = one
+  to_host = ji.host_array_of(dtype)  # a jax.Array result's NumPy value
+  name, finish, array_type = call.name, call._finish, jax.Array
+  ndarray = np.ndarray
+
+  def run(arrays, ordinal):
+    if pending:
+      wait_for_pending(ordinal)
+    try:
+      result = callback(arrays[0])
+    except BaseException:
+      _callback_logger.exception("%s failed", name)
+      raise
+    if type(result) is ndarray:
+      return result  # checked by the handler, or by check
+    return finished(result)
+
+  def run_jax_arrays(arrays, ordinal):  # run, the argument a jax.Array
+    if pending:
+      wait_for_pending(ordinal)
+    arg = arrays[0]
+    try:
+      made = to_jax(arg)
+      result = callback(made)
+    except BaseException:
+      _callback_logger.exception("%s failed", name)
+      raise
+    if result is made:  # its value is the host array it was made of
+      return arg  # checked by the handler, or by check, as any ndarray
+    if type(result) is ndarray:
+      return result
+    return finished(result)
+
+  def finished(result):
+    try:
+      if (
+        isinstance(result, (np.ndarray, array_type))
+        and result.dtype == dtype
+        and result.shape == shape
+      ):
+        return to_host(result)
+      results = [_host_array(r) for r in jax.tree_util.tree_leaves(result)]
+    except BaseException:
+      _callback_logger.exception("%s failed", name)
+      raise
+    return finish(results)
+
+  def check(result) -> tuple:
+    return (finished(result),)
+
+  if to_jax is not None:
+    run = run_jax_arrays
+  return CallEntry(CallRunner(run, host_function=True), check)
+
+
+def _checked(expected: list, results: list):
+  """:meth:`HostCall.check` against ``expected``, ``[(shape, dtype)]``."""
+  if len(results) != len(expected):
+    raise RuntimeError(
+      "Mismatched number of outputs from callback. "
+      f"Expected: {len(expected)}, Actual: {len(results)}"
+    )
+  for r in results:  # JAX checks every value's dtype before the shapes
+    if not _is_jax_dtype(r.dtype):
+      raise TypeError(
+        f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
+        "numeric types are supported by JAX."
       )
-    for r in results:  # JAX checks every value's dtype before the shapes
-      if not _is_jax_dtype(r.dtype):
-        raise TypeError(
-          f"Dtype {r.dtype} is not a valid JAX array type. Only arrays of "
-          "numeric types are supported by JAX."
-        )
-    for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
-      if r.dtype != dtype:
-        canonical = jax.dtypes.canonicalize_dtype(r.dtype)
-        if canonical != r.dtype:
-          r = results[i] = r.astype(canonical)
-      if r.shape != shape:
-        raise RuntimeError(
-          f"Incorrect output shape for return value #{i}: "
-          f"Expected: {shape}, Actual: {r.shape}"
-        )
-      if r.dtype != dtype:
-        raise RuntimeError(
-          f"Incorrect output dtype for return value #{i}: "
-          f"Expected: {dtype}, Actual: {r.dtype}"
-        )
-    return results[0] if len(results) == 1 else tuple(results)
+  for i, ((shape, dtype), r) in enumerate(zip(expected, results)):
+    if r.dtype != dtype:
+      canonical = jax.dtypes.canonicalize_dtype(r.dtype)
+      if canonical != r.dtype:
+        r = results[i] = r.astype(canonical)
+    if r.shape != shape:
+      raise RuntimeError(
+        f"Incorrect output shape for return value #{i}: "
+        f"Expected: {shape}, Actual: {r.shape}"
+      )
+    if r.dtype != dtype:
+      raise RuntimeError(
+        f"Incorrect output dtype for return value #{i}: "
+        f"Expected: {dtype}, Actual: {r.dtype}"
+      )
+  return results[0] if len(results) == 1 else tuple(results)
 
 
 def _is_jax_dtype(dtype: np.dtype) -> bool:
