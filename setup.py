@@ -261,7 +261,7 @@ def _engine(test_build):
   ]
   depends = [
     os.path.join(NATIVE, f)
-    for f in ("queue.h", "engine.h", "pyarrays.h", "cuda_api.h")
+    for f in ("queue.h", "engine.h", "entries.h", "pyarrays.h", "cuda_api.h")
   ]
   # NPY_TARGET_VERSION: the oldest NumPy C API the extension may use, so
   # that NumPy 2's headers build an extension that also runs on NumPy

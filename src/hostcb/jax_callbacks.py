@@ -201,7 +201,7 @@ class HostCall(HostFunction):
 
   def __call__(self, arg):
     # A host read of a jax.Array in the callback does not wait for prints
-    # (hostcb._engine.read_waits): the computation waits for this call.
+    # (hostcb._engine.output_order.reads): the computation waits for it.
     # (The engine's direct path marks nothing: call_entry.)
     running, ident = _host_functions, threading.get_ident()
     depth = running.get(ident, 0)

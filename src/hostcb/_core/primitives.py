@@ -66,12 +66,12 @@ class Prints(enum.Enum):
   MAYBE = 1
   """A callback that may print (``hostcb.debug.callback``): a host read of
   a result waits for such taps queued before it
-  (:mod:`hostcb._engine.read_waits`), not for the others."""
+  (:mod:`hostcb._engine.output_order.reads`), not for the others."""
   LINES = 2
   """A print's own formatter (``id_print``, ``hostcb.debug.print``): host
   reads wait for it, and its executable keeps JAX's runtime token, so
   that the next print of the dispatching thread waits for it
-  (:mod:`hostcb._engine.output_order`)."""
+  (:mod:`hostcb._engine.output_order.writes`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,12 +13,15 @@ This docstring is the map; each place it names says the rest.
 **Staged** (at lowering, once per print; what starts it all):
 
 * :func:`awaited_tap_staged` (as ``hostcb._engine.awaited_tap_staged``):
-  called by ``_core/lowering._tap_lowering`` for a tap whose
-  ``TapTarget.awaited`` is set (``_core/primitives.py``), and by
-  ``named.target_id`` for a print registered by name; installs
+  called by ``_core/engine_entries.prints_lowered``, which
+  ``_core/lowering._tap_lowering`` calls for a tap whose
+  ``TapTarget.prints`` is not ``Prints.NOTHING`` (``_core/primitives.py``),
+  and ``_core/by_name.target_id`` for a print by name; installs
   :func:`.reads.install` and :func:`.writes.install` (once).
 * ``hostcb._engine.mark_awaited(tid)`` (:mod:`hostcb._engine.native`):
-  called by ``_core/lowering._tap_target_id`` and ``named.target_id``;
+  called by ``_core/engine_entries.prints_lowered`` with the tap's target
+  id (from ``_core/lowering._tap_target_id`` and
+  ``_core/by_name.target_id``);
   sets the target's bit in the C++ table ``g_awaited_targets``
   (``_native/handlers.cc``, read through ``IsPrintTarget`` in
   ``_native/engine.h``, written by ``mark_awaited_target`` in
@@ -28,8 +31,8 @@ This docstring is the map; each place it names says the rest.
   (:meth:`hostcb._engine.pyqueue.DeviceQueue.put`'s ``prints``, from
   ``_core/lowering``'s ``queue_tap``).
 * :func:`hostcb._jax_internals.note_awaited_lowered`: called by
-  ``_tap_lowering`` where ``TapTarget.text`` is set (a print's own
-  formatter); the module being lowered prints
+  ``_tap_lowering`` where ``TapTarget.prints`` is ``Prints.LINES`` (a
+  print's own formatter); the module being lowered prints
   (:mod:`hostcb._jax_internals.printing_computations`, decided by
   :mod:`hostcb._jax_internals.dispatch`'s wrapper of
   ``_cached_lowering_to_hlo``: an executable that returns arrays is marked
