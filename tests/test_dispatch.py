@@ -217,7 +217,7 @@ def _tapped_twice(x):
 
 
 def test_main_function_creates_the_token_in_fast_mode(fast):
-  # Two taps: the token orders them (one alone drops it, test_lone_tokens).
+  # Two taps: the token orders them (one alone drops it, test_token_removal).
   text = jax.jit(_tapped_twice).lower(jnp.float32(1)).as_text()
   main = next(line for line in text.splitlines() if "@main(" in line)
   assert "!stablehlo.token" not in main

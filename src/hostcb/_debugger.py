@@ -49,7 +49,7 @@ import numpy as np
 
 from hostcb import _jax_internals as ji
 from hostcb._core.primitives import CallTarget, call_p
-from hostcb._core.signatures import is_key
+from hostcb._core.callback_types import is_key
 
 __all__ = ["breakpoint", "breakpoint_if"]
 

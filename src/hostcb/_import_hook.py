@@ -38,7 +38,7 @@ import jax
 import jax.experimental
 
 from hostcb import debug, host_callback, jax_callbacks
-from hostcb._core import callback_helpers as _callback_helpers
+from hostcb._core import dropins as _dropins
 from hostcb import _jax_internals as ji
 from hostcb._engine import lifecycle
 from hostcb.xla_computation import xla_computation
@@ -191,8 +191,8 @@ def _replacements() -> dict[int, tuple[Callable, Callable]]:
     "debug_breakpoint": debug.breakpoint,
   }
   return {
-    id(_callback_helpers.jax_function(k)): (
-      _callback_helpers.jax_function(k),
+    id(_dropins.jax_function(k)): (
+      _dropins.jax_function(k),
       f,
     )
     for k, f in ours.items()

@@ -45,7 +45,11 @@ import numpy as np
 
 from hostcb import _jax_internals as ji
 from hostcb._core.identity import function_hash, same_function
-from hostcb._core.signatures import VMAP_METHODS, result_avals, unsupported_vmap
+from hostcb._core.callback_types import (
+  VMAP_METHODS,
+  result_avals,
+  unsupported_vmap,
+)
 from hostcb._core.huge_pages import HUGE_PAGE_MIN_BYTES, advise_huge_pages
 
 __all__ = ["buffer_callback", "Buffer", "ExecutionContext", "ExecutionStage"]

@@ -50,7 +50,7 @@ from hostcb import config
 from hostcb import _engine as engine
 from hostcb._core import by_name
 from hostcb import jax_callbacks as _jc
-from hostcb._core import callback_helpers as _callback_helpers
+from hostcb._core import dropins as _dropins
 from hostcb import _jax_internals as ji
 from hostcb._engine.errors import note_jax_callback_failure
 from hostcb._engine.output_order import consumer_stdout
@@ -60,15 +60,15 @@ from hostcb._core.primitives import Prints, TapTarget, tap_p
 from hostcb._engine.entries import ArrayTap, PrintLineTap
 from hostcb._core import array_text
 from hostcb._core.printing import caller_print_options, numpy_print_options
-from hostcb._core.signatures import is_key
+from hostcb._core.callback_types import is_key
 from hostcb._debugger import breakpoint as breakpoint
 from hostcb._debugger import breakpoint_if as breakpoint_if
 
 __all__ = ["print", "callback", "breakpoint", "breakpoint_if"]
 
-_JAX_CALLBACK = _callback_helpers.jax_function("debug_callback")
+_JAX_CALLBACK = _dropins.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
-_JAX_PRINT = _callback_helpers.jax_function("debug_print")
+_JAX_PRINT = _dropins.jax_function("debug_print")
 
 
 # --------------------------------------------------------- arguments
@@ -132,7 +132,7 @@ def _failed() -> None:
       note_jax_callback_failure(sys.exc_info()[1])
       return
     _pipe_closed[0] = True
-  _callback_helpers.debug_logger.exception("jax.debug.callback failed")
+  _dropins.debug_logger.exception("jax.debug.callback failed")
   note_jax_callback_failure(sys.exc_info()[1])
 
 
@@ -403,7 +403,7 @@ class _Eagerly:
     self.call = call
 
   def __call__(self, args: tuple, transforms: tuple) -> None:
-    _callback_helpers.wait_for_earlier_callbacks()
+    _dropins.wait_for_earlier_callbacks()
     call = self.call
     if call.as_jax_arrays:
       # As JAX puts them on the CPU: a Python number stays weakly typed.
@@ -418,7 +418,7 @@ class _Eagerly:
       for element in _elements(arrays, levels):
         call.call(element, True, converted=True)
     except BaseException:
-      _callback_helpers.debug_logger.exception("jax.debug.callback failed")
+      _dropins.debug_logger.exception("jax.debug.callback failed")
       raise
 
 
@@ -486,7 +486,7 @@ def _tap(
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
   target = TapTarget(
     call,
-    _callback_helpers.flat_treedef(len(operands)),
+    _dropins.flat_treedef(len(operands)),
     False,
     eager=_Eagerly(call),
     effects=effects,
@@ -495,7 +495,7 @@ def _tap(
     per_element=partitioned,
   )
   # An operand that is not a JAX value: JAX's error, naming its primitive.
-  _callback_helpers.bind_as(
+  _dropins.bind_as(
     "debug_print" if isinstance(func, _Format) else "debug_callback",
     tap_p,
     *operands,
@@ -533,9 +533,7 @@ def _callback(
       "first argument to jax.debug.callback must be callable, "
       f"but got an object of type {type(func)}"
     )
-  if _callback_helpers.is_jax_own(func) or (
-    partitioned and not _partitions_natively()
-  ):
+  if _dropins.is_jax_own(func) or (partitioned and not _partitions_natively()):
     _to_jax(
       _JAX_CALLBACK,
       func,

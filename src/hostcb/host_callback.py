@@ -37,7 +37,7 @@ from hostcb._core.printing import (
   print_tap,
   write_lines,
 )
-from hostcb._core.signatures import is_key, result_avals
+from hostcb._core.callback_types import is_key, result_avals
 from hostcb._engine import (
   CallbackException,
   barrier_wait,

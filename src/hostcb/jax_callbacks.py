@@ -44,13 +44,13 @@ from hostcb._core.host_function import HostFunction
 from hostcb._core.identity import Same
 from hostcb._engine.entries import CallEntry, CallRunner
 from hostcb._core.primitives import CallTarget, call_p
-from hostcb._core.signatures import (
+from hostcb._core.callback_types import (
   VMAP_METHODS,
   is_key,
   result_avals,
   unsupported_vmap,
 )
-from hostcb._core.callback_helpers import (
+from hostcb._core.dropins import (
   _JAX,
   bind_as,
   flat_treedef,

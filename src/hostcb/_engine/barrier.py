@@ -30,7 +30,7 @@ from hostcb import _jax_internals as ji
 from hostcb._engine import errors, native, pyqueue, host_functions
 from hostcb._engine import consumers
 from hostcb._engine.consumers import is_consumer
-from hostcb._engine.sync import Arrivals
+from hostcb._engine.arrivals import Arrivals
 
 __all__ = [
   "barrier_wait",

@@ -88,7 +88,7 @@ from hostcb._native import shared_constant
 from hostcb._engine import entries, errors, host_functions
 from hostcb._engine.entries import CallRunner
 from hostcb._engine.consumers import this_thread
-from hostcb._engine.sync import Arrivals
+from hostcb._engine.arrivals import Arrivals
 
 logger = logging.getLogger("hostcb")
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from hostcb._native import shared_constant
 from hostcb._engine import errors
 from hostcb._engine.consumers import this_thread
-from hostcb._engine.sync import Arrivals
+from hostcb._engine.arrivals import Arrivals
 
 __all__ = ["DeviceQueue", "queue_for", "queues", "drain", "put_markers"]
 

@@ -11,6 +11,8 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.frames`: JAX's stack-frame filter, and which tracers a breakpoint
   may capture;
 * :mod:`.dispatch`: fast dispatch (executables without runtime tokens);
+* :mod:`.token_removal`: a one-device executable's lone tap or call
+  without the token that orders nothing;
 * :mod:`.tap_threads`: the ``jax.config`` state of the threads where tap
   functions run (created on first need);
 * :mod:`.token_arrays`: runtime tokens of multi-device executables as
@@ -47,8 +49,9 @@ from hostcb._jax_internals.buffers import (
   ExecutionStage,
   buffer_callback_effect,
   emit_buffer_callback,
+  emit_buffer_callback_everywhere,
   ffi_batching,
-  runs_on_one_of_several_devices,
+  lowers_without_devices,
   same_shape_and_dtype,
 )
 from hostcb._jax_internals.core import (
@@ -94,12 +97,13 @@ from hostcb._jax_internals.printing_computations import (
   wait_for_this_threads_computation,
 )
 from hostcb._jax_internals.tap_threads import running_tap_functions
-from hostcb._jax_internals.custom_calls import lowering_platforms
 from hostcb._jax_internals.custom_calls import (
   Placement,
   emit_custom_call,
   emit_host_callback,
   lowering_platform,
+  lowering_platforms,
+  runs_on_one_of_several_devices,
 )
 from hostcb._jax_internals.keepalive import (
   hold_weakly_in_jax_caches,
@@ -110,16 +114,13 @@ from hostcb._jax_internals.partitioned import (
   slice_bounds,
 )
 from hostcb._jax_internals.replicas import (
+  HloPrintOptions,
   annotate_shardings,
   lower_for_replicas,
+  staging_pmaps,
   tiled_sharding_text,
   to_xla_computation,
   xla_computation_from_proto,
-)
-from hostcb._jax_internals.replicas import HloPrintOptions, staging_pmaps
-from hostcb._jax_internals.buffers import (
-  emit_buffer_callback_everywhere,
-  lowers_without_devices,
 )
 from hostcb._jax_internals.host_arrays import (
   cpu_array,
@@ -140,8 +141,11 @@ from hostcb._jax_internals.own_callbacks import (
 )
 from hostcb._jax_internals.patches import (
   ensure,
+  install as install_patch,
   installed,
   is_installed,
+  lock as patches_lock,
+  record as record_patch,
   uninstall_all,
   when_first_needed,
 )
@@ -149,6 +153,3 @@ from hostcb._jax_internals.versions import (
   JaxInternalChanged,
   MissingJaxInternal,
 )
-from hostcb._jax_internals.patches import install as install_patch
-from hostcb._jax_internals.patches import record as record_patch
-from hostcb._jax_internals.patches import lock as patches_lock

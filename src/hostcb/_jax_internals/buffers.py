@@ -12,7 +12,6 @@ import numpy as np
 from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src import ffi as _ffi
-from jax._src import sharding_impls as _sharding_impls
 from jax._src.lib import ffi as _ffi_lib
 
 from hostcb._jax_internals.core import (
@@ -29,8 +28,9 @@ from hostcb._jax_internals.custom_calls import (
   _with_token,
   _with_token_sharding,
   lowering_platform,
+  runs_on_one_of_several_devices,
 )
-from hostcb._jax_internals.versions import check_shape, require
+from hostcb._jax_internals.versions import require
 
 _WHAT = "to lower buffer_callback"
 
@@ -80,33 +80,6 @@ def ffi_batching(prim: Primitive, args, dims, **params):
   dims = [None if d is not_mapped else d for d in dims]
   rule = require(_ffi, "ffi_batching_rule", "to batch buffer_callback", "uses")
   return rule(prim, args, dims, **params)
-
-
-def runs_on_one_of_several_devices(ctx) -> bool:
-  """Whether the lowering is of a ``jit`` over several devices (not per-device).
-
-  There a callback must run once, on one device, with whole operands: Shardy
-  keeps such a one-device (MAXIMAL) placement only for XLA's copying Python
-  callbacks, not for the buffer ones.
-  """
-  axis_context = ctx.module_context.axis_context
-  if not isinstance(axis_context, _sharding_impls.ShardingContext):
-    return False
-  devices = check_shape(
-    axis_context,
-    "jax._src.sharding_impls.ShardingContext",
-    _WHAT,
-    fields=("num_devices",),
-  ).num_devices
-  return (
-    check_shape(
-      devices,
-      "jax._src.sharding_impls.ShardingContext.num_devices",
-      _WHAT,
-      types=int,
-    )
-    > 1
-  )
 
 
 def emit_buffer_callback_everywhere(
@@ -211,7 +184,7 @@ def emit_buffer_callback(
   token orders it, and XLA may still drop it where nothing uses it).
 
   Placement is as for :func:`emit_host_callback`.  In a ``jit`` over several
-  devices (see :func:`runs_on_one_of_several_devices`) the call goes through
+  devices (see :func:`.custom_calls.runs_on_one_of_several_devices`) the call goes through
   XLA's copying callback instead: ``host_copies`` is then True, the context
   None, and the buffers NumPy arrays in host memory.
   """

@@ -98,6 +98,33 @@ def _placement(
   return Placement(None, False, 0), None
 
 
+def runs_on_one_of_several_devices(ctx) -> bool:
+  """Whether the lowering is of a ``jit`` over several devices (not per-device).
+
+  There a callback must run once, on one device, with whole operands: Shardy
+  keeps such a one-device (MAXIMAL) placement only for XLA's copying Python
+  callbacks, not for the buffer ones.
+  """
+  axis_context = ctx.module_context.axis_context
+  if not isinstance(axis_context, _sharding_impls.ShardingContext):
+    return False
+  devices = check_shape(
+    axis_context,
+    "jax._src.sharding_impls.ShardingContext",
+    _PLACEMENT_WHAT,
+    fields=("num_devices",),
+  ).num_devices
+  return (
+    check_shape(
+      devices,
+      "jax._src.sharding_impls.ShardingContext.num_devices",
+      _PLACEMENT_WHAT,
+      types=int,
+    )
+    > 1
+  )
+
+
 _FFI_TARGETS = {
   "cpu": "xla_ffi_python_cpu_callback",
   "cuda": "xla_ffi_python_gpu_callback",

@@ -77,7 +77,7 @@ from hostcb._jax_internals.core import HostCallbackEffect
 from hostcb._jax_internals.mesh_context import outside_context_mesh
 from hostcb._jax_internals.own_callbacks import is_jax_callback_effect
 from hostcb._jax_internals.partitioned import read_taps_in_place
-from hostcb._jax_internals.lone_tokens import drop_lone_tokens, on_cpu
+from hostcb._jax_internals.token_removal import drop_lone_tokens, on_cpu
 from hostcb._jax_internals import patches
 from hostcb._jax_internals import printing_computations as printing
 from hostcb._jax_internals.tap_threads import in_tap_function
@@ -365,7 +365,7 @@ def _install() -> None:
           _internalize_token(module, i, num_dim_vars) for i in reversed(mine)
         ]
         if on_cpu(args, kwargs):
-          # A lone tap or call: its token orders nothing (.lone_tokens).
+          # A lone tap or call: its token orders nothing (.token_removal).
           drop_lone_tokens(module, tokens)
     for i in reversed(mine):
       del ordered[i]
@@ -406,7 +406,7 @@ def without_order_token(
 ) -> list:
   """Makes ``main`` of ``module``, whose ordered effects are ``ordered``,
   create hostcb's token itself instead of taking and returning it (with
-  ``lone``, a token with one user goes too, :mod:`.lone_tokens`);
+  ``lone``, a token with one user goes too, :mod:`.token_removal`);
   returns the ordered effects left.  For a module where only pure calls
   carry the effect (their token orders them within the computation
   only).  A module rewritten already (a hit of a cached lowering) is

@@ -1,5 +1,5 @@
 """A one-device CPU executable's lone tap or call runs without its token
-(hostcb._jax_internals.lone_tokens), and everything else keeps it."""
+(hostcb._jax_internals.token_removal), and everything else keeps it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from jax import lax
 import hostcb
 import test_dispatch
 from hostcb import _engine as engine
-from hostcb._jax_internals import lone_tokens
+from hostcb._jax_internals import token_removal
 
 _F32 = jax.ShapeDtypeStruct((), jnp.float32)
 # The dispatch mode for a test (test_dispatch's fixtures).
@@ -110,20 +110,20 @@ def test_strict_mode_keeps_the_runtime_token(strict):
 
 
 def test_platforms_read_from_the_last_positional_argument():
-  assert lone_tokens.on_cpu(("jaxpr", "name", ("cpu",)), {})
-  assert not lone_tokens.on_cpu(("jaxpr", "name", ("cuda",)), {})
-  assert not lone_tokens.on_cpu(("jaxpr", "name", ("cpu", "cuda")), {})
-  assert lone_tokens.on_cpu(("jaxpr",), {"platforms": ("cpu",)})
+  assert token_removal.on_cpu(("jaxpr", "name", ("cpu",)), {})
+  assert not token_removal.on_cpu(("jaxpr", "name", ("cuda",)), {})
+  assert not token_removal.on_cpu(("jaxpr", "name", ("cpu", "cuda")), {})
+  assert token_removal.on_cpu(("jaxpr",), {"platforms": ("cpu",)})
 
 
 def test_an_unknown_lowering_signature_keeps_tokens_and_says_so_once(
   monkeypatch, caplog
 ):
   # Fault injection: a JAX whose lowering takes something else last.
-  monkeypatch.setattr(lone_tokens, "_warned", [False])
+  monkeypatch.setattr(token_removal, "_warned", [False])
   with caplog.at_level(logging.WARNING, logger="hostcb"):
-    assert not lone_tokens.on_cpu(("jaxpr", "name", None), {})
-    assert not lone_tokens.on_cpu(("jaxpr", "name", 3), {})
+    assert not token_removal.on_cpu(("jaxpr", "name", None), {})
+    assert not token_removal.on_cpu(("jaxpr", "name", 3), {})
   warnings = [r.getMessage() for r in caplog.records]
   assert len(warnings) == 1
   assert warnings[0].startswith(
@@ -154,7 +154,7 @@ def test_a_lone_call_of_several_arrays_returns_them_without_a_token(fast):
 
 
 def test_the_targets_are_the_engines_tap_and_call_names():
-  assert lone_tokens.TARGETS == {
+  assert token_removal.TARGETS == {
     engine.ffi_target_name,
     engine.tap_v1_target_name,
     engine.call_target_name,

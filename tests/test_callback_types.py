@@ -1,4 +1,4 @@
-"""hostcb._core.signatures: what the front ends' callbacks take and give back."""
+"""hostcb._core.callback_types: what the front ends' callbacks take and give back."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hostcb._core import signatures
+from hostcb._core import callback_types
 
 
 def test_a_typed_prng_key_is_a_key_and_arrays_and_numbers_are_not():
-  assert signatures.is_key(jax.random.key(0))
-  assert not signatures.is_key(jax.random.PRNGKey(0))  # raw uint32 data
-  assert not signatures.is_key(jnp.zeros(3))
-  assert not signatures.is_key(np.float32(1))
-  assert not signatures.is_key(3)
+  assert callback_types.is_key(jax.random.key(0))
+  assert not callback_types.is_key(jax.random.PRNGKey(0))  # raw uint32 data
+  assert not callback_types.is_key(jnp.zeros(3))
+  assert not callback_types.is_key(np.float32(1))
+  assert not callback_types.is_key(3)
 
 
 def test_result_avals_maps_each_leaf_and_keeps_the_structure():
-  avals, tree = signatures.result_avals(
+  avals, tree = callback_types.result_avals(
     {"a": np.zeros((2, 3), np.float32), "b": (np.int32(1),)},
     lambda leaf: (tuple(leaf.shape), np.dtype(leaf.dtype).name),
   )
@@ -28,7 +28,7 @@ def test_result_avals_maps_each_leaf_and_keeps_the_structure():
 
 
 def test_an_unsupported_vmap_method_gets_jaxs_error():
-  e = signatures.unsupported_vmap("pure_callback", "nope")
+  e = callback_types.unsupported_vmap("pure_callback", "nope")
   assert isinstance(e, NotImplementedError)
   assert str(e) == (
     "vmap is only supported for the pure_callback primitive when "
@@ -38,7 +38,7 @@ def test_an_unsupported_vmap_method_gets_jaxs_error():
   )
 
 
-@pytest.mark.parametrize("method", signatures.VMAP_METHODS)
+@pytest.mark.parametrize("method", callback_types.VMAP_METHODS)
 def test_every_vmap_method_is_accepted_by_hostcbs_pure_callback(method):
   import hostcb
 

@@ -43,7 +43,7 @@ __all__ = ["drop_lone_tokens", "on_cpu"]
 logger = logging.getLogger("hostcb")
 
 # The CPU targets of hostcb's taps and calls (hostcb._engine.native's names,
-# which this layer does not import; tests/test_lone_tokens.py checks that
+# which this layer does not import; tests/test_token_removal.py checks that
 # they agree): each takes an optional token first and returns the token
 # first only if one came in.
 TARGETS = frozenset(
