@@ -34,10 +34,6 @@ from hostcb import _jax_internals as ji
 from hostcb._core import lowering as _lowering  # noqa: F401  (registers lowerings)
 from hostcb._core import by_name
 
-# The engine's barrier and consumer test: imported here only (the one place
-# to change if the engine renames them).
-from hostcb._engine import barrier_wait as _barrier_wait
-from hostcb._engine.consumers import is_consumer as _is_consumer
 from hostcb._engine.consumers import host_functions as _host_functions
 from hostcb._engine import errors as _engine_errors
 from hostcb._core.host_function import HostFunction
@@ -55,6 +51,7 @@ from hostcb._core.dropins import (
   bind_as,
   flat_treedef,
   is_jax_own,
+  wait_for_earlier_callbacks,
 )
 
 __all__ = ["io_callback", "pure_callback"]
@@ -463,6 +460,7 @@ class PureRules:
   vmap_method: str | None
   # No JAX effect (effectful=False): only hostcb's, which orders it.
   effects = ()
+  effectful = False  # JAX may drop the call when its result is unused
 
   def jvp(self):
     raise ValueError(
@@ -517,6 +515,7 @@ class IoRules:
   """``io_callback``'s rules (see :class:`~hostcb._core.primitives.CallTarget`)."""
 
   ordered: bool
+  effectful = True  # never dropped
 
   @property
   def effects(self) -> tuple:
@@ -540,19 +539,52 @@ class IoRules:
 
 
 # ------------------------------------------------------ the functions
-def _bind(flat: list, target: CallTarget, effectful: bool, name: str):
-  """Binds the call of ``pure_callback``/``io_callback`` (``name``).
+def _callback(
+  name: str,
+  rules: PureRules | IoRules,
+  callback: Callable[..., Any],
+  result_shape_dtypes: Any,
+  args: tuple,
+  kwargs: dict,
+  sharding: Any,
+  jax_options: dict,
+):
+  """The body of :func:`pure_callback` and :func:`io_callback` (``name``):
+  binds hostcb's call of ``callback(*args, **kwargs)`` with ``rules``
+  (effectful for ``io_callback``); or hands the call to JAX's own function
+  (with ``sharding`` and ``jax_options``, its other options) where
+  ``sharding`` is given or the callback is JAX's own.
 
   A PRNG key operand goes as its key data, which is what JAX's callback
   receives (under ``jit`` and outside it).  An operand that is not a JAX
   value fails with JAX's error, which names ``name``.
   """
+  if sharding is not None or is_jax_own(callback):
+    return _JAX[name](
+      callback,
+      result_shape_dtypes,
+      *args,
+      sharding=sharding,
+      **jax_options,
+      **kwargs,
+    )
+  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+  avals, out_tree = _result_avals(result_shape_dtypes)
+  target = call_target(
+    callback, in_tree, len(flat), avals, f"jax.{name}", rules
+  )
   for i, x in enumerate(flat):
     if is_key(x):
       flat[i] = jax.random.key_data(x)
-  return bind_as(
-    name, call_p, *flat, target=target, device_index=0, effectful=effectful
+  outs = bind_as(
+    name,
+    call_p,
+    *flat,
+    target=target,
+    device_index=0,
+    effectful=rules.effectful,
   )
+  return out_tree.unflatten(outs)
 
 
 def pure_callback(
@@ -606,26 +638,16 @@ def pure_callback(
       f"vmap_method must be on of the allowed methods {_VMAP_METHODS}, "
       f"but got: {vmap_method}"
     )
-  if sharding is not None or is_jax_own(callback):
-    return _JAX["pure_callback"](
-      callback,
-      result_shape_dtypes,
-      *args,
-      sharding=sharding,
-      vmap_method=vmap_method,
-      **kwargs,
-    )
-  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
-  avals, out_tree = _result_avals(result_shape_dtypes)
-  target = call_target(
-    callback,
-    in_tree,
-    len(flat),
-    avals,
-    "jax.pure_callback",
+  return _callback(
+    "pure_callback",
     PureRules(vmap_method),
+    callback,
+    result_shape_dtypes,
+    args,
+    kwargs,
+    sharding,
+    {"vmap_method": vmap_method},
   )
-  return out_tree.unflatten(_bind(flat, target, False, "pure_callback"))
 
 
 pure_callback._hostcb_replaces = _JAX["pure_callback"]
@@ -671,45 +693,31 @@ def io_callback(
   Returns:
     The callback's result, as JAX arrays of ``result_shape_dtypes``.
   """
-  if sharding is not None or is_jax_own(callback):
-    return _JAX["io_callback"](
-      callback,
-      result_shape_dtypes,
-      *args,
-      sharding=sharding,
-      ordered=ordered,
-      **kwargs,
-    )
-  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
-  avals, out_tree = _result_avals(result_shape_dtypes)
-  target = call_target(
-    callback,
-    in_tree,
-    len(flat),
-    avals,
-    "jax.io_callback",
+  return _callback(
+    "io_callback",
     IoRules(bool(ordered)),
+    callback,
+    result_shape_dtypes,
+    args,
+    kwargs,
+    sharding,
+    {"ordered": ordered},
   )
-  return out_tree.unflatten(_bind(flat, target, True, "io_callback"))
 
 
 io_callback._hostcb_replaces = _JAX["io_callback"]
 
 
 # ------------------------------------------------ jax.effects_barrier
-def _wait_in_effects_barrier() -> None:
-  # From a callback (a consumer thread) there is nothing of hostcb's that
-  # could be waited for: it would wait for itself.
-  if not _is_consumer():
-    _barrier_wait()
-
-
-# jax.effects_barrier() waits for hostcb's callbacks too, from the first
-# bind of a hostcb primitive on (not at import: hostcb._jax_internals.patches).
-# JAX's own wait reads its runtime tokens, which is no read of a result:
-# it raises no failed debug.callback, which hostcb's barrier raises after.
+# jax.effects_barrier() waits for hostcb's callbacks too, and raises their
+# failures as hostcb's barrier does, from the first bind of a hostcb
+# primitive on (not at import: hostcb._jax_internals.patches).  JAX's own
+# wait reads its runtime tokens, which is no read of a result: it raises no
+# failed debug.callback, which hostcb's barrier raises after.
 ji.when_first_needed(
   functools.partial(
-    ji.patch_effects_barrier, _wait_in_effects_barrier, _engine_errors.held
+    ji.patch_effects_barrier,
+    functools.partial(wait_for_earlier_callbacks, raise_failures=True),
+    _engine_errors.held,
   )
 )

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import jax
 
 from hostcb import _jax_internals as ji
+from hostcb._engine import barrier_wait as _barrier_wait
 from hostcb._engine import wait_for_taps as _wait_for_taps
 from hostcb._engine.consumers import is_consumer as _is_consumer
 
@@ -44,12 +45,21 @@ def is_jax_own(callback: Any) -> bool:
   return isinstance(module, str) and module.startswith("jax._src.")
 
 
-def wait_for_earlier_callbacks() -> None:
+def wait_for_earlier_callbacks(*, raise_failures: bool = False) -> None:
   """Waits until hostcb's callbacks of the computations dispatched so far
   have run, unless called by one of those callbacks (a consumer thread),
-  which cannot wait for itself: the eager (unstaged) debug callbacks of
-  :mod:`hostcb.debug` run after them, in program order."""
-  if not _is_consumer():
+  which cannot wait for itself.
+
+  The eager (unstaged) debug callbacks of :mod:`hostcb.debug` wait so, to
+  run after them in program order.  With ``raise_failures``, the wait is
+  :func:`hostcb.barrier_wait`'s, which then raises what a callback raised
+  since the previous barrier: ``jax.effects_barrier()`` waits so
+  (:mod:`hostcb.jax_callbacks`)."""
+  if _is_consumer():
+    return
+  if raise_failures:
+    _barrier_wait()
+  else:
     _wait_for_taps()
 
 

@@ -23,7 +23,8 @@ written; the same happens at exit, after an exception too.  See
 Sinks: :class:`TensorBoard` (``pip install hostcb[tensorboard]``),
 :class:`WandB` (``pip install hostcb[wandb]``), :class:`JsonLines`,
 :class:`CSV`, a plain function ``f(step, values)``, or any object with
-``write(records)``, ``flush()`` and ``close()``.
+``write(records)``, ``flush()`` and ``close()`` (:class:`Sink` documents
+them; :class:`FileSink` is the base of a sink that writes one file).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from hostcb.metrics import _pipeline
 from hostcb.metrics._device import log
 from hostcb.metrics._records import REDUCTIONS
 from hostcb.metrics._types import MetricsError, Record
-from hostcb.metrics.sinks import CSV, Callback, JsonLines, Sink
+from hostcb.metrics.sinks import CSV, Callback, FileSink, JsonLines, Sink
 from hostcb.metrics.tensorboard import TensorBoard
 from hostcb.metrics.wandb import WandB
 
@@ -47,6 +48,7 @@ __all__ = [
   "Record",
   "MetricsError",
   "Sink",
+  "FileSink",
   "TensorBoard",
   "WandB",
   "JsonLines",

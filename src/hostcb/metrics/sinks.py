@@ -1,10 +1,10 @@
-"""The sinks that need no optional package: files and plain callables.
+"""The interface of a sink, and the sinks that need no optional package.
 
-A sink is any object with ``write(records)``, ``flush()`` and
-``close()``; the writer thread calls ``write`` with a list of
-:class:`~hostcb.metrics.Record` s (a batch: every record that arrived
-since the last call), ``flush`` from :func:`hostcb.metrics.flush` and at
-exit, ``close`` from :func:`hostcb.metrics.remove_sink` and at exit.
+:class:`Sink` documents the three calls a sink gets; :class:`FileSink`
+adds what every sink that writes one file shares (the file opened at the
+first write, its flush and close), for :class:`JsonLines`, :class:`CSV`
+and :class:`~hostcb.metrics.TensorBoard`; :class:`Callback` makes a
+plain function a sink.
 """
 
 from __future__ import annotations
@@ -19,20 +19,68 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Sink", "JsonLines", "CSV", "Callback"]
+__all__ = ["Sink", "FileSink", "JsonLines", "CSV", "Callback"]
 
 
 class Sink:
-  """The base of hostcb's sinks (a sink need not derive from it)."""
+  """What :mod:`hostcb.metrics` asks of a sink: ``write``, ``flush`` and
+  ``close``.
+
+  A sink is any object with these three methods (it need not derive from
+  this class, whose ``flush`` does nothing and whose ``close`` flushes).
+  hostcb.metrics calls them one at a time:
+
+  * :meth:`write` on its writer thread, with each batch of records;
+  * :meth:`flush` on its writer thread, once the records logged before a
+    :func:`hostcb.metrics.flush` (or the exit) are written;
+  * :meth:`close` once, after the last write and flush: from
+    :func:`hostcb.metrics.remove_sink` (in the caller's thread) or at
+    interpreter exit.
+
+  What a sink raises is logged with its traceback and raised by the next
+  :func:`hostcb.metrics.flush` as :class:`~hostcb.metrics.MetricsError`;
+  the other sinks still get every record.
+  """
 
   def write(self, records: list) -> None:
+    """Writes a batch: a sequence of :class:`~hostcb.metrics.Record` s,
+    every record that arrived since the last call, in order."""
     raise NotImplementedError
 
   def flush(self) -> None:
-    pass
+    """Makes what was written so far durable (or visible)."""
 
   def close(self) -> None:
+    """Flushes, and releases what the sink holds; no call follows."""
     self.flush()
+
+
+class FileSink(Sink):
+  """A sink that writes one file, opened at its first write: a process
+  that writes nothing (process 1 of a cluster, by default) leaves the
+  path alone.  A subclass defines :meth:`_open` and writes to
+  :meth:`_opened`; this class flushes and closes the file."""
+
+  _file = None  # the open file, from the first write on
+
+  def _open(self):
+    """Opens the file (and writes its header, if it has one); returns
+    the file object."""
+    raise NotImplementedError
+
+  def _opened(self):
+    """The file, opened by :meth:`_open` at the first call."""
+    if self._file is None:
+      self._file = self._open()
+    return self._file
+
+  def flush(self) -> None:
+    if self._file is not None:
+      self._file.flush()
+
+  def close(self) -> None:
+    if self._file is not None and not self._file.closed:
+      self._file.close()
 
 
 def _jsonable(v):
@@ -41,7 +89,7 @@ def _jsonable(v):
   return v
 
 
-class JsonLines(Sink):
+class JsonLines(FileSink):
   """One JSON object per record and line:
   ``{"step": 3, "wall_time": 1.7e9, "loss": 0.25, ...}`` (arrays as
   lists; NaN and infinities as JSON's common extensions ``NaN``,
@@ -52,11 +100,12 @@ class JsonLines(Sink):
 
   def __init__(self, path: str | os.PathLike):
     self.path = os.fspath(path)
-    self._file = None
+
+  def _open(self):
+    return open(self.path, "a", encoding="utf-8")
 
   def write(self, records: list) -> None:
-    if self._file is None:
-      self._file = open(self.path, "a", encoding="utf-8")
+    file = self._opened()
     dumps = json.dumps
     lines = []
     for r in records:
@@ -65,15 +114,7 @@ class JsonLines(Sink):
         d[k] = _jsonable(v)
       lines.append(dumps(d))
     lines.append("")
-    self._file.write("\n".join(lines))
-
-  def flush(self) -> None:
-    if self._file is not None:
-      self._file.flush()
-
-  def close(self) -> None:
-    if self._file is not None and not self._file.closed:
-      self._file.close()
+    file.write("\n".join(lines))
 
   def __repr__(self) -> str:
     return f"JsonLines({self.path!r})"
@@ -87,7 +128,7 @@ def _cell(v) -> str:
   return str(v)
 
 
-class CSV(Sink):
+class CSV(FileSink):
   """A table: ``step``, ``wall_time``, then one column per metric name in
   the order first seen; a record without a metric leaves its cell empty.
   A name that first appears after rows were written rewrites the file
@@ -98,14 +139,15 @@ class CSV(Sink):
     self.path = os.fspath(path)
     self._columns: list[str] = []
     self._index: dict = {}
-    self._file = None
     self._rows = 0
     self._lock = threading.Lock()
 
+  def _open(self):
+    return open(self.path, "w", newline="", encoding="utf-8")
+
   def write(self, records: list) -> None:
     with self._lock:
-      if self._file is None:
-        self._file = open(self.path, "w", newline="", encoding="utf-8")
+      file = self._opened()
       new = [k for r in records for k in r.values if k not in self._index]
       if new:
         self._widen(list(dict.fromkeys(new)))
@@ -122,7 +164,7 @@ class CSV(Sink):
           row[index[k]] = _cell(v)
         rows.append(row)
       w.writerows(rows)
-      self._file.write(out.getvalue())
+      file.write(out.getvalue())
       self._rows += len(rows)
 
   def _widen(self, new: list) -> None:
@@ -148,14 +190,6 @@ class CSV(Sink):
     w = csv.writer(self._file)
     w.writerow(self._columns)
     w.writerows(row + [""] * pad for row in rows)
-
-  def flush(self) -> None:
-    if self._file is not None:
-      self._file.flush()
-
-  def close(self) -> None:
-    if self._file is not None and not self._file.closed:
-      self._file.close()
 
   def __repr__(self) -> str:
     return f"CSV({self.path!r})"

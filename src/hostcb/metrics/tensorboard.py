@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from hostcb.metrics._types import Batch, Columns
-from hostcb.metrics.sinks import Sink
+from hostcb.metrics.sinks import FileSink
 
 __all__ = ["TensorBoard", "crc32c", "encode_scalar_events"]
 
@@ -182,7 +182,7 @@ def encode_scalar_events(names: tuple, steps, wall_times, values) -> bytes:
 _file_numbers = itertools.count()
 
 
-class TensorBoard(Sink):
+class TensorBoard(FileSink):
   """Writes the records to a TensorBoard event file in ``logdir``
   (created if needed): scalars as ``simple_value`` summaries, arrays as
   histograms (``buckets`` buckets).  View with ``tensorboard --logdir
@@ -202,9 +202,8 @@ class TensorBoard(Sink):
     self.buckets = buckets
     self._suffix = filename_suffix
     self.path: str | None = None  # the event file, made at the first write
-    self._file = None
 
-  def _open(self) -> None:
+  def _open(self):
     os.makedirs(self.logdir, exist_ok=True)
     now = time.time()
     self.path = os.path.join(
@@ -213,13 +212,13 @@ class TensorBoard(Sink):
       f"{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
       f"{self._suffix}",
     )
-    self._file = open(self.path, "wb")
+    file = open(self.path, "wb")
     header = self._event_pb2.Event(wall_time=now, file_version="brain.Event:2")
-    self._file.write(_frame_one(header.SerializeToString()))
+    file.write(_frame_one(header.SerializeToString()))
+    return file
 
   def write(self, records) -> None:
-    if self._file is None:
-      self._open()
+    file = self._opened()
     parts = records.parts() if isinstance(records, Batch) else [records]
     chunks = []
     for part in parts:
@@ -230,7 +229,7 @@ class TensorBoard(Sink):
         )
       else:
         self._write_records(part, chunks)
-    self._file.write(b"".join(chunks))
+    file.write(b"".join(chunks))
 
   def _write_records(self, records: list, chunks: list) -> None:
     run_names = None
@@ -277,14 +276,6 @@ class TensorBoard(Sink):
         )
         out.append(_frame_one(event.SerializeToString()))
     return b"".join(out)
-
-  def flush(self) -> None:
-    if self._file is not None:
-      self._file.flush()
-
-  def close(self) -> None:
-    if self._file is not None and not self._file.closed:
-      self._file.close()
 
   def __repr__(self) -> str:
     return f"TensorBoard({self.logdir!r})"
