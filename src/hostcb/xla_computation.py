@@ -15,6 +15,7 @@ the interpreter (``tuple_shapes()`` of an array shape, for instance).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -557,6 +558,170 @@ def _partition_count(*spec_lists: Sequence[Any] | None) -> int:
   return max(counts, default=1)
 
 
+# --------------------------------------------------------------- the steps
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Options:
+  """The options of one ``xla_computation(fun, ...)``, checked."""
+
+  static: tuple[int, ...]  # static_argnums
+  donate: tuple[int, ...]  # donate_argnums
+  env: tuple[tuple[Hashable, int], ...]  # axis_env
+  platform: str  # backend, resolved
+  in_parts: Any
+  out_parts: Any
+  tuple_args: bool | None
+  return_shape: bool
+  name: str  # the function's name
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Traced:
+  """A traced call of the function: its jaxpr, its output structure, the
+  arguments that are parameters (``dynamic``, in order) and the
+  positions of the donated arguments."""
+
+  closed: Any  # the ClosedJaxpr
+  out_info: Any  # the outputs, as a pytree of shapes and dtypes
+  dynamic: tuple
+  dynamic_positions: list[int]
+  donate_at: set[int]
+
+
+def _computation(fun: Callable, options: _Options, args: tuple, kwargs: dict):
+  """``xla_computation(fun, ...)(*args, **kwargs)``: traces, lowers per
+  replica, annotates the shardings, and wraps XLA's computation."""
+  traced = _trace(fun, options, args, kwargs)
+  in_avals = traced.closed.in_avals
+  donated = _donated(traced)
+  shardings = _shardings(options, traced)
+  module = _internals.lower_for_replicas(
+    traced.closed,
+    module_name=_module_name(options.name),
+    axis_env=options.env,
+    platform=options.platform,
+    donated=donated,
+  )
+  if shardings is not None:
+    _internals.annotate_shardings(module, **shardings)
+  tupled = (
+    len(in_avals) > TUPLE_ARGS_THRESHOLD
+    if options.tuple_args is None
+    else options.tuple_args
+  )
+  computation = XlaComputation(
+    _internals.to_xla_computation(module, tuple_args=tupled)
+  )
+  if not options.return_shape:
+    return computation
+  shapes = jax.tree_util.tree_map(
+    lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), traced.out_info
+  )
+  return computation, shapes
+
+
+def _trace(
+  fun: Callable, options: _Options, args: tuple, kwargs: dict
+) -> _Traced:
+  """Traces ``fun`` on the example arguments, the static ones folded in,
+  with the axis names of ``axis_env`` bound."""
+  nargs = len(args)
+  static, donate = options.static, options.donate
+  static_at = _positions(static, nargs, "static_argnums", static, donate)
+  donate_at = _positions(donate, nargs, "donate_argnums", static, donate)
+  if static_at & donate_at:
+    raise ValueError(
+      "an argument cannot be both static and donated; "
+      f"positions {sorted(static_at & donate_at)} are in "
+      "static_argnums and donate_argnums"
+    )
+  dynamic = tuple(a for i, a in enumerate(args) if i not in static_at)
+  examples, example_kwargs = _examples(dynamic, kwargs)
+
+  def with_statics(*dyn_args, **dyn_kwargs):
+    it = iter(dyn_args)
+    full = [args[i] if i in static_at else next(it) for i in range(nargs)]
+    return fun(*full, **dyn_kwargs)
+
+  env = options.env
+  try:
+    with _internals.staging_pmaps():
+      closed, out_info = jax.make_jaxpr(
+        with_statics, axis_env=list(env) or None, return_shape=True
+      )(*examples, **example_kwargs)
+  except NameError as e:
+    raise _unbound_axis_error(e, env) from e
+  dynamic_positions = [i for i in range(nargs) if i not in static_at]
+  return _Traced(closed, out_info, dynamic, dynamic_positions, donate_at)
+
+
+def _unbound_axis_error(e: NameError, env: tuple) -> NameError:
+  """JAX's error for an axis name that ``axis_env`` does not bind, with
+  legacy's words first."""
+  names = [n for n, _ in env]
+  match = re.search(r"unbound axis name: (.*?)\. ", str(e))
+  legacy = (
+    ""
+    if match is None
+    else (
+      f"unbound axis name: {match.group(1)}. The following axis names "
+      "(e.g. defined by pmap) are available to collective operations: "
+      f"{names}. "
+    )
+  )
+  return NameError(
+    f"{legacy}{e} (xla_computation binds the axis names "
+    f"of axis_env, here {names})"
+  )
+
+
+def _donated(traced: _Traced) -> list[bool]:
+  """Per parameter (leaf of the dynamic arguments, then of the keyword
+  arguments), whether its argument is donated."""
+  donated = [
+    i in traced.donate_at
+    for i, a in zip(traced.dynamic_positions, traced.dynamic)
+    for _ in jax.tree_util.tree_leaves(a)
+  ]
+  return donated + [False] * (len(traced.closed.in_avals) - len(donated))
+
+
+def _shardings(options: _Options, traced: _Traced) -> dict | None:
+  """``in_parts`` and ``out_parts`` as the XLA sharding annotations of the
+  parameters and results (the arguments of
+  :func:`hostcb._jax_internals.annotate_shardings`); None if neither is
+  given."""
+  in_avals, out_avals = traced.closed.in_avals, traced.closed.out_avals
+  arg_texts = result_texts = None
+  arg_specs = result_specs = None
+  if options.in_parts is not None:
+    arg_specs = _specs_per_leaf(options.in_parts, traced.dynamic, "in_parts")
+    arg_specs += [None] * (len(in_avals) - len(arg_specs))  # keywords
+    arg_texts = _sharding_texts(arg_specs, in_avals, "in_parts")
+  if options.out_parts is not None:
+    out_tree = jax.tree_util.tree_structure(traced.out_info)
+    dummy = jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals))
+    result_specs = _specs_per_leaf(options.out_parts, dummy, "out_parts")
+    result_texts = _sharding_texts(result_specs, out_avals, "out_parts")
+  if arg_texts is None and result_texts is None:
+    return None
+  return {
+    "args": arg_texts,
+    "results": result_texts,
+    "num_partitions": _partition_count(arg_specs, result_specs),
+  }
+
+
+def _named_like(maker: Callable, fun: Callable, name: str) -> Callable:
+  """``maker`` with ``fun``'s metadata, named ``xla_computation(name)``."""
+  try:
+    maker = functools.wraps(fun)(maker)
+  except (AttributeError, TypeError):  # a callable without function metadata
+    pass  # (e.g. a partial): the name below
+  maker.__name__ = f"xla_computation({name})"
+  maker.__qualname__ = maker.__name__
+  return maker
+
+
 # ------------------------------------------------------------ the function
 def xla_computation(
   fun: Callable,
@@ -623,100 +788,19 @@ def xla_computation(
       f"tuple_args must be True, False or None; got {tuple_args!r}"
     )
   del instantiate_const_outputs  # documented as doing nothing
-  name = _function_name(fun)
+  options = _Options(
+    static=static,
+    donate=donate,
+    env=env,
+    platform=platform,
+    in_parts=in_parts,
+    out_parts=out_parts,
+    tuple_args=tuple_args,
+    return_shape=return_shape,
+    name=_function_name(fun),
+  )
 
   def computation_maker(*args, **kwargs):
-    nargs = len(args)
-    static_at = _positions(static, nargs, "static_argnums", static, donate)
-    donate_at = _positions(donate, nargs, "donate_argnums", static, donate)
-    if static_at & donate_at:
-      raise ValueError(
-        "an argument cannot be both static and donated; "
-        f"positions {sorted(static_at & donate_at)} are in "
-        "static_argnums and donate_argnums"
-      )
-    dynamic = tuple(a for i, a in enumerate(args) if i not in static_at)
-    examples, example_kwargs = _examples(dynamic, kwargs)
+    return _computation(fun, options, args, kwargs)
 
-    def with_statics(*dyn_args, **dyn_kwargs):
-      it = iter(dyn_args)
-      full = [args[i] if i in static_at else next(it) for i in range(nargs)]
-      return fun(*full, **dyn_kwargs)
-
-    try:
-      with _internals.staging_pmaps():
-        closed, out_info = jax.make_jaxpr(
-          with_statics, axis_env=list(env) or None, return_shape=True
-        )(*examples, **example_kwargs)
-    except NameError as e:
-      match = re.search(r"unbound axis name: (.*?)\. ", str(e))
-      legacy = (
-        ""
-        if match is None
-        else (
-          f"unbound axis name: {match.group(1)}. The following axis names "
-          "(e.g. defined by pmap) are available to collective operations: "
-          f"{[n for n, _ in env]}. "
-        )
-      )
-      raise NameError(
-        f"{legacy}{e} (xla_computation binds the axis names "
-        f"of axis_env, here {[n for n, _ in env]})"
-      ) from e
-    in_avals = closed.in_avals
-    out_avals = closed.out_avals
-
-    dynamic_positions = [i for i in range(nargs) if i not in static_at]
-    donated = [
-      i in donate_at
-      for i, a in zip(dynamic_positions, dynamic)
-      for _ in jax.tree_util.tree_leaves(a)
-    ]
-    donated += [False] * (len(in_avals) - len(donated))
-
-    arg_texts = result_texts = None
-    arg_specs = result_specs = None
-    if in_parts is not None:
-      arg_specs = _specs_per_leaf(in_parts, dynamic, "in_parts")
-      arg_specs += [None] * (len(in_avals) - len(arg_specs))  # keywords
-      arg_texts = _sharding_texts(arg_specs, in_avals, "in_parts")
-    if out_parts is not None:
-      out_tree = jax.tree_util.tree_structure(out_info)
-      dummy = jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals))
-      result_specs = _specs_per_leaf(out_parts, dummy, "out_parts")
-      result_texts = _sharding_texts(result_specs, out_avals, "out_parts")
-
-    module = _internals.lower_for_replicas(
-      closed,
-      module_name=_module_name(name),
-      axis_env=env,
-      platform=platform,
-      donated=donated,
-    )
-    if arg_texts is not None or result_texts is not None:
-      _internals.annotate_shardings(
-        module,
-        args=arg_texts,
-        results=result_texts,
-        num_partitions=_partition_count(arg_specs, result_specs),
-      )
-    tupled = (
-      len(in_avals) > TUPLE_ARGS_THRESHOLD if tuple_args is None else tuple_args
-    )
-    computation = XlaComputation(
-      _internals.to_xla_computation(module, tuple_args=tupled)
-    )
-    if not return_shape:
-      return computation
-    shapes = jax.tree_util.tree_map(
-      lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), out_info
-    )
-    return computation, shapes
-
-  try:
-    computation_maker = functools.wraps(fun)(computation_maker)
-  except (AttributeError, TypeError):  # a callable without function metadata
-    pass  # (e.g. a partial): the name below
-  computation_maker.__name__ = f"xla_computation({name})"
-  computation_maker.__qualname__ = computation_maker.__name__
-  return computation_maker
+  return _named_like(computation_maker, fun, options.name)
