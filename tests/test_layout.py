@@ -388,3 +388,53 @@ def test_the_layer_check_finds_an_import_that_goes_up():
     "hostcb._engine": set(),
   }
   assert _layer_breaks(graph) == ["hostcb._core.lowering -> hostcb.named"]
+
+
+# ------------------------------------------------- no function over 100 lines
+_MAX_FUNCTION_LINES = 100
+
+
+def _long_functions(path: pathlib.Path) -> list[str]:
+  """``name:line (n lines)`` of each function or method of ``path`` (nested
+  ones too) longer than :data:`_MAX_FUNCTION_LINES`, its decorators not
+  counted, in source order."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      lines = node.end_lineno - node.lineno + 1
+      if lines > _MAX_FUNCTION_LINES:
+        found.append(
+          (node.lineno, f"{node.name}:{node.lineno} ({lines} lines)")
+        )
+  return [text for _, text in sorted(found)]
+
+
+def _def(header: str, lines: int, indent: str = "") -> str:
+  """A definition of ``lines`` lines in all: ``header``, then statements."""
+  body = "".join(f"{indent}  x{i} = {i}\n" for i in range(lines - 1))
+  return f"{indent}{header}\n{body}"
+
+
+def test_the_long_function_finder_counts_every_line_of_each_def(tmp_path):
+  f = tmp_path / "m.py"
+  f.write_text(
+    _def("def fits():", 100)  # lines 1-100
+    + "class C:\n"  # line 101
+    + _def("async def method(self):", 101, "  ")  # lines 102-202
+    + "def outer():\n"  # line 203
+    + _def("def inner():", 101, "  ")  # lines 204-304
+    + "  return inner\n"
+  )
+  assert _long_functions(f) == [
+    "method:102 (101 lines)",
+    "outer:203 (103 lines)",
+    "inner:204 (101 lines)",
+  ]
+
+
+def test_no_function_in_src_is_over_100_lines():
+  long = {
+    str(p.relative_to(_SRC)): _long_functions(p)
+    for p in sorted(_SRC.rglob("*.py"))
+  }
+  assert {p: f for p, f in long.items() if f} == {}
