@@ -1,4 +1,4 @@
-"""Memory held by dropped programs' host functions (issue 40's reproduction).
+"""Memory held by dropped programs' host functions.
 
 One mode per process (peak RSS is per process), each run as:
 
@@ -113,7 +113,7 @@ def main(mode: str) -> None:
     barrier()
   gc.collect()
   barrier()
-  # (hostcb before issue 40 had no live_ids(): its key table, never freed)
+  # (an older hostcb had no live_ids(): its key table, never freed)
   live = getattr(host_functions, "live_ids", lambda: len(host_functions._ids))()
   print(f"{mode}: {live} registry entries after 200 retraces")
 

@@ -7,7 +7,7 @@ io_callback`` and ``hostcb.buffer_callback``, against a jitted ``a * 1.0``
 (the device writes a fresh output buffer, as every callback must) and one
 ``numpy.copyto`` between preallocated host arrays, on 1 KB, 1 MB and 64 MB
 float32 arrays.  Prints a Markdown table of median times with the ratio to
-``a * 1.0``, then the two targets of issue 4 at 64 MB.
+``a * 1.0``, then its two targets at 64 MB.
 
 Usage: ``python benchmarks/bench_large_arrays.py [--quick]``
 (``--quick``: fewer repetitions).  Takes about a minute on 2 cores.

@@ -19,17 +19,17 @@ steps (``x = x * c + 1``); each step taps ``x`` with, in turn:
 * one host copy of the array per step (``np.copyto`` of the whole array
   between two preallocated NumPy arrays, in the benchmark's thread): what
   a tap that copies each shard out of the device once costs at least
-  (issue 32's goal: the partitioned tap's cost <= 1.5x this at 16 MB).
+  (the goal: the partitioned tap's cost <= 1.5x this at 16 MB).
 
 Each timing runs the loop once and waits for every tap
 (``jax.effects_barrier``, which also waits for hostcb's), so the host's
 work is counted.  The methods run in interleaved rounds; the medians and
-their ratios are printed, with the two goals of issue 28: partitioned
-hostcb <= 1/3 of the gathering tap's cost, and >= 10x cheaper than JAX's
-partitioned callback; and issue 32's: <= 1.5x one host copy.
+their ratios are printed, with the goals: partitioned hostcb <= 1/3 of
+the gathering tap's cost, >= 10x cheaper than JAX's partitioned callback,
+and <= 1.5x one host copy.
 
 Usage: ``python benchmarks/bench_partitioned.py [--rounds N] [--steps K]
-[--mb MB | --kb KB]`` (issue 32's two sizes: ``--mb 16`` and ``--kb 4``).
+[--mb MB | --kb KB]`` (the two sizes of the goals: ``--mb 16`` and ``--kb 4``).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
   print(f"hostcb partitioned tap / the limit = {ours / cost[COPY]:.1f}")
   print(
     f"hostcb partitioned tap / one host copy = "
-    f"{ours / cost[HOST_COPY]:.2f} (issue 32's goal at 16 MB: <= 1.5: "
+    f"{ours / cost[HOST_COPY]:.2f} (the goal at 16 MB: <= 1.5: "
     f"{'met' if ours / cost[HOST_COPY] <= 1.5 else 'MISSED'})"
   )
   return 0

@@ -49,7 +49,7 @@ from jax.experimental import io_callback
 import hostcb
 from hostcb import _engine as engine
 
-# Legacy jax 0.4.30 host_callback, this machine class (issue 9).
+# Legacy jax 0.4.30 host_callback, this machine class.
 LEGACY = {"id_tap": 4.75, "call": 15.4, "dispatch": 230.0}
 
 ON_GPU = jax.devices()[0].platform == "gpu"

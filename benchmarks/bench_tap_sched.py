@@ -23,7 +23,7 @@ rounds:
   among them those on the tap queue's lock (the engine's ``lock_sleeps``
   counter, which counts the consumer's too).
 
-Issue 38: wall minus CPU was the run-queue wait, which the consumer
+Wall minus CPU was the run-queue wait, which the consumer
 thread caused; ``HOSTCB_CONSUMER_NICE=0`` shows it (the option's default
 is 10).  Later the rest of it was the device thread sleeping on the tap
 queue's lock about once per batch that the consumer took, until the

@@ -103,8 +103,6 @@ if not problems:
       sdist.extractfile(f"{top}/PKG-INFO").read())
   if meta["License-Expression"] != "Apache-2.0":
     problems.append(f"License-Expression {meta['License-Expression']!r}")
-  if not meta.get_all("Project-URL"):
-    problems.append("no Project-URL in PKG-INFO")
 if problems:
   sys.exit("; ".join(problems))
 print(f"{len(names)} files, the engine's sources, LICENSE, wheel_smoke.py")
@@ -165,14 +163,13 @@ elif b"Apache License" not in wheel.read(f"{info}/licenses/LICENSE"):
 meta = email.message_from_bytes(wheel.read(f"{info}/METADATA"))
 if meta["License-Expression"] != "Apache-2.0":
   problems.append(f"License-Expression {meta['License-Expression']!r}")
-for field in ("Classifier", "Project-URL", "Requires-Python"):
+for field in ("Classifier", "Requires-Python"):
   if not meta.get_all(field):
     problems.append(f"no {field} in METADATA")
 if problems:
   sys.exit("; ".join(problems))
 print(f"{engines[0]}, {info}/licenses/LICENSE, "
-      f"{len(meta.get_all('Classifier'))} classifiers, "
-      f"{len(meta.get_all('Project-URL'))} project URLs")
+      f"{len(meta.get_all('Classifier'))} classifiers")
 EOF
 
 PYTHONS_CHECKED=()

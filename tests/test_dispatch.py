@@ -266,7 +266,7 @@ def test_fast_mode_keeps_dispatch_order_across_pmap_jit_and_eager(fast):
 def test_fast_mode_keeps_dispatch_order_with_python_callback_taps():
   # With XLA's Python callbacks (slower taps), a pmap's taps and those of a
   # jit dispatched after it interleaved on device 0 unless the pmap's
-  # dispatch waits for it (jax_internals.dispatch._wait_in_fast_mode).
+  # dispatch waits for it (_jax_internals.dispatch._wait_in_fast_mode).
   test = "test_taps_of_a_device_follow_dispatch_order_across_pmap_jit_and_eager"
   code = (
     "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "

@@ -375,8 +375,7 @@ _TAPS = (
 )  # hostcb's ordered effect
 KNOWN_FAILURES: list[tuple[Any, Any, Any, str]] = [
   # (entries, options, modes, reason): None matches every one.  Empty:
-  # donation, the context mesh and AOT in strict mode were fixed for
-  # issue 24 (their rows failed before).
+  # every row passes.
 ]
 
 

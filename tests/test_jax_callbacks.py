@@ -1153,7 +1153,7 @@ def test_code_written_for_jax_arrays_runs_in_hostcbs_callbacks():
 
 def test_large_arguments_are_the_engines_aligned_memory():
   # The engine gives arrays of 1 KiB and more 64-byte aligned memory, which
-  # the jax.Array takes without a copy (jax_internals.host_arrays).
+  # the jax.Array takes without a copy (_jax_internals.host_arrays).
   seen = []
   jax.jit(lambda x: hostcb.debug.callback(seen.append, x))(
     jnp.arange(4096, dtype=jnp.float32)

@@ -235,7 +235,7 @@ def test_partitioned_debug_print_prints_as_jax_does(name, capsys):
 
 
 def test_the_issue_example_prints_four_pairs(capsys):
-  """vmap with in_axes=(0, 1) over two row-sharded arrays (issue 32)."""
+  """vmap with in_axes=(0, 1) over two row-sharded arrays."""
 
   @functools.partial(jax.vmap, in_axes=(0, 1))
   def f(x, y):

@@ -1,4 +1,4 @@
-"""Per-shard taps read their operands where they lie (issue 32): in a loop
+"""Per-shard taps read their operands where they lie: in a loop
 that updates the tapped array, XLA copied it on the device before every tap
 so that it could update it in place afterwards.  hostcb now orders the
 update after the tap (the tap returns its operand, in the same buffer, and

@@ -1,5 +1,5 @@
-"""The C++ micro-benchmark of the CPU tap path (tests/native/tap_path_bench.cc,
-issue 38) builds against the installed JAX's FFI headers, delivers every
+"""The C++ micro-benchmark of the CPU tap path (tests/native/tap_path_bench.cc)
+builds against the installed JAX's FFI headers, delivers every
 record with its values, and keeps the errors of unusual call frames.
 
 It links the engine's handlers.cc alone (no Python), with the jaxlib

@@ -607,7 +607,7 @@ def test_no_device_transfer_happens_for_example_arguments():
   )
 
 
-# ---------------------------------------- legacy fidelity (issue 8, item 8)
+# ---------------------------------------------------------- legacy fidelity
 def test_module_to_string_takes_hlo_print_options_showing_named_call():
   from hostcb.xla_computation import HloPrintOptions
 

@@ -107,8 +107,8 @@ JAX_ARRAYS = "hostcb_callback_jax_arrays"
 CONSUMER_NICE = "hostcb_consumer_nice"
 
 _MIN_QUEUE_BYTES = int(16e6)
-# The tap consumers' default nice increment (issue 38: README's device-time
-# table, with and without it).
+# The tap consumers' default nice increment (README's device-time table,
+# with and without it).
 _DEFAULT_CONSUMER_NICE = 10
 
 _lock = threading.Lock()

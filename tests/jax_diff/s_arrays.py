@@ -1,5 +1,5 @@
 """Scenarios: the ``jax.Array`` s that the callbacks get, and what code
-written for JAX does with them (issue 33): their type, dtype and weak type,
+written for JAX does with them: their type, dtype and weak type,
 device, sharding and commitment, ``block_until_ready``, ``.at``, type
 promotion, JAX operations on them, keeping or deleting them."""
 

@@ -6,8 +6,8 @@ Line by line and exactly, with two rules:
   lines;
 * an error line (``raised ...``, ``barrier raised ...`` or an exception
   line ``SomeError: ...`` of an embedded traceback) of hostcb matches
-  legacy's when it *starts with* legacy's line: issue 8 item 6 asks hostcb
-  to keep legacy's wording and add its own detail after it.
+  legacy's when it *starts with* legacy's line: hostcb keeps legacy's
+  wording and adds its own detail after it.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ def call_returns_float64(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),

@@ -108,7 +108,7 @@ def err_tap_raises_then_ok(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -134,7 +134,7 @@ def err_call_raises_jit(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -160,7 +160,7 @@ def err_call_raises_eager(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -175,7 +175,7 @@ def err_call_raises_eager(ctx):
 )
 def err_call_raises_then_barrier(ctx):
   """A failing call caught by the caller, then ``barrier_wait``: what
-  reaches the barrier (issue 8 item 5)."""
+  reaches the barrier (a documented difference)."""
 
   def host(a):
     raise ValueError("host failed")
@@ -190,7 +190,7 @@ def err_call_raises_then_barrier(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -214,7 +214,7 @@ def err_call_wrong_shape(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -303,7 +303,7 @@ def err_tap_wrong_signature(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),

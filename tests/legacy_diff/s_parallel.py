@@ -70,7 +70,7 @@ def par_pmap_collective(ctx):
 
 
 @scenario(
-  ours="issue 8 item 10 (documented difference): under jit of a "
+  ours="documented difference: under jit of a "
   "pmap, hostcb runs a tap outside the pmap once, legacy once per "
   "device",
   expect="tap[inside]: np.ndarray(float32, (), 0.0) transforms=() "

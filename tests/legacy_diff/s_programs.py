@@ -37,9 +37,8 @@ def _loss(w, x, y):
 
 
 # hostcb records a failing call's error for the next barrier_wait too
-# (issue 8 item 5, a documented difference: legacy 0.4.30 on CPU only raised
-# in the caller); scenarios about the caller's error drain it here.
-_CALL_ERROR_ALSO_AT_BARRIER = "issue 8 item 5"
+# (a documented difference: legacy 0.4.30 on CPU only raised in the caller);
+# scenarios about the caller's error drain it here.
 
 
 def _failing_call(ctx, f, *args):
@@ -1382,7 +1381,7 @@ def prog_call_pure_flavor_vmap(ctx):
 
 @scenario(
   ours=(
-    "issue 8 item 5: a failing call raises in the caller and is "
+    "documented difference: a failing call raises in the caller and is "
     "recorded for the next barrier_wait too (legacy 0.4.30 on CPU "
     "only raised in the caller)"
   ),
@@ -2606,7 +2605,7 @@ def prog_inline_eager_call_wrong_dtype(ctx):
       ctx.log("call raised", type(e).__name__, e)
     try:
       hcb.barrier_wait()
-    except hcb.CallbackException:  # issue 8 item 5 (see _failing_call)
+    except hcb.CallbackException:  # see _failing_call
       pass
 
   _inline(run)

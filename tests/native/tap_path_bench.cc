@@ -1,11 +1,11 @@
-// A micro-benchmark of the CPU tap path (issue 38): calls the hostcb_tap
+// A micro-benchmark of the CPU tap path: calls the hostcb_tap
 // and hostcb_noop FFI handlers (handlers.cc, linked in) through a call
 // frame built here, the way XLA's CPU custom call thunk does, for one tap of
 // a token and an f32[4] per call.  A consumer thread drains the queue as
 // run_batch does (TakeReady, NoteRan per record, Release), spending
 // --work-ns per record (the Python tap function).  Built and run by
-// tests/test_tap_path_bench.py (short runs, values checked); used for the
-// figures of issue 38 with larger --calls and under
+// tests/test_tap_path_bench.py (short runs, values checked); for figures,
+// run it with larger --calls and under
 // `valgrind --tool=callgrind` (--consumer=inline: one thread, the queue
 // drained every 256 taps, so that instruction counts cover both sides).
 //

@@ -1,8 +1,6 @@
 """What hostcb's JAX-API drop-ins share (``hostcb.jax_callbacks`` and
 ``hostcb.debug``): JAX's own functions, where JAX logs a failed
 callback, and the wait for earlier callbacks.
-
-Moved from ``hostcb.jax_callbacks`` (issue 35).
 """
 
 from __future__ import annotations

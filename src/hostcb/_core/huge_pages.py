@@ -1,8 +1,6 @@
 """Huge pages for large buffers about to be written: used by the
 lowering of calls (``hostcb._core.lowering``) and by
 ``hostcb.buffer_callback``.
-
-Moved from ``hostcb.buffer_callback`` (issue 35).
 """
 
 from __future__ import annotations

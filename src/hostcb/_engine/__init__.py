@@ -5,14 +5,17 @@ and calls, in one package.
   handlers, one consumer thread per device, started at the device's first
   tap);
 * :mod:`.gpu`: the CUDA back end, filling the same rings from the GPU's
-  stream (off by default until checked on a GPU: ``hostcb_gpu_engine``);
+  stream (on by default; ``hostcb_gpu_engine`` turns it off);
 * :mod:`.pyqueue`: the back end of what the rings cannot serve (GPUs
   without the GPU back end, other platforms, an unbuilt extension, dtypes
   the rings cannot carry), through XLA's Python callbacks;
 * :mod:`.host_functions`: the tap and call functions, by target id;
 * :mod:`.consumers`: which thread is a consumer (of either back end);
 * :mod:`.errors`: exceptions of tap and call functions, for the barrier;
+* :mod:`.arrivals`: what a barrier waits on: its markers' arrivals;
 * :mod:`.barrier`: ``barrier_wait`` over both back ends;
+* :mod:`.distributed`: the barrier across the processes of a
+  multi-process program;
 * :mod:`.output_order`: writes and host reads after the prints dispatched
   before them (its docstring maps every place that takes part);
 * :mod:`.lifecycle`: fork and interpreter exit.

@@ -523,8 +523,8 @@ def _lower_priority(increment: int) -> None:
   thread has its own nice value; elsewhere it stays as it is and the log
   says so once).  On a busy machine the device threads then get the CPU
   before the tap functions of their earlier taps, which they would
-  otherwise share it with (issue 38: the wall-clock time per tap was 1.4x
-  the empty custom call's with it, 2.4 to 9x without)."""
+  otherwise share it with (the wall-clock time per tap was 1.4x the empty
+  custom call's with it, 2.4 to 9x without)."""
   global _nice_refused
   if increment == 0:
     return

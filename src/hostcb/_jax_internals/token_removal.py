@@ -15,7 +15,7 @@ nothing uses the token it returns, the token orders nothing: the custom
 call is its only user.  XLA still pays for it on every run, in the
 custom call's operands and results (a tuple where a call has a result
 too): about 0.2 µs per dispatch of a tiny function on a 2-core CPU, a
-sixth of what a tapped dispatch adds (issue 38).
+sixth of what a tapped dispatch adds.
 :func:`drop_lone_tokens` rewrites such a custom call without the token
 operand and the token result.  Its handlers take the token as optional
 (``handlers.cc``, ``call.cc``).  The custom call keeps its

@@ -26,7 +26,7 @@
 // at exit is at most kParkSeconds long.
 //
 // The handler is installed when the first program that taps is traced
-// (hostcb.engine.lifecycle), not at import, and hostcb.uninstall() puts
+// (hostcb._engine.lifecycle), not at import, and hostcb.uninstall() puts
 // the previous one back.
 #include "pyarrays.h"  // Python.h, PythonIsFinalizing
 #include <unistd.h>

@@ -342,11 +342,11 @@ void NoteTapFallback(const char* reason) {
 // hostcb_tap.  The execute stage's usual call frame (no extension, the one
 // attribute, token results only) is decoded here, straight from the C structs:
 // the binding's decoding (a diagnostic engine, optionals and the attribute
-// looked up by name on every call) cost about a quarter of a tap's instructions
-// (issue 38).  Anything else goes through the binding (kTapBound), which checks
-// what this does not and reports the errors in XLA's words; a frame that the
-// binding then runs (a tap that took the slow path) is counted, and the first
-// one's reason is kept for the consumer to report (TapFallbacks).
+// looked up by name on every call) cost about a quarter of a tap's
+// instructions.  Anything else goes through the binding (kTapBound), which
+// checks what this does not and reports the errors in XLA's words; a frame
+// that the binding then runs (a tap that took the slow path) is counted, and
+// the first one's reason is kept for the consumer to report (TapFallbacks).
 extern "C" XLA_FFI_Error* HostcbTap(XLA_FFI_CallFrame* call_frame) {
   const int64_t* target_id = nullptr;
   const char* refused = hostcb::FastFrameRefusal(call_frame, &target_id);

@@ -84,7 +84,7 @@ inline PyObject* SlabSlot(int64_t nbytes, char** data) {
 // through the array's base).  Needs the GIL.
 //
 // Without `data`, the data is 64-byte aligned, so that JAX's CPU client can
-// take it as a jax.Array without a copy (hostcb.jax_internals.host_arrays):
+// take it as a jax.Array without a copy (hostcb._jax_internals.host_arrays):
 // an array of kAlignedArrayBytes or more is a view into a fresh uint8
 // array a little larger (its `base`, which owns the memory); a smaller one
 // (not empty) a view of a fresh slot of the current slab (its `base` the

@@ -455,7 +455,7 @@ class Queue {
       // Every queued record is ready, and no producer writes a ready record
       // again before its release: copy them out with mu_ released, so that
       // the producers do not wait for the copy (reading the descriptors that
-      // another core just wrote costs a cache miss each; issue 38).  A Grow
+      // another core just wrote costs a cache miss each).  A Grow
       // meanwhile keeps the slots read here until Release.
       const size_t n = std::min(
           records_.size(), max_records - std::min(max_records, out->size()));
@@ -679,8 +679,8 @@ class Queue {
   // mu_, locked after spinning a while if it is held: the producers and the
   // consumer hold it for well under a microsecond, while a thread that
   // sleeps on it (a futex wait, and the holder's futex wake) loses several
-  // (issue 38: the device thread slept on it about once per batch the
-  // consumer took).  Sleeps if it is still held after the spin (its holder
+  // (the device thread slept on it about once per batch the consumer
+  // took).  Sleeps if it is still held after the spin (its holder
   // may have lost its CPU).
   std::unique_lock<std::mutex> LockSpinning() {
     if (!mu_.try_lock()) {
@@ -778,7 +778,7 @@ class Queue {
   // On a cache line of their own, the last of the object: the consumer
   // writes ran_ once per record, and on the line of records_in_ and
   // head_, which a producer writes on every tap, that cost the producer a
-  // cache miss per record the consumer ran (issue 38).
+  // cache miss per record the consumer ran.
   alignas(64) std::atomic<uint64_t> ran_{0};
   std::atomic<int> awaited_waiters_{0};
   static constexpr uint64_t kNever = ~uint64_t{0};
