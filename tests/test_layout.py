@@ -438,3 +438,40 @@ def test_no_function_in_src_is_over_100_lines():
     for p in sorted(_SRC.rglob("*.py"))
   }
   assert {p: f for p, f in long.items() if f} == {}
+
+
+# ---------------------------------------------- no issue numbers in the code
+_ISSUE_NUMBER = r"\bissues? ?#?\d+"  # case-insensitive
+_CODE_DIRS = ("src", "tests", "benchmarks", "scripts")
+
+
+def _issue_numbers(path: pathlib.Path) -> list[str]:
+  """``line: text`` of each line of ``path`` that names an issue by number."""
+  import re
+
+  lines = path.read_text(encoding="utf-8").splitlines()
+  return [
+    f"{n}: {line.strip()}"
+    for n, line in enumerate(lines, 1)
+    if re.search(_ISSUE_NUMBER, line, re.IGNORECASE)
+  ]
+
+
+def test_the_issue_number_finder_finds_each_spelling(tmp_path):
+  word = "issue"  # (this file names no issue itself)
+  named = [f"# {word} 38", f"# {word.title()} #4", f"# {word}s 8", f"# {word}8"]
+  unnamed = [f"# the {word}'s example", f"# t{word} 3", "# return value #0"]
+  f = tmp_path / "m.py"
+  f.write_text("\n".join(named + unnamed) + "\n")
+  assert _issue_numbers(f) == [f"{n}: {t}" for n, t in enumerate(named, 1)]
+
+
+def test_no_python_file_names_an_issue_by_number():
+  # The CHANGELOG keeps the history; the code says what is.
+  root = _SRC.parent
+  found = {
+    str(p.relative_to(root)): _issue_numbers(p)
+    for d in _CODE_DIRS
+    for p in sorted((root / d).rglob("*.py"))
+  }
+  assert {p: lines for p, lines in found.items() if lines} == {}
