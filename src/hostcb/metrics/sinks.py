@@ -58,20 +58,20 @@ class Sink:
 class FileSink(Sink):
   """A sink that writes one file, opened at its first write: a process
   that writes nothing (process 1 of a cluster, by default) leaves the
-  path alone.  A subclass defines :meth:`_open` and writes to
-  :meth:`_opened`; this class flushes and closes the file."""
+  path alone.  A subclass defines :meth:`open_file` and writes to
+  :meth:`file`; this class flushes and closes the file."""
 
   _file = None  # the open file, from the first write on
 
-  def _open(self):
+  def open_file(self):
     """Opens the file (and writes its header, if it has one); returns
     the file object."""
     raise NotImplementedError
 
-  def _opened(self):
-    """The file, opened by :meth:`_open` at the first call."""
+  def file(self):
+    """The file, opened by :meth:`open_file` at the first call."""
     if self._file is None:
-      self._file = self._open()
+      self._file = self.open_file()
     return self._file
 
   def flush(self) -> None:
@@ -101,11 +101,11 @@ class JsonLines(FileSink):
   def __init__(self, path: str | os.PathLike):
     self.path = os.fspath(path)
 
-  def _open(self):
+  def open_file(self):
     return open(self.path, "a", encoding="utf-8")
 
   def write(self, records: list) -> None:
-    file = self._opened()
+    file = self.file()
     dumps = json.dumps
     lines = []
     for r in records:
@@ -142,12 +142,12 @@ class CSV(FileSink):
     self._rows = 0
     self._lock = threading.Lock()
 
-  def _open(self):
+  def open_file(self):
     return open(self.path, "w", newline="", encoding="utf-8")
 
   def write(self, records: list) -> None:
     with self._lock:
-      file = self._opened()
+      file = self.file()
       new = [k for r in records for k in r.values if k not in self._index]
       if new:
         self._widen(list(dict.fromkeys(new)))

@@ -203,7 +203,7 @@ class TensorBoard(FileSink):
     self._suffix = filename_suffix
     self.path: str | None = None  # the event file, made at the first write
 
-  def _open(self):
+  def open_file(self):
     os.makedirs(self.logdir, exist_ok=True)
     now = time.time()
     self.path = os.path.join(
@@ -218,7 +218,7 @@ class TensorBoard(FileSink):
     return file
 
   def write(self, records) -> None:
-    file = self._opened()
+    file = self.file()
     parts = records.parts() if isinstance(records, Batch) else [records]
     chunks = []
     for part in parts:
