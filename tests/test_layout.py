@@ -475,3 +475,18 @@ def test_no_python_file_names_an_issue_by_number():
     for p in sorted((root / d).rglob("*.py"))
   }
   assert {p: lines for p, lines in found.items() if lines} == {}
+
+
+def test_no_docs_page_or_native_source_names_an_issue_by_number():
+  # The site and the C++ say what is, as the Python does; JAX's and
+  # Flax's own tracker references (jax#16637) are not ours.
+  root = _SRC.parent
+  pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+  native = sorted((root / "src" / "hostcb" / "_native").glob("*.[ch]*"))
+  found = {
+    str(p.relative_to(root)): [
+      line for line in _issue_numbers(p) if "jax#" not in line
+    ]
+    for p in pages + native
+  }
+  assert {p: lines for p, lines in found.items() if lines} == {}
