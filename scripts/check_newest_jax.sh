@@ -2,9 +2,10 @@
 # Runs the test suite against the newest JAX that pip resolves, as a new
 # user gets it: on a Python >= 3.12 (JAX >= 0.11 no longer installs on
 # Python 3.11), in its own virtual environment .venv-newest, with hostcb
-# installed from this clone by a plain `pip install .` (pip's defaults:
-# build isolation).  Then, as `make test` does, the whole suite on 4 CPU
-# devices and the multi-device tests on 2.
+# installed from this clone by `pip install .` with pip's defaults (build
+# isolation), as the test build (HOSTCB_TEST_BUILD=1, below).  Then, as
+# `make test` does, the whole suite on 4 CPU devices and the multi-device
+# tests on 2.
 #   bash scripts/check_newest_jax.sh [pytest args...]
 #
 # The Python: $NEWEST_PYTHON if set; else the first interpreter >= 3.12 that
