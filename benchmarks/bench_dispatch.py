@@ -25,6 +25,13 @@ variant alike.  Prints go to a text stream over a buffered file, as
 ``io.TextIOWrapper``), whose file end counts lines; every callback is
 counted and the script fails if one was missing.
 
+The floor row bounds the drop-ins' rows: the baseline's dispatch, plus
+one ``jax.Array`` made per dispatch from a host f32[] as the drop-ins make
+their functions' arguments (``hostcb._jax_internals.cpu_array``, in the
+dispatching loop).  The drop-ins dispatch on jit's C++ fast path with no
+token, as ``id_tap`` and ``call`` do; what they add beside the NumPy
+opt-out rows is that array, made and freed once per call.
+
 ``--jax`` adds JAX's own ``jax.debug.callback``/``jax.debug.print``/
 ``io_callback``/``pure_callback`` as reference rows (much slower: run it
 with fewer calls).
@@ -47,9 +54,11 @@ import time
 import jax
 import jax.experimental
 import jax.numpy as jnp
+import numpy as np
 
 import hostcb
 from hostcb import _engine as engine
+from hostcb import _jax_internals as ji
 
 
 class _CountingFile(io.RawIOBase):
@@ -85,6 +94,7 @@ class Sink(io.TextIOWrapper):
 NUMPY = "NumPy opt-out: "
 LIMIT = "empty custom call with XLA's side-effect flag (the limit)"
 TAP_THEN_CALL = "hostcb.debug.callback, then hostcb.pure_callback"
+FLOOR = "no callback, plus one jax.Array made per dispatch (the floor)"
 
 
 @contextlib.contextmanager
@@ -168,6 +178,17 @@ def variants(count: list[int], with_jax: bool) -> list[tuple[str, object]]:
   return rows
 
 
+def with_floor() -> bool:
+  """Whether the floor row is measured: where the drop-ins hand their
+  functions ``jax.Array`` s made as :func:`hostcb._jax_internals.cpu_array`
+  makes them (the default)."""
+  try:
+    ji.prepare_cpu_arrays()
+  except Exception:  # noqa: BLE001  (a JAX without it: the NumPy arrays)
+    return False
+  return bool(hostcb.config.read("hostcb_callback_jax_arrays"))
+
+
 def measure(calls: int, rounds: int, with_jax: bool, sink: Sink):
   """Rows of (name, µs per dispatch, all delivered): medians over
   ``rounds`` interleaved rounds of ``calls`` dispatches each."""
@@ -175,6 +196,11 @@ def measure(calls: int, rounds: int, with_jax: bool, sink: Sink):
   named = variants(count, with_jax)
   fns = [jax.jit(step) for _, step in named]
   x = jnp.float32(1)
+  if with_floor():
+    # The baseline's function, and the drop-ins' argument made beside it.
+    make, base, host = ji.cpu_array, fns[0], np.ones((), np.float32)
+    named.append((FLOOR, None))
+    fns.append(lambda v: (make(host), base(v))[1])
   delivered = [0] * len(fns)
   times: list[list[float]] = [[] for _ in fns]
   loops: list[list[float]] = [[] for _ in fns]
@@ -211,7 +237,8 @@ def measure(calls: int, rounds: int, with_jax: bool, sink: Sink):
       loops[i].append(loop)
   rows = []
   for i, (name, _) in enumerate(named):
-    expected = 0 if name in (named[0][0], LIMIT) else calls * (rounds + 1)
+    idle = (named[0][0], LIMIT, FLOOR)
+    expected = 0 if name in idle else calls * (rounds + 1)
     if name == TAP_THEN_CALL:
       expected *= 2
     ok = delivered[i] == expected

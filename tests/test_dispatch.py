@@ -9,6 +9,9 @@ barrier for the calling thread's computations.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -521,3 +524,90 @@ def test_a_compiled_multi_device_function_keeps_its_token_in_fast_mode(fast):
   hostcb.barrier_wait()
   assert outs == [[2.0 * (v + i) for v in range(4)] for i in range(3)]
   assert seen == [[float(v + i) for v in range(4)] for i in range(3)]
+
+
+# ------------------------------------------------- the drop-ins' dispatch
+_F32 = jax.ShapeDtypeStruct((), jnp.float32)
+
+
+def _one_callback(kind: str, seen: list):
+  """``x + 1`` with one callback of ``kind``, which records what it saw."""
+
+  def record(*args):
+    seen.append(float(args[0]))
+
+  def same(x):
+    seen.append(float(x))
+    return x
+
+  return {
+    "debug.callback": lambda v: (hostcb.debug.callback(record, v), v + 1)[1],
+    "debug.print": lambda v: (hostcb.debug.print("{}", v), v + 1)[1],
+    "io_callback": lambda v: hostcb.io_callback(same, _F32, v) + 1,
+    "io_callback(ordered=True)": lambda v: (
+      hostcb.io_callback(same, _F32, v, ordered=True) + 1
+    ),
+    "pure_callback": lambda v: hostcb.pure_callback(same, _F32, v) + 1,
+    "id_print": lambda v: hostcb.id_print(v) + 1,
+    "id_tap": lambda v: hostcb.id_tap(lambda a, t: record(a), v) + 1,
+  }[kind]
+
+
+# JAX's Python dispatch path of jit (its C++ fast path runs none of them).
+_JAX_DISPATCH = ("pjit.py", "pxla.py", "dispatch.py")
+
+
+def _jax_dispatch_frames(f, x, calls: int) -> int:
+  """How many Python frames of JAX's dispatch ``calls`` calls of ``f(x)``
+  run in the calling thread."""
+  jax_src = os.path.join(os.path.dirname(jax.__file__), "_src")
+  frames = [0]
+
+  def profile(frame, event, arg):
+    path = frame.f_code.co_filename
+    if (
+      event == "call"
+      and path.startswith(jax_src)
+      and os.path.basename(path) in _JAX_DISPATCH
+    ):
+      frames[0] += 1
+
+  sys.setprofile(profile)
+  try:
+    for _ in range(calls):
+      out = f(x)
+  finally:
+    sys.setprofile(None)
+  out.block_until_ready()
+  return frames[0]
+
+
+@pytest.mark.parametrize(
+  "kind",
+  [
+    "debug.callback",
+    "debug.print",
+    "io_callback",
+    "io_callback(ordered=True)",
+    "pure_callback",
+    "id_print",
+    "id_tap",
+  ],
+)
+def test_a_drop_in_alone_dispatches_on_jits_cpp_fast_path(fast, kind, capsys):
+  # No frame of JAX's Python dispatch per call: the executable declares no
+  # effect and exchanges no token, as id_tap's.
+  seen = []
+  f = jax.jit(_one_callback(kind, seen))
+  x = jnp.float32(2)
+  f(x), f(x)  # compiles; the second call fills jit's C++ cache
+  hostcb.barrier_wait()
+  assert _jax_dispatch_frames(f, x, 20) == 0
+  assert ji.declares_no_effect(f, x)
+  hostcb.barrier_wait()
+  printed = capsys.readouterr().out
+  if "print" in kind:  # legacy's text of an f32 2 for id_print
+    line = "2.\n" if kind == "id_print" else "2.0\n"
+    assert (seen, printed) == ([], line * 22)
+  else:
+    assert (seen, printed) == ([2.0] * 22, "")

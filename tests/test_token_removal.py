@@ -8,6 +8,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import hostcb
@@ -67,6 +68,24 @@ def test_a_lone_print_prints_its_line(fast, capsys):
   assert jax.jit(f)(jnp.float32(2)) == 3.0
   hostcb.barrier_wait()
   assert capsys.readouterr().out == "x=2.0\n"
+
+
+@pytest.mark.parametrize(
+  "kind",
+  [
+    "debug.callback",
+    "io_callback",
+    "io_callback(ordered=True)",
+    "pure_callback",
+    "id_print",
+  ],
+)
+def test_a_lone_drop_in_takes_and_returns_no_token(fast, kind):
+  f = test_dispatch._one_callback(kind, [])
+  text = _lowered(f, jnp.float32(2))
+  assert "stablehlo.create_token" not in text
+  (call,) = _custom_calls(text)
+  assert "!stablehlo.token" not in call
 
 
 def test_a_lone_tap_in_a_nested_jit_keeps_its_token(fast):

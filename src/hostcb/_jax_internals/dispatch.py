@@ -361,9 +361,9 @@ def _install() -> None:
     with module.context:
       _used[0] = True
       if _leading_tokens(module, num_dim_vars) == len(ordered):
-        tokens = [
-          _internalize_token(module, i, num_dim_vars) for i in reversed(mine)
-        ]
+        tokens = _without_unused(
+          [_internalize_token(module, i, num_dim_vars) for i in reversed(mine)]
+        )
         if on_cpu(args, kwargs):
           # A lone tap or call: its token orders nothing (.token_removal).
           drop_lone_tokens(module, tokens)
@@ -385,6 +385,20 @@ def _install() -> None:
     cached_lowering_to_hlo,
     before_undo=functools.partial(_forget_rewritten_lowerings, original),
   )
+
+
+def _without_unused(tokens: list) -> list:
+  """Erases the ``create_token`` of each of ``tokens`` that nothing uses
+  (JAX's own effects' tokens, which hostcb's callbacks that carry those
+  effects do not thread: ``main`` took and returned them only); returns
+  the others."""
+  used = []
+  for token in tokens:
+    if list(token.uses):
+      used.append(token)
+    else:
+      token.owner.erase()
+  return used
 
 
 def _order_inside_only(
