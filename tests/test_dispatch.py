@@ -542,6 +542,10 @@ def _one_callback(kind: str, seen: list):
 
   return {
     "debug.callback": lambda v: (hostcb.debug.callback(record, v), v + 1)[1],
+    "debug.callback(ordered=True)": lambda v: (
+      hostcb.debug.callback(record, v, ordered=True),
+      v + 1,
+    )[1],
     "debug.print": lambda v: (hostcb.debug.print("{}", v), v + 1)[1],
     "io_callback": lambda v: hostcb.io_callback(same, _F32, v) + 1,
     "io_callback(ordered=True)": lambda v: (
@@ -586,6 +590,7 @@ def _jax_dispatch_frames(f, x, calls: int) -> int:
   "kind",
   [
     "debug.callback",
+    "debug.callback(ordered=True)",
     "debug.print",
     "io_callback",
     "io_callback(ordered=True)",

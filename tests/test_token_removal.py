@@ -74,6 +74,7 @@ def test_a_lone_print_prints_its_line(fast, capsys):
   "kind",
   [
     "debug.callback",
+    "debug.callback(ordered=True)",
     "io_callback",
     "io_callback(ordered=True)",
     "pure_callback",
