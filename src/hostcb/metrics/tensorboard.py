@@ -119,11 +119,12 @@ def _byte_shares(length: int, offsets: np.ndarray) -> np.ndarray:
   the bytes that differ (zero bytes adding nothing)."""
   # A byte b alone, then z zero bytes, leaves the register (from zero, no
   # final xor) at _TABLE[b] advanced over z zeros.
-  zeros_after = length - 1 - offsets
+  row_of = {length - 1 - int(o): j for j, o in enumerate(offsets)}
   shares = np.empty((len(offsets), 256), np.uint32)
   reg = _TABLE.copy()
-  for z in range(int(zeros_after.max()) + 1):
-    shares[zeros_after == z] = reg
+  for zeros_after in range(max(row_of) + 1):
+    if zeros_after in row_of:
+      shares[row_of[zeros_after]] = reg
     reg = _TABLE[reg & 0xFF] ^ (reg >> 8)
   return shares
 
@@ -169,7 +170,10 @@ class _Layout(NamedTuple):
   crc: np.uint32
 
 
-@functools.lru_cache(maxsize=1024)
+# Cached: a layout's tables are made once (a pass over its event's bytes)
+# and then serve every batch; 64 layouts (each about 1 KB per varying byte)
+# hold the log sites of most programs.
+@functools.lru_cache(maxsize=64)
 def _layout(names: tuple, step_len: int) -> _Layout:
   summary = bytearray()
   value_offsets = []
