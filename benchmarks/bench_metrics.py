@@ -9,6 +9,10 @@ and the gradients' norm every step:
 * ``none``: no logging (the reference);
 * ``hostcb.metrics``: ``hostcb.metrics.log`` to a ``hostcb.metrics.
   TensorBoard`` sink;
+* ``hostcb.id_tap, no-op (floor)``: the tap that ``metrics.log`` makes
+  (the step and the two values as one ``uint32`` vector) to a function
+  that only counts it: what any logging through hostcb's engine costs
+  before a record is made;
 * ``hostcb.id_tap + SummaryWriter``: a tap per step whose function calls
   a TensorBoard ``SummaryWriter.add_scalar`` per value (the naive way,
   on hostcb's engine);
@@ -23,7 +27,11 @@ and the median over rounds of the ratio to the reference of the same
 round.  The sink and the writers are made once; each loop ends once
 every step is written and flushed (``metrics.flush()``; the callbacks'
 barriers and ``SummaryWriter.flush()``), and every variant must have
-logged every step.
+logged every step.  On Linux, the last columns give the CPU time per
+step of hostcb's threads (median over rounds, from
+``/proc/self/task/*/schedstat``): the consumer of the device, which runs
+the tap functions, and hostcb.metrics' writer, which makes the records
+and writes them.
 
     python benchmarks/bench_metrics.py [--steps 1000] [--rounds 15]
 """
@@ -31,8 +39,10 @@ logged every step.
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import tempfile
+import threading
 import time
 
 import jax
@@ -68,6 +78,31 @@ def _loss(params, x, y):
   return jnp.mean((h @ params["w2"] + params["b2"] - y) ** 2)
 
 
+def _hostcb_threads_cpu() -> collections.Counter:
+  """CPU seconds so far of hostcb's consumer and writer threads (empty
+  where /proc has no per-thread schedstat)."""
+  names = {t.native_id: t.name for t in threading.enumerate()}
+  out: collections.Counter = collections.Counter()
+  for tid, name in names.items():
+    if name.startswith("hostcb-engine-"):
+      group = "consumer"
+    elif name == "hostcb-metrics-writer":
+      group = "writer"
+    else:
+      continue
+    try:
+      with open(f"/proc/self/task/{tid}/schedstat") as f:
+        out[group] += int(f.read().split()[0]) / 1e9
+    except OSError:  # not Linux, or the thread just ended
+      pass
+  return out
+
+
+def _as_words(*xs):
+  """The scalars as one uint32 vector (as metrics.log taps them)."""
+  return jnp.stack([jax.lax.bitcast_convert_type(x, jnp.uint32) for x in xs])
+
+
 def make_step(log):
   """The jitted step; ``log(loss, grad_norm, step)`` stages the logging
   (or nothing)."""
@@ -81,6 +116,13 @@ def make_step(log):
     return params, velocity, i + 1
 
   return jax.jit(step, donate_argnums=(0, 1, 2))
+
+
+_floor_taps = [0]
+
+
+def _count(arg, transforms):
+  _floor_taps[0] += 1
 
 
 class Variant:
@@ -113,6 +155,23 @@ def variants(logdir: str) -> list[Variant]:
       ),
       metrics_start,
       metrics_end,
+    )
+  )
+
+  # The floor: the same tap to a function that only counts it.
+  def floor_start():
+    _floor_taps[0] = 0
+
+  def floor_end():
+    hostcb.barrier_wait()
+    return _floor_taps[0]
+
+  out.append(
+    Variant(
+      "hostcb.id_tap, no-op (floor)",
+      lambda loss, gnorm, i: hostcb.id_tap(_count, _as_words(i, loss, gnorm)),
+      floor_start,
+      floor_end,
     )
   )
 
@@ -153,21 +212,26 @@ def variants(logdir: str) -> list[Variant]:
   return out
 
 
-def run(v: Variant, steps: int, x, y) -> float:
+def run(v: Variant, steps: int, x, y) -> tuple[float, collections.Counter]:
+  """Seconds per step, and CPU seconds per step of hostcb's threads."""
   params = _init(jax.random.key(0))
   velocity = jax.tree.map(jnp.zeros_like, params)
   i = jnp.int32(0)
   jax.block_until_ready((params, velocity))
   v.start()
+  cpu = _hostcb_threads_cpu()
   start = time.perf_counter()
   for _ in range(steps):
     params, velocity, i = v.step(params, velocity, i, x, y)
   jax.block_until_ready(params)
   logged = v.end()
   elapsed = time.perf_counter() - start
+  cpu = _hostcb_threads_cpu() - cpu
   if v.name != "none" and logged != steps:
     raise SystemExit(f"{v.name} logged {logged} of {steps} steps")
-  return elapsed / steps
+  return elapsed / steps, collections.Counter(
+    {k: t / steps for k, t in cpu.items()}
+  )
 
 
 def main() -> None:
@@ -182,24 +246,37 @@ def main() -> None:
     for v in vs:  # trace, compile and warm up
       run(v, 20, x, y)
     times: dict[str, list[float]] = {v.name: [] for v in vs}
+    cpus: dict[str, list] = {v.name: [] for v in vs}
     for r in range(args.rounds):
       # Every other round backwards: a machine that slows down or speeds
       # up during a round weighs on the first and last variants alike.
       for v in vs if r % 2 == 0 else vs[::-1]:
-        times[v.name].append(run(v, args.steps, x, y))
+        t, cpu = run(v, args.steps, x, y)
+        times[v.name].append(t)
+        cpus[v.name].append(cpu)
   base = times["none"]
   print(
     f"jax {jax.__version__}, {jax.devices()[0].platform}, "
     f"{args.steps} steps x {args.rounds} interleaved rounds, "
     f"SummaryWriter of {_summary_writer()[1]}"
   )
-  print("| logging 2 scalars per step | µs per step | vs no logging |")
-  print("|---|---:|---:|")
+  print(
+    "| logging 2 scalars per step | µs per step | vs no logging "
+    "| CPU µs per step: consumer | writer |"
+  )
+  print("|---|---:|---:|---:|---:|")
   for name, ts in times.items():
     # The ratio to the reference of the same round, median over rounds:
     # on a shared machine, rounds differ more than variants in a round.
     ratio = statistics.median(t / b for t, b in zip(ts, base))
-    print(f"| {name} | {statistics.median(ts) * 1e6:.1f} | {ratio:.2f}x |")
+    cpu = [
+      statistics.median(c[k] for c in cpus[name]) * 1e6
+      for k in ("consumer", "writer")
+    ]
+    print(
+      f"| {name} | {statistics.median(ts) * 1e6:.1f} | {ratio:.3f}x "
+      f"| {cpu[0]:.2f} | {cpu[1]:.2f} |"
+    )
 
 
 if __name__ == "__main__":

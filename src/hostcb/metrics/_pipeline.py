@@ -35,7 +35,9 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
@@ -91,8 +93,9 @@ class _Entry:
 
 
 class _Marker:
-  """Queued by flush(): the writer sets it once everything before it was
-  written and the sinks flushed."""
+  """Queued by flush() (as ``(marker,)``, where a tap is ``(site, arg,
+  transforms, wall_time)``): the writer sets it once everything before
+  it was written and the sinks flushed."""
 
   def __init__(self):
     self.done = threading.Event()
@@ -105,13 +108,13 @@ def note_traced() -> None:
 
 
 # ------------------------------------------------- consumer threads
-def put(site, arg, transforms) -> None:
-  """Queues one tap (on a consumer thread): the hot path."""
+def put(site, arg, transforms, _now=time.time) -> None:
+  """Queues one tap (on a consumer thread): the hot path, which
+  :class:`~._records.Site` calls as its tap function."""
   pending = _pending
-  if len(pending) >= _settings.max_pending:
-    if not _make_room():
-      return
-  pending.append((site, arg, transforms, time.time()))
+  if len(pending) >= _settings.max_pending and not _make_room():
+    return
+  pending.append((site, arg, transforms, _now()))
   if len(pending) == WAKE_AT:
     _wake.set()
   elif _writer[0] is None:
@@ -158,67 +161,61 @@ def _write_forever() -> None:
 
 
 def _take() -> list:
-  items = []
-  pop = _pending.popleft
-  try:
-    while True:
-      items.append(pop())
-  except IndexError:  # empty: everything queued so far was taken
-    pass
+  """Everything queued so far, in order (only the writer takes; the
+  consumers only append, so that many are there to take)."""
+  n = len(_pending)
+  items = list(itertools.starmap(_pending.popleft, itertools.repeat((), n)))
   with _space:
     _space.notify_all()
   return items
 
 
+_site_of = operator.itemgetter(0)
+_transforms_of = operator.itemgetter(2)
+
+
 def _write_pending() -> None:
+  """Makes the records of the taps queued so far and hands them to the
+  sinks: each run of consecutive taps of one site in one go (the runs of
+  a packed site without transforms as :class:`Columns`), up to each
+  flush marker, which is set once everything before it is written and
+  the sinks flushed."""
   items = _take()
   if not items:
     return
   parts: list = []  # Columns, and lists of Records
-  records: list[Record] = []
-  run: list = []  # consecutive taps of one packed site, no transforms
-  markers = 0
-
-  def end_run():
-    if run:
-      try:
-        parts.append(run[0][0].columns(run))
-      except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
-        _record_error(e, "making records")
-      run.clear()
-
-  for item in items:
-    if type(item) is _Marker:
-      end_run()
-      if records:
-        parts.append(records)
-        records = []
+  taps = 0
+  for site, run in itertools.groupby(items, _site_of):
+    if type(site) is _Marker:
       _deliver(parts)
       parts = []
       _flush_sinks()
-      item.done.set()
-      markers += 1
+      site.done.set()
       continue
-    site, arg, transforms, wall = item
-    if site.kinds is not None and not transforms:
-      if run and run[0][0] is not site:
-        end_run()
-      if records:
-        parts.append(records)
-        records = []
-      run.append(item)
-      continue
-    end_run()
+    run = list(run)
+    taps += len(run)
+    try:
+      if site.kinds is not None and not any(map(_transforms_of, run)):
+        parts.append(site.columns(run))
+      else:
+        parts.append(_records_of(site, run))
+    except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
+      _record_error(e, "making records")
+  _deliver(parts)
+  with _state_lock:
+    _counts["taps"] += taps
+
+
+def _records_of(site, run: list) -> list:
+  """The records of a run of taps of one site, one tap at a time (a tap
+  that fails loses its own records only)."""
+  records: list[Record] = []
+  for _, arg, transforms, wall in run:
     try:
       records += site.records(arg, transforms, wall)
     except Exception as e:  # noqa: BLE001  (kept for flush(), logged)
       _record_error(e, "making a record")
-  end_run()
-  if records:
-    parts.append(records)
-  _deliver(parts)
-  with _state_lock:
-    _counts["taps"] += len(items) - markers
+  return records
 
 
 def _deliver(parts: list) -> None:
@@ -304,7 +301,7 @@ def flush(timeout: float | None = None) -> None:
     )
   _start_writer()
   marker = _Marker()
-  _pending.append(marker)
+  _pending.append((marker,))
   _wake.set()
   left = None if deadline is None else max(0.0, deadline - time.monotonic())
   if not marker.done.wait(left):
@@ -376,7 +373,7 @@ def configure(
 def stats() -> dict:
   with _state_lock:
     out = dict(_counts)
-  out["pending"] = sum(type(i) is not _Marker for i in list(_pending))
+  out["pending"] = sum(type(i[0]) is not _Marker for i in list(_pending))
   return out
 
 

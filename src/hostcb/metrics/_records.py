@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ def _scalar(a):
   a = np.asarray(a)
   return a.item() if a.ndim == 0 else a
 
+
+_operand_of = operator.itemgetter(1)  # of a queued tap (._pipeline.put)
+_wall_of = operator.itemgetter(3)
 
 _VIEWS = {"f": np.float32, "i": np.int32, "u": np.uint32, "b": np.int32}
 
@@ -54,19 +58,21 @@ class Site:
   shapes: tuple  # the values' shapes as logged (per device, element)
   kinds: str | None
 
-  def __call__(self, arg, transforms) -> None:
-    _pipeline.put(self, arg, transforms)
+  # The tap function: ``site(arg, transforms)`` queues the tap, in one
+  # Python call (no frame of its own in between).
+  __call__ = _pipeline.put
 
   # ---------------------------------------------- on the writer thread
   def columns(self, items: list) -> Columns:
     """The records of consecutive taps of this (packed) site without
     transforms, ``items`` as queued, in columns."""
     kinds = self.kinds
-    words = np.concatenate([it[1] for it in items]).reshape(
-      len(items), len(kinds)
-    )
+    # Each tap's operand is a fresh, contiguous uint32 vector: their bytes
+    # joined in C (a third of np.concatenate's time for small vectors).
+    words = np.frombuffer(b"".join(map(_operand_of, items)), np.uint32)
+    words = words.reshape(len(items), len(kinds))
     steps = words[:, 0].view(_VIEWS[kinds[0]]).astype(np.int64)
-    walls = np.fromiter((it[3] for it in items), np.float64, len(items))
+    walls = np.fromiter(map(_wall_of, items), np.float64, len(items))
     cols = [_words_as(words[:, j], k) for j, k in enumerate(kinds) if j]
     return Columns(self.names, steps, walls, cols)
 
