@@ -72,6 +72,7 @@ from hostcb._jax_internals.versions import (
 __all__ = [
   "cpu_array",
   "cpu_arrays",
+  "bound_cpu_array",
   "host_array",
   "host_array_of",
   "prepare_cpu_arrays",
@@ -172,6 +173,35 @@ def cpu_array(a: Any) -> Any:
   return _put(
     aval, _sharding, [a], _devices, True, True, _ONLY_DURING_CALL, True
   )
+
+
+def bound_cpu_array() -> Callable[[Any], Any]:
+  """:func:`cpu_array` for the engine's hot paths (a callback's direct
+  entry, run once per record): the same ``jax.Array`` of the same
+  argument, with what it looks up bound once (jaxlib's function, the
+  sharding, the device, the avals it made), which saves about a tenth of
+  its cost.  Call after :func:`prepare_cpu_arrays`."""
+  if _put is None:
+    prepare_cpu_arrays()
+  put, sharding, devices = _put, _sharding, _devices
+  zero_copy, during_call = _ZERO_COPY, _ONLY_DURING_CALL
+
+  def bound(a, avals=_avals, ndarray=np.ndarray, capsule=_CAPSULE):
+    if type(a) is not ndarray:
+      return cpu_array(a)
+    aval = avals.get((a.shape, a.dtype))
+    if aval is None:
+      aval = _new_aval((a.shape, a.dtype))
+    base = a.base
+    # As cpu_array: the engine's memory aliased, any other copied.
+    if base is None or (
+      type(base) is ndarray
+      and ((owner := base.base) is None or type(owner) is capsule)
+    ):
+      return put(aval, sharding, [a], devices, True, False, zero_copy, True)
+    return put(aval, sharding, [a], devices, True, True, during_call, True)
+
+  return bound
 
 
 def cpu_arrays(leaves: Sequence[Any]) -> list:
