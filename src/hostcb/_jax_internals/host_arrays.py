@@ -177,29 +177,37 @@ def cpu_array(a: Any) -> Any:
 
 def bound_cpu_array() -> Callable[[Any], Any]:
   """:func:`cpu_array` for the engine's hot paths (a callback's direct
-  entry, run once per record): the same ``jax.Array`` of the same
-  argument, with what it looks up bound once (jaxlib's function, the
-  sharding, the device, the avals it made), which saves about a tenth of
-  its cost.  Call after :func:`prepare_cpu_arrays`."""
+  entry, run once per record, whose argument has the same shape and dtype
+  every time): the same ``jax.Array`` of the same argument, with what it
+  looks up bound once (jaxlib's function, the sharding, the device) and
+  the aval of the last shape and dtype kept, the common case tested first
+  (about 0.3 µs less than :func:`cpu_array`, of 3.5-4).  Safe to call
+  from several threads: the kept aval is one tuple, read once."""
   if _put is None:
     prepare_cpu_arrays()
-  put, sharding, devices = _put, _sharding, _devices
-  zero_copy, during_call = _ZERO_COPY, _ONLY_DURING_CALL
+  put, sharding, devices, zero_copy = _put, _sharding, _devices, _ZERO_COPY
+  ndarray, capsule = np.ndarray, _CAPSULE
+  last = [((), None, None)]  # (shape, dtype, aval), replaced whole
 
-  def bound(a, avals=_avals, ndarray=np.ndarray, capsule=_CAPSULE):
-    if type(a) is not ndarray:
-      return cpu_array(a)
-    aval = avals.get((a.shape, a.dtype))
-    if aval is None:
-      aval = _new_aval((a.shape, a.dtype))
-    base = a.base
-    # As cpu_array: the engine's memory aliased, any other copied.
-    if base is None or (
-      type(base) is ndarray
-      and ((owner := base.base) is None or type(owner) is capsule)
-    ):
-      return put(aval, sharding, [a], devices, True, False, zero_copy, True)
-    return put(aval, sharding, [a], devices, True, True, during_call, True)
+  def bound(a):
+    if type(a) is ndarray:
+      base = a.base
+      # As cpu_array: the engine's memory aliased (any other: cpu_array).
+      if base is None or (
+        type(base) is ndarray
+        and ((owner := base.base) is None or type(owner) is capsule)
+      ):
+        kept = last[0]
+        if a.dtype is not kept[1] or a.shape != kept[0]:
+          key = (a.shape, a.dtype)
+          aval = _avals.get(key)
+          if aval is None:
+            aval = _new_aval(key)
+          kept = last[0] = (*key, aval)
+        return put(
+          kept[2], sharding, [a], devices, True, False, zero_copy, True
+        )
+    return cpu_array(a)
 
   return bound
 
