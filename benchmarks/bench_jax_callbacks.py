@@ -23,7 +23,8 @@ every variant in the same process:
    final ``jax.effects_barrier()`` of each round is included);
 3. the floor, in the same run: ``id_tap``'s cost per step (the engine's,
    with a NumPy argument), and what making one ``jax.Array`` of the engine's
-   memory costs (hostcb's ``cpu_array``: jaxlib's ``batched_device_put``)
+   memory costs (hostcb's ``bound_cpu_array``: jaxlib's
+   ``batched_device_put``)
    and the least any new ``jax.Array`` costs (a second ``ArrayImpl`` of an
    existing buffer), in the calling thread's CPU time
    (``bench_array_paths.py``'s rows, interleaved rounds).  A callback that
@@ -155,7 +156,7 @@ TAP = "hostcb.id_tap (reference)"
 IO_NUMPY = "io_callback, NumPy opt-out"
 # bench_array_paths.py's rows: one jax.Array as the drop-ins make each
 # argument, and the least that any new jax.Array costs.
-ONE_ARRAY = "hostcb cpu_array of 64-byte aligned memory"
+ONE_ARRAY = "hostcb bound_cpu_array of 64-byte aligned memory (the drop-ins')"
 ANY_ARRAY = "a new ArrayImpl of an existing buffer (no buffer made)"
 
 
