@@ -11,7 +11,8 @@ median over rounds:
 * jaxlib's ``batched_device_put`` (what hostcb's ``cpu_array`` calls) of
   memory that NumPy allocated (the CPU client copies it) and of 64-byte
   aligned memory (the client aliases it);
-* hostcb's ``cpu_array`` (``batched_device_put`` with its checks);
+* hostcb's ``cpu_array`` (``batched_device_put`` with its checks), and
+  ``bound_cpu_array``'s, which the drop-ins call per argument;
 * ``ArrayImpl(aval, sharding, [array])`` over an existing single-device
   array (its checks skipped), and a second ``ArrayImpl`` of an existing buffer
   (``_rewrap_with_aval_and_sharding``): no buffer made at all, the least
@@ -71,6 +72,7 @@ def paths() -> dict:
   k_aval = ji.ShapedArray((k,), np.float32)
   rows = [np.array([float(i)], np.float32) for i in range(k)]
   bf16 = np.array(1.5, jax.numpy.bfloat16)
+  bound = ji.bound_cpu_array()
   return {
     "jax.device_put (JAX's callbacks)": (
       lambda: jax.device_put(numpy_memory, device),
@@ -87,6 +89,10 @@ def paths() -> dict:
     "hostcb cpu_array": (lambda: ji.cpu_array(numpy_memory), 1),
     "hostcb cpu_array of 64-byte aligned memory": (
       lambda: ji.cpu_array(aligned),
+      1,
+    ),
+    "hostcb bound_cpu_array of 64-byte aligned memory (the drop-ins')": (
+      lambda: bound(aligned),
       1,
     ),
     "cpu_array, then np.asarray of it": (

@@ -20,7 +20,21 @@ every variant in the same process:
    a call from the device to the host) are measured beside them;
 2. one dispatch of a small jitted function with one callback of each kind
    against the same function without it (also in interleaved rounds; the
-   final ``jax.effects_barrier()`` of each round is included).
+   final ``jax.effects_barrier()`` of each round is included);
+3. the floor, in the same run: ``id_tap``'s cost per step (the engine's,
+   with a NumPy argument), and what making one ``jax.Array`` of the engine's
+   memory costs (hostcb's ``bound_cpu_array``: jaxlib's
+   ``batched_device_put``)
+   and the least any new ``jax.Array`` costs (a second ``ArrayImpl`` of an
+   existing buffer), in the calling thread's CPU time
+   (``bench_array_paths.py``'s rows, interleaved rounds).  A callback that
+   gets ``jax.Array`` s costs at least ``id_tap``'s step plus one
+   ``jax.Array`` per argument: each row shows that floor, and how much
+   cheaper than JAX's own a function at the floor would be.
+
+Each row says which argument the function got: ``jax.Array`` (JAX's
+callbacks and hostcb's drop-ins by default) or NumPy (``id_tap``, ``call``
+and the opt-out ``hostcb_callback_jax_arrays=False``).
 
 Prints go to a text stream over a buffered file, as ``sys.stdout`` is in a
 terminal or redirected (``bench_dispatch.Sink``, whose file end counts
@@ -47,6 +61,7 @@ import jax.experimental
 import jax.numpy as jnp
 
 import hostcb
+from bench_array_paths import paths as array_paths  # benchmarks/ too
 from bench_dispatch import Sink  # benchmarks/ is on sys.path
 from bench_tap import scan_of
 from hostcb import _engine as engine
@@ -137,7 +152,12 @@ def _interleaved(variants, once, rounds: int) -> list[float]:
 
 
 CALL = "hostcb.call (reference)"
+TAP = "hostcb.id_tap (reference)"
 IO_NUMPY = "io_callback, NumPy opt-out"
+# bench_array_paths.py's rows: one jax.Array as the drop-ins make each
+# argument, and the least that any new jax.Array costs.
+ONE_ARRAY = "hostcb bound_cpu_array of 64-byte aligned memory (the drop-ins')"
+ANY_ARRAY = "a new ArrayImpl of an existing buffer (no buffer made)"
 
 
 def per_step(steps: int, repeats: int, sink: Sink):
@@ -157,7 +177,9 @@ def per_step(steps: int, repeats: int, sink: Sink):
     variants.append((("jax", kind), _call(kind, jax_fn, counter, f32), True))
     variants.append((("hostcb", kind), _call(kind, our_fn, counter, f32), True))
   # References for hostcb's io_callback/pure_callback: legacy's ``call``
-  # (NumPy arguments) and the same io_callback with the NumPy opt-out.
+  # (NumPy arguments) and the same io_callback with the NumPy opt-out; and
+  # id_tap, the engine's own cost per step (the floor).
+  variants.append((TAP, lambda c: hostcb.id_tap(counter.tap, c), True))
   variants.append(
     (
       CALL,
@@ -202,7 +224,7 @@ def per_step(steps: int, repeats: int, sink: Sink):
   for kind, _, _ in FUNCTIONS:
     (j, jok, jt), (h, hok, ht) = by[("jax", kind)], by[("hostcb", kind)]
     rows.append((kind, j, jt, h, ht, jok and hok))
-  for name in (CALL, IO_NUMPY):
+  for name in (TAP, CALL, IO_NUMPY):
     h, hok, ht = by[name]
     rows.append((name, None, "", h, ht, hok))
   limit = by["limit"][0] if has_limit else None
@@ -312,8 +334,120 @@ def dispatch(calls: int, rounds: int, sink: Sink):
   return by["none"][0], rows
 
 
+def array_floors(rounds: int, calls: int = 3000) -> dict[str, float]:
+  """Thread CPU µs per ``jax.Array``, median of ``rounds`` interleaved
+  rounds, of :data:`ONE_ARRAY` and :data:`ANY_ARRAY`
+  (``bench_array_paths.py``'s measurement, in this run)."""
+  made = array_paths()
+  made = {name: made[name] for name in (ONE_ARRAY, ANY_ARRAY)}
+  times: dict[str, list[float]] = {name: [] for name in made}
+  for make, _ in made.values():
+    make()
+  for _ in range(rounds):
+    for name, (make, per) in made.items():
+      t0 = time.thread_time_ns()
+      for _ in range(calls // per):
+        make()
+      times[name].append((time.thread_time_ns() - t0) / (calls // per) / 1e3)
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
 def _ratio(a: float, b: float) -> str:
   return f"{a / b:.0f}×" if b > 0 else "∞"
+
+
+def _argument(type_name: str) -> str:
+  """What the function got, as the tables say it."""
+  return {"ArrayImpl": "jax.Array", "ndarray": "NumPy"}.get(
+    type_name, type_name or "-"
+  )
+
+
+def _floor(tap_us: float, one_array_us: float, type_name: str) -> float:
+  """The least a step of a function given ``type_name`` costs: id_tap's
+  step, and one jax.Array where it gets one."""
+  return tap_us + (one_array_us if type_name == "ArrayImpl" else 0.0)
+
+
+def _print_scalar_table(args, srows, floors: dict) -> None:
+  print(
+    f"\none callback of an f32[] per step of a jitted {args.steps}-step "
+    "lax.scan, end to end, beyond the empty scan; median of "
+    f"{args.repeats} interleaved rounds; the floor: id_tap's step, plus "
+    "one jax.Array where the function gets one (measured in this run)\n"
+  )
+  print(
+    "| per scan step | argument | µs | − id_tap's, µs "
+    "| JAX's / this | floor, µs | JAX's / floor | all delivered |"
+  )
+  print("|---|---|---:|---:|---:|---:|---:|:---:|")
+  tap_us = srows[0][2]
+  jax_us = srows[-1][2]
+  for name, arg, us, ok in srows:
+    floor = _floor(tap_us, floors[ONE_ARRAY], arg)
+    print(
+      f"| {name} | {_argument(arg)} | {us:.2f} | {us - tap_us:+.2f} | "
+      f"{_ratio(jax_us, us)} | {floor:.2f} | {_ratio(jax_us, floor)} | "
+      f"{'yes' if ok else 'NO'} |"
+    )
+
+
+def _print_step_table(args, rows, empty, limit, floors: dict) -> None:
+  print(
+    f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
+    "end to end, beyond the empty scan; median of "
+    f"{args.repeats} interleaved rounds; the floor as above\n"
+  )
+  print(
+    "| per scan step | JAX's, µs | argument | hostcb's, µs | argument "
+    "| JAX / hostcb | floor, µs | JAX / floor | all delivered |"
+  )
+  print("|---|---:|---|---:|---|---:|---:|---:|:---:|")
+  call_us = next(h for kind, _, _, h, _, _ in rows if kind == CALL)
+  tap_us = next(h for kind, _, _, h, _, _ in rows if kind == TAP)
+  for kind, j, jt, h, ht, ok in rows:
+    floor = _floor(tap_us, floors[ONE_ARRAY], ht)
+    if j is None:  # a reference row: hostcb's only
+      print(
+        f"| {kind} | | | {h:.2f} | {_argument(ht)} | | {floor:.2f} | | "
+        f"{'yes' if ok else 'NO'} |"
+      )
+      continue
+    print(
+      f"| {kind} | {j:.2f} | {_argument(jt)} | {h:.2f} | {_argument(ht)} | "
+      f"{_ratio(j, h)} | {floor:.2f} | {_ratio(j, floor)} | "
+      f"{'yes' if ok else 'NO'} |"
+    )
+  if limit is not None:
+    print(
+      f"| empty XLA FFI custom call (the limit) | | | {limit:.2f} | | | | | |"
+    )
+  print(f"| the empty scan itself | {empty:.3f} | | | | | | | |")
+  print()
+  for kind, _, _, h, _, _ in rows:
+    if kind.startswith(("io_callback", "pure_callback")):
+      times = f"{h / call_us:.2f}×" if call_us > 0 else "∞ ×"
+      print(f"hostcb's {kind}: {times} hostcb.call's per step")
+
+
+def _print_floors(floors: dict, rows) -> None:
+  """What one jax.Array costs, in this run, and how much cheaper than
+  JAX's own a drop-in at the floor would be."""
+  print(
+    "\nthe floor: one jax.Array of an f32[] (bench_array_paths.py), "
+    "thread CPU µs, median of interleaved rounds, in this run\n"
+  )
+  print("| one jax.Array | µs |\n|---|---:|")
+  for name, us in floors.items():
+    print(f"| {name} | {us:.2f} |")
+  tap_us = next(h for kind, _, _, h, _, _ in rows if kind == TAP)
+  jax_us = next(j for kind, j, *_ in rows if kind == "debug.callback")
+  least = tap_us + floors[ANY_ARRAY]
+  print(
+    f"\nid_tap's step + the least any new jax.Array costs: {least:.2f} µs; "
+    f"JAX's debug.callback / that: {_ratio(jax_us, least)} (the most a "
+    "drop-in handing a new jax.Array per call could gain over JAX's)"
+  )
 
 
 def main() -> None:
@@ -346,54 +480,12 @@ def main() -> None:
     srows = scalar_per_step(args.steps, args.repeats)
     empty, limit, rows = per_step(args.steps, args.repeats, sink)
     none, drows = dispatch(args.calls, args.rounds, sink)
+  floors = array_floors(max(args.rounds, 5))
   elapsed = time.perf_counter() - t0
 
-  print(
-    f"\none callback of an f32[] per step of a jitted {args.steps}-step "
-    "lax.scan, end to end, beyond the empty scan; median of "
-    f"{args.repeats} interleaved rounds\n"
-  )
-  print(
-    "| per scan step | argument | µs | − id_tap's, µs "
-    "| JAX's / this | all delivered |"
-  )
-  print("|---|---|---:|---:|---:|:---:|")
-  tap_us = srows[0][2]
-  jax_us = srows[-1][2]
-  for name, arg, us, ok in srows:
-    print(
-      f"| {name} | {arg} | {us:.2f} | {us - tap_us:+.2f} | "
-      f"{_ratio(jax_us, us)} | {'yes' if ok else 'NO'} |"
-    )
-
-  print(
-    f"\nper step of a jitted {args.steps}-step lax.scan over f32[4], "
-    "end to end, beyond the empty scan; median of "
-    f"{args.repeats} interleaved rounds\n"
-  )
-  print(
-    "| per scan step | JAX's, µs | argument | hostcb's, µs | argument "
-    "| JAX / hostcb | all delivered |"
-  )
-  print("|---|---:|---|---:|---|---:|:---:|")
-  call_us = next(h for kind, _, _, h, _, _ in rows if kind == CALL)
-  for kind, j, jt, h, ht, ok in rows:
-    if j is None:  # a reference row: hostcb's only
-      print(
-        f"| {kind} | | | {h:.2f} | {ht or '-'} | | {'yes' if ok else 'NO'} |"
-      )
-      continue
-    print(
-      f"| {kind} | {j:.2f} | {jt or '-'} | {h:.2f} | {ht or '-'} | "
-      f"{_ratio(j, h)} | {'yes' if ok else 'NO'} |"
-    )
-  if limit is not None:
-    print(f"| empty XLA FFI custom call (the limit) | | | {limit:.2f} | | | |")
-  print(f"| the empty scan itself | {empty:.3f} | | | | | |")
-  print()
-  for kind, _, _, h, _, _ in rows:
-    if kind.startswith(("io_callback", "pure_callback")):
-      print(f"hostcb's {kind}: {h / call_us:.2f}× hostcb.call's per step")
+  _print_scalar_table(args, srows, floors)
+  _print_step_table(args, rows, empty, limit, floors)
+  _print_floors(floors, rows)
 
   print(
     f"\none dispatch of a small jitted function (f32[] + 1) with one "

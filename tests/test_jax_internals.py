@@ -287,6 +287,49 @@ def test_cpu_arrays_copy_large_memory_hostcb_does_not_own_before_returning():
   assert out.unsafe_buffer_pointer() != a.ctypes.data
 
 
+def test_bound_cpu_array_takes_aligned_engine_memory_without_a_copy():
+  import numpy as np
+  from hostcb import _jax_internals as ji
+
+  a = _aligned(1024)
+  a[:] = np.arange(1024)
+  out = ji.bound_cpu_array()(a)
+  assert out.unsafe_buffer_pointer() == a.ctypes.data
+  assert out.committed and not out.weak_type
+  assert out.devices() == {jax.devices("cpu")[0]}
+  np.testing.assert_array_equal(out, np.arange(1024, dtype=np.float32))
+
+
+def test_bound_cpu_array_copies_memory_hostcb_does_not_own():
+  import numpy as np
+  from hostcb import _jax_internals as ji
+
+  data = bytearray(np.arange(1024, dtype=np.float32).tobytes())
+  out = ji.bound_cpu_array()(np.frombuffer(data, np.float32))
+  data[:4] = np.float32(7).tobytes()
+  assert float(out[0]) == 0.0
+
+
+def test_bound_cpu_array_follows_each_change_of_shape_and_dtype():
+  # It keeps the aval of the last shape and dtype: a new one replaces it.
+  import numpy as np
+  from hostcb import _jax_internals as ji
+
+  bound = ji.bound_cpu_array()
+  values = [
+    np.arange(4, dtype=np.float32),
+    np.arange(3, dtype=np.float32),
+    np.arange(3, dtype=np.int32),
+    np.arange(6, dtype=np.float64).reshape(2, 3),
+    np.float32(2.5) * np.ones((), np.float32),
+    np.arange(4, dtype=np.float32) + 1,
+  ]
+  for v in values:
+    out = bound(v)
+    assert (out.dtype, out.shape) == (v.dtype, v.shape)
+    np.testing.assert_array_equal(np.asarray(out), v)
+
+
 def test_a_cpu_array_keeps_its_memory_alive():
   import gc
   import numpy as np

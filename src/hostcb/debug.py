@@ -374,7 +374,7 @@ def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
       # _write_lines; print_entry formats any other value (registry).
       return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
     return ArrayTap(print_entry, ())
-  to_jax = None if call.to_jax is None else _cpu_array
+  to_jax = None if call.to_jax is None else ji.bound_cpu_array()
 
   def entry(arg, transforms) -> None:
     try:

@@ -266,7 +266,8 @@ def _direct_entry(
     return None
   if call._x64:
     return None  # traced with 64-bit types on: __call__ turns them on
-  callback, to_jax = call.callback, call._to_jax_one
+  callback = call.callback
+  to_jax = None if call._to_jax_one is None else ji.bound_cpu_array()
   shape, dtype = one
   to_host = ji.host_array_of(dtype)  # a jax.Array result's NumPy value
   name, finish, array_type = call.name, call._finish, jax.Array

@@ -123,6 +123,7 @@ from hostcb._jax_internals.replicas import (
   xla_computation_from_proto,
 )
 from hostcb._jax_internals.host_arrays import (
+  bound_cpu_array,
   cpu_array,
   cpu_arrays,
   host_array,

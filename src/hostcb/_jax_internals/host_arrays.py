@@ -72,6 +72,7 @@ from hostcb._jax_internals.versions import (
 __all__ = [
   "cpu_array",
   "cpu_arrays",
+  "bound_cpu_array",
   "host_array",
   "host_array_of",
   "prepare_cpu_arrays",
@@ -172,6 +173,43 @@ def cpu_array(a: Any) -> Any:
   return _put(
     aval, _sharding, [a], _devices, True, True, _ONLY_DURING_CALL, True
   )
+
+
+def bound_cpu_array() -> Callable[[Any], Any]:
+  """:func:`cpu_array` for the engine's hot paths (a callback's direct
+  entry, run once per record, whose argument has the same shape and dtype
+  every time): the same ``jax.Array`` of the same argument, with what it
+  looks up bound once (jaxlib's function, the sharding, the device) and
+  the aval of the last shape and dtype kept, the common case tested first
+  (about 0.3 µs less than :func:`cpu_array`, of 3.5-4).  Safe to call
+  from several threads: the kept aval is one tuple, read once."""
+  if _put is None:
+    prepare_cpu_arrays()
+  put, sharding, devices, zero_copy = _put, _sharding, _devices, _ZERO_COPY
+  ndarray, capsule = np.ndarray, _CAPSULE
+  last = [((), None, None)]  # (shape, dtype, aval), replaced whole
+
+  def bound(a):
+    if type(a) is ndarray:
+      base = a.base
+      # As cpu_array: the engine's memory aliased (any other: cpu_array).
+      if base is None or (
+        type(base) is ndarray
+        and ((owner := base.base) is None or type(owner) is capsule)
+      ):
+        kept = last[0]
+        if a.dtype is not kept[1] or a.shape != kept[0]:
+          key = (a.shape, a.dtype)
+          aval = _avals.get(key)
+          if aval is None:
+            aval = _new_aval(key)
+          kept = last[0] = (*key, aval)
+        return put(
+          kept[2], sharding, [a], devices, True, False, zero_copy, True
+        )
+    return cpu_array(a)
+
+  return bound
 
 
 def cpu_arrays(leaves: Sequence[Any]) -> list:
