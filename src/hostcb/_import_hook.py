@@ -184,8 +184,8 @@ _replaced: list[tuple[types.ModuleType, str, object]] = []
 def _replacements() -> dict[int, tuple[Callable, Callable]]:
   """id(JAX's function) -> (JAX's function, hostcb's)."""
   ours = {
-    "debug_callback": debug.callback,
-    "debug_print": debug.print,
+    "debug_callback": debug.jax_callback,
+    "debug_print": debug.jax_print,
     "io_callback": jax_callbacks.io_callback,
     "pure_callback": jax_callbacks.pure_callback,
     "debug_breakpoint": debug.breakpoint,
@@ -267,4 +267,4 @@ def uninstall_jax_callbacks() -> int:
 
 def jax_callbacks_installed() -> bool:
   """Whether ``jax.debug.print`` is hostcb's now."""
-  return jax.debug.print is debug.print
+  return jax.debug.print is debug.jax_print
