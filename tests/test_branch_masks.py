@@ -157,6 +157,16 @@ def test_print_in_scan_in_cond_branch_prints_only_for_taking_elements(
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_print_in_checkpoint_in_cond_branch_prints_only_for_taking_elements(
+  mode, capsys
+):
+  inner = jax.checkpoint(lambda x: hostcb.debug.print("ck {}", x) or x * 2)
+  out = _run(lambda x: lax.cond(x > 0.5, inner, lambda x: x, x), mode, XS)
+  np.testing.assert_array_equal(out, [0.125, 1.75, 0.25, 1.25])
+  assert _printed(capsys) == ["ck 0.875", "ck 0.625"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_print_in_jit_in_cond_branch_prints_only_for_taking_elements(
   mode, capsys
 ):
@@ -259,7 +269,8 @@ def test_a_print_in_custom_jvp_in_a_branch_fires_for_all_with_a_warning(
   assert len(_printed(capsys)) == 4
   assert [w.category for w in caught] == [hostcb.debug.BranchMaskWarning]
   assert str(caught[0].message).startswith(
-    "hostcb: a tap inside `custom_jvp_call` in a branch of a `cond` "
+    "hostcb: a tap inside `custom_jvp_call` (`jax.custom_jvp`) in a branch "
+    "of a `cond` "
     "(or the body of a `while_loop`) under `vmap` fires for every batch "
     "element, not only for those that take the branch"
   )

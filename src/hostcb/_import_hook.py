@@ -100,7 +100,8 @@ def install(jax_callbacks: bool = False) -> None:
   With ``jax_callbacks=True``, also ``jax.debug.print``,
   ``jax.debug.callback``, ``jax.debug.breakpoint``,
   ``jax.experimental.io_callback`` and ``jax.pure_callback`` are hostcb's
-  (:mod:`hostcb.debug`, :func:`hostcb.io_callback`,
+  (:func:`hostcb.debug.jax_print`, :func:`hostcb.debug.jax_callback`,
+  :func:`hostcb.debug.breakpoint`, :func:`hostcb.io_callback`,
   :func:`hostcb.pure_callback`), in every loaded
   module that holds JAX's functions, JAX's own included; install before
   tracing, since functions already traced keep what they were traced

@@ -13,13 +13,14 @@ body holds a tap that takes a mask (:class:`TapMasks`), the rule rewrites
 it first, so that each such tap gets, as its first operand, whether the
 element takes the branch (``index == i``; for a loop body, the loop's
 condition on the element's carry), ANDed through nested ``cond`` s and
-passed into nested ``scan``, ``while``, ``cond`` and ``jit`` bodies as an
+passed into nested ``scan``, ``while``, ``cond``, ``jit`` and
+``checkpoint`` bodies as an
 extra operand; then JAX's own rule batches the rewritten jaxprs.  The
 host calls the tap function only for the elements whose mask holds.
 
 A jaxpr without such taps is never rewritten: JAX's rule runs on it as
 it is.  A tap inside another higher-order primitive (``custom_jvp``,
-``custom_vjp``, ``checkpoint``, ``shard_map``, a ``jit`` with shardings)
+``custom_vjp``, ``shard_map``, a ``jit`` with shardings of its own)
 keeps firing for the whole batch, with a :class:`BranchMaskWarning` once
 per kind of primitive, naming it and the fix.
 """
@@ -32,6 +33,7 @@ import warnings
 from typing import Any, Callable
 
 import numpy as np
+from jax._src import ad_checkpoint as _ad_checkpoint
 from jax._src import core as _core
 from jax._src import linear_util as _lu
 from jax._src import pjit as _pjit
@@ -43,7 +45,7 @@ from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 
 from hostcb._jax_internals import patches
-from hostcb._jax_internals.versions import require
+from hostcb._jax_internals.versions import changed, require
 
 __all__ = ["TapMasks", "BranchMaskWarning", "install"]
 
@@ -95,7 +97,12 @@ def install(masks: TapMasks) -> None:
     ):
       original = rules.get(prim)
       if not callable(original):
-        return  # a JAX without the rule: the taps fire for every element
+        raise changed(
+          f"jax._src.interpreters.batching.fancy_primitive_batchers[{prim}]",
+          "a batching rule",
+          repr(original),
+          what,
+        )
       patches.install_item(
         name,
         rules,
@@ -120,16 +127,29 @@ def _has_taps(jaxpr) -> bool:
   return False
 
 
+# What users call the primitives that a warning names.
+_CALLED = {
+  "custom_jvp_call": "jax.custom_jvp",
+  "custom_vjp_call": "jax.custom_vjp",
+  "custom_vjp_call_jaxpr": "jax.custom_vjp",
+  "shard_map": "jax.shard_map",
+  "jit": "jax.jit",
+  "pjit": "jax.jit",
+}
+
+
 def _warn_whole_batch(eqn, why: str) -> None:
   name = eqn.primitive.name
   if name in _warned:
     return
   _warned.add(name)
+  called = _CALLED.get(name)
+  what = f"`{name}` (`{called}`)" if called else f"`{name}`"
   warnings.warn(
-    f"hostcb: a tap inside `{name}` in a branch of a `cond` (or the body "
+    f"hostcb: a tap inside {what} in a branch of a `cond` (or the body "
     "of a `while_loop`) under `vmap` fires for every batch element, not "
     f"only for those that take the branch ({why}). To print or call "
-    f"back only for those, move the call out of the `{name}` into the "
+    "back only for those, move the call out of it into the "
     "branch itself, or pass the branch's condition to it and test it "
     "in the callback.",
     BranchMaskWarning,
@@ -225,6 +245,8 @@ def _masked_eqn(eqn, invals: list, mask) -> list | None:
   return None
 
 
+# How the mask goes into the bodies of the higher-order primitives that
+# hostcb rewrites: as an extra leading operand of each body.
 def _cond_eqn(eqn, invals, mask):
   index, *ops = invals
   params = dict(eqn.params)
@@ -280,6 +302,18 @@ def _jit_eqn(eqn, invals, mask):
   return _evaluate(closed.jaxpr, closed.consts, invals, mask)
 
 
+def _remat_eqn(eqn, invals, mask):
+  params = dict(eqn.params)
+  body = _rewritten(_closed(params["jaxpr"], []), [_BOOL], _given)
+  consts = list(body.consts)
+  params["jaxpr"] = _pe.convert_constvars_jaxpr(body.jaxpr)
+  if isinstance(params["prevent_cse"], tuple):  # per operand
+    params["prevent_cse"] = (False,) * (len(consts) + 1) + tuple(
+      params["prevent_cse"]
+    )
+  return _ad_checkpoint.remat_p.bind(*consts, mask, *invals, **params)
+
+
 def _closed_call_eqn(eqn, invals, mask):
   closed = eqn.params["call_jaxpr"]
   return _evaluate(closed.jaxpr, closed.consts, invals, mask)
@@ -290,6 +324,7 @@ _THREADED = {
   _loops.scan_p: _scan_eqn,
   _loops.while_p: _while_eqn,
   _pjit.jit_p: _jit_eqn,
+  _ad_checkpoint.remat_p: _remat_eqn,
 }
 if getattr(_core, "closed_call_p", None) is not None:
   _THREADED[_core.closed_call_p] = _closed_call_eqn
