@@ -344,3 +344,26 @@ def test_first_debug_print_wraps_the_rules_and_uninstall_restores_them():
     "'jax._src.interpreters.batching.fancy_primitive_batchers[while]']",
     "True True",
   ]
+
+
+def test_an_exported_program_prints_only_for_taking_elements_when_run():
+  code = textwrap.dedent(
+    """
+    import jax, numpy as np, hostcb
+    f = jax.jit(jax.vmap(lambda x: jax.lax.cond(
+      x > 0.5, lambda x: hostcb.debug.print("big {}", x) or x * 2,
+      lambda x: x, x)))
+    exported = jax.export.export(f, disabled_checks=hostcb.export_checks())(
+      jax.ShapeDtypeStruct((4,), np.float32))
+    back = jax.export.deserialize(exported.serialize())
+    print(back.call(np.array([0.125, 0.875, 0.25, 0.625], np.float32)))
+    jax.effects_barrier()
+    """
+  )
+  done = run_python(code, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.splitlines() == [
+    "big 0.875",
+    "big 0.625",
+    "[0.125 1.75  0.25  1.25 ]",
+  ]
