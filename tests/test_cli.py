@@ -125,7 +125,7 @@ import jax.numpy as jnp
 from jax.experimental import io_callback
 import hostcb
 
-print("installed", jax.debug.print is hostcb.debug.print,
+print("installed", jax.debug.print is hostcb.debug.jax_print,
       io_callback is hostcb.io_callback, sys.argv[1:])
 sys.stdout.flush()
 seen = []

@@ -144,8 +144,8 @@ JAX = {"debug_callback": sys.modules["jax._src.debugging"].debug_callback,
        "io_callback": sys.modules["jax._src.callback"].io_callback,
        "pure_callback": sys.modules["jax._src.callback"].pure_callback}
 assert all(f.__module__.startswith("jax._src.") for f in JAX.values())
-OURS = {"debug_callback": hostcb.debug.callback,
-        "debug_print": hostcb.debug.print,
+OURS = {"debug_callback": hostcb.debug.jax_callback,
+        "debug_print": hostcb.debug.jax_print,
         "io_callback": hostcb.io_callback,
         "pure_callback": hostcb.pure_callback}
 PLACES = {("jax.debug", "callback"): "debug_callback",
@@ -196,8 +196,8 @@ assert not hostcb.jax_callbacks_installed()
 assert set(PLACES) <= set(before[0])
 hostcb.install(jax_callbacks=True)
 assert_hostcb_everywhere()
-assert jax.debug.print is hostcb.debug.print
-assert jax.debug.callback is hostcb.debug.callback
+assert jax.debug.print is hostcb.debug.jax_print
+assert jax.debug.callback is hostcb.debug.jax_callback
 assert jax.experimental.io_callback is hostcb.io_callback
 assert jax.pure_callback is hostcb.pure_callback
 assert jax.experimental.host_callback is hostcb.host_callback
@@ -271,8 +271,8 @@ assert userlib.io_callback is JAX["io_callback"]
 hostcb.install(jax_callbacks=True)
 assert userlib.io_callback is hostcb.io_callback
 assert userlib.pure_callback is hostcb.pure_callback
-assert userlib.debug_callback is hostcb.debug.callback
-assert userlib.debug_print is hostcb.debug.print
+assert userlib.debug_callback is hostcb.debug.jax_callback
+assert userlib.debug_print is hostcb.debug.jax_print
 f32 = jax.ShapeDtypeStruct((), jax.numpy.float32)
 
 @jax.jit
@@ -303,7 +303,7 @@ hostcb.install(jax_callbacks=True)
 sys.path.insert(0, {str(tmp_path)!r})
 import userlib
 assert userlib.io_callback is hostcb.io_callback
-assert userlib.debug_print is hostcb.debug.print
+assert userlib.debug_print is hostcb.debug.jax_print
 print("ok")
 """
   )

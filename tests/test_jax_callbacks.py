@@ -57,8 +57,8 @@ _JAX = {
   "debug_breakpoint": _jax_own("jax._src.debugger.core", "breakpoint"),
 }
 _HOSTCB = {
-  "debug_callback": hostcb.debug.callback,
-  "debug_print": hostcb.debug.print,
+  "debug_callback": hostcb.debug.jax_callback,
+  "debug_print": hostcb.debug.jax_print,
   "io_callback": hostcb.io_callback,
   "pure_callback": hostcb.pure_callback,
   "debug_breakpoint": hostcb.debug.breakpoint,
@@ -154,8 +154,8 @@ def user_module(tmp_path, monkeypatch):
 def test_install_rebinds_every_public_name_and_definition(installed):
   for (module_name, attr), key in _PUBLIC_AND_DEFINITIONS.items():
     assert _value(module_name, attr) is _HOSTCB[key], (module_name, attr)
-  assert jax.debug.print is hostcb.debug.print
-  assert jax.debug.callback is hostcb.debug.callback
+  assert jax.debug.print is hostcb.debug.jax_print
+  assert jax.debug.callback is hostcb.debug.jax_callback
   assert jax.experimental.io_callback is hostcb.io_callback
   assert jax.pure_callback is hostcb.pure_callback
   assert jax.debug.breakpoint is hostcb.debug.breakpoint
@@ -194,7 +194,7 @@ def test_install_twice_is_harmless():
     assert import_hook.install_jax_callbacks() == 0
     assert _holders(_JAX) == {}
     assert _holders(_HOSTCB) == {**jax_before, **ours_before}
-    assert jax.debug.print is hostcb.debug.print
+    assert jax.debug.print is hostcb.debug.jax_print
   finally:
     assert import_hook.uninstall_jax_callbacks() == first
   assert _holders(_JAX) == jax_before
@@ -224,8 +224,8 @@ def test_module_that_imported_the_names_before_install_is_rebound(user_module):
 
 def test_module_imported_while_installed_binds_hostcb(installed, user_module):
   lib = user_module("hostcb_test_lib_while_installed")
-  assert lib.debug_print is hostcb.debug.print
-  assert lib.debug_callback is hostcb.debug.callback
+  assert lib.debug_print is hostcb.debug.jax_print
+  assert lib.debug_callback is hostcb.debug.jax_callback
   assert lib.io_callback is hostcb.io_callback
   assert lib.pure_callback is hostcb.pure_callback
 
@@ -252,7 +252,7 @@ def test_install_again_rebinds_modules_loaded_since(installed):
   try:
     assert import_hook.install_jax_callbacks() == 2
     assert late.io is hostcb.io_callback
-    assert late.dprint is hostcb.debug.print
+    assert late.dprint is hostcb.debug.jax_print
     import_hook.uninstall_jax_callbacks()
     assert late.io is _JAX["io_callback"]
     assert late.dprint is _JAX["debug_print"]

@@ -100,7 +100,8 @@ def install(jax_callbacks: bool = False) -> None:
   With ``jax_callbacks=True``, also ``jax.debug.print``,
   ``jax.debug.callback``, ``jax.debug.breakpoint``,
   ``jax.experimental.io_callback`` and ``jax.pure_callback`` are hostcb's
-  (:mod:`hostcb.debug`, :func:`hostcb.io_callback`,
+  (:func:`hostcb.debug.jax_print`, :func:`hostcb.debug.jax_callback`,
+  :func:`hostcb.debug.breakpoint`, :func:`hostcb.io_callback`,
   :func:`hostcb.pure_callback`), in every loaded
   module that holds JAX's functions, JAX's own included; install before
   tracing, since functions already traced keep what they were traced
@@ -184,8 +185,8 @@ _replaced: list[tuple[types.ModuleType, str, object]] = []
 def _replacements() -> dict[int, tuple[Callable, Callable]]:
   """id(JAX's function) -> (JAX's function, hostcb's)."""
   ours = {
-    "debug_callback": debug.callback,
-    "debug_print": debug.print,
+    "debug_callback": debug.jax_callback,
+    "debug_print": debug.jax_print,
     "io_callback": jax_callbacks.io_callback,
     "pure_callback": jax_callbacks.pure_callback,
     "debug_breakpoint": debug.breakpoint,
@@ -267,4 +268,4 @@ def uninstall_jax_callbacks() -> int:
 
 def jax_callbacks_installed() -> bool:
   """Whether ``jax.debug.print`` is hostcb's now."""
-  return jax.debug.print is debug.print
+  return jax.debug.print is debug.jax_print

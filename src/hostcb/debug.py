@@ -7,6 +7,14 @@ other arguments (strings, objects) as they were given; under ``jax.vmap``
 once per batch element, in JAX's order; under ``jvp``/``grad`` with the
 primal values, once; again when ``jax.checkpoint`` recomputes.
 
+One deliberate difference: in a branch of a ``cond``/``switch`` whose
+index ``vmap`` batches, and in the body of a ``while_loop`` whose
+predicate it batches, they run only for the batch elements that take the
+branch (that are still running), where JAX's run for every element
+(:mod:`hostcb._jax_internals.branch_masks`).  :func:`jax_print` and
+:func:`jax_callback`, which ``hostcb.install(jax_callbacks=True)`` puts in
+place of JAX's, run for every element there, as JAX's do.
+
 They are thin front ends over hostcb's tap primitive: the device hands the
 operands to hostcb's engine and goes on (it does not wait for the
 callback), and a consumer thread per device calls the function, in program
@@ -38,10 +46,12 @@ device waits for (``docs/debugging.md``).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import string
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -54,6 +64,10 @@ from hostcb._core import dropins as _dropins
 from hostcb import _jax_internals as ji
 from hostcb._engine.errors import note_jax_callback_failure
 from hostcb._engine.output_order import consumer_stdout
+from hostcb._jax_internals import branch_masks as _branch_masks
+from hostcb._jax_internals.branch_masks import (
+  BranchMaskWarning as BranchMaskWarning,
+)
 from hostcb._jax_internals import own_callbacks as _ji_callbacks
 from hostcb._core.host_function import HostFunction
 from hostcb._core.primitives import Prints, TapTarget, tap_p
@@ -64,7 +78,15 @@ from hostcb._core.callback_types import is_key
 from hostcb._debugger import breakpoint as breakpoint
 from hostcb._debugger import breakpoint_if as breakpoint_if
 
-__all__ = ["print", "callback", "breakpoint", "breakpoint_if"]
+__all__ = [
+  "print",
+  "callback",
+  "breakpoint",
+  "breakpoint_if",
+  "jax_print",
+  "jax_callback",
+  "BranchMaskWarning",
+]
 
 _JAX_CALLBACK = _dropins.jax_function("debug_callback")
 _cpu_array = ji.cpu_array
@@ -200,7 +222,14 @@ class _DebugCall(HostFunction):
   under ``vmap``, and calls it.  ``as_jax_arrays``: the array arguments as
   ``jax.Array`` s on the CPU (JAX's), made straight from the engine's host
   arrays (:func:`hostcb._jax_internals.cpu_arrays`), else NumPy arrays.
+
+  ``masks_branches``: hostcb's own function (not JAX's drop-in): in a
+  branch under ``vmap`` it runs only for the elements that take the
+  branch.  ``mask``: the tap's first operand is the element's mask
+  (:meth:`with_mask`); the function runs only where it holds.
   """
+
+  mask = False
 
   def __init__(
     self,
@@ -210,8 +239,11 @@ class _DebugCall(HostFunction):
     n_operands: int,
     key_impls: tuple,
     as_jax_arrays: bool,
+    masks_branches: bool = False,
   ):
     self.func = func
+    self.masks_branches = masks_branches
+    self.masked_target = None  # of with_mask(), made once
     self.in_tree = in_tree
     self.static = static
     self.n = n_operands
@@ -231,6 +263,26 @@ class _DebugCall(HostFunction):
 
   def __repr__(self) -> str:
     return f"jax.debug.callback({self.func!r})"
+
+  def with_mask(self) -> _DebugCall:
+    """This callback with the element's mask as its first operand."""
+    masked = copy.copy(self)
+    masked.mask = True
+    masked.n = self.n + 1
+    return masked
+
+  def elements(self, leaves: tuple, transforms) -> Iterator[tuple]:
+    """The operands of each call: once, or once per batch element under
+    ``vmap``; with a mask, only the elements where it holds (without
+    it)."""
+    levels = [
+      params["batch_dims"] for name, params in transforms if name == "batch"
+    ]
+    for element in _elements(leaves, levels):
+      if not self.mask:
+        yield element
+      elif element[0]:
+        yield element[1:]
 
   def export(self) -> tuple[str, dict] | None:
     """By name when its function is registered, or is a ``debug.print``'s
@@ -254,6 +306,7 @@ class _DebugCall(HostFunction):
       "static": [list(iv) for iv in self.static],
       "n": self.n,
       "as_jax_arrays": bool(self.as_jax_arrays),
+      **({"mask": True} if self.mask else {}),
       **described,
     }
     return name, {"kind": "debug_callback" if name else "debug_print", **fn}
@@ -272,7 +325,7 @@ class _DebugCall(HostFunction):
     try:
       if self.x64 and not _jc.x64_enabled():
         _jc.call_with_x64(self.run_staged, arg, transforms)
-      elif not transforms and self.positional:
+      elif not transforms and self.positional and not self.mask:
         # The common case, in one frame: positional array arguments.
         if self.n == 1:
           self.func(arg if self.to_jax is None else _cpu_array(arg))
@@ -297,7 +350,7 @@ class _DebugCall(HostFunction):
 
   def run_staged(self, arg, transforms) -> None:
     """What :meth:`__call__` runs, without its handling of a failure."""
-    if not transforms and self.positional:
+    if not transforms and self.positional and not self.mask:
       if self.n == 1:
         self.func(arg if self.to_jax is None else _cpu_array(arg))
       else:
@@ -310,10 +363,7 @@ class _DebugCall(HostFunction):
     ``wrap_keys``: PRNG key operands as key arrays (JAX's eager call) rather
     than their key data (JAX's staged call)."""
     leaves = (arg,) if self.n == 1 else arg
-    levels = [
-      params["batch_dims"] for name, params in transforms if name == "batch"
-    ]
-    for element in _elements(tuple(leaves), levels):
+    for element in self.elements(tuple(leaves), transforms):
       self.call(element, wrap_keys)
 
   def call(
@@ -340,7 +390,7 @@ class _DebugCall(HostFunction):
 
 def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
   """:meth:`_DebugCall.tap_entry`."""
-  if call.x64 or not call.positional or call.n != 1:
+  if call.x64 or not call.positional or call.n != 1 or call.mask:
     return None
   func = call.func
   if (
@@ -411,11 +461,8 @@ class _Eagerly:
       arrays = tuple(jax.device_put(a, cpu) for a in args)
     else:
       arrays = tuple(_canonical_array(a) for a in args)
-    levels = [
-      params["batch_dims"] for name, params in transforms if name == "batch"
-    ]
     try:
-      for element in _elements(arrays, levels):
+      for element in call.elements(arrays, transforms):
         call.call(element, True, converted=True)
     except BaseException:
       _dropins.debug_logger.exception("jax.debug.callback failed")
@@ -425,14 +472,17 @@ class _Eagerly:
 def _rebuilt_debug_call(func: Callable, fn: dict) -> _DebugCall:
   """The :class:`_DebugCall` that :meth:`_DebugCall.export`
   described, calling ``func`` (PRNG keys arrive as key data when staged)."""
-  return _DebugCall(
+  mask = bool(fn.get("mask", False))
+  n = fn["n"] - mask
+  call = _DebugCall(
     func,
     by_name.tree_from_json(fn["in_tree"]),
     tuple((i, v) for i, v in fn["static"]),
-    fn["n"],
-    (None,) * fn["n"],
+    n,
+    (None,) * n,
     fn["as_jax_arrays"],
   )
+  return call.with_mask() if mask else call
 
 
 by_name.define_kind(
@@ -461,10 +511,12 @@ def _tap(
   ordered: bool,
   as_jax_arrays: bool | None = None,
   partitioned: bool = False,
+  masks_branches: bool = False,
 ) -> None:
   """Stages ``func(*args, **kwargs)``; ``as_jax_arrays``: whether its array
   arguments are ``jax.Array`` s (None: as ``hostcb_callback_jax_arrays``
-  says, True by default)."""
+  says, True by default); ``masks_branches``: in a branch under ``vmap``,
+  called only for the elements that take it (:mod:`hostcb._jax_internals.branch_masks`)."""
   in_tree, operands, static = _split(args, kwargs)
   key_impls = []
   for i, x in enumerate(operands):
@@ -480,7 +532,10 @@ def _tap(
     len(operands),
     tuple(key_impls),
     config.read(config.JAX_ARRAYS) if as_jax_arrays is None else as_jax_arrays,
+    masks_branches,
   )
+  if masks_branches:
+    _branch_masks.install(_TAP_MASKS)
   # An ordered callback carries JAX's ordered debug effect too: JAX
   # refuses it in computations over several devices, as its own.
   effects = (ji.jax_ordered_debug_effect(),) if ordered else ()
@@ -524,9 +579,49 @@ def _partitions_natively() -> bool:
   return jax.default_backend() == "cpu" and engine.available()
 
 
+# ------------------------------------------------------- branch masks
+def _debug_call(params: dict) -> _DebugCall | None:
+  func = params["target"].func
+  return func if isinstance(func, _DebugCall) else None
+
+
+def _maskable(params: dict) -> bool:
+  call = _debug_call(params)
+  return call is not None and call.masks_branches and not call.mask
+
+
+def _masked(params: dict) -> bool:
+  call = _debug_call(params)
+  return call is not None and call.mask
+
+
+def _with_mask(params: dict) -> dict:
+  """The parameters of the tap with the element's mask as its first
+  operand (its target made once per callback)."""
+  target = params["target"]
+  call = target.func
+  if call.masked_target is None:
+    masked = call.with_mask()
+    call.masked_target = dataclasses.replace(
+      target,
+      func=masked,
+      treedef=_dropins.flat_treedef(masked.n),
+      eager=_Eagerly(masked),
+    )
+  return {**params, "target": call.masked_target}
+
+
+_TAP_MASKS = _branch_masks.TapMasks(tap_p, _maskable, _masked, _with_mask)
+
+
 # ------------------------------------------------------------ callback
 def _callback(
-  func, args: tuple, kwargs: dict, ordered: bool, partitioned: bool
+  func,
+  args: tuple,
+  kwargs: dict,
+  ordered: bool,
+  partitioned: bool,
+  masks_branches: bool = True,
 ) -> None:
   if not callable(func):
     raise TypeError(
@@ -542,7 +637,14 @@ def _callback(
       {"ordered": ordered, "partitioned": partitioned},
     )
     return
-  _tap(func, args, kwargs, ordered, partitioned=partitioned)
+  _tap(
+    func,
+    args,
+    kwargs,
+    ordered,
+    partitioned=partitioned,
+    masks_branches=masks_branches,
+  )
 
 
 def callback(
@@ -559,8 +661,11 @@ def callback(
   the CPU, as JAX passes them (NumPy arrays with the opt-out
   ``hostcb_callback_jax_arrays=False``); any other argument (a string, an
   object) is passed as it was given.  Under ``jax.vmap`` the callback is called once
-  per batch element; under ``jvp``/``grad`` once, with the primal values;
-  under ``jax.checkpoint`` again when the forward pass is recomputed.  The
+  per batch element (in a ``cond`` branch, or a ``while_loop`` body, whose
+  predicate ``vmap`` batches: once per element that takes the branch, or
+  is still running; JAX's is called for every element); under
+  ``jvp``/``grad`` once, with the primal values; under
+  ``jax.checkpoint`` again when the forward pass is recomputed.  The
   device does not wait for it: hostcb's consumer thread calls it, in
   program order with the other callbacks of its device;
   ``jax.effects_barrier()`` waits until it has run.  An exception it
@@ -797,6 +902,7 @@ def _print(
   partitioned: bool,
   skip_format_check: bool,
   use_logging: bool,
+  masks_branches: bool = True,
 ) -> None:
   if use_logging or (partitioned and not _partitions_natively()):
     options = {
@@ -825,6 +931,7 @@ def _print(
       or _contains_arrays(args, kwargs)
     ),
     partitioned=partitioned,
+    masks_branches=masks_branches,
   )
 
 
@@ -849,7 +956,8 @@ def print(
   ``Array(...)`` as JAX's does.
 
   When, how often and in which order it prints is as for :func:`callback`:
-  once per batch element under ``vmap``, the device does not wait,
+  once per batch element under ``vmap`` (in a batched ``cond`` branch
+  only for the elements that take it), the device does not wait,
   ``jax.effects_barrier()`` waits for it, outside ``jit`` it prints at
   once.
 
@@ -891,3 +999,66 @@ def print(
 
 
 print._hostcb_replaces = _JAX_PRINT
+
+
+# ------------------------------------------------ JAX's, under install()
+def jax_callback(
+  callback: Callable[..., None] | None = None,
+  *args: Any,
+  ordered: bool = False,
+  partitioned: bool = False,
+  **kwargs: Any,
+) -> Callable[..., None] | None:
+  """:func:`callback` with JAX's behaviour in a batched branch: what
+  ``hostcb.install(jax_callbacks=True)`` puts in place of
+  ``jax.debug.callback``.  In a branch of a ``cond``/``switch`` whose
+  index ``vmap`` batches, and in the body of a ``while_loop`` whose
+  predicate it batches, it is called for every batch element, as JAX's
+  is (:func:`callback` only for the elements that take the branch)."""
+  if callback is not None:
+    _callback(callback, args, kwargs, ordered, partitioned, False)
+    return None
+  if args or kwargs:
+    raise TypeError(
+      "debug_callback received unexpected arguments in the "
+      f"two-call form: {args=} {kwargs=}"
+    )
+
+  def debug_callback(
+    callback: Callable[..., None], *args: Any, **kwargs: Any
+  ) -> None:
+    _callback(callback, args, kwargs, ordered, partitioned, False)
+
+  return debug_callback
+
+
+def jax_print(
+  fmt: str | None = None,
+  *args,
+  ordered: bool = False,
+  partitioned: bool = False,
+  skip_format_check: bool = False,
+  _use_logging: bool = False,
+  **kwargs,
+) -> Callable[..., None] | None:
+  """:func:`print` with JAX's behaviour in a batched branch: what
+  ``hostcb.install(jax_callbacks=True)`` puts in place of
+  ``jax.debug.print`` (see :func:`jax_callback`)."""
+  options = (ordered, partitioned, skip_format_check, _use_logging, False)
+  if fmt is not None:
+    _print(fmt, args, kwargs, *options)
+    return None
+  if args or kwargs:
+    raise TypeError(
+      "debug_print received unexpected arguments in the "
+      f"two-call form: {args=} {kwargs=}"
+    )
+
+  def debug_print(fmt: str, *args, **kwargs) -> None:
+    _print(fmt, args, kwargs, *options)
+
+  return debug_print
+
+
+jax_callback._hostcb_replaces = _JAX_CALLBACK
+jax_print._hostcb_replaces = _JAX_PRINT

@@ -56,8 +56,8 @@ class Api:
         wrong = [
           n
           for n, ours in [
-            ("debug_print", hostcb.debug.print),
-            ("debug_callback", hostcb.debug.callback),
+            ("debug_print", hostcb.debug.jax_print),
+            ("debug_callback", hostcb.debug.jax_callback),
             ("io_callback", hostcb.io_callback),
             ("pure_callback", hostcb.pure_callback),
           ]

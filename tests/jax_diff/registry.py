@@ -24,7 +24,12 @@ How the outputs must relate:
   from it (the test shows both when they disagree);
 * ``gap=reason`` with ``expect=text``: a known difference that is not
   deliberate, with what fixing it needs; checked as ``ours`` is, so that
-  a fix (or any other change) shows.
+  a fix (or any other change) shows;
+* ``by_name=reason`` with ``by_name_expect=text``: a deliberate
+  difference of hostcb's own functions called by name (``hostcb``, and
+  ``hostcb-python``), whose output must be ``by_name_expect``, while the
+  drop-ins that ``install(jax_callbacks=True)`` puts in place of JAX's
+  (``installed``) still match JAX (or ``expect``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class Scenario:
   expect: str | None = None
   unordered: str | None = None
   gap: str | None = None
+  by_name: str | None = None
+  by_name_expect: str | None = None
 
   @property
   def differs(self) -> str | None:
@@ -74,6 +81,8 @@ def scenario(
   expect: str | None = None,
   unordered: str | None = None,
   gap: str | None = None,
+  by_name: str | None = None,
+  by_name_expect: str | None = None,
 ):
   """Registers ``func`` as a scenario under its own name (module doc)."""
   if ours is not None and gap is not None:
@@ -83,7 +92,9 @@ def scenario(
       "a scenario with `ours` or `gap` states its `expect` "
       "output, and only such a scenario"
     )
-  for reason in (ours, unordered, gap):
+  if (by_name is None) != (by_name_expect is None):
+    raise ValueError("a scenario with `by_name` states `by_name_expect`")
+  for reason in (ours, unordered, gap, by_name):
     if reason is not None and len(reason.split()) < 4:
       raise ValueError(f"say why, in words: {reason!r}")
 
@@ -94,7 +105,9 @@ def scenario(
     if not (f.__doc__ or "").strip():
       raise ValueError(f"scenario {name!r} has no docstring")
     module = f.__module__.rsplit(".", 1)[-1]
-    SCENARIOS[name] = Scenario(name, f, module, ours, expect, unordered, gap)
+    SCENARIOS[name] = Scenario(
+      name, f, module, ours, expect, unordered, gap, by_name, by_name_expect
+    )
     return f
 
   return register(func) if func is not None else register

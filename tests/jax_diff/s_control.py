@@ -154,7 +154,24 @@ def switch_cb(ctx, api):
     ctx.barrier()
 
 
-@scenario(unordered=_XLA_ORDER)
+_BY_NAME_MASKS = (
+  "hostcb.debug.callback called by name fires only for the batch "
+  "elements that take the branch (that are still running); the drop-in "
+  "of install(jax_callbacks=True) fires for every element, as JAX's "
+  "(docs/debugging.md, prints and callbacks in a cond branch under vmap)"
+)
+
+
+@scenario(
+  unordered=_XLA_ORDER,
+  by_name=_BY_NAME_MASKS,
+  by_name_expect=(
+    "false(float32[3]=[3.0, 4.0, 5.0])\n"
+    "true(float32[3]=[0.0, 1.0, 2.0])\n"
+    "result: Array(float32[2, 3]=[[0.0, 1.0, 2.0], [-3.0, -4.0, -5.0]], "
+    "weak=False)\n"
+  ),
+)
 def cond_under_vmap_both_branches(ctx, api):
   """cond with a batched predicate under vmap: both branches run (as a
   select), each callback once per element."""
@@ -181,7 +198,14 @@ def scan_under_vmap(ctx, api):
   return jax.vmap(lambda xs: jax.lax.scan(body, 0.0, xs)[0])(X23)
 
 
-@scenario(unordered=_XLA_ORDER)
+@scenario(
+  unordered=_XLA_ORDER,
+  by_name=_BY_NAME_MASKS,
+  by_name_expect=(
+    "body(int32[]=0)\nbody(int32[]=2)\nbody(int32[]=1)\nbody(int32[]=2)\n"
+    "result: Array(int32[2]=[3, 3], weak=False)\n"
+  ),
+)
 def while_under_vmap_batched_predicate(ctx, api):
   """vmap of a while loop with a batched predicate: the body runs for
   every element until all are done."""

@@ -33,6 +33,9 @@ per concern, so that a JAX upgrade is fixed here:
   hostcb's callbacks;
 * :mod:`.own_callbacks`: JAX's own callback functions and their effects,
   which hostcb's drop-ins take the place of;
+* :mod:`.branch_masks`: the batching rules of ``cond`` and ``while``
+  wrapped, so that ``hostcb.debug`` taps in a batched branch fire only for
+  the elements that take it;
 * :mod:`.patches`: the one list of what hostcb changed in this process
   (each change made on first need, never at import) and its undo;
 * :mod:`.versions`: the error when a JAX lacks a symbol hostcb patches, or
