@@ -47,6 +47,9 @@ PyObject* PrintLineText(PyObject* pieces, PyObject* array);
 // rank and bytes; nullptr without an error where Python formats it.
 PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
                              const void* data);
+// array_text.cc: array_text(array, flags, threshold) -> the text of
+// numpy.array2string(array) under NumPy's default options, or None.
+PyObject* ArrayTextOf(PyObject* array, int flags, int64_t threshold);
 // print_line.cc: whether those make lines (false where the C++ library has
 // no shortest floating-point std::to_chars: they then return nullptr).
 extern const bool kFormatsPrintLines;
@@ -981,6 +984,16 @@ PyObject* Py_print_line_text(PyObject*, PyObject* args) {
   return text;
 }
 
+PyObject* Py_array_text(PyObject*, PyObject* args) {
+  PyObject* array;
+  int flags;
+  long long threshold;
+  if (!PyArg_ParseTuple(args, "OiL", &array, &flags, &threshold)) {
+    return nullptr;
+  }
+  return ArrayTextOf(array, flags, threshold);
+}
+
 PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
@@ -1088,6 +1101,11 @@ PyMethodDef kMethods[] = {
     {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
      "Puts back the std::terminate handler that was there before; False "
      "where another one replaced hostcb's since."},
+    {"array_text", Py_array_text, METH_VARARGS,
+     "array_text(array, flags, threshold) -> the text of "
+     "numpy.array2string(array) under NumPy's default print options "
+     "(array_text.cc; flags: the NumPy version's behaviours), or None where "
+     "NumPy formats it."},
     {"print_line_text", Py_print_line_text, METH_VARARGS,
      "print_line_text(pieces, array) -> the line that a debug.print tap "
      "entry (write, pieces, (func, second)) writes for the 0-d array: the "
