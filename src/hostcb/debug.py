@@ -380,9 +380,18 @@ def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
       _write_lines([text])
 
     if pieces is not None and engine.native.formats_print_lines():
-      # The engine makes the line of a 0-d number in C and writes it with
-      # _write_lines; print_entry formats any other value (registry).
-      return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
+      # The engine makes the line of a 0-d number in C, and of an array
+      # whose str it makes (array_text.cc, under NumPy's defaults), and
+      # writes it with _write_lines; print_entry formats any other value
+      # (registry).
+      return PrintLineTap(
+        _write_lines,
+        pieces,
+        ArrayTap(print_entry, ()),
+        (array_text.native_flags, 1000, True)
+        if array_text.formats_natively()
+        else None,
+      )
     return ArrayTap(print_entry, ())
   to_jax = None if call.to_jax is None else _cpu_array
 

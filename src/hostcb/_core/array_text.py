@@ -144,9 +144,9 @@ def _float_text(x: np.floating, cutoff: float) -> str:
 # The NumPy behaviours that the native engine's text follows (array_text.cc:
 # ArrayTextFlags): a float32 compared with 0.0001 as a float32 (NumPy 2),
 # float32's scientific cut-off at 1e6 (NumPy 2.3 on).
-NATIVE_FLAGS = (
-  1 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 0
-) | (2 if np.lib.NumpyVersion(np.__version__) >= "2.3.0" else 0)
+NATIVE_FLAGS = (1 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 0) | (
+  2 if np.lib.NumpyVersion(np.__version__) >= "2.3.0" else 0
+)
 
 # The largest threshold the native engine takes (a C long long).
 _MAX_THRESHOLD = (1 << 62) - 1
@@ -324,6 +324,23 @@ def _default_options_getter() -> Callable[[], bool] | None:
 _is_default = _default_options_getter()
 
 _agrees: bool | None = None  # None: not compared yet
+
+# Set in the flags of native_flags: the engine may format now.
+IN_FORCE = 256
+
+
+def native_flags() -> int:
+  """For the native engine's lines (a ``PrintLineTap``'s ``array_text``
+  check, once per batch on a consumer thread): :data:`NATIVE_FLAGS` with
+  :data:`IN_FORCE` where its text is NumPy's now (the default print
+  options in this thread, and the probes agreed), else 0."""
+  return NATIVE_FLAGS | IN_FORCE if defaults_in_force() and _native else 0
+
+
+def formats_natively() -> bool:
+  """Whether the engine has the text of arrays (array_text.cc); it is
+  used only where it agrees with this NumPy (:func:`native_flags`)."""
+  return _native_function() is not None
 
 
 def defaults_in_force() -> bool:

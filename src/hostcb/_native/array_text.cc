@@ -97,7 +97,8 @@ bool DecimalIs(uint64_t d, int k, uint64_t n, int f) {
 template <typename T>
 bool OnBoundary(T x, const char* digits, int n, int exponent) {
   uint64_t d = 0;
-  for (int i = 0; i < n; ++i) d = d * 10 + static_cast<uint64_t>(digits[i] - '0');
+  for (int i = 0; i < n; ++i)
+    d = d * 10 + static_cast<uint64_t>(digits[i] - '0');
   if (d == 0) return false;
   int e2 = 0;
   const double f = std::frexp(static_cast<double>(std::fabs(x)), &e2);
@@ -139,8 +140,8 @@ void TrimZeros(std::string* s) {
 template <typename T>
 bool FirstText(T x, bool scientific, Parts* out) {
   char buf[400];
-  auto r = std::to_chars(buf, buf + sizeof(buf), x,
-                         std::chars_format::scientific);
+  auto r =
+      std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::scientific);
   bool negative;
   std::string digits;
   int exponent;
@@ -433,31 +434,58 @@ PyObject* ArrayTextOf(PyObject* array, int flags, int64_t threshold) {
   using xla::ffi::DataType;
   DataType dtype;
   switch (PyArray_TYPE(a)) {
-    case NPY_FLOAT: dtype = DataType::F32; break;
-    case NPY_DOUBLE: dtype = DataType::F64; break;
-    case NPY_BOOL: dtype = DataType::PRED; break;
-    case NPY_BYTE: dtype = DataType::S8; break;
-    case NPY_SHORT: dtype = DataType::S16; break;
-    case NPY_INT: dtype = DataType::S32; break;
-    case NPY_LONG: dtype = sizeof(long) == 8 ? DataType::S64 : DataType::S32; break;
-    case NPY_LONGLONG: dtype = DataType::S64; break;
-    case NPY_UBYTE: dtype = DataType::U8; break;
-    case NPY_USHORT: dtype = DataType::U16; break;
-    case NPY_UINT: dtype = DataType::U32; break;
-    case NPY_ULONG: dtype = sizeof(long) == 8 ? DataType::U64 : DataType::U32; break;
-    case NPY_ULONGLONG: dtype = DataType::U64; break;
-    default: Py_RETURN_NONE;
+    case NPY_FLOAT:
+      dtype = DataType::F32;
+      break;
+    case NPY_DOUBLE:
+      dtype = DataType::F64;
+      break;
+    case NPY_BOOL:
+      dtype = DataType::PRED;
+      break;
+    case NPY_BYTE:
+      dtype = DataType::S8;
+      break;
+    case NPY_SHORT:
+      dtype = DataType::S16;
+      break;
+    case NPY_INT:
+      dtype = DataType::S32;
+      break;
+    case NPY_LONG:
+      dtype = sizeof(long) == 8 ? DataType::S64 : DataType::S32;
+      break;
+    case NPY_LONGLONG:
+      dtype = DataType::S64;
+      break;
+    case NPY_UBYTE:
+      dtype = DataType::U8;
+      break;
+    case NPY_USHORT:
+      dtype = DataType::U16;
+      break;
+    case NPY_UINT:
+      dtype = DataType::U32;
+      break;
+    case NPY_ULONG:
+      dtype = sizeof(long) == 8 ? DataType::U64 : DataType::U32;
+      break;
+    case NPY_ULONGLONG:
+      dtype = DataType::U64;
+      break;
+    default:
+      Py_RETURN_NONE;
   }
   const int rank = PyArray_NDIM(a);
   std::vector<int64_t> dims(static_cast<size_t>(rank));
   for (int i = 0; i < rank; ++i) dims[i] = PyArray_DIMS(a)[i];
   std::string text;
-  if (!AppendArrayText(static_cast<int32_t>(dtype), rank, dims.data(), PyArray_DATA(a), flags,
-                       threshold, &text)) {
+  if (!AppendArrayText(static_cast<int32_t>(dtype), rank, dims.data(),
+                       PyArray_DATA(a), flags, threshold, &text)) {
     Py_RETURN_NONE;
   }
-  return PyUnicode_DecodeASCII(text.data(), static_cast<Py_ssize_t>(text.size()),
-                               "strict");
+  return PyUnicode_DecodeASCII(text.data(),
+                               static_cast<Py_ssize_t>(text.size()), "strict");
 }
 
 }  // namespace hostcb
