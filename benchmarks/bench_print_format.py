@@ -1,11 +1,14 @@
 """The text of one ``id_print`` leaf: ``numpy.array2string`` against
-hostcb's fast path for the common leaves (``hostcb._core.array_text``).
+hostcb's fast paths for the common leaves (``hostcb._core.array_text``):
+its Python one and the native engine's (``array_text.cc``).
 
-Each leaf (a float32, float64, int32 and bool scalar, an int32[8] row) is
-formatted ``--number`` times by each, in interleaved rounds (the median
-over ``--rounds``), under NumPy's default print options; the two texts are
-checked equal first.  The last rows format a whole tap (``print_tap`` of a
-float32 scalar to a sink): with the fast path, and without it (as before).
+Each leaf (a float32, float64, int32 and bool scalar, an int32[8] row, an
+f32[4] row, an f64[3, 3] block) is formatted ``--number`` times by each,
+in interleaved rounds (the median over ``--rounds``), under NumPy's
+default print options; the texts are checked equal first ("-" where a
+path does not format the leaf).  The last row formats a whole tap
+(``print_tap`` of a float32 scalar to a sink): without the fast paths (as
+``numpy.array2string``), with the Python one, and with both.
 
     python benchmarks/bench_print_format.py [--number 20000] [--rounds 7]
 """
@@ -26,6 +29,8 @@ LEAVES = {
   "i32[]": np.array(7, np.int32),
   "bool[]": np.array(True),
   "i32[8]": np.arange(8, dtype=np.int32),
+  "f32[4]": np.arange(4, dtype=np.float32) / 3,
+  "f64[3,3]": np.arange(9.0).reshape(3, 3) * 1.5,
 }
 
 
@@ -41,22 +46,32 @@ def _per_call(fn, number: int) -> float:
   return (time.perf_counter() - start) / number * 1e6
 
 
-def _tap(fast: bool):
+def _tap(mode: str):
+  """A print_tap of a float32 scalar with ``mode``: "numpy" (no fast
+  path), "python" (the Python one) or "native" (both)."""
   value, sink = LEAVES["f32[]"], _Sink()
-  original = array_text.defaults_in_force
-
-  def tap():
-    printing.print_tap(value, (), output_stream=sink)
 
   def run():
-    if not fast:
+    saved = array_text.defaults_in_force, array_text._native
+    if mode == "numpy":
       array_text.defaults_in_force = lambda: False
+    elif mode == "python":
+      array_text._native = None
     try:
-      tap()
+      printing.print_tap(value, (), output_stream=sink)
     finally:
-      array_text.defaults_in_force = original
+      array_text.defaults_in_force, array_text._native = saved
 
   return run
+
+
+def _python(a):
+  return lambda: array_text.python_text(a, None)
+
+
+def _native(a):
+  native = array_text._native
+  return lambda: native(a, array_text.NATIVE_FLAGS, 1000)
 
 
 def main() -> None:
@@ -67,23 +82,34 @@ def main() -> None:
   assert array_text.defaults_in_force(), "NumPy's default print options"
   variants = {}
   for name, a in LEAVES.items():
-    assert array_text.array_text(a, None) == np.array2string(a), name
-    variants[name] = (
-      lambda a=a: np.array2string(a, threshold=None),
-      lambda a=a: array_text.array_text(a, None),
-    )
-  variants["print_tap(f32[])"] = (_tap(False), _tap(True))
-  times = {k: ([], []) for k in variants}
+    expected = np.array2string(a)
+    ways = [lambda a=a: np.array2string(a, threshold=None)]
+    ways.append(_python(a) if array_text.python_text(a, None) else None)
+    has_native = array_text._native is not None and _native(a)() is not None
+    ways.append(_native(a) if has_native else None)
+    for way in ways[1:]:
+      assert way is None or way() == expected, name
+    variants[name] = ways
+  variants["print_tap(f32[])"] = [
+    _tap(m) for m in ("numpy", "python", "native")
+  ]
+  times = {k: [[], [], []] for k in variants}
   for _ in range(args.rounds):
-    for name, (slow, fast) in variants.items():
-      times[name][0].append(_per_call(slow, args.number))
-      times[name][1].append(_per_call(fast, args.number))
+    for name, ways in variants.items():
+      for i, way in enumerate(ways):
+        if way is not None:
+          times[name][i].append(_per_call(way, args.number))
   print(f"NumPy {np.__version__}, median of {args.rounds} rounds")
-  print("| leaf | array2string, µs | fast path, µs | speed-up |")
-  print("|---|---|---|---|")
-  for name, (slow, fast) in times.items():
-    s, f = statistics.median(slow), statistics.median(fast)
-    print(f"| {name} | {s:.2f} | {f:.2f} | {s / f:.1f}× |")
+  print(
+    "| leaf | array2string, µs | Python fast path, µs | native, µs "
+    "| array2string / native |"
+  )
+  print("|---|---|---|---|---|")
+  for name, columns in times.items():
+    m = [statistics.median(c) if c else None for c in columns]
+    cells = ["-" if v is None else f"{v:.2f}" for v in m]
+    ratio = "-" if m[2] is None else f"{m[0] / m[2]:.1f}×"
+    print(f"| {name} | {' | '.join(cells)} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,13 @@
 """The text of ``numpy.array2string`` for ``id_print``'s common leaves, fast.
 
+The native engine makes it for whole arrays of bool, the integer types,
+float32 and float64, of any shape that NumPy does not summarize
+(``src/hostcb/_native/array_text.cc``; :func:`array_text` asks it first,
+and the engine's consumer makes ``id_print``'s and ``debug.print``'s lines
+with it, checking :func:`native_flags` once per batch); the Python below
+covers the rest of what this module gives, and the whole of it where the
+engine is absent.
+
 ``numpy.array2string`` costs about 14 µs for a scalar, most of it choosing
 a layout that one value or a short row does not need; it runs on hostcb's
 consumer thread, which shares the GIL with the thread that dispatches.
