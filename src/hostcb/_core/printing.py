@@ -11,8 +11,10 @@ The value is laid out as legacy ``host_callback`` laid it out with JAX's
 pretty printer, at a line width of 80:
 
 * arrays are ``numpy.array2string(a, threshold=threshold)`` (0-d arrays too,
-  so a float32 scalar is ``3.``; the common scalars and short integer rows
-  get that text from :mod:`hostcb._core.array_text`, faster), any other
+  so a float32 scalar is ``3.``; arrays of bool, integers, float32 and
+  float64 get that text from :mod:`hostcb._core.array_text`, faster, and
+  where the value is one such array the engine's consumer makes the whole
+  print's text itself: :func:`engine_lines_writer` writes it), any other
   leaf (``None``, a Python scalar) is ``str(leaf)``;
 * tuples are ``( a b )``, lists ``[ a b ]``, dicts ``{ k=v ... }`` sorted
   by key; empty ones ``(  )``, ``[  ]``, ``{  }``;
