@@ -257,6 +257,7 @@ def _engine(test_build):
       "named.cc",
       "lifetimes.cc",
       "print_line.cc",
+      "array_text.cc",
     )
   ]
   depends = [

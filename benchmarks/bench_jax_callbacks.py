@@ -231,18 +231,19 @@ def per_step(steps: int, repeats: int, sink: Sink):
   return base / steps * 1e6, limit, rows
 
 
-def scalar_per_step(steps: int, repeats: int):
+def scalar_per_step(steps: int, repeats: int, sink: Sink):
   """Rows of (variant, argument type, µs per scan step beyond the empty
   scan, all delivered) for one callback of an f32[] per step of a jitted
-  scan: ``id_tap``, hostcb's ``debug.callback`` with ``jax.Array``
-  arguments (the default) and with NumPy arrays (the opt-out), and JAX's
-  ``debug.callback``."""
+  scan: ``id_tap``, ``id_print`` (its lines counted), hostcb's
+  ``debug.callback`` with ``jax.Array`` arguments (the default) and with
+  NumPy arrays (the opt-out), and JAX's ``debug.callback``."""
   counter = Counter()
   x = jnp.float32(0)
   # (name, step, counted, hostcb_callback_jax_arrays at tracing)
   variants = [
     ("empty scan", lambda c: c, False, None),
     ("hostcb.id_tap", lambda c: hostcb.id_tap(counter.tap, c), True, None),
+    ("hostcb.id_print", lambda c: hostcb.id_print(c), True, None),
     (
       "hostcb.debug.callback",
       lambda c: (hostcb.debug.callback(counter.plain, c), c)[1],
@@ -268,14 +269,17 @@ def scalar_per_step(steps: int, repeats: int):
 
   def once(i: int) -> float:
     counter.n = 0
+    lines = sink.lines
     with _jax_arrays(variants[i][3]):
       t0 = time.perf_counter()
       jax.block_until_ready(runs[i](x))
       jax.effects_barrier()
       elapsed = time.perf_counter() - t0
-    delivered[i] += counter.n
+    delivered[i] += counter.n + sink.lines - lines
     if counter.n:
       types[i] = counter.type
+    elif sink.lines > lines:
+      types[i] = "ndarray"  # id_print's
     return elapsed
 
   medians = _interleaved(variants, once, repeats)
@@ -477,7 +481,7 @@ def main() -> None:
   sink = Sink()
   t0 = time.perf_counter()
   with contextlib.redirect_stdout(sink):
-    srows = scalar_per_step(args.steps, args.repeats)
+    srows = scalar_per_step(args.steps, args.repeats, sink)
     empty, limit, rows = per_step(args.steps, args.repeats, sink)
     none, drows = dispatch(args.calls, args.rounds, sink)
   floors = array_floors(max(args.rounds, 5))

@@ -147,7 +147,7 @@ def test_rows_at_the_75_column_wrap():
   arrays += [np.ones(n, bool) for n in (12, 13)]  # " True": 5 wide, 72 at 12
   bad, fast = _differ(arrays)
   assert bad == []
-  assert [array_text.array_text(a, None) is None for a in arrays] == [
+  assert [array_text.python_text(a, None) is None for a in arrays] == [
     False,
     False,
     True,
@@ -205,7 +205,7 @@ def test_other_arrays_are_left_to_array2string(a):
   if type(a) is not np.ndarray:
     assert format_value(a) == np.array2string(a)
   else:
-    assert array_text.array_text(a, None) is None
+    assert array_text.python_text(a, None) is None
 
 
 def test_a_threshold_that_is_not_an_int_is_left_to_array2string():

@@ -403,14 +403,25 @@ def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
     # A 0-d value as the Python number NumPy formats (_SCALAR_TYPES).
     scalar_types = _SCALAR_TYPES if _formats_value_only(func.fmt) else {}
     ndarray = np.ndarray
+    pieces = _line_pieces(func.fmt) if scalar_types else None
+    # An array in plain {} fields prints its str, which is array2string's
+    # text under the consumer's options: the fast path's, where it has it.
+    around = None if pieces is None else [p.decode() for p in pieces]
 
     def print_entry(arg, transforms) -> None:
       try:
-        if type(arg) is ndarray and not arg.ndim:
-          number = scalar_types.get(arg.dtype)
-          if number is not None:
-            arg = number(arg)
-        text = fmt(arg) + "\n"
+        text = None
+        if type(arg) is ndarray:
+          if not arg.ndim:
+            number = scalar_types.get(arg.dtype)
+            if number is not None:
+              arg = number(arg)
+          elif around is not None and array_text.defaults_in_force():
+            value = array_text.array_text(arg, None)
+            if value is not None:
+              text = value.join(around) + "\n"
+        if text is None:
+          text = fmt(arg) + "\n"
       except BaseException as e:  # as __call__
         _failed()
         if not isinstance(e, Exception):
@@ -418,11 +429,19 @@ def _tap_entry(call: _DebugCall) -> ArrayTap | PrintLineTap | None:
         return
       _write_lines([text])
 
-    pieces = _line_pieces(func.fmt) if scalar_types else None
     if pieces is not None and engine.native.formats_print_lines():
-      # The engine makes the line of a 0-d number in C and writes it with
-      # _write_lines; print_entry formats any other value (registry).
-      return PrintLineTap(_write_lines, pieces, ArrayTap(print_entry, ()))
+      # The engine makes the line of a 0-d number in C, and of an array
+      # whose str it makes (array_text.cc, under NumPy's defaults), and
+      # writes it with _write_lines; print_entry formats any other value
+      # (registry).
+      return PrintLineTap(
+        _write_lines,
+        pieces,
+        ArrayTap(print_entry, ()),
+        (array_text.native_flags, 1000, True)
+        if array_text.formats_natively()
+        else None,
+      )
     return ArrayTap(print_entry, ())
   to_jax = None if call.to_jax is None else ji.bound_cpu_array()
 

@@ -28,8 +28,11 @@ from hostcb._core.primitives import (
   call_p,
   tap_p,
 )
-from hostcb._engine.entries import ArrayTap
+from hostcb import _engine as engine
+from hostcb._core import array_text
+from hostcb._engine.entries import ArrayTap, PrintLineTap
 from hostcb._core.printing import (
+  engine_lines_writer,
   caller_print_options,
   format_header,
   format_value,
@@ -245,6 +248,11 @@ def id_tap(
   return treedef.unflatten(outs)
 
 
+def _engine_formats_arrays() -> bool:
+  """Whether the native engine makes ``id_print``'s text (array_text.cc)."""
+  return engine.native.formats_print_lines() and array_text.formats_natively()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Printer(HostFunction):
   """The tap function of one ``id_print`` site (hashable, for caching).
@@ -295,7 +303,23 @@ class _Printer(HostFunction):
         [*head, format_value(arg, threshold)], stream, _consumer_stdout
       )
 
-    return ArrayTap(print_one, ())
+    if (
+      threshold is not None and type(threshold) is not int
+    ) or not _engine_formats_arrays():
+      return ArrayTap(print_one, ())
+    # The engine makes the text of a value that its array_text.cc formats
+    # (as numpy.array2string, while NumPy's defaults are in force), print_one
+    # any other.
+    return PrintLineTap(
+      engine_lines_writer(stream, bool(head), _consumer_stdout),
+      ((head[0] + "\n").encode() if head else b"", b""),
+      ArrayTap(print_one, ()),
+      (
+        array_text.native_flags,
+        1000 if threshold is None else max(min(threshold, 1 << 62), -1),
+        False,
+      ),
+    )
 
   def __hash__(self):
     try:

@@ -9,6 +9,8 @@
 // prints `checked=N mismatches=M` (and up to 10 mismatches on stderr).
 #define HOSTCB_IMPORTS_NUMPY
 #include "print_line.cc"
+// The text of arrays, which print_line.cc's ArrayLineOfOperand makes.
+#include "array_text.cc"
 
 namespace hostcb {
 // module.cc's dtype table, which PrintLineText reads (not used here).

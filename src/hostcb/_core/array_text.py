@@ -1,5 +1,13 @@
 """The text of ``numpy.array2string`` for ``id_print``'s common leaves, fast.
 
+The native engine makes it for whole arrays of bool, the integer types,
+float32 and float64, of any shape that NumPy does not summarize
+(``src/hostcb/_native/array_text.cc``; :func:`array_text` asks it first,
+and the engine's consumer makes ``id_print``'s and ``debug.print``'s lines
+with it, checking :func:`native_flags` once per batch); the Python below
+covers the rest of what this module gives, and the whole of it where the
+engine is absent.
+
 ``numpy.array2string`` costs about 14 µs for a scalar, most of it choosing
 a layout that one value or a short row does not need; it runs on hostcb's
 consumer thread, which shares the GIL with the thread that dispatches.
@@ -42,8 +50,11 @@ prints any of them otherwise keeps ``numpy.array2string`` for good (logged).
 
 from __future__ import annotations
 
+import contextvars
+import importlib
 import logging
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -138,6 +149,34 @@ def _float_text(x: np.floating, cutoff: float) -> str:
   )
 
 
+# The NumPy behaviours that the native engine's text follows (array_text.cc:
+# ArrayTextFlags): a float32 compared with 0.0001 as a float32 (NumPy 2),
+# float32's scientific cut-off at 1e6 (NumPy 2.3 on).
+NATIVE_FLAGS = (1 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 0) | (
+  2 if np.lib.NumpyVersion(np.__version__) >= "2.3.0" else 0
+)
+
+# The largest threshold the native engine takes (a C long long).
+_MAX_THRESHOLD = (1 << 62) - 1
+
+
+def _native_function() -> Callable | None:
+  """The engine's ``array_text(array, flags, threshold)`` (array_text.cc),
+  or None without it (no extension, or one built before it)."""
+  try:
+    from hostcb._native import extension  # noqa: PLC0415
+  except ImportError:  # this file loaded alone (the NumPy 1 test)
+    return None
+  engine = extension()
+  return None if engine is None else getattr(engine, "array_text", None)
+
+
+# array_text.cc's text of a whole array (any shape of bool, integers,
+# float32, float64, not summarized) where it agrees with the probes:
+# :func:`defaults_in_force` sets it.
+_native: Callable | None = None
+
+
 def array_text(a: np.ndarray, threshold: int | None) -> str | None:
   """``numpy.array2string(a, threshold=threshold)``, or ``None`` where this
   module does not give that text (the caller calls it then).
@@ -146,6 +185,24 @@ def array_text(a: np.ndarray, threshold: int | None) -> str | None:
   """
   if threshold is not None and type(threshold) is not int:
     return None  # NumPy checks and compares it; leave that to NumPy
+  native = _native
+  if native is not None:
+    text = native(
+      a,
+      NATIVE_FLAGS,
+      _DEFAULTS["threshold"]
+      if threshold is None
+      else min(threshold, _MAX_THRESHOLD),
+    )
+    if text is not None:
+      return text
+  return python_text(a, threshold)
+
+
+def python_text(a: np.ndarray, threshold: int | None) -> str | None:
+  """:func:`array_text` made in Python (scalars and short integer rows)."""
+  if threshold is not None and type(threshold) is not int:
+    return None
   t = a.dtype.type
   if a.ndim == 0:
     if t is np.float64 or t is np.float32:
@@ -198,7 +255,100 @@ def _probes() -> list[np.ndarray]:
   return out
 
 
+def _native_probes() -> list[np.ndarray]:
+  """:func:`_probes`, and rows and blocks of floats at the thresholds of
+  scientific form, padding, wrapping and nesting."""
+  out = _probes()
+  for t in (np.float32, np.float64):
+    out += [
+      np.array([1.0, 2.5, -0.0], t),
+      np.array([1e-5, 1.0, np.nan, -np.inf], t),
+      np.array([0.1, 1000.5, 123456.7], t),
+      np.array([np.nan, np.inf], t),
+      np.linspace(-3, 7, 30).astype(t),
+      np.arange(24, dtype=t).reshape(2, 3, 4) / 7,
+    ]
+  out += [np.arange(60).reshape(3, 20), np.zeros((2, 0)), np.eye(3, dtype=bool)]
+  return out
+
+
+def _disagreement(text_of, probes, what: str) -> bool:
+  """Whether ``text_of`` gives a probe's text otherwise than
+  ``numpy.array2string`` (logged)."""
+  differ = [
+    (a, text, expected)
+    for a in probes
+    if (text := text_of(a)) is not None
+    and text != (expected := np.array2string(a))
+  ]
+  if differ:
+    a, text, expected = differ[0]
+    _log.info(
+      "hostcb prints arrays with numpy.array2string%s: NumPy %s prints "
+      "%r of %s as %r, not %r as hostcb's %s would (%d probes differ)",
+      " only" if what == "fast path" else " and hostcb's Python fast path",
+      np.__version__,
+      a.tolist(),
+      a.dtype,
+      expected,
+      text,
+      what,
+      len(differ),
+    )
+  return bool(differ)
+
+
+def _compare() -> bool:
+  """Compares the fast paths with this NumPy on the probes, once: sets
+  :data:`_native` where the engine's agrees; whether the Python one
+  does."""
+  global _native
+  if _disagreement(lambda a: python_text(a, None), _probes(), "fast path"):
+    return False
+  native = _native_function()
+  if native is not None and not _disagreement(
+    lambda a: native(a, NATIVE_FLAGS, _DEFAULTS["threshold"]),
+    _native_probes(),
+    "native engine",
+  ):
+    _native = native
+  return True
+
+
+def _default_options_getter() -> Callable[[], bool] | None:
+  """A quick test that this thread's print options are NumPy's defaults
+  (NumPy 2 keeps them in a context variable whose default is one dict;
+  ``np.printoptions`` restores it), or None."""
+  try:
+    var = importlib.import_module("numpy._core.printoptions").format_options
+  except (ImportError, AttributeError):
+    return None
+  if not isinstance(var, contextvars.ContextVar):
+    return None
+  default = contextvars.Context().run(var.get)
+  return lambda: var.get() is default
+
+
+_is_default = _default_options_getter()
+
 _agrees: bool | None = None  # None: not compared yet
+
+# Set in the flags of native_flags: the engine may format now.
+IN_FORCE = 256
+
+
+def native_flags() -> int:
+  """For the native engine's lines (a ``PrintLineTap``'s ``array_text``
+  check, once per batch on a consumer thread): :data:`NATIVE_FLAGS` with
+  :data:`IN_FORCE` where its text is NumPy's now (the default print
+  options in this thread, and the probes agreed), else 0."""
+  return NATIVE_FLAGS | IN_FORCE if defaults_in_force() and _native else 0
+
+
+def formats_natively() -> bool:
+  """Whether the engine has the text of arrays (array_text.cc); it is
+  used only where it agrees with this NumPy (:func:`native_flags`)."""
+  return _native_function() is not None
 
 
 def defaults_in_force() -> bool:
@@ -206,28 +356,11 @@ def defaults_in_force() -> bool:
   this thread are the defaults, and this NumPy prints the probes as this
   module does."""
   global _agrees
+  if _agrees and _is_default is not None and _is_default():
+    return True
   options = np.get_printoptions()
   if options.pop("override_repr", None) is not None or options != _DEFAULTS:
     return False
   if _agrees is None:
-    differ = [
-      (a, text, expected)
-      for a in _probes()
-      if (text := array_text(a, None)) is not None
-      and text != (expected := np.array2string(a))
-    ]
-    if differ:
-      a, text, expected = differ[0]
-      _log.info(
-        "hostcb prints arrays with numpy.array2string only: NumPy %s prints "
-        "%r of %s as %r, not %r as hostcb's fast path would (%d probes "
-        "differ)",
-        np.__version__,
-        a.tolist(),
-        a.dtype,
-        expected,
-        text,
-        len(differ),
-      )
-    _agrees = not differ
+    _agrees = _compare()
   return _agrees

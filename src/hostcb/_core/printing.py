@@ -11,8 +11,10 @@ The value is laid out as legacy ``host_callback`` laid it out with JAX's
 pretty printer, at a line width of 80:
 
 * arrays are ``numpy.array2string(a, threshold=threshold)`` (0-d arrays too,
-  so a float32 scalar is ``3.``; the common scalars and short integer rows
-  get that text from :mod:`hostcb._core.array_text`, faster), any other
+  so a float32 scalar is ``3.``; arrays of bool, integers, float32 and
+  float64 get that text from :mod:`hostcb._core.array_text`, faster, and
+  where the value is one such array the engine's consumer makes the whole
+  print's text itself: :func:`engine_lines_writer` writes it), any other
   leaf (``None``, a Python scalar) is ``str(leaf)``;
 * tuples are ``( a b )``, lists ``[ a b ]``, dicts ``{ k=v ... }`` sorted
   by key; empty ones ``(  )``, ``[  ]``, ``{  }``;
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import sys
 import threading
 from typing import Any, Callable, ContextManager, Union
@@ -55,6 +58,7 @@ from typing import Any, Callable, ContextManager, Union
 import numpy as np
 
 from hostcb._core import array_text
+from hostcb._engine import errors
 
 __all__ = [
   "format_value",
@@ -224,6 +228,60 @@ def write_lines(
       # gets its lines in blocks, and at exit).
       stream = sys.stdout if stdout is None else stdout()
       stream.write("".join(line + "\n" for line in lines))
+
+
+# The writes that take several prints at once as they take them one by one:
+# the same text reaches the same buffer, then the same file.
+_WRITES_OF_SEVERAL = frozenset({io.TextIOWrapper.write, io.StringIO.write})
+
+
+def engine_lines_writer(
+  output_stream, header: bool, stdout: Callable[[], Any]
+) -> Callable[[list], None]:
+  """The ``write_lines`` of the native engine's ``id_print`` lines
+  (:class:`~hostcb._engine.entries.PrintLineTap`): it gets the texts of
+  consecutive prints (each its lines, with their newlines) and writes them
+  as :func:`write_lines` writes each: to ``output_stream`` one write per
+  line (the header, then the value), else to ``sys.stdout`` as ``stdout()``
+  gives it, one write per print, or one for all where its class's write
+  takes them alike.  A print whose write raises is reported as a failed
+  tap (the others are still written)."""
+
+  def write(texts: list) -> None:
+    with _print_lock:
+      if output_stream is None:
+        stream = stdout()
+        if (
+          len(texts) > 1
+          and type(stream).write in _WRITES_OF_SEVERAL
+          and "write" not in getattr(stream, "__dict__", ())  # not patched
+        ):
+          try:
+            stream.write("".join(texts))
+            return
+          except UnicodeEncodeError:
+            # Nothing was written (a TextIOWrapper encodes all first):
+            # each print by itself, below.
+            pass
+      interrupt = None
+      for text in texts:
+        try:
+          if output_stream is None:
+            stdout().write(text)
+          elif header:
+            head, _, value = text.partition("\n")
+            output_stream.write(head + "\n")
+            output_stream.write(value)
+          else:
+            output_stream.write(text)
+        except Exception as e:  # noqa: BLE001  (the tap's failure)
+          errors.record_exception(e)
+        except BaseException as e:  # noqa: BLE001  (an interrupt: raised below)
+          interrupt = interrupt or e
+      if interrupt is not None:
+        raise interrupt
+
+  return write
 
 
 PrintOptions = Union[tuple, None]

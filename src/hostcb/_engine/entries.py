@@ -13,9 +13,11 @@ Tap entries (``host_functions.tap_functions``; ``module.cc``: ``RunTap``):
 * :class:`ArrayTap` ``(func, second)``: ``func(arrays[0], second)``, for a
   tap function of one array that takes no device (no Python frame of
   hostcb's per tap);
-* :class:`PrintLineTap` ``(write_lines, pieces, fallback)``: a
-  ``debug.print`` line whose text the engine makes in C from ``pieces``
-  (``print_line.cc``) where the one operand is a 0-d number, written as
+* :class:`PrintLineTap` ``(write_lines, pieces, fallback, array_text)``:
+  a ``debug.print`` or ``id_print`` line whose text the engine makes in C
+  from ``pieces`` (``print_line.cc``) where the one operand is a 0-d number
+  or, with ``array_text``, an array whose ``numpy.array2string`` text it
+  makes (``array_text.cc``), written as
   ``write_lines([line, ...])`` (the lines of consecutive such taps of a
   batch with the same ``write_lines`` in one call); any other value goes
   to ``fallback``, an :class:`ArrayTap` that formats it in Python;
@@ -68,12 +70,18 @@ class ArrayTap(NamedTuple):
 
 
 class PrintLineTap(NamedTuple):
-  """A ``debug.print`` line made in C where its operand is a 0-d number,
-  written with ``write_lines([line, ...])``; else ``fallback``."""
+  """A print's line made in C where its operand is a 0-d number (or, with
+  ``array_text``, an array that C formats), written with
+  ``write_lines([line, ...])``; else ``fallback``."""
 
   write_lines: Callable[[list], Any]
   pieces: tuple  # of bytes: the text around the value (print_line.cc)
   fallback: ArrayTap
+  # None, or (check, threshold, numbers): the value as numpy.array2string
+  # prints it (array_text.cc), while check() (called once per batch)
+  # returns nonzero flags; above threshold elements NumPy summarizes;
+  # numbers: a 0-d value as its Python number still.
+  array_text: tuple | None = None
 
 
 class ArraysTap(NamedTuple):

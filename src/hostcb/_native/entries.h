@@ -7,10 +7,13 @@
 //
 // Tap entries (module.cc: RunTap, BuildLine):
 //   ArrayTap(func, second)                  func(arrays[0], second)
-//   PrintLineTap(write_lines, pieces, fallback)
-//                                           a debug.print line made in C
+//   PrintLineTap(write_lines, pieces, fallback, array_text)
+//                                           a print's line made in C
 //                                           from `pieces`, else `fallback`
-//                                           (an ArrayTap)
+//                                           (an ArrayTap); array_text:
+//                                           None, or (check, threshold,
+//                                           numbers) for array2string's
+//                                           text
 //   ArraysTap(run)                          run(arrays, device)
 // Call entries (call.cc: RunCall):
 //   CallRunner(run, host_function)          run(arrays, device_ordinal)
@@ -37,7 +40,8 @@ namespace array_tap {
 constexpr Py_ssize_t kFunc = 0, kSecond = 1;
 }
 namespace print_line_tap {
-constexpr Py_ssize_t kWriteLines = 0, kPieces = 1, kFallback = 2;
+constexpr Py_ssize_t kWriteLines = 0, kPieces = 1, kFallback = 2,
+                     kArrayText = 3;
 }
 namespace arrays_tap {
 constexpr Py_ssize_t kRun = 0;

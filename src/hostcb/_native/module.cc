@@ -47,6 +47,15 @@ PyObject* PrintLineText(PyObject* pieces, PyObject* array);
 // rank and bytes; nullptr without an error where Python formats it.
 PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
                              const void* data);
+// print_line.cc: the line of an operand of any rank whose text is
+// numpy.array2string's (array_text.cc; flags: ArrayTextFlags), or nullptr
+// (no exception) where NumPy formats it.
+PyObject* ArrayLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
+                             const int64_t* dims, const void* data, long flags,
+                             long long threshold);
+// array_text.cc: array_text(array, flags, threshold) -> the text of
+// numpy.array2string(array) under NumPy's default options, or None.
+PyObject* ArrayTextOf(PyObject* array, int flags, int64_t threshold);
 // print_line.cc: whether those make lines (false where the C++ library has
 // no shortest floating-point std::to_chars: they then return nullptr).
 extern const bool kFormatsPrintLines;
@@ -306,20 +315,60 @@ void RunTap(const Built& b, PyObject* functions, PyObject* device_obj) {
   ReportFailure(b.target_id, functions);
 }
 
+// What BuildBatch knows of NumPy's print options while it builds a batch's
+// lines (an entry's array_text: its check, called once per batch).
+struct LineOptions {
+  PyObject* check = nullptr;  // the check called last (borrowed), and
+  long flags = 0;             // what it answered
+  // A tap function that is not a print's ran before in the batch: it may
+  // have changed this thread's print options, so later lines that depend
+  // on them are left to Python.
+  bool user_code = false;
+};
+
+// The flags of ArrayTextFlags (array_text.cc) that `array_text` (an
+// entry's (check, threshold, numbers)) allows now, or 0: NumPy formats.
+long ArrayTextFlags(PyObject* array_text, LineOptions* o) {
+  if (o->user_code) return 0;
+  PyObject* check = PyTuple_GET_ITEM(array_text, 0);
+  if (check != o->check) {
+    PyObject* r = PyObject_CallNoArgs(check);
+    o->flags = r == nullptr ? 0 : PyLong_AsLong(r);
+    Py_XDECREF(r);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      o->flags = 0;
+    }
+    o->check = check;
+  }
+  return o->flags;
+}
+
 // The line of tap record `r` where its entry is a PrintLineTap that
 // formats the record's one operand in C: `b` gets the line and the writer.
 // False for any other record, and where C does not format the value or
 // could not make the line (out of memory): RunTap then runs the entry's
 // fallback, which formats it in Python (and reports a failure as any tap
 // function's).
-bool BuildLine(const Record& r, PyObject* functions, Built* b) {
+bool BuildLine(const Record& r, PyObject* functions, Built* b,
+               LineOptions* options) {
   if (r.num_operands != 1) return false;
   PyObject* entry = TableEntry(functions, r.target_id);
   if (entry == nullptr || !IsKind(entry, kPrintLineTap)) return false;
   const auto& d = *reinterpret_cast<const OperandDesc*>(r.data);
-  PyObject* line =
-      PrintLineOfOperand(PyTuple_GET_ITEM(entry, print_line_tap::kPieces),
-                         d.dtype, d.rank, r.data + d.offset);
+  PyObject* pieces = PyTuple_GET_ITEM(entry, print_line_tap::kPieces);
+  PyObject* array_text = PyTuple_GET_ITEM(entry, print_line_tap::kArrayText);
+  PyObject* line = nullptr;
+  if (array_text == Py_None ||
+      (d.rank == 0 && PyObject_IsTrue(PyTuple_GET_ITEM(array_text, 2)))) {
+    line = PrintLineOfOperand(pieces, d.dtype, d.rank, r.data + d.offset);
+  } else if (const long flags = ArrayTextFlags(array_text, options)) {
+    const auto* dims =
+        reinterpret_cast<const int64_t*>(r.data + sizeof(OperandDesc));
+    line = ArrayLineOfOperand(
+        pieces, d.dtype, d.rank, dims, r.data + d.offset, flags,
+        PyLong_AsLongLong(PyTuple_GET_ITEM(array_text, 1)));
+  }
   if (line == nullptr) {
     PyErr_Clear();  // Python formats it (RunTap), or reports its failure
     return false;
@@ -424,6 +473,7 @@ std::vector<Built> BuildBatch(Queue* q, const std::vector<Record>& records,
   std::vector<Copy> copies;
   std::vector<Built> built;
   std::vector<uint8_t> adopted(records.size(), 0);
+  LineOptions options;
   built.reserve(records.size());
   for (const Record& r : records) {
     if (r.kind != kTap) {  // a barrier's marker, or a retire marker
@@ -431,9 +481,13 @@ std::vector<Built> BuildBatch(Queue* q, const std::vector<Record>& records,
       continue;
     }
     Built line{r.kind, r.target_id, nullptr};
-    if (BuildLine(r, functions, &line)) {
+    if (BuildLine(r, functions, &line, &options)) {
       built.push_back(line);
       continue;
+    }
+    if (!options.user_code) {
+      PyObject* entry = TableEntry(functions, r.target_id);
+      options.user_code = entry == nullptr || !IsKind(entry, kPrintLineTap);
     }
     const size_t copies_before = copies.size();
     PyObject* arrays = BuildArrays(r, &copies, &adopted[built.size()]);
@@ -714,7 +768,7 @@ struct KindFields {
 };
 constexpr KindFields kEntryKindFields[kEntryKinds] = {
     {"ArrayTap", {"func", "second"}},
-    {"PrintLineTap", {"write_lines", "pieces", "fallback"}},
+    {"PrintLineTap", {"write_lines", "pieces", "fallback", "array_text"}},
     {"ArraysTap", {"run"}},
     {"CallRunner", {"run", "host_function"}},
     {"DirectCall", {"func", "on_failure", "pending", "run"}},
@@ -981,6 +1035,16 @@ PyObject* Py_print_line_text(PyObject*, PyObject* args) {
   return text;
 }
 
+PyObject* Py_array_text(PyObject*, PyObject* args) {
+  PyObject* array;
+  int flags;
+  long long threshold;
+  if (!PyArg_ParseTuple(args, "OiL", &array, &flags, &threshold)) {
+    return nullptr;
+  }
+  return ArrayTextOf(array, flags, threshold);
+}
+
 PyMethodDef kMethods[] = {
     {"tap_fallbacks", Py_tap_fallbacks, METH_NOARGS,
      "(count, reason or None): hostcb_tap's call frames that took XLA FFI's "
@@ -1088,6 +1152,11 @@ PyMethodDef kMethods[] = {
     {"uninstall_exit_guard", Py_uninstall_exit_guard, METH_NOARGS,
      "Puts back the std::terminate handler that was there before; False "
      "where another one replaced hostcb's since."},
+    {"array_text", Py_array_text, METH_VARARGS,
+     "array_text(array, flags, threshold) -> the text of "
+     "numpy.array2string(array) under NumPy's default print options "
+     "(array_text.cc; flags: the NumPy version's behaviours), or None where "
+     "NumPy formats it."},
     {"print_line_text", Py_print_line_text, METH_VARARGS,
      "print_line_text(pieces, array) -> the line that a debug.print tap "
      "entry (write, pieces, (func, second)) writes for the 0-d array: the "

@@ -41,6 +41,12 @@
 
 namespace hostcb {
 
+// array_text.cc: appends numpy.array2string's text of the array, or
+// returns false where NumPy formats it.
+bool AppendArrayText(int32_t dtype, int32_t rank, const int64_t* dims,
+                     const void* data, int flags, int64_t threshold,
+                     std::string* out);
+
 extern const bool kFormatsPrintLines = HOSTCB_PRINT_LINES;
 
 #if HOSTCB_PRINT_LINES
@@ -237,9 +243,16 @@ bool CheckPieces(PyObject* pieces) {
 }
 
 // The line: the (checked) pieces joined by the value's text, and a newline.
+PyObject* JoinedLine(PyObject* pieces, const std::string& value);
+
 PyObject* Line(PyObject* pieces, Kind k, const void* data) {
   std::string value;
   AppendValue(k, data, &value);
+  return JoinedLine(pieces, value);
+}
+
+// The line: the (checked) pieces joined by `value`, and a newline.
+PyObject* JoinedLine(PyObject* pieces, const std::string& value) {
   std::string text;
   const Py_ssize_t n = PyTuple_GET_SIZE(pieces);
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -254,6 +267,18 @@ PyObject* Line(PyObject* pieces, Kind k, const void* data) {
 }
 
 }  // namespace
+
+PyObject* ArrayLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
+                             const int64_t* dims, const void* data, long flags,
+                             long long threshold) {
+  if (!CheckPieces(pieces)) return nullptr;
+  std::string value;
+  if (!AppendArrayText(dtype, rank, dims, data, static_cast<int>(flags),
+                       threshold, &value)) {
+    return nullptr;
+  }
+  return JoinedLine(pieces, value);
+}
 
 PyObject* PrintLineOfOperand(PyObject* pieces, int32_t dtype, int32_t rank,
                              const void* data) {
@@ -278,6 +303,11 @@ PyObject* PrintLineText(PyObject* pieces, PyObject* array) {
 #else  // HOSTCB_PRINT_LINES: Python formats every line
 
 PyObject* PrintLineText(PyObject*, PyObject*) { return nullptr; }
+
+PyObject* ArrayLineOfOperand(PyObject*, int32_t, int32_t, const int64_t*,
+                             const void*, long, long long) {
+  return nullptr;
+}
 
 PyObject* PrintLineOfOperand(PyObject*, int32_t, int32_t, const void*) {
   return nullptr;
