@@ -95,11 +95,14 @@ def _first_record() -> None:
 
 def rearm_after_uninstall() -> None:
   """``hostcb.uninstall()`` removed the exit handler: the next record of
-  each device installs it again (:func:`_first_record`)."""
+  each device installs it again (:func:`_first_record`), in both back
+  ends."""
   native.rearm_first_record()
+  pyqueue.rearm_first_put()
 
 
 native.on_first_record.append(_first_record)
+pyqueue.on_first_put.append(_first_record)
 
 
 # Called (no arguments, GIL held) when a device's first record installs

@@ -15,6 +15,7 @@ so no tap is ever dropped.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from typing import Any, Callable
 
@@ -23,7 +24,15 @@ from hostcb._engine import errors
 from hostcb._engine.consumers import this_thread
 from hostcb._engine.arrivals import Arrivals
 
-__all__ = ["DeviceQueue", "queue_for", "queues", "drain", "put_markers"]
+__all__ = [
+  "DeviceQueue",
+  "queue_for",
+  "queues",
+  "drain",
+  "put_markers",
+  "on_first_put",
+  "rearm_first_put",
+]
 
 # A tap waiting for its consumer: the function to run and its bytes.
 _Item = tuple[Callable[[], Any], int]
@@ -33,6 +42,30 @@ _Item = tuple[Callable[[], Any], int]
 # busy device queue taps without waking the consumer thread for each one.
 _POLL_SECONDS = 0.001
 _IDLE_POLLS = 50
+
+# Called (no arguments) by the first put of the process, and by the first
+# after rearm_first_put (``hostcb.uninstall()``), as the native engine
+# calls its own on a device's first record: set by
+# hostcb._engine.lifecycle, which installs the exit handler again there.
+on_first_put: list = []
+_first_put = [True]
+
+
+def rearm_first_put() -> None:
+  """The next put runs :data:`on_first_put` again."""
+  _first_put[0] = True
+
+
+def _run_first_put_hooks() -> None:
+  _first_put[0] = False
+  for hook in list(on_first_put):
+    try:
+      hook()
+    except Exception:  # the tap is queued all the same (logged)
+      logging.getLogger("hostcb").exception(
+        "hostcb: a hook on the first tap of the Python back end failed"
+      )
+
 
 # Set from hostcb.config by hostcb._engine at import (set_max_bytes).
 _max_bytes = shared_constant("DEFAULT_QUEUE_BYTES")
@@ -86,6 +119,8 @@ class DeviceQueue:
     that dispatched a computation (which may tap here from an XLA thread
     while the consumer waits for it).
     """
+    if _first_put[0]:
+      _run_first_put_hooks()
     cond = self._cond
     with cond:
       if (
