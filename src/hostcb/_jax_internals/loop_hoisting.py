@@ -163,7 +163,7 @@ def _staged_whole(prim: Any, original: Callable) -> Callable:
 def _split_uncached(original: Callable) -> Callable:
   def split(jaxpr, *rest):
     if in_hoisting_pass():  # a copy: JAX's cache holds it weakly
-      jaxpr = _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts)
+      jaxpr = jaxpr.replace()  # (a ClosedJaxpr; a Jaxpr from jax 0.12)
     return original(jaxpr, *rest)
 
   return split
