@@ -28,6 +28,7 @@ import atexit, builtins, contextlib, logging, sys
 import jax
 from jax._src import array as _array, dispatch as _dispatch, pjit as _pjit
 from jax._src import ad_checkpoint as _checkpoint
+from jax._src import custom_derivatives as _custom
 from jax._src.interpreters import mlir as _mlir, pxla as _pxla
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.lax.control_flow import conditionals as _conditionals
@@ -88,6 +89,14 @@ def snapshot():
           _pe.custom_partial_eval_rules.get(_loops.while_p),
       "pe.custom_partial_eval_rules[remat_p]":
           _pe.custom_partial_eval_rules.get(_checkpoint.remat_p),
+      "CustomJVPCallPrimitive.get_bind_params":
+          own(type(_custom.custom_jvp_call_p), "get_bind_params"),
+      "CustomVJPCallPrimitive.get_bind_params":
+          own(type(_custom.custom_vjp_call_p), "get_bind_params"),
+      "JaxprTrace.process_custom_jvp_call":
+          own(_pe.JaxprTrace, "process_custom_jvp_call"),
+      "JaxprTrace.process_custom_vjp_call":
+          own(_pe.JaxprTrace, "process_custom_vjp_call"),
       "ArrayImpl._value": own(_array.ArrayImpl, "_value"),
       "ArrayImpl.block_until_ready": own(_array.ArrayImpl,
                                          "block_until_ready"),
@@ -314,6 +323,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "taps stay in loops (cond)",
         "taps stay in loops (while)",
         "taps stay in loops (checkpoint)",
+        "taps stay in loops (custom_jvp)",
+        "taps stay in loops (custom_jvp, inline)",
+        "taps stay in loops (custom_vjp)",
+        "taps stay in loops (custom_vjp, inline)",
       ]
     )
   )
@@ -334,6 +347,10 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "pe.custom_partial_eval_rules[cond_p]",
         "pe.custom_partial_eval_rules[while_p]",
         "pe.custom_partial_eval_rules[remat_p]",
+        "CustomJVPCallPrimitive.get_bind_params",
+        "CustomVJPCallPrimitive.get_bind_params",
+        "JaxprTrace.process_custom_jvp_call",
+        "JaxprTrace.process_custom_vjp_call",
         "ArrayImpl._value",
         "ArrayImpl.block_until_ready",
         "ArrayImpl.item",

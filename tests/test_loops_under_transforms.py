@@ -219,6 +219,18 @@ def _nested_loss(nest, seen):
   return loss
 
 
+def _with_custom_jvp(f):
+  f = jax.custom_jvp(f)
+  f.defjvp(lambda primals, tangents: (f(*primals), tangents[0]))
+  return f
+
+
+def _with_custom_vjp(f):
+  f = jax.custom_vjp(f)
+  f.defvjp(lambda k: (f(k), None), lambda _, g: (g,))
+  return f
+
+
 # nest(tap) -> (a body that calls tap(k) inside the construct, taps per step)
 NESTS = {
   "jit": (lambda tap: jax.jit(tap)(K), 1),
@@ -234,6 +246,8 @@ NESTS = {
     3,
   ),
   "checkpoint": (lambda tap: jax.checkpoint(tap)(K), 1),
+  "custom_jvp": (lambda tap: _with_custom_jvp(tap)(K), 1),
+  "custom_vjp": (lambda tap: _with_custom_vjp(tap)(K), 1),
 }
 
 

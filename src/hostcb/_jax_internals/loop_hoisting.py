@@ -28,7 +28,11 @@ too.  A ``jit`` or an inner ``scan`` is split by its own partial-evaluation
 rule, which meets the tap there.  A ``cond``, ``while_loop`` or
 ``checkpoint`` that holds such an equation is staged whole in the loop
 (JAX's rules of these evaluate one whose operands are all known outside the
-loop, or keep the part that taps only if its results are used).
+loop, or keep the part that taps only if its results are used).  A
+``custom_jvp`` or ``custom_vjp`` call that holds one, which JAX evaluates
+whole outside the loop when its operands are all known, runs inline
+instead, as JAX runs one whose operands are not all known (its
+``get_bind_params`` notes it, ``JaxprTrace``'s rule inlines it).
 
 Each pass wrapper works only where the loop's body carries hostcb's effect:
 a program without taps and calls is hoisted as before.  During a pass,
@@ -81,6 +85,7 @@ def _hoisting_pass(effects) -> Iterator[None]:
     yield
   finally:
     _pass.on = False
+    _pass.inline = None
 
 
 def stay_in_loops(
@@ -160,6 +165,42 @@ def _staged_whole(prim: Any, original: Callable) -> Callable:
   return rule
 
 
+def _marking_bind_params(original: Callable) -> Callable:
+  # A custom_jvp/custom_vjp call evaluated from a jaxpr in a hoisting pass:
+  # its function is noted when its jaxpr holds an equation that stays, for
+  # the JaxprTrace rule that meets it next (_inlined_call).
+  def get_bind_params(self, params):
+    bind_params = original(self, params)
+    if in_hoisting_pass() and any(
+      _holds_staying(j) for j in _core.jaxprs_in_params(params)
+    ):
+      if isinstance(bind_params, dict):  # jax 0.10 on: (fun, ...) in it
+        _pass.inline = bind_params["subfuns"][0]
+      else:  # jax 0.8: ([fun, ...], params)
+        _pass.inline = bind_params[0][0]
+    return bind_params
+
+  return get_bind_params
+
+
+def _inlined_call(original: Callable, n_rules: int) -> Callable:
+  # JAX evaluates a custom_jvp/custom_vjp call whose operands are all known
+  # whole, outside the loop: one noted above runs inline instead, where its
+  # taps stay in the loop and the rest is hoisted (as JAX's rule does for
+  # one with operands that vary: the custom rule is not kept there).
+  # ``n_rules``: the rule functions between ``fun`` and the operands.
+  def process(self, prim, fun, *rest, **params):
+    if getattr(_pass, "inline", None) is fun:
+      _pass.inline = None
+      tracers = [self.to_jaxpr_tracer(t) for t in rest[n_rules]]
+      if all(t.is_known() for t in tracers):
+        with _core.set_current_trace(self):
+          return fun.call_wrapped(*tracers)
+    return original(self, prim, fun, *rest, **params)
+
+  return process
+
+
 def _split_uncached(original: Callable) -> Callable:
   def split(jaxpr, *rest):
     if in_hoisting_pass():  # a copy: JAX's cache holds it weakly
@@ -180,6 +221,28 @@ def _whole_primitives() -> dict:
     "while": require(_loops, "while_p", _WHAT, verb="uses"),
     "checkpoint": require(_checkpoint, "remat_p", _WHAT, verb="uses"),
   }
+
+
+def _custom_calls() -> dict:
+  """The custom-derivative calls run inline in a hoisting pass: name ->
+  (their primitive's class, JaxprTrace's method, rule functions)."""
+  from jax._src import custom_derivatives as _custom  # noqa: PLC0415
+
+  found = {}
+  for name, prim, method, n_rules in (
+    ("custom_jvp", "custom_jvp_call_p", "process_custom_jvp_call", 1),
+    ("custom_vjp", "custom_vjp_call_p", "process_custom_vjp_call", 2),
+  ):
+    cls = type(require(_custom, prim, _WHAT, verb="uses"))
+    check_shape(
+      vars(cls).get("get_bind_params"),
+      f"{cls.__module__}.{cls.__qualname__}.get_bind_params",
+      _WHAT,
+      fields=("__call__",),
+    )
+    require(_pe.JaxprTrace, method, _WHAT)
+    found[name] = (cls, method, n_rules)
+  return found
 
 
 def _rule_of(rules: dict, prim: Any, symbol: str) -> Callable:
@@ -218,6 +281,7 @@ def keep_in_loops() -> None:
     )
     for name, prim in _whole_primitives().items()
   }
+  calls = _custom_calls()
   patches.install(
     "taps stay in loops",
     _loops,
@@ -237,6 +301,19 @@ def keep_in_loops() -> None:
     _scan_partial_eval_custom(scan_rule),
     scan_symbol,
   )
+  for name, (cls, method, n_rules) in calls.items():
+    patches.install(
+      f"taps stay in loops ({name})",
+      cls,
+      "get_bind_params",
+      _marking_bind_params(vars(cls)["get_bind_params"]),
+    )
+    patches.install(
+      f"taps stay in loops ({name}, inline)",
+      _pe.JaxprTrace,
+      method,
+      _inlined_call(getattr(_pe.JaxprTrace, method), n_rules),
+    )
   for name, (prim, rule) in whole.items():
     patches.install_item(
       f"taps stay in loops ({name})",
