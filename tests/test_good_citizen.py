@@ -27,7 +27,11 @@ _SNAPSHOT = r"""
 import atexit, builtins, contextlib, logging, sys
 import jax
 from jax._src import array as _array, dispatch as _dispatch, pjit as _pjit
+from jax._src import ad_checkpoint as _checkpoint
+from jax._src import custom_derivatives as _custom
 from jax._src.interpreters import mlir as _mlir, pxla as _pxla
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 from jax._src.lib import xla_client as _xc
 
@@ -75,6 +79,24 @@ def snapshot():
       "RuntimeTokenSet.set_token_result":
           own(_dispatch.RuntimeTokenSet, "set_token_result"),
       "mlir._lowerings[while_p]": _mlir._lowerings.get(_loops.while_p),
+      "loops._scan_known_hoisting": _loops._scan_known_hoisting,
+      "pe._partial_eval_jaxpr_nounits": _pe._partial_eval_jaxpr_nounits,
+      "pe.partial_eval_jaxpr_custom_rules[scan_p]":
+          _pe.partial_eval_jaxpr_custom_rules.get(_loops.scan_p),
+      "pe.custom_partial_eval_rules[cond_p]":
+          _pe.custom_partial_eval_rules.get(_conditionals.cond_p),
+      "pe.custom_partial_eval_rules[while_p]":
+          _pe.custom_partial_eval_rules.get(_loops.while_p),
+      "pe.custom_partial_eval_rules[remat_p]":
+          _pe.custom_partial_eval_rules.get(_checkpoint.remat_p),
+      "CustomJVPCallPrimitive.get_bind_params":
+          own(type(_custom.custom_jvp_call_p), "get_bind_params"),
+      "CustomVJPCallPrimitive.get_bind_params":
+          own(type(_custom.custom_vjp_call_p), "get_bind_params"),
+      "JaxprTrace.process_custom_jvp_call":
+          own(_pe.JaxprTrace, "process_custom_jvp_call"),
+      "JaxprTrace.process_custom_vjp_call":
+          own(_pe.JaxprTrace, "process_custom_vjp_call"),
       "ArrayImpl._value": own(_array.ArrayImpl, "_value"),
       "ArrayImpl.block_until_ready": own(_array.ArrayImpl,
                                          "block_until_ready"),
@@ -295,6 +317,16 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "output order (redirect_stdout.__exit__)",
         "print outputs (fast path)",
         "print outputs (Python path)",
+        "taps stay in loops",
+        "taps stay in loops (splits)",
+        "taps stay in loops (checkpoint of scan)",
+        "taps stay in loops (cond)",
+        "taps stay in loops (while)",
+        "taps stay in loops (checkpoint)",
+        "taps stay in loops (custom_jvp)",
+        "taps stay in loops (custom_jvp, inline)",
+        "taps stay in loops (custom_vjp)",
+        "taps stay in loops (custom_vjp, inline)",
       ]
     )
   )
@@ -309,6 +341,16 @@ def test_first_tap_installs_the_patches_and_uninstall_restores_them():
         "RuntimeTokenSet.get_token_input",
         "RuntimeTokenSet.set_token_result",
         "mlir._lowerings[while_p]",
+        "loops._scan_known_hoisting",
+        "pe._partial_eval_jaxpr_nounits",
+        "pe.partial_eval_jaxpr_custom_rules[scan_p]",
+        "pe.custom_partial_eval_rules[cond_p]",
+        "pe.custom_partial_eval_rules[while_p]",
+        "pe.custom_partial_eval_rules[remat_p]",
+        "CustomJVPCallPrimitive.get_bind_params",
+        "CustomVJPCallPrimitive.get_bind_params",
+        "JaxprTrace.process_custom_jvp_call",
+        "JaxprTrace.process_custom_vjp_call",
         "ArrayImpl._value",
         "ArrayImpl.block_until_ready",
         "ArrayImpl.item",

@@ -485,6 +485,9 @@ ji.register_jvp(tap_p, _tap_jvp)
 ji.register_transpose(tap_p, _tap_transpose)
 ji.register_batching(tap_p, _tap_batch)
 ji.rematerialize_on_backward_pass(tap_p)
+# A tap stays in its loop when JAX moves loop-invariant work out of a
+# differentiated loop: it runs once per step, its operands loop constants.
+ji.stay_in_loops(tap_p, stays=lambda params: True, identity=True)
 
 
 # -------------------------------------------------------------------- call
@@ -576,3 +579,7 @@ ji.register_jvp(call_p, _call_jvp)
 ji.register_transpose(call_p, _call_transpose)
 ji.register_batching(call_p, _call_batch)
 ji.effect_orders_only(call_p, _orders_only)
+# An effectful call stays in its loop too (a pure one may be hoisted).
+ji.stay_in_loops(
+  call_p, stays=lambda params: params["effectful"], identity=False
+)

@@ -31,6 +31,8 @@ per concern, so that a JAX upgrade is fixed here:
 * :mod:`.buffers`: the buffer custom call of ``buffer_callback``;
 * :mod:`.effects_barrier`: ``jax.effects_barrier()`` that also waits for
   hostcb's callbacks;
+* :mod:`.loop_hoisting`: taps and calls that stay in their loops when JAX
+  moves loop-invariant work out of a differentiated loop;
 * :mod:`.own_callbacks`: JAX's own callback functions and their effects,
   which hostcb's drop-ins take the place of;
 * :mod:`.branch_masks`: the batching rules of ``cond`` and ``while``
@@ -136,6 +138,10 @@ from hostcb._jax_internals.host_arrays import (
 from hostcb._jax_internals.effects_barrier import (
   jax_effects_barrier,
   patch_effects_barrier,
+)
+from hostcb._jax_internals.loop_hoisting import (
+  in_hoisting_pass,
+  stay_in_loops,
 )
 from hostcb._jax_internals.own_callbacks import (
   is_jax_value,
