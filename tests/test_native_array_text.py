@@ -16,6 +16,7 @@ import io
 import os
 import pathlib
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -145,6 +146,16 @@ def test_other_arrays_are_left_to_numpy(a):
 _LEGACY_PYTHON = (
   pathlib.Path(__file__).resolve().parent.parent / ".venv-legacy/bin/python"
 )
+# The legacy venv's Python ("3.11"): it loads this interpreter's engine,
+# which only a Python of the same version can.
+_LEGACY_VERSION = next(
+  (
+    d.name.removeprefix("python")
+    for d in (_LEGACY_PYTHON.parent.parent / "lib").glob("python3.*")
+  ),
+  None,
+)
+_THIS_VERSION = "%d.%d" % sys.version_info[:2]
 
 _LEGACY_SCRIPT = """
 import importlib.util, sys
@@ -170,6 +181,12 @@ print(np.__version__, made > 0.97 * len(arrays), bad[:3])
 @pytest.mark.skipif(
   not _LEGACY_PYTHON.exists(),
   reason="no .venv-legacy (NumPy 1.26): make .venv-legacy",
+)
+@pytest.mark.skipif(
+  _LEGACY_PYTHON.exists() and _LEGACY_VERSION != _THIS_VERSION,
+  reason=f"the engine here is built for Python {_THIS_VERSION} and "
+  f".venv-legacy (NumPy 1.26) runs Python {_LEGACY_VERSION}: the check "
+  "loads one into the other (make test runs it, on Python 3.11)",
 )
 def test_numpy_1_prints_the_same():
   """hostcb allows NumPy 1.26 (pyproject): the engine's text is its text
